@@ -1,0 +1,109 @@
+package apikey
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"net/http"
+	"regexp"
+	"strings"
+
+	"connectrpc.com/authn"
+)
+
+// namespacePattern is what a namespace may look like: it appears in queue
+// names, metrics and URLs, so it is kept to a safe alphabet.
+var namespacePattern = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
+
+// minKeyLength keeps out keys short enough to guess.
+const minKeyLength = 16
+
+// Keys maps the SHA-256 digest of each accepted key to its namespace.
+type Keys struct {
+	byDigest map[[sha256.Size]byte]string
+}
+
+// Parse builds Keys from entries of the form "namespace=key" or
+// "namespace=sha256:<64 hex digits>". Several keys may share a namespace;
+// one key may not map to two namespaces. Errors never contain the key.
+func Parse(entries []string) (*Keys, error) {
+	keys := &Keys{byDigest: make(map[[sha256.Size]byte]string, len(entries))}
+	for i, entry := range entries {
+		namespace, secret, ok := strings.Cut(strings.TrimSpace(entry), "=")
+		if !ok {
+			return nil, fmt.Errorf("api key %d: want namespace=key", i+1)
+		}
+		if !namespacePattern.MatchString(namespace) {
+			return nil, fmt.Errorf("api key %d: namespace %q must be 1-63 characters of [a-z0-9-]", i+1, namespace)
+		}
+		var digest [sha256.Size]byte
+		if hexDigest, ok := strings.CutPrefix(secret, "sha256:"); ok {
+			raw, err := hex.DecodeString(hexDigest)
+			if err != nil || len(raw) != sha256.Size {
+				return nil, fmt.Errorf("api key %d: sha256: wants 64 hex digits", i+1)
+			}
+			copy(digest[:], raw)
+		} else {
+			if len(secret) < minKeyLength {
+				return nil, fmt.Errorf("api key %d: a key must be at least %d characters", i+1, minKeyLength)
+			}
+			digest = sha256.Sum256([]byte(secret))
+		}
+		if other, dup := keys.byDigest[digest]; dup && other != namespace {
+			return nil, fmt.Errorf("api key %d: the same key is configured for namespaces %q and %q", i+1, other, namespace)
+		}
+		keys.byDigest[digest] = namespace
+	}
+	return keys, nil
+}
+
+// Len is the number of distinct keys.
+func (k *Keys) Len() int { return len(k.byDigest) }
+
+// Namespace returns the namespace of key. Looking up a digest rather than
+// comparing keys keeps the time taken independent of how much of a wrong key
+// matches a right one.
+func (k *Keys) Namespace(key string) (string, bool) {
+	ns, ok := k.byDigest[sha256.Sum256([]byte(key))]
+	return ns, ok
+}
+
+// Middleware returns HTTP middleware that rejects requests without a valid
+// "Authorization: Bearer <key>" header with the Connect/gRPC code
+// Unauthenticated, and records the key's namespace for NamespaceFrom.
+func (k *Keys) Middleware() *authn.Middleware {
+	return authn.NewMiddleware(func(_ context.Context, req *http.Request) (any, error) {
+		key, ok := authn.BearerToken(req)
+		if !ok {
+			return nil, authn.Errorf("missing bearer API key")
+		}
+		ns, ok := k.Namespace(key)
+		if !ok {
+			return nil, authn.Errorf("invalid API key")
+		}
+		return Principal{Namespace: ns}, nil
+	})
+}
+
+// Principal is what an authenticated request carries.
+type Principal struct {
+	Namespace string
+}
+
+// NamespaceFrom returns the namespace of the authenticated caller, and false
+// when the request did not pass through Middleware (a wiring bug: handlers
+// must then refuse the call rather than guess a namespace).
+func NamespaceFrom(ctx context.Context) (string, bool) {
+	p, ok := authn.GetInfo(ctx).(Principal)
+	if !ok || p.Namespace == "" {
+		return "", false
+	}
+	return p.Namespace, true
+}
+
+// WithNamespace returns a context that NamespaceFrom reads as authenticated
+// for namespace; for tests and in-process callers that bypass HTTP.
+func WithNamespace(ctx context.Context, namespace string) context.Context {
+	return authn.SetInfo(ctx, Principal{Namespace: namespace})
+}

@@ -1,0 +1,90 @@
+package apikey_test
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/cronmesh/cronmesh/libs/apikey"
+)
+
+func TestParse(t *testing.T) {
+	t.Parallel()
+	digest := sha256.Sum256([]byte("hashed-key-0123456789"))
+	keys, err := apikey.Parse([]string{"alpha=alpha-key-0123456789", " beta=sha256:" + hex.EncodeToString(digest[:]), "alpha=second-alpha-key-0123"})
+	require.NoError(t, err)
+	require.Equal(t, 3, keys.Len())
+	for key, want := range map[string]string{
+		"alpha-key-0123456789":  "alpha",
+		"hashed-key-0123456789": "beta",
+		"second-alpha-key-0123": "alpha",
+	} {
+		ns, ok := keys.Namespace(key)
+		require.True(t, ok, key)
+		require.Equal(t, want, ns)
+	}
+	_, ok := keys.Namespace("alpha-key-012345678")
+	require.False(t, ok, "a prefix of a key is not a key")
+
+	for name, entries := range map[string][]string{
+		"no separator":       {"alpha"},
+		"short key":          {"alpha=short"},
+		"bad namespace":      {"Alpha_1=alpha-key-0123456789"},
+		"bad digest":         {"alpha=sha256:abc"},
+		"one key, two ns":    {"alpha=shared-key-0123456789", "beta=shared-key-0123456789"},
+		"empty namespace":    {"=alpha-key-0123456789"},
+		"namespace too long": {string(make([]byte, 64)) + "=alpha-key-0123456789"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, err := apikey.Parse(entries)
+			require.Error(t, err)
+			require.NotContains(t, err.Error(), "0123456789", "errors never echo a key")
+		})
+	}
+}
+
+func TestMiddleware(t *testing.T) {
+	t.Parallel()
+	keys, err := apikey.Parse([]string{"alpha=alpha-key-0123456789"})
+	require.NoError(t, err)
+	var seen string
+	handler := keys.Middleware().Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ns, ok := apikey.NamespaceFrom(r.Context())
+		require.True(t, ok)
+		seen = ns
+	}))
+	for _, tc := range []struct {
+		name, header string
+		status       int
+	}{
+		{"valid", "Bearer alpha-key-0123456789", http.StatusOK},
+		{"missing", "", http.StatusUnauthorized},
+		{"wrong", "Bearer alpha-key-9876543210", http.StatusUnauthorized},
+		{"not bearer", "Basic YWxwaGE6eA==", http.StatusUnauthorized},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			seen = ""
+			req := httptest.NewRequest(http.MethodPost, "/cronmesh.registry.v1.JobService/ListJobs", nil)
+			req.Header.Set("Content-Type", "application/json")
+			if tc.header != "" {
+				req.Header.Set("Authorization", tc.header)
+			}
+			rec := httptest.NewRecorder()
+			handler.ServeHTTP(rec, req)
+			require.Equal(t, tc.status, rec.Code)
+			if tc.status == http.StatusOK {
+				require.Equal(t, "alpha", seen)
+			}
+		})
+	}
+	_, ok := apikey.NamespaceFrom(context.Background())
+	require.False(t, ok)
+	ns, ok := apikey.NamespaceFrom(apikey.WithNamespace(context.Background(), "beta"))
+	require.True(t, ok)
+	require.Equal(t, "beta", ns)
+}

@@ -1,0 +1,31 @@
+package broker
+
+import (
+	"context"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"go.opentelemetry.io/otel/propagation"
+)
+
+// InjectTrace writes the trace context of ctx (W3C traceparent and
+// tracestate with a [propagation.TraceContext] propagator) into md, which
+// watermill-amqp sends as AMQP headers. A nil prop means
+// [propagation.TraceContext]. md must be non-nil; keys the propagator does
+// not produce are left alone, and a ctx without a valid span writes nothing.
+func InjectTrace(ctx context.Context, prop propagation.TextMapPropagator, md message.Metadata) {
+	if prop == nil {
+		prop = propagation.TraceContext{}
+	}
+	prop.Inject(ctx, propagation.MapCarrier(md))
+}
+
+// ExtractTrace returns ctx extended with the remote span context found in
+// md, for starting a consumer span as its child. A nil prop means
+// [propagation.TraceContext]. Missing or malformed headers return ctx
+// unchanged.
+func ExtractTrace(ctx context.Context, prop propagation.TextMapPropagator, md message.Metadata) context.Context {
+	if prop == nil {
+		prop = propagation.TraceContext{}
+	}
+	return prop.Extract(ctx, propagation.MapCarrier(md))
+}

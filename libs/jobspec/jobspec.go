@@ -1,0 +1,137 @@
+package jobspec
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/cronmesh/cronmesh/libs/schedule"
+
+	registryv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1"
+)
+
+// Limits on schedules. They keep a single job from asking for absurd work
+// (a sub-second interval) and keep times inside the range PostgreSQL and
+// protobuf timestamps both represent.
+const (
+	MinInterval = time.Second
+	MaxInterval = 366 * 24 * time.Hour
+	MinAfter    = time.Second
+	MaxAfter    = 366 * 24 * time.Hour
+	// DefaultTimeZone applies when Schedule.time_zone is empty.
+	DefaultTimeZone = "UTC"
+)
+
+// FieldError names a wrong field by its path relative to the schedule
+// ("cron", "interval.every", "time_zone") and says what is wrong with it.
+type FieldError struct {
+	Field       string
+	Description string
+}
+
+func (e *FieldError) Error() string { return e.Field + ": " + e.Description }
+
+// Schedule converts s into a schedule.Schedule. created is the job's create
+// time: it anchors interval schedules that have no anchor_time and starts the
+// delay of `after` schedules. It returns every problem it finds as
+// []*FieldError (never a partial schedule); a nil s is an error on the
+// schedule itself (Field "").
+func Schedule(s *registryv1.Schedule, created time.Time) (schedule.Schedule, []*FieldError) {
+	if s == nil {
+		return schedule.Schedule{}, []*FieldError{{Description: "is required"}}
+	}
+	var errs []*FieldError
+	fail := func(field, format string, args ...any) {
+		errs = append(errs, &FieldError{Field: field, Description: fmt.Sprintf(format, args...)})
+	}
+
+	loc, err := LoadLocation(s.GetTimeZone())
+	if err != nil {
+		fail("time_zone", "%v", err)
+	}
+	var start, end time.Time
+	if s.StartTime != nil {
+		if err := s.StartTime.CheckValid(); err != nil {
+			fail("start_time", "is not a valid timestamp")
+		} else {
+			start = s.StartTime.AsTime()
+		}
+	}
+	if s.EndTime != nil {
+		if err := s.EndTime.CheckValid(); err != nil {
+			fail("end_time", "is not a valid timestamp")
+		} else {
+			end = s.EndTime.AsTime()
+		}
+	}
+	if !start.IsZero() && !end.IsZero() && !end.After(start) {
+		fail("end_time", "must be after start_time")
+	}
+
+	var sched schedule.Schedule
+	switch kind := s.Kind.(type) {
+	case *registryv1.Schedule_Cron:
+		cron, err := schedule.ParseCron(kind.Cron)
+		if err != nil {
+			fail("cron", "%v", err)
+			break
+		}
+		sched = schedule.NewCron(cron, loc)
+	case *registryv1.Schedule_Interval:
+		every := kind.Interval.GetEvery()
+		switch {
+		case every == nil:
+			fail("interval.every", "is required")
+		case every.CheckValid() != nil:
+			fail("interval.every", "is not a valid duration")
+		case every.AsDuration() < MinInterval || every.AsDuration() > MaxInterval:
+			fail("interval.every", "must be between %s and %s, got %s", MinInterval, MaxInterval, every.AsDuration())
+		}
+		anchor := created
+		if a := kind.Interval.GetAnchorTime(); a != nil {
+			if a.CheckValid() != nil {
+				fail("interval.anchor_time", "is not a valid timestamp")
+			} else {
+				anchor = a.AsTime()
+			}
+		}
+		sched = schedule.NewInterval(every.AsDuration(), anchor)
+	case *registryv1.Schedule_At:
+		if kind.At == nil || kind.At.CheckValid() != nil {
+			fail("at", "is not a valid timestamp")
+			break
+		}
+		sched = schedule.NewAt(kind.At.AsTime())
+	case *registryv1.Schedule_After:
+		switch {
+		case kind.After == nil || kind.After.CheckValid() != nil:
+			fail("after", "is not a valid duration")
+		case kind.After.AsDuration() < MinAfter || kind.After.AsDuration() > MaxAfter:
+			fail("after", "must be between %s and %s, got %s", MinAfter, MaxAfter, kind.After.AsDuration())
+		default:
+			sched = schedule.NewAfter(created, kind.After.AsDuration())
+		}
+	default:
+		fail("kind", "one of cron, interval, at or after is required")
+	}
+	if len(errs) > 0 {
+		return schedule.Schedule{}, errs
+	}
+	return sched.WithBounds(start, end), nil
+}
+
+// LoadLocation resolves an IANA time zone name; "" means UTC. It refuses
+// "Local", whose meaning depends on the machine that evaluates it, so that
+// every service computes the same times.
+func LoadLocation(name string) (*time.Location, error) {
+	switch name {
+	case "":
+		return time.UTC, nil
+	case "Local":
+		return nil, fmt.Errorf("%q is not an IANA time zone name", name)
+	}
+	loc, err := time.LoadLocation(name)
+	if err != nil {
+		return nil, fmt.Errorf("unknown time zone %q", name)
+	}
+	return loc, nil
+}

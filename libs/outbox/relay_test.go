@@ -1,0 +1,393 @@
+package outbox
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/require"
+
+	"github.com/cronmesh/cronmesh/libs/amqptest"
+)
+
+func TestNewRelayValidates(t *testing.T) {
+	t.Parallel()
+	pool := testPool(t)
+	pub := &fakePublisher{}
+	tests := []struct {
+		name string
+		opts RelayOptions
+	}{
+		{"no pool", RelayOptions{Publisher: pub}},
+		{"no publisher", RelayOptions{Pool: pool}},
+		{"negative batch", RelayOptions{Pool: pool, Publisher: pub, BatchSize: -1}},
+		{"negative lanes", RelayOptions{Pool: pool, Publisher: pub, Lanes: -1}},
+		{"negative poll", RelayOptions{Pool: pool, Publisher: pub, PollInterval: -time.Second}},
+		{"negative backoff", RelayOptions{Pool: pool, Publisher: pub, Backoff: -time.Second}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			_, err := NewRelay(tt.opts)
+			require.Error(t, err)
+		})
+	}
+
+	t.Run("metrics registered twice", func(t *testing.T) {
+		t.Parallel()
+		reg := prometheus.NewRegistry()
+		_, err := NewRelay(RelayOptions{Pool: pool, Publisher: pub, Metrics: reg})
+		require.NoError(t, err)
+		_, err = NewRelay(RelayOptions{Pool: pool, Publisher: pub, Metrics: reg})
+		require.Error(t, err)
+	})
+
+	t.Run("Run twice", func(t *testing.T) {
+		t.Parallel()
+		r, _ := newRelay(t, RelayOptions{Pool: pool, Publisher: pub})
+		runRelay(t, r)
+		require.Eventually(t, func() bool { return r.running.Load() }, 5*time.Second, 10*time.Millisecond)
+		require.Error(t, r.Run(context.Background()))
+	})
+}
+
+func TestRelayPublishesRows(t *testing.T) {
+	t.Parallel()
+	pool := testPool(t)
+	top := newTopology(t)
+	r, reg := newRelay(t, RelayOptions{Pool: pool, Publisher: newPublisher(t, amqptest.URL(), top.exchange)})
+
+	msgs := []Message{
+		{AggregateID: "job-1", RoutingKey: "job.created", MessageID: "id-1", Payload: []byte(`{"n":1}`),
+			Headers: map[string]string{"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", "x-tenant": "t1"}},
+		{AggregateID: "job-2", RoutingKey: "job.deleted", MessageID: "id-2", Payload: []byte{0xff, 0}},
+		{AggregateID: "job-1", RoutingKey: "dispatch.requested", MessageID: "id-3"},
+	}
+	write(t, pool, msgs...)
+	stop := runRelay(t, r)
+	r.Notify()
+	waitEmpty(t, pool, 10*time.Second)
+	stop()
+
+	// Every row was confirmed before it was deleted, so the queue holds
+	// exactly the published messages now.
+	got := amqptest.Drain(t, top.queue)
+	require.Len(t, got, len(msgs))
+	byID := map[string]int{}
+	for i, d := range got {
+		byID[d.MessageId] = i
+	}
+	for _, m := range msgs {
+		i, ok := byID[m.MessageID]
+		require.True(t, ok, "message %s missing", m.MessageID)
+		d := got[i]
+		require.Equal(t, top.exchange, d.Exchange)
+		require.Equal(t, m.RoutingKey, d.RoutingKey)
+		require.Equal(t, uint8(2), d.DeliveryMode, "persistent")
+		require.Equal(t, string(m.Payload), string(d.Body))
+		require.Equal(t, m.MessageID, d.Headers["_watermill_message_uuid"])
+		for k, v := range m.Headers {
+			require.Equal(t, v, d.Headers[k], "header %s", k)
+		}
+	}
+	// job-1's two messages keep their order.
+	require.Less(t, byID["id-1"], byID["id-3"])
+	require.Equal(t, float64(len(msgs)), metric(t, reg, "outbox_published_total"))
+	require.Zero(t, metric(t, reg, "outbox_publish_errors_total"))
+	require.Zero(t, metric(t, reg, "outbox_leader"), "released on stop")
+}
+
+func TestRelayPreservesOrderPerAggregate(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name      string
+		batchSize int
+		lanes     int
+	}{
+		{"default lanes, several batches", 128, 0},
+		{"one lane", 1000, 1},
+		{"more lanes than aggregates", 0, 64},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			pool := testPool(t)
+			top := newTopology(t)
+			r, _ := newRelay(t, RelayOptions{
+				Pool: pool, Publisher: newPublisher(t, amqptest.URL(), top.exchange),
+				BatchSize: tt.batchSize, Lanes: tt.lanes,
+			})
+			// 20 aggregates x 50 messages, interleaved, written by 10
+			// transactions of 100 while the relay runs, so batches cut
+			// across transactions and aggregates.
+			msgs := seqMessages("ord", 20, 50)
+			runRelay(t, r)
+			for i := 0; i < len(msgs); i += 100 {
+				write(t, pool, msgs[i:i+100]...)
+				r.Notify()
+			}
+			got := amqptest.Consume(t, top.queue, len(msgs), 30*time.Second)
+			require.Zero(t, checkOrder(t, msgs, got), "duplicates in the happy path")
+		})
+	}
+}
+
+func TestRelayRolledBackTransactionPublishesNothing(t *testing.T) {
+	t.Parallel()
+	pool := testPool(t)
+	top := newTopology(t)
+	r, _ := newRelay(t, RelayOptions{Pool: pool, Publisher: newPublisher(t, amqptest.URL(), top.exchange)})
+	ctx := context.Background()
+
+	tx, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	require.NoError(t, Write(ctx, tx, Message{AggregateID: "a", RoutingKey: "job.created", MessageID: "rolled-back"}))
+	require.NoError(t, tx.Rollback(ctx))
+	write(t, pool, Message{AggregateID: "a", RoutingKey: "job.created", MessageID: "committed"})
+
+	stop := runRelay(t, r)
+	waitEmpty(t, pool, 10*time.Second)
+	stop()
+	got := amqptest.Drain(t, top.queue)
+	require.Len(t, got, 1)
+	require.Equal(t, "committed", got[0].MessageId)
+}
+
+func TestRelayNotifyWakesIdleRelay(t *testing.T) {
+	t.Parallel()
+	pool := testPool(t)
+	top := newTopology(t)
+	// An hour-long poll: only Notify can deliver the second row in time.
+	r, _ := newRelay(t, RelayOptions{Pool: pool, Publisher: newPublisher(t, amqptest.URL(), top.exchange), PollInterval: time.Hour})
+
+	write(t, pool, Message{AggregateID: "a", RoutingKey: "job.created", MessageID: "first"})
+	runRelay(t, r)
+	waitEmpty(t, pool, 10*time.Second) // the relay is idle now
+
+	write(t, pool, Message{AggregateID: "a", RoutingKey: "job.created", MessageID: "second"})
+	r.Notify()
+	got := amqptest.Consume(t, top.queue, 2, 10*time.Second)
+	require.Equal(t, "first", got[0].MessageId)
+	require.Equal(t, "second", got[1].MessageId)
+}
+
+func TestRelayBrokerUnreachable(t *testing.T) {
+	t.Parallel()
+	pool := testPool(t)
+	// Port 1 refuses connections: the publisher never gets a connection.
+	pub := newPublisher(t, "amqp://guest:guest@127.0.0.1:1/", "outbox-test-unreachable")
+	r, reg := newRelay(t, RelayOptions{Pool: pool, Publisher: pub})
+	runRelay(t, r)
+
+	msgs := seqMessages("down", 5, 4)
+	write(t, pool, msgs...) // writes succeed with the broker down
+	r.Notify()
+
+	require.Eventually(t, func() bool {
+		return metric(t, reg, "outbox_publish_errors_total") >= 3
+	}, 10*time.Second, 10*time.Millisecond, "relay keeps retrying")
+	require.Equal(t, len(msgs), countRows(t, pool), "rows stay until published")
+	require.Zero(t, metric(t, reg, "outbox_published_total"))
+	require.Equal(t, float64(len(msgs)), metric(t, reg, "outbox_pending"))
+	require.Eventually(t, func() bool { return metric(t, reg, "outbox_lag_seconds") > 0 },
+		10*time.Second, 10*time.Millisecond)
+
+	write(t, pool, seqMessages("down-more", 2, 2)...) // and keep succeeding
+	require.Equal(t, len(msgs)+4, countRows(t, pool))
+}
+
+func TestRelayRetriesFailedPublishes(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		fail func(call int64) (fail, afterPublish bool)
+		// dups reports whether duplicates are allowed: a failure after
+		// the broker took the message (a lost confirm) republishes it.
+		dups bool
+	}{
+		{
+			name: "first 5 publishes fail",
+			fail: func(call int64) (bool, bool) { return call < 5, false },
+		},
+		{
+			name: "scattered failures stop lanes mid-batch",
+			fail: func(call int64) (bool, bool) { return call < 400 && call%37 == 5, false },
+		},
+		{
+			name: "failures after the broker took the message",
+			fail: func(call int64) (bool, bool) { return call < 400 && call%29 == 3, true },
+			dups: true,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			pool := testPool(t)
+			top := newTopology(t)
+			pub := &fakePublisher{next: newPublisher(t, amqptest.URL(), top.exchange), fail: tt.fail}
+			r, reg := newRelay(t, RelayOptions{Pool: pool, Publisher: pub, BatchSize: 100})
+
+			msgs := seqMessages("retry", 20, 15)
+			write(t, pool, msgs...)
+			stop := runRelay(t, r)
+			waitEmpty(t, pool, 30*time.Second)
+			stop()
+
+			got := amqptest.Drain(t, top.queue)
+			dups := checkOrder(t, msgs, got)
+			if !tt.dups {
+				require.Zero(t, dups)
+				require.Len(t, got, len(msgs))
+			}
+			require.Positive(t, pub.failures.Load())
+			require.Equal(t, float64(pub.failures.Load()), metric(t, reg, "outbox_publish_errors_total"))
+		})
+	}
+}
+
+func TestRelayRecoversFromBrokerOutage(t *testing.T) {
+	t.Parallel()
+	pool := testPool(t)
+	top := newTopology(t)
+	proxy := amqptest.NewProxy(t, true) // the broker is "down" at start
+	r, reg := newRelay(t, RelayOptions{Pool: pool, Publisher: newPublisher(t, proxy.URL(), top.exchange), BatchSize: 200})
+	runRelay(t, r)
+
+	first := seqMessages("outage-a", 10, 20)
+	write(t, pool, first...)
+	require.Eventually(t, func() bool { return metric(t, reg, "outbox_publish_errors_total") > 0 },
+		10*time.Second, 10*time.Millisecond)
+	require.Equal(t, len(first), countRows(t, pool))
+
+	proxy.Up()
+	waitEmpty(t, pool, 30*time.Second)
+
+	// Connection loss while publishing: cut every connection once some of
+	// the second wave went out. watermill-amqp reconnects; rows whose
+	// publish failed stay and go out after it.
+	second := seqMessages("outage-b", 10, 100)
+	published := metric(t, reg, "outbox_published_total")
+	write(t, pool, second...)
+	r.Notify()
+	require.Eventually(t, func() bool { return metric(t, reg, "outbox_published_total") >= published+100 },
+		10*time.Second, time.Millisecond)
+	proxy.Sever()
+	waitEmpty(t, pool, 60*time.Second)
+
+	got := amqptest.Drain(t, top.queue)
+	checkOrder(t, append(first, second...), got) // duplicates are allowed here
+}
+
+func TestRelaySingleLeader(t *testing.T) {
+	t.Parallel()
+	pool := testPool(t)
+	top := newTopology(t)
+	real := newPublisher(t, amqptest.URL(), top.exchange)
+	pubA, pubB := &fakePublisher{next: real}, &fakePublisher{next: real}
+	ra, regA := newRelay(t, RelayOptions{Pool: pool, Publisher: pubA})
+	rb, regB := newRelay(t, RelayOptions{Pool: pool, Publisher: pubB})
+	stopA := runRelay(t, ra)
+	require.Eventually(t, func() bool { return metric(t, regA, "outbox_leader") == 1 }, 10*time.Second, 10*time.Millisecond)
+	runRelay(t, rb)
+
+	first := seqMessages("leader-a", 10, 30)
+	write(t, pool, first...)
+	ra.Notify()
+	waitEmpty(t, pool, 30*time.Second)
+	require.Equal(t, int64(len(first)), pubA.calls.Load())
+	require.Zero(t, pubB.calls.Load(), "the standby relay published")
+	require.Zero(t, metric(t, regB, "outbox_leader"))
+
+	// The leader stops: the standby takes over.
+	stopA()
+	second := seqMessages("leader-b", 10, 30)
+	write(t, pool, second...)
+	require.Eventually(t, func() bool { return metric(t, regB, "outbox_leader") == 1 }, 10*time.Second, 10*time.Millisecond)
+	waitEmpty(t, pool, 30*time.Second)
+	require.Equal(t, int64(len(first)), pubA.calls.Load())
+	require.Equal(t, int64(len(second)), pubB.calls.Load())
+
+	got := amqptest.Drain(t, top.queue)
+	require.Zero(t, checkOrder(t, append(first, second...), got))
+}
+
+func TestRelayReacquiresLockAfterLockConnectionDies(t *testing.T) {
+	t.Parallel()
+	pool := testPool(t)
+	top := newTopology(t)
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	key := int64(binary.LittleEndian.Uint64(b[:]) | 1) // non-zero
+	r, reg := newRelay(t, RelayOptions{Pool: pool, Publisher: newPublisher(t, amqptest.URL(), top.exchange), LockKey: key})
+	runRelay(t, r)
+
+	admin := connectAdmin(t)
+	holder := func() int {
+		var pid int
+		err := admin.QueryRow(context.Background(), `
+			SELECT coalesce(max(pid), 0) FROM pg_locks
+			WHERE locktype = 'advisory' AND granted AND objsubid = 1
+			  AND ((classid::bigint << 32) | objid::bigint) = $1`, key).Scan(&pid)
+		require.NoError(t, err)
+		return pid
+	}
+	var old int
+	require.Eventually(t, func() bool { old = holder(); return old != 0 }, 10*time.Second, 10*time.Millisecond)
+
+	_, err := admin.Exec(context.Background(), `SELECT pg_terminate_backend($1)`, old)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { h := holder(); return h != 0 && h != old }, 10*time.Second, 10*time.Millisecond,
+		"relay re-acquires the lock on a new connection")
+	require.Equal(t, float64(1), metric(t, reg, "outbox_leader"))
+
+	msgs := seqMessages("relock", 3, 3)
+	write(t, pool, msgs...)
+	r.Notify()
+	got := amqptest.Consume(t, top.queue, len(msgs), 10*time.Second)
+	require.Zero(t, checkOrder(t, msgs, got))
+}
+
+// stallPublisher blocks every Publish until released, counting calls in
+// flight, to observe a relay stopping mid-batch.
+type stallPublisher struct {
+	inFlight atomic.Int64
+	release  chan struct{}
+}
+
+func (s *stallPublisher) Publish(string, ...*message.Message) error {
+	s.inFlight.Add(1)
+	<-s.release
+	return nil
+}
+
+func (s *stallPublisher) Close() error { return nil }
+
+func TestRelayStopDrainsInFlightAndDeletesConfirmed(t *testing.T) {
+	t.Parallel()
+	pool := testPool(t)
+	pub := &stallPublisher{release: make(chan struct{})}
+	r, reg := newRelay(t, RelayOptions{Pool: pool, Publisher: pub, Lanes: 4})
+	msgs := seqMessages("drain", 4, 10)
+	write(t, pool, msgs...)
+	stop := runRelay(t, r)
+
+	// Wait until publishes are in flight, then stop while they are.
+	require.Eventually(t, func() bool { return pub.inFlight.Load() > 0 }, 10*time.Second, time.Millisecond)
+	stopped := make(chan struct{})
+	go func() { stop(); close(stopped) }()
+	close(pub.release)
+	<-stopped
+
+	// Run waited for the in-flight publishes and deleted their rows before
+	// returning; no publish started after the stop.
+	published := int(metric(t, reg, "outbox_published_total"))
+	require.Positive(t, published)
+	require.Less(t, published, len(msgs))
+	require.Equal(t, int(pub.inFlight.Load()), published)
+	require.Equal(t, len(msgs)-published, countRows(t, pool))
+}

@@ -1,0 +1,127 @@
+package outbox
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Schema returns the DDL of the outbox table, for inclusion in a service's
+// migrations. Names are unqualified: the connection's search_path selects
+// the schema. It is idempotent (IF NOT EXISTS), so two services sharing a
+// schema may both include it.
+//
+// Storage parameters make autovacuum visit the table after a fixed number of
+// dead rows instead of a fraction of the table: every row is inserted once
+// and deleted once, so an outbox that is nearly empty still accumulates dead
+// tuples at the write rate, and the relay's index scan from the lowest id
+// would otherwise wade through them.
+func Schema() string {
+	return `CREATE TABLE IF NOT EXISTS outbox (
+    id           bigserial   PRIMARY KEY,
+    aggregate_id text        NOT NULL,
+    routing_key  text        NOT NULL,
+    message_id   text        NOT NULL,
+    payload      bytea       NOT NULL,
+    headers      jsonb       NOT NULL DEFAULT '{}',
+    created_at   timestamptz NOT NULL DEFAULT now()
+) WITH (
+    autovacuum_vacuum_scale_factor = 0,
+    autovacuum_vacuum_threshold = 10000,
+    autovacuum_vacuum_insert_scale_factor = 0,
+    autovacuum_vacuum_insert_threshold = 10000
+);
+`
+}
+
+// Message is one outbox row to write.
+type Message struct {
+	// AggregateID is the ordering key: messages of one aggregate (for example
+	// one job) are published in insert order. Required.
+	AggregateID string
+	// RoutingKey is the AMQP routing key on the relay's topic exchange, for
+	// example "job.created". Required.
+	RoutingKey string
+	// MessageID becomes the AMQP message-id and the Watermill UUID; consumers
+	// deduplicate by it, so it must be unique per event (a UUID). Required.
+	MessageID string
+	// Payload is the message body. Nil is stored as empty.
+	Payload []byte
+	// Headers become AMQP headers (Watermill metadata), for example the W3C
+	// traceparent written by broker.InjectTrace. May be nil.
+	Headers map[string]string
+}
+
+// Write inserts msgs into the outbox in the caller's transaction tx, in one
+// COPY, and assigns them increasing ids in argument order. Zero messages
+// return nil without touching tx. A message with an empty AggregateID,
+// RoutingKey or MessageID is rejected (wrapping [ErrInvalidMessage]) before
+// anything is written.
+//
+// COPY rather than INSERT ... SELECT FROM unnest($1::text[], ...): for 1,000
+// rows it measured about 10% faster and allocates a third of the memory on
+// the client (BenchmarkWriteStrategies). pgx caches the table description
+// per connection, so after a connection's first Write a COPY is a single
+// round trip too.
+//
+// The rows become visible to the relay when tx commits; call Relay.Notify
+// after the commit to have them published without waiting for the next poll.
+func Write(ctx context.Context, tx pgx.Tx, msgs ...Message) error {
+	if len(msgs) == 0 {
+		return nil
+	}
+	// Validate everything first: a COPY that fails halfway would abort the
+	// caller's transaction, while a validation error leaves it usable.
+	for i, m := range msgs {
+		if err := validate(m); err != nil {
+			return fmt.Errorf("message %d: %w", i, err)
+		}
+	}
+	// id and created_at take their defaults.
+	_, err := tx.CopyFrom(ctx, pgx.Identifier{"outbox"},
+		[]string{"aggregate_id", "routing_key", "message_id", "payload", "headers"},
+		pgx.CopyFromSlice(len(msgs), func(i int) ([]any, error) {
+			m := msgs[i]
+			headers, err := headersJSON(m.Headers)
+			if err != nil {
+				return nil, fmt.Errorf("message %d headers: %w", i, err)
+			}
+			return []any{m.AggregateID, m.RoutingKey, m.MessageID, payload(m.Payload), headers}, nil
+		}))
+	if err != nil {
+		return fmt.Errorf("outbox: insert %d messages: %w", len(msgs), err)
+	}
+	return nil
+}
+
+func validate(m Message) error {
+	if m.AggregateID == "" || m.RoutingKey == "" || m.MessageID == "" {
+		return fmt.Errorf("id %q: %w", m.MessageID, ErrInvalidMessage)
+	}
+	return nil
+}
+
+// payload maps nil to empty: NULL would violate NOT NULL.
+func payload(p []byte) []byte {
+	if p == nil {
+		return []byte{}
+	}
+	return p
+}
+
+// headersJSON encodes headers as the JSON text of a jsonb column; pgx sends a
+// string to jsonb as raw JSON.
+func headersJSON(h map[string]string) (string, error) {
+	if len(h) == 0 {
+		return "{}", nil
+	}
+	b, err := json.Marshal(h)
+	return string(b), err
+}
+
+// ErrInvalidMessage is wrapped by the error [Write] returns for a message
+// without an AggregateID, RoutingKey or MessageID.
+var ErrInvalidMessage = errors.New("outbox: AggregateID, RoutingKey and MessageID are required")

@@ -1,0 +1,8 @@
+// Package pgtest gives each test its own throw-away PostgreSQL schema in the
+// shared test database, so tests of different packages can run in parallel
+// against one real server without seeing each other's rows.
+//
+// Tests never skip when PostgreSQL is missing: they fail, telling the
+// developer to run `make test`, which starts it. A silently skipped database
+// test is a test that never runs.
+package pgtest

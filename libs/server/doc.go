@@ -1,0 +1,20 @@
+// Package server is the bootstrap every cronmesh service runs, so a service's
+// main.go is only wiring: build a Server, mount the generated Connect handlers
+// with Handle (passing HandlerOptions to them), flip SetServing once the
+// service's dependencies are ready, and Run until the context is cancelled.
+//
+// One listener serves HTTP/1.1 and unencrypted HTTP/2 (h2c), so the Connect,
+// gRPC and gRPC-Web protocols all work without TLS inside the mesh. Besides
+// the mounted services a Server always serves:
+//
+//   - grpc.health.v1.Health (Check), reporting NOT_SERVING until SetServing(true);
+//   - gRPC server reflection v1 and v1alpha listing every handled service, so
+//     `grpcurl -plaintext` and `buf curl` work without proto files;
+//   - /metrics (Prometheus, the Telemetry registry, including per-procedure
+//     request counters and durations of the Connect services);
+//   - /healthz (liveness, always 200) and /readyz (200 only while serving).
+//
+// Middleware added with UseMiddleware (authentication, typically) wraps only
+// the mounted Connect services: probes, reflection and metrics stay open so
+// orchestrators and grpcurl need no credentials.
+package server

@@ -1,0 +1,365 @@
+package server
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"runtime/debug"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"connectrpc.com/connect"
+	"connectrpc.com/grpchealth"
+	"connectrpc.com/grpcreflect"
+	"connectrpc.com/otelconnect"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
+
+	"github.com/cronmesh/cronmesh/libs/telemetry"
+)
+
+const (
+	// DefaultShutdownTimeout bounds graceful shutdown when Options leave it 0.
+	DefaultShutdownTimeout = 15 * time.Second
+	// readHeaderTimeout stops slow-loris clients from holding connections
+	// open; request bodies are not bounded here since streams may be long.
+	readHeaderTimeout = 10 * time.Second
+)
+
+// Options configure a Server.
+type Options struct {
+	// Name is the service name for logs, e.g. "registry"; required.
+	Name string
+	// Listen is the host:port to listen on; required. Port 0 picks a free
+	// port, reported by Addr once Ready is closed.
+	Listen string
+	// Logger receives start/stop, readiness and panic logs. Nil discards.
+	Logger *slog.Logger
+	// Telemetry provides the tracer provider, propagator and metrics
+	// registry. Nil means no tracing (a no-op tracer provider) and metrics
+	// on a private registry, still served on /metrics.
+	Telemetry *telemetry.Telemetry
+	// ShutdownTimeout bounds graceful shutdown; 0 means
+	// DefaultShutdownTimeout. In-flight requests still running when it
+	// expires are cut off.
+	ShutdownTimeout time.Duration
+}
+
+// Server serves a service's Connect handlers plus health, reflection and
+// metrics on one listener. Build it with New; the zero value is not usable.
+type Server struct {
+	name            string
+	listen          string
+	logger          *slog.Logger
+	shutdownTimeout time.Duration
+
+	mux      *http.ServeMux // everything served
+	services *http.ServeMux // only the Connect services, behind middleware
+	// wrapped is services behind the middleware chain; swapped atomically so
+	// UseMiddleware and requests never race.
+	wrapped atomic.Pointer[http.Handler]
+	checker *grpchealth.StaticChecker
+	serving atomic.Bool
+	otel    *otelconnect.Interceptor
+	metrics *metricsInterceptor
+
+	mu         sync.Mutex
+	names      []string // fully-qualified names of handled services
+	middleware []func(http.Handler) http.Handler
+	started    bool
+
+	addr     atomic.Pointer[string]
+	ready    chan struct{}
+	stop     chan struct{}
+	stopOnce sync.Once
+}
+
+// New builds a Server from opts, filling defaults. It fails when Name or
+// Listen is empty, or when the request metrics cannot be registered on the
+// Telemetry registry (a different collector already owns their names).
+// Several Servers may share one Telemetry: they then share the request
+// metrics.
+func New(opts Options) (*Server, error) {
+	if opts.Name == "" {
+		return nil, errors.New("server: Name is required")
+	}
+	if opts.Listen == "" {
+		return nil, fmt.Errorf("server %s: Listen is required", opts.Name)
+	}
+	tel := opts.Telemetry
+	if tel == nil {
+		tel = &telemetry.Telemetry{}
+	}
+	// Copy so defaults filled here never mutate the caller's Telemetry.
+	tel = &telemetry.Telemetry{
+		TracerProvider: cmp.Or(tel.TracerProvider, trace.TracerProvider(noop.NewTracerProvider())),
+		Propagator: cmp.Or(tel.Propagator, propagation.TextMapPropagator(
+			propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{}))),
+		Metrics: cmp.Or(tel.Metrics, prometheus.NewRegistry()),
+	}
+	otelIC, err := otelconnect.NewInterceptor(
+		otelconnect.WithTracerProvider(tel.TracerProvider),
+		otelconnect.WithPropagator(tel.Propagator),
+		// Without this, server spans start a new trace with only a link to
+		// the caller; inside the mesh every caller is ours, so join its trace.
+		otelconnect.WithTrustRemote(),
+		// Metrics come from our Prometheus interceptor; otelconnect's would
+		// go to the global OpenTelemetry meter provider.
+		otelconnect.WithoutMetrics(),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("server %s: otelconnect interceptor: %w", opts.Name, err)
+	}
+	metrics, err := newMetricsInterceptor(tel.Metrics)
+	if err != nil {
+		return nil, fmt.Errorf("server %s: %w", opts.Name, err)
+	}
+	s := &Server{
+		name:            opts.Name,
+		listen:          opts.Listen,
+		logger:          cmp.Or(opts.Logger, slog.New(slog.DiscardHandler)),
+		shutdownTimeout: cmp.Or(opts.ShutdownTimeout, DefaultShutdownTimeout),
+		mux:             http.NewServeMux(),
+		services:        http.NewServeMux(),
+		checker:         grpchealth.NewStaticChecker(),
+		otel:            otelIC,
+		metrics:         metrics,
+		ready:           make(chan struct{}),
+		stop:            make(chan struct{}),
+	}
+	// The process as a whole starts NOT_SERVING: a service is ready only
+	// once its dependencies are (db pinged, consumers subscribed).
+	s.checker.SetStatus("", grpchealth.StatusNotServing)
+	var services http.Handler = s.services
+	s.wrapped.Store(&services)
+
+	s.mux.Handle(grpchealth.NewHandler(s.checker))
+	reflector := grpcreflect.NewReflector(grpcreflect.NamerFunc(s.reflectionNames))
+	s.mux.Handle(grpcreflect.NewHandlerV1(reflector))
+	s.mux.Handle(grpcreflect.NewHandlerV1Alpha(reflector))
+	s.mux.Handle("GET /metrics", promhttp.HandlerFor(tel.Metrics, promhttp.HandlerOpts{}))
+	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = w.Write([]byte("ok\n"))
+	})
+	s.mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if !s.serving.Load() {
+			http.Error(w, "not serving", http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = w.Write([]byte("ready\n"))
+	})
+	return s, nil
+}
+
+// HandlerOptions returns the Connect handler options every service must pass
+// to its generated NewXxxServiceHandler: OpenTelemetry tracing (server spans
+// join the caller's trace from its traceparent header), Prometheus request
+// metrics, and panic recovery that logs the panic with its stack and returns
+// CodeInternal without leaking details, followed by extra interceptors, in
+// that order from outermost to innermost. Panics in extra interceptors are
+// recovered too.
+func (s *Server) HandlerOptions(extra ...connect.Interceptor) []connect.HandlerOption {
+	return []connect.HandlerOption{
+		connect.WithInterceptors(s.otel, s.metrics),
+		connect.WithRecover(s.recoverPanic),
+		connect.WithInterceptors(extra...),
+	}
+}
+
+// ClientOptions returns the Connect client options for calling other cronmesh
+// services from this one: the same OpenTelemetry interceptor, in its client
+// role, so each call gets a client span and sends traceparent, and the callee's
+// server span joins this trace. Without them a call starts a new trace.
+func (s *Server) ClientOptions() []connect.ClientOption {
+	return []connect.ClientOption{connect.WithInterceptors(s.otel)}
+}
+
+func (s *Server) recoverPanic(ctx context.Context, spec connect.Spec, _ http.Header, p any) error {
+	s.logger.ErrorContext(ctx, "panic in handler",
+		"procedure", spec.Procedure, "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+	return connect.NewError(connect.CodeInternal, errors.New("internal error"))
+}
+
+// Handle mounts a Connect service: path and h as returned by the generated
+// NewXxxServiceHandler, serviceName its fully-qualified name (the generated
+// XxxServiceName constant). The service is listed by reflection and gets a
+// health status matching the current SetServing state. It is served behind the
+// middleware of UseMiddleware. A path already mounted panics, as with
+// http.ServeMux. Safe to call concurrently with requests, though services are
+// normally mounted before Run.
+func (s *Server) Handle(serviceName, path string, h http.Handler) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.services.Handle(path, h)
+	s.mux.Handle(path, http.HandlerFunc(s.serveService))
+	s.names = append(s.names, serviceName)
+	s.checker.SetStatus(serviceName, healthStatus(s.serving.Load()))
+}
+
+func (s *Server) serveService(w http.ResponseWriter, r *http.Request) {
+	(*s.wrapped.Load()).ServeHTTP(w, r)
+}
+
+// HandleHTTP mounts a plain HTTP handler on pattern (http.ServeMux syntax),
+// NOT behind the middleware: it is for extras such as webhooks or debug pages
+// that do their own access control. A conflicting pattern panics, as with
+// http.ServeMux.
+func (s *Server) HandleHTTP(pattern string, h http.Handler) {
+	s.mux.Handle(pattern, h)
+}
+
+// UseMiddleware wraps the Connect services mounted with Handle (only them:
+// not health, reflection, /metrics, /healthz, /readyz nor HandleHTTP
+// handlers) in mw, typically authentication. The first middleware added is
+// the outermost. It applies to services mounted before and after the call;
+// call it before Run.
+func (s *Server) UseMiddleware(mw func(http.Handler) http.Handler) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.middleware = append(s.middleware, mw)
+	var h http.Handler = s.services
+	for _, m := range slices.Backward(s.middleware) {
+		h = m(h)
+	}
+	s.wrapped.Store(&h)
+}
+
+// SetServing flips the grpc.health.v1 status of "" (the whole server) and of
+// every handled service to SERVING (true) or NOT_SERVING (false), and /readyz
+// with it. A Server starts NOT_SERVING; Run sets NOT_SERVING again when
+// shutting down. Repeating the current state is a no-op.
+func (s *Server) SetServing(serving bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.serving.Swap(serving) == serving {
+		return
+	}
+	status := healthStatus(serving)
+	s.checker.SetStatus("", status)
+	for _, name := range s.names {
+		s.checker.SetStatus(name, status)
+	}
+	s.logger.Info("health status changed", "server", s.name, "status", status.String())
+}
+
+func healthStatus(serving bool) grpchealth.Status {
+	if serving {
+		return grpchealth.StatusServing
+	}
+	return grpchealth.StatusNotServing
+}
+
+// reflectionNames lists what reflection advertises: the handled services plus
+// the built-in health and reflection services, sorted for stable output.
+func (s *Server) reflectionNames() []string {
+	s.mu.Lock()
+	names := slices.Clone(s.names)
+	s.mu.Unlock()
+	names = append(names,
+		grpchealth.HealthV1ServiceName,
+		grpcreflect.ReflectV1ServiceName,
+		grpcreflect.ReflectV1AlphaServiceName,
+	)
+	slices.Sort(names)
+	return slices.Compact(names)
+}
+
+// Run listens and serves until ctx is done or Stop is called, then shuts
+// down gracefully: health goes NOT_SERVING first, the listener closes, and
+// in-flight requests get up to ShutdownTimeout to finish before their
+// connections are closed (an error is returned then). It returns nil on a
+// clean shutdown, and an error if listening fails, if serving fails, or if Run
+// was already called. Once listening, Ready is closed and Addr reports the
+// bound address.
+func (s *Server) Run(ctx context.Context) error {
+	s.mu.Lock()
+	if s.started {
+		s.mu.Unlock()
+		return fmt.Errorf("server %s: Run called twice", s.name)
+	}
+	s.started = true
+	s.mu.Unlock()
+
+	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", s.listen)
+	if err != nil {
+		return fmt.Errorf("server %s: listen on %s: %w", s.name, s.listen, err)
+	}
+	addr := ln.Addr().String()
+	s.addr.Store(&addr)
+	close(s.ready)
+
+	var protocols http.Protocols
+	protocols.SetHTTP1(true)
+	// h2c: gRPC needs HTTP/2, and inside the mesh there is no TLS.
+	protocols.SetUnencryptedHTTP2(true)
+	srv := &http.Server{
+		Handler:           s.mux,
+		Protocols:         &protocols,
+		ReadHeaderTimeout: readHeaderTimeout,
+		ErrorLog:          slog.NewLogLogger(s.logger.Handler(), slog.LevelWarn),
+		// Request contexts keep ctx's values but not its cancellation: when
+		// ctx is cancelled in-flight requests must be allowed to finish.
+		BaseContext: func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
+	}
+	srv.RegisterOnShutdown(func() {
+		// Runs once the listener is closed and shutdown is under way.
+		s.logger.Info("draining in-flight requests", "server", s.name)
+	})
+
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- srv.Serve(ln) }()
+	s.logger.Info("server started", "server", s.name, "addr", addr)
+
+	select {
+	case err := <-serveErr:
+		s.SetServing(false)
+		return fmt.Errorf("server %s: serve: %w", s.name, err)
+	case <-ctx.Done():
+	case <-s.stop:
+	}
+
+	s.SetServing(false)
+	s.logger.Info("server shutting down", "server", s.name, "timeout", s.shutdownTimeout.String())
+	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.shutdownTimeout)
+	defer cancel()
+	err = srv.Shutdown(shutdownCtx)
+	<-serveErr // http.ErrServerClosed, returned as soon as Shutdown starts
+	if err != nil {
+		closeErr := srv.Close()
+		s.logger.Error("server stopped without draining", "server", s.name, "error", err)
+		return errors.Join(fmt.Errorf("server %s: graceful shutdown: %w", s.name, err), closeErr)
+	}
+	s.logger.Info("server stopped", "server", s.name)
+	return nil
+}
+
+// Stop makes Run shut down gracefully as if its context were done, without
+// waiting for it; Run's return tells when it is over. Safe to call twice,
+// concurrently, and before Run (which then stops as soon as it is listening).
+func (s *Server) Stop() {
+	s.stopOnce.Do(func() { close(s.stop) })
+}
+
+// Ready returns a channel closed once Run is listening. It is never closed if
+// Run fails to listen, so wait on Run's result as well.
+func (s *Server) Ready() <-chan struct{} {
+	return s.ready
+}
+
+// Addr returns the address Run listens on (with the actual port when Listen's
+// port is 0), or "" before it listens.
+func (s *Server) Addr() string {
+	if p := s.addr.Load(); p != nil {
+		return *p
+	}
+	return ""
+}

@@ -1,0 +1,406 @@
+package api
+
+import (
+	"cmp"
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+
+	"connectrpc.com/connect"
+	"github.com/google/uuid"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/types/known/fieldmaskpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	eventsv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/events/v1"
+	registryv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1"
+	"github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1/registryv1connect"
+	"github.com/cronmesh/cronmesh/libs/apikey"
+	"github.com/cronmesh/cronmesh/libs/jobspec"
+	"github.com/cronmesh/cronmesh/services/registry/internal/store"
+	"github.com/cronmesh/cronmesh/services/registry/internal/validate"
+)
+
+// Request limits that are not properties of a job.
+const (
+	MaxBatch            = 1000
+	DefaultPageSize     = 50
+	MaxPageSize         = 1000
+	DefaultNextRuns     = 5
+	MaxNextRuns         = 100
+	DefaultPreviewCount = 10
+	MaxPreviewCount     = 1000
+)
+
+// updatablePaths are the top-level Job fields UpdateJob may change; the rest
+// are output only.
+var updatablePaths = []string{
+	"display_name", "description", "labels", "schedule", "target", "retry_policy",
+	"catch_up_window", "paused", "priority", "spread_window",
+}
+
+// Handler implements registryv1connect.JobServiceHandler.
+type Handler struct {
+	store  *store.Store
+	logger *slog.Logger
+}
+
+var _ registryv1connect.JobServiceHandler = (*Handler)(nil)
+
+// NewHandler returns a JobService handler backed by s.
+func NewHandler(s *store.Store, logger *slog.Logger) *Handler {
+	return &Handler{store: s, logger: logger}
+}
+
+// namespace returns the caller's namespace. A request that reached a handler
+// without one is a wiring bug; refusing it keeps tenants apart regardless.
+func namespace(ctx context.Context) (string, error) {
+	ns, ok := apikey.NamespaceFrom(ctx)
+	if !ok {
+		return "", connect.NewError(connect.CodeUnauthenticated, errors.New("no authenticated namespace"))
+	}
+	return ns, nil
+}
+
+// CreateJob implements JobService.CreateJob.
+func (h *Handler) CreateJob(ctx context.Context, req *connect.Request[registryv1.CreateJobRequest]) (*connect.Response[registryv1.CreateJobResponse], error) {
+	ns, err := namespace(ctx)
+	if err != nil {
+		return nil, err
+	}
+	v := &validate.Violations{}
+	newJob := h.prepareNew(v, "", req.Msg, ns)
+	if !v.Empty() {
+		return nil, invalid(v)
+	}
+	jobs, err := h.store.Create(ctx, ns, []store.NewJob{newJob})
+	if err != nil {
+		return nil, h.toConnect(ctx, "CreateJob", err)
+	}
+	return connect.NewResponse(&registryv1.CreateJobResponse{Job: jobs[0]}), nil
+}
+
+// BatchCreateJobs implements JobService.BatchCreateJobs.
+func (h *Handler) BatchCreateJobs(ctx context.Context, req *connect.Request[registryv1.BatchCreateJobsRequest]) (*connect.Response[registryv1.BatchCreateJobsResponse], error) {
+	ns, err := namespace(ctx)
+	if err != nil {
+		return nil, err
+	}
+	v := &validate.Violations{}
+	n := len(req.Msg.Requests)
+	if n == 0 || n > MaxBatch {
+		v.Add("requests", "must hold 1 to %d jobs, got %d", MaxBatch, n)
+		return nil, invalid(v)
+	}
+	newJobs := make([]store.NewJob, n)
+	seen := make(map[string]int, n)
+	for i, r := range req.Msg.Requests {
+		prefix := fmt.Sprintf("requests[%d].", i)
+		newJobs[i] = h.prepareNew(v, prefix, r, ns)
+		if id := r.GetRequestId(); id != "" {
+			if first, dup := seen[id]; dup {
+				v.Add(prefix+"request_id", "duplicates requests[%d].request_id", first)
+			}
+			seen[id] = i
+		}
+	}
+	if !v.Empty() {
+		return nil, invalid(v)
+	}
+	jobs, err := h.store.Create(ctx, ns, newJobs)
+	if err != nil {
+		return nil, h.toConnect(ctx, "BatchCreateJobs", err)
+	}
+	return connect.NewResponse(&registryv1.BatchCreateJobsResponse{Jobs: jobs}), nil
+}
+
+// prepareNew validates one create request and gives the job its identity.
+// Output-only fields sent by the client are ignored, not rejected, so that a
+// job read from the API can be sent back as a template.
+func (h *Handler) prepareNew(v *validate.Violations, prefix string, req *registryv1.CreateJobRequest, ns string) store.NewJob {
+	if req == nil {
+		v.Add(strings.TrimSuffix(prefix, "."), "is required")
+		return store.NewJob{}
+	}
+	validate.RequestID(v, prefix+"request_id", req.RequestId)
+	created := h.store.Now()
+	var job *registryv1.Job
+	if req.Job != nil {
+		job = proto.Clone(req.Job).(*registryv1.Job)
+		job.Id = uuid.Must(uuid.NewV7()).String()
+		job.Namespace = ns
+		job.CreateTime = timestamppb.New(created)
+		job.UpdateTime, job.Etag, job.Version = nil, "", 0
+	}
+	validate.Job(v, prefix+"job", job, created)
+	return store.NewJob{Job: job, RequestID: req.RequestId}
+}
+
+// GetJob implements JobService.GetJob.
+func (h *Handler) GetJob(ctx context.Context, req *connect.Request[registryv1.GetJobRequest]) (*connect.Response[registryv1.GetJobResponse], error) {
+	ns, err := namespace(ctx)
+	if err != nil {
+		return nil, err
+	}
+	count := int(req.Msg.NextRunCount)
+	if count < 0 || count > MaxNextRuns {
+		v := &validate.Violations{}
+		v.Add("next_run_count", "must be between 0 and %d", MaxNextRuns)
+		return nil, invalid(v)
+	}
+	job, err := h.store.Get(ctx, ns, req.Msg.Id)
+	if err != nil {
+		return nil, h.toConnect(ctx, "GetJob", err)
+	}
+	resp := &registryv1.GetJobResponse{Job: job}
+	if !job.Paused {
+		sched, errs := jobspec.Schedule(job.Schedule, job.CreateTime.AsTime())
+		if errs != nil {
+			return nil, h.toConnect(ctx, "GetJob", fmt.Errorf("stored job %s has an invalid schedule: %v", job.Id, errs[0]))
+		}
+		for _, t := range sched.NextN(h.store.Now(), cmp.Or(count, DefaultNextRuns)) {
+			resp.NextRunTimes = append(resp.NextRunTimes, timestamppb.New(t))
+		}
+	}
+	return connect.NewResponse(resp), nil
+}
+
+// ListJobs implements JobService.ListJobs.
+func (h *Handler) ListJobs(ctx context.Context, req *connect.Request[registryv1.ListJobsRequest]) (*connect.Response[registryv1.ListJobsResponse], error) {
+	ns, err := namespace(ctx)
+	if err != nil {
+		return nil, err
+	}
+	v := &validate.Violations{}
+	size := int(req.Msg.PageSize)
+	if size < 0 {
+		v.Add("page_size", "must not be negative")
+	}
+	after, ok := decodePageToken(req.Msg.PageToken)
+	if !ok {
+		v.Add("page_token", "is not a token returned by ListJobs")
+	}
+	if !v.Empty() {
+		return nil, invalid(v)
+	}
+	jobs, next, err := h.store.List(ctx, ns, store.ListFilter{
+		Labels:   req.Msg.Labels,
+		Paused:   req.Msg.Paused,
+		PageSize: min(cmp.Or(size, DefaultPageSize), MaxPageSize),
+		After:    after,
+	})
+	if err != nil {
+		return nil, h.toConnect(ctx, "ListJobs", err)
+	}
+	return connect.NewResponse(&registryv1.ListJobsResponse{Jobs: jobs, NextPageToken: encodePageToken(next)}), nil
+}
+
+// UpdateJob implements JobService.UpdateJob.
+func (h *Handler) UpdateJob(ctx context.Context, req *connect.Request[registryv1.UpdateJobRequest]) (*connect.Response[registryv1.UpdateJobResponse], error) {
+	ns, err := namespace(ctx)
+	if err != nil {
+		return nil, err
+	}
+	v := &validate.Violations{}
+	patch := req.Msg.GetJob()
+	if patch == nil {
+		v.Add("job", "is required")
+		return nil, invalid(v)
+	}
+	paths := req.Msg.GetUpdateMask().GetPaths()
+	if len(paths) == 0 {
+		paths = updatablePaths
+	}
+	if _, err := fieldmaskpb.New(&registryv1.Job{}, paths...); err != nil {
+		v.Add("update_mask", "names a field Job does not have: %v", err)
+	}
+	for _, p := range paths {
+		if top, _, _ := strings.Cut(p, "."); !slices.Contains(updatablePaths, top) {
+			v.Add("update_mask", "%q is not updatable; updatable: %s", p, strings.Join(updatablePaths, ", "))
+		}
+	}
+	if !v.Empty() {
+		return nil, invalid(v)
+	}
+	var generatedSecret string
+	job, err := h.store.Update(ctx, ns, patch.Id, patch.Etag, eventsv1.JobEventKind_JOB_EVENT_KIND_UPDATED, func(job *registryv1.Job) error {
+		before := proto.Clone(job).(*registryv1.Job)
+		oldSecret := job.GetTarget().GetHttp().GetSigningSecret()
+		src := proto.Clone(patch).(*registryv1.Job)
+		for _, p := range paths {
+			applyPath(job.ProtoReflect(), src.ProtoReflect(), strings.Split(p, "."))
+		}
+		// A target replaced without a secret keeps the secret it had.
+		if h := job.GetTarget().GetHttp(); h != nil && h.SigningSecret == "" {
+			h.SigningSecret = oldSecret
+		}
+		hadSecret := job.GetTarget().GetHttp().GetSigningSecret() != ""
+		validate.Job(v, "job", job, job.CreateTime.AsTime())
+		if !v.Empty() {
+			return invalid(v)
+		}
+		if !hadSecret && job.GetTarget().GetHttp() != nil {
+			generatedSecret = job.GetTarget().GetHttp().GetSigningSecret()
+		}
+		if proto.Equal(before, job) {
+			return store.ErrNoChange
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, h.toConnect(ctx, "UpdateJob", err)
+	}
+	if generatedSecret != "" {
+		job.GetTarget().GetHttp().SigningSecret = generatedSecret
+	}
+	return connect.NewResponse(&registryv1.UpdateJobResponse{Job: job}), nil
+}
+
+// applyPath copies the field at path from src to dst; a field src does not
+// set is cleared in dst. Setting one member of a oneof clears the others.
+func applyPath(dst, src protoreflect.Message, path []string) {
+	fd := dst.Descriptor().Fields().ByName(protoreflect.Name(path[0]))
+	if len(path) == 1 {
+		if src.Has(fd) {
+			dst.Set(fd, src.Get(fd))
+		} else {
+			dst.Clear(fd)
+		}
+		return
+	}
+	if !src.Has(fd) && !dst.Has(fd) {
+		return
+	}
+	applyPath(dst.Mutable(fd).Message(), src.Get(fd).Message(), path[1:])
+}
+
+// DeleteJob implements JobService.DeleteJob.
+func (h *Handler) DeleteJob(ctx context.Context, req *connect.Request[registryv1.DeleteJobRequest]) (*connect.Response[registryv1.DeleteJobResponse], error) {
+	ns, err := namespace(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := h.store.Delete(ctx, ns, req.Msg.Id, req.Msg.Etag); err != nil {
+		return nil, h.toConnect(ctx, "DeleteJob", err)
+	}
+	return connect.NewResponse(&registryv1.DeleteJobResponse{}), nil
+}
+
+// PauseJob implements JobService.PauseJob.
+func (h *Handler) PauseJob(ctx context.Context, req *connect.Request[registryv1.PauseJobRequest]) (*connect.Response[registryv1.PauseJobResponse], error) {
+	job, err := h.setPaused(ctx, "PauseJob", req.Msg.Id, true)
+	if err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&registryv1.PauseJobResponse{Job: job}), nil
+}
+
+// ResumeJob implements JobService.ResumeJob.
+func (h *Handler) ResumeJob(ctx context.Context, req *connect.Request[registryv1.ResumeJobRequest]) (*connect.Response[registryv1.ResumeJobResponse], error) {
+	job, err := h.setPaused(ctx, "ResumeJob", req.Msg.Id, false)
+	if err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&registryv1.ResumeJobResponse{Job: job}), nil
+}
+
+func (h *Handler) setPaused(ctx context.Context, procedure, id string, paused bool) (*registryv1.Job, error) {
+	ns, err := namespace(ctx)
+	if err != nil {
+		return nil, err
+	}
+	kind := eventsv1.JobEventKind_JOB_EVENT_KIND_RESUMED
+	if paused {
+		kind = eventsv1.JobEventKind_JOB_EVENT_KIND_PAUSED
+	}
+	job, err := h.store.Update(ctx, ns, id, "", kind, func(job *registryv1.Job) error {
+		if job.Paused == paused {
+			return store.ErrNoChange
+		}
+		job.Paused = paused
+		return nil
+	})
+	if err != nil {
+		return nil, h.toConnect(ctx, procedure, err)
+	}
+	return job, nil
+}
+
+// RunJob implements JobService.RunJob.
+func (h *Handler) RunJob(ctx context.Context, req *connect.Request[registryv1.RunJobRequest]) (*connect.Response[registryv1.RunJobResponse], error) {
+	ns, err := namespace(ctx)
+	if err != nil {
+		return nil, err
+	}
+	v := &validate.Violations{}
+	validate.RequestID(v, "request_id", req.Msg.RequestId)
+	if !v.Empty() {
+		return nil, invalid(v)
+	}
+	nominal, err := h.store.Run(ctx, ns, req.Msg.Id, req.Msg.RequestId)
+	if err != nil {
+		return nil, h.toConnect(ctx, "RunJob", err)
+	}
+	return connect.NewResponse(&registryv1.RunJobResponse{NominalTime: timestamppb.New(nominal)}), nil
+}
+
+// PreviewSchedule implements JobService.PreviewSchedule. It needs no
+// namespace data but, like every call, an API key.
+func (h *Handler) PreviewSchedule(ctx context.Context, req *connect.Request[registryv1.PreviewScheduleRequest]) (*connect.Response[registryv1.PreviewScheduleResponse], error) {
+	if _, err := namespace(ctx); err != nil {
+		return nil, err
+	}
+	v := &validate.Violations{}
+	count := int(req.Msg.Count)
+	if count < 0 || count > MaxPreviewCount {
+		v.Add("count", "must be between 1 and %d", MaxPreviewCount)
+	}
+	from := h.store.Now()
+	if f := req.Msg.From; f != nil {
+		if f.CheckValid() != nil {
+			v.Add("from", "is not a valid timestamp")
+		} else {
+			from = f.AsTime()
+		}
+	}
+	sched, errs := jobspec.Schedule(req.Msg.Schedule, from)
+	for _, e := range errs {
+		v.Add(strings.TrimSuffix("schedule."+e.Field, "."), "%s", e.Description)
+	}
+	if !v.Empty() {
+		return nil, invalid(v)
+	}
+	resp := &registryv1.PreviewScheduleResponse{}
+	for _, t := range sched.NextN(from, cmp.Or(count, DefaultPreviewCount)) {
+		resp.Times = append(resp.Times, timestamppb.New(t))
+	}
+	return connect.NewResponse(resp), nil
+}
+
+// Page tokens are opaque to clients (base64 of the last id) so the paging
+// scheme can change without breaking them.
+func encodePageToken(lastID string) string {
+	if lastID == "" {
+		return ""
+	}
+	return base64.RawURLEncoding.EncodeToString([]byte(lastID))
+}
+
+func decodePageToken(token string) (string, bool) {
+	if token == "" {
+		return "", true
+	}
+	raw, err := base64.RawURLEncoding.DecodeString(token)
+	if err != nil {
+		return "", false
+	}
+	if _, err := uuid.Parse(string(raw)); err != nil {
+		return "", false
+	}
+	return string(raw), true
+}

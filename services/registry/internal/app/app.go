@@ -1,0 +1,216 @@
+package app
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"hash/fnv"
+	"log/slog"
+	"sync"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1/registryv1connect"
+	"github.com/cronmesh/cronmesh/libs/apikey"
+	"github.com/cronmesh/cronmesh/libs/broker"
+	"github.com/cronmesh/cronmesh/libs/config"
+	"github.com/cronmesh/cronmesh/libs/migrate"
+	"github.com/cronmesh/cronmesh/libs/outbox"
+	"github.com/cronmesh/cronmesh/libs/postgres"
+	"github.com/cronmesh/cronmesh/libs/server"
+	"github.com/cronmesh/cronmesh/libs/telemetry"
+	"github.com/cronmesh/cronmesh/services/registry/internal/api"
+	"github.com/cronmesh/cronmesh/services/registry/internal/store"
+)
+
+// Defaults of the registry.
+const (
+	DefaultListen   = "127.0.0.1:8081"
+	DefaultSchema   = "registry"
+	DefaultExchange = "cronmesh.jobs"
+)
+
+// outboxLockKey is the advisory lock that elects one relay among the
+// registry replicas. Advisory locks are database-wide, so the key is derived
+// from the schema: registries of different schemas in one database (tests
+// run in parallel, staging beside production) each elect their own relay.
+func outboxLockKey(schema string) int64 {
+	h := fnv.New64a()
+	h.Write([]byte("cronmesh.registry.outbox/" + schema))
+	return int64(h.Sum64())
+}
+
+// Config is everything the registry is told at start.
+type Config struct {
+	config.Common
+	// APIKeys are "namespace=key" or "namespace=sha256:<hex>" entries.
+	APIKeys config.StringList
+	// Schema is the PostgreSQL schema of the registry's tables.
+	Schema string
+	// Exchange is the topic exchange job events are published to.
+	Exchange string
+	// OutboxLanes is how many events the relay publishes concurrently.
+	OutboxLanes int
+}
+
+// Register adds the registry's flags to fs.
+func (c *Config) Register(fs *flag.FlagSet) {
+	c.Common.Register(fs, DefaultListen)
+	fs.Var(&c.APIKeys, "api-keys", "comma-separated API keys, each namespace=key or namespace=sha256:<hex digest of the key>")
+	fs.StringVar(&c.Schema, "schema", DefaultSchema, "PostgreSQL schema of the registry's tables")
+	fs.StringVar(&c.Exchange, "exchange", DefaultExchange, "RabbitMQ topic exchange for job events")
+	fs.IntVar(&c.OutboxLanes, "outbox-lanes", 16, "events the outbox relay publishes concurrently (order per job is kept)")
+}
+
+// Migrate creates the database when missing and applies the schema's
+// migrations; it is the `registry migrate` subcommand and runs at every start.
+func Migrate(ctx context.Context, cfg Config, logger *slog.Logger) error {
+	if err := postgres.EnsureDatabase(ctx, cfg.PostgresURL); err != nil {
+		return err
+	}
+	pool, err := postgres.Connect(ctx, postgres.Options{URL: cfg.PostgresURL, Schema: cfg.schema()})
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	return applyMigrations(ctx, pool, cfg.schema(), logger)
+}
+
+func applyMigrations(ctx context.Context, pool *pgxpool.Pool, schema string, logger *slog.Logger) error {
+	migrations, err := store.Migrations()
+	if err != nil {
+		return err
+	}
+	applied, err := migrate.ApplyAll(ctx, pool, schema, migrations)
+	if err != nil {
+		return fmt.Errorf("migrate schema %s: %w", schema, err)
+	}
+	logger.Info("migrations applied", slog.String("schema", schema), slog.Any("versions", applied))
+	return nil
+}
+
+func (c Config) schema() string { return cmp.Or(c.Schema, DefaultSchema) }
+
+// App is a running registry.
+type App struct {
+	cfg       Config
+	logger    *slog.Logger
+	telemetry *telemetry.Telemetry
+	keys      *apikey.Keys
+	server    *server.Server
+	pool      *pgxpool.Pool
+	publisher message.Publisher
+	relay     *outbox.Relay
+	closeOnce sync.Once
+}
+
+// New connects to PostgreSQL, applies migrations and builds the server and
+// the relay. Nothing serves until Run. The broker may be down: the relay
+// connects lazily and retries, and writes are accepted meanwhile.
+func New(ctx context.Context, cfg Config, logger *slog.Logger) (_ *App, err error) {
+	keys, err := apikey.Parse(cfg.APIKeys)
+	if err != nil {
+		return nil, err
+	}
+	if keys.Len() == 0 {
+		return nil, errors.New("no API keys configured (--api-keys or CRONMESH_API_KEYS): every call would be refused")
+	}
+	a := &App{cfg: cfg, logger: logger, keys: keys}
+	defer func() {
+		if err != nil {
+			a.close(context.Background())
+		}
+	}()
+	a.telemetry, err = telemetry.Setup(ctx, telemetry.Options{ServiceName: "registry", OTLPEndpoint: cfg.OTLPEndpoint, Logger: logger})
+	if err != nil {
+		return nil, err
+	}
+	if err := postgres.EnsureDatabase(ctx, cfg.PostgresURL); err != nil {
+		return nil, err
+	}
+	a.pool, err = postgres.Connect(ctx, postgres.Options{
+		URL: cfg.PostgresURL, Schema: cfg.schema(), TracerProvider: a.telemetry.TracerProvider,
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := applyMigrations(ctx, a.pool, cfg.schema(), logger); err != nil {
+		return nil, err
+	}
+	a.publisher, err = broker.NewPublisher(broker.PublisherOptions{
+		Config: broker.TopicPublisherConfig(cfg.AMQPURL, cmp.Or(cfg.Exchange, DefaultExchange), cfg.OutboxLanes),
+		Logger: logger.With(slog.String("component", "publisher")),
+	})
+	if err != nil {
+		return nil, err
+	}
+	a.relay, err = outbox.NewRelay(outbox.RelayOptions{
+		Pool:      a.pool,
+		Publisher: a.publisher,
+		Logger:    logger.With(slog.String("component", "outbox")),
+		Metrics:   prometheus.WrapRegistererWith(prometheus.Labels{"service": "registry"}, a.telemetry.Metrics),
+		Lanes:     cfg.OutboxLanes,
+		LockKey:   outboxLockKey(cfg.schema()),
+	})
+	if err != nil {
+		return nil, err
+	}
+	st := store.New(store.Options{Pool: a.pool, Propagator: a.telemetry.Propagator, Notify: a.relay.Notify})
+
+	a.server, err = server.New(server.Options{
+		Name: "registry", Listen: cfg.Listen, Logger: logger, Telemetry: a.telemetry, ShutdownTimeout: cfg.ShutdownTimeout,
+	})
+	if err != nil {
+		return nil, err
+	}
+	a.server.UseMiddleware(keys.Middleware().Wrap)
+	path, handler := registryv1connect.NewJobServiceHandler(api.NewHandler(st, logger), a.server.HandlerOptions()...)
+	a.server.Handle(registryv1connect.JobServiceName, path, handler)
+	return a, nil
+}
+
+// Server is the App's server (for its address in tests).
+func (a *App) Server() *server.Server { return a.server }
+
+// Pool is the App's database pool.
+func (a *App) Pool() *pgxpool.Pool { return a.pool }
+
+// Run serves and relays events until ctx is done, then shuts down in order:
+// the server drains in-flight calls, then the relay stops (events it has not
+// published yet stay in the outbox and go out after the next start), then
+// spans are flushed.
+func (a *App) Run(ctx context.Context) error {
+	relayCtx, stopRelay := context.WithCancel(context.WithoutCancel(ctx))
+	relayDone := make(chan error, 1)
+	go func() { relayDone <- a.relay.Run(relayCtx) }()
+
+	a.server.SetServing(true)
+	serveErr := a.server.Run(ctx)
+
+	stopRelay()
+	relayErr := <-relayDone
+	a.close(context.WithoutCancel(ctx))
+	return errors.Join(serveErr, relayErr)
+}
+
+func (a *App) close(ctx context.Context) {
+	a.closeOnce.Do(func() {
+		if a.publisher != nil {
+			if err := a.publisher.Close(); err != nil {
+				a.logger.Warn("closing publisher", slog.Any("error", err))
+			}
+		}
+		if a.pool != nil {
+			a.pool.Close()
+		}
+		if a.telemetry != nil {
+			if err := a.telemetry.Shutdown(ctx); err != nil {
+				a.logger.Warn("flushing telemetry", slog.Any("error", err))
+			}
+		}
+	})
+}

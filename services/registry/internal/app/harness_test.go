@@ -1,0 +1,179 @@
+package app_test
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+	"os"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/protobuf/proto"
+
+	eventsv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/events/v1"
+	"github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1/registryv1connect"
+	"github.com/cronmesh/cronmesh/libs/amqptest"
+	"github.com/cronmesh/cronmesh/libs/config"
+	"github.com/cronmesh/cronmesh/libs/pgtest"
+	"github.com/cronmesh/cronmesh/services/registry/internal/app"
+)
+
+const (
+	keyAlpha = "alpha-key-0123456789abcdef"
+	keyBeta  = "beta-key-0123456789abcdef"
+)
+
+// registry is one running registry against a throwaway schema and exchange,
+// with a queue bound to every job event.
+type registry struct {
+	app      *app.App
+	baseURL  string
+	exchange string
+	events   string // queue bound to "job.#"
+}
+
+type option func(*app.Config)
+
+// withAMQPURL points the registry's relay at another broker address (a proxy).
+func withAMQPURL(url string) option { return func(c *app.Config) { c.AMQPURL = url } }
+
+func startRegistry(t *testing.T, opts ...option) *registry {
+	t.Helper()
+	_, schema := pgtest.New(t)
+	exchange := amqptest.UniqueName(t, "cronmesh.jobs")
+	queue := amqptest.DeclareTopicQueue(t, exchange, "job.#")
+	cfg := app.Config{
+		Common: config.Common{
+			Listen:          "127.0.0.1:0",
+			PostgresURL:     pgtest.URL(),
+			AMQPURL:         amqptest.URL(),
+			LogLevel:        "warn",
+			ShutdownTimeout: 5 * time.Second,
+		},
+		APIKeys:     config.StringList{"alpha=" + keyAlpha, "beta=" + keyBeta},
+		Schema:      schema,
+		Exchange:    exchange,
+		OutboxLanes: 4,
+	}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	logger := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	ctx, cancel := context.WithCancel(context.Background())
+	a, err := app.New(ctx, cfg, logger)
+	require.NoError(t, err)
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	select {
+	case <-a.Server().Ready():
+	case err := <-done:
+		t.Fatalf("registry stopped before serving: %v", err)
+	}
+	t.Cleanup(func() {
+		cancel()
+		require.NoError(t, <-done)
+	})
+	return &registry{app: a, baseURL: "http://" + a.Server().Addr(), exchange: exchange, events: queue}
+}
+
+// protocols are the wire protocols every RPC test runs over.
+var protocols = []struct {
+	name string
+	opts []connect.ClientOption
+}{
+	{"connect", nil},
+	{"grpc", []connect.ClientOption{connect.WithGRPC()}},
+}
+
+// client returns a JobService client that sends key, over h2c so that the
+// gRPC protocol works without TLS.
+func (r *registry) client(key string, opts ...connect.ClientOption) registryv1connect.JobServiceClient {
+	opts = append(opts, connect.WithInterceptors(bearer(key)))
+	return registryv1connect.NewJobServiceClient(h2cClient(), r.baseURL, opts...)
+}
+
+func h2cClient() *http.Client {
+	transport := &http.Transport{Protocols: new(http.Protocols)}
+	transport.Protocols.SetUnencryptedHTTP2(true)
+	return &http.Client{Transport: transport}
+}
+
+func bearer(key string) connect.UnaryInterceptorFunc {
+	return func(next connect.UnaryFunc) connect.UnaryFunc {
+		return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+			if key != "" {
+				req.Header().Set("Authorization", "Bearer "+key)
+			}
+			return next(ctx, req)
+		}
+	}
+}
+
+// nextEvents reads n job events from the registry's queue, in order.
+func (r *registry) nextEvents(t *testing.T, n int) []*eventsv1.JobEvent {
+	t.Helper()
+	var events []*eventsv1.JobEvent
+	for _, d := range amqptest.Consume(t, r.events, n, 15*time.Second) {
+		ev := &eventsv1.JobEvent{}
+		require.NoError(t, proto.Unmarshal(d.Body, ev))
+		require.Equal(t, ev.EventId, d.MessageId, "the AMQP message id is the event id")
+		require.Equal(t, "job."+routingSuffix(ev.Kind), d.RoutingKey)
+		events = append(events, ev)
+	}
+	return events
+}
+
+func routingSuffix(kind eventsv1.JobEventKind) string {
+	return map[eventsv1.JobEventKind]string{
+		eventsv1.JobEventKind_JOB_EVENT_KIND_CREATED:       "created",
+		eventsv1.JobEventKind_JOB_EVENT_KIND_UPDATED:       "updated",
+		eventsv1.JobEventKind_JOB_EVENT_KIND_DELETED:       "deleted",
+		eventsv1.JobEventKind_JOB_EVENT_KIND_PAUSED:        "paused",
+		eventsv1.JobEventKind_JOB_EVENT_KIND_RESUMED:       "resumed",
+		eventsv1.JobEventKind_JOB_EVENT_KIND_RUN_REQUESTED: "run_requested",
+	}[kind]
+}
+
+// requireCode asserts err is a Connect error with code.
+func requireCode(t *testing.T, err error, code connect.Code) *connect.Error {
+	t.Helper()
+	require.Error(t, err)
+	var cerr *connect.Error
+	require.True(t, errors.As(err, &cerr), "not a connect error: %v", err)
+	require.Equal(t, code, cerr.Code(), "message: %s", cerr.Message())
+	return cerr
+}
+
+// violations returns the fields named by the BadRequest detail of err.
+func violations(t *testing.T, err error) []string {
+	t.Helper()
+	cerr := requireCode(t, err, connect.CodeInvalidArgument)
+	var fields []string
+	for _, d := range cerr.Details() {
+		v, derr := d.Value()
+		require.NoError(t, derr)
+		if br, ok := v.(*errdetails.BadRequest); ok {
+			for _, fv := range br.FieldViolations {
+				fields = append(fields, fv.Field)
+			}
+		}
+	}
+	require.NotEmpty(t, fields, "InvalidArgument without a BadRequest field violation")
+	return fields
+}
+
+// requireNoMoreEvents asserts that nothing is waiting in the outbox and
+// nothing more reached the events queue. The outbox is checked first: a row
+// leaves it only after the broker confirmed it, and a confirmed message is
+// already in the queue.
+func (r *registry) requireNoMoreEvents(t *testing.T) {
+	t.Helper()
+	var pending int
+	require.NoError(t, r.app.Pool().QueryRow(context.Background(), `SELECT count(*) FROM outbox`).Scan(&pending))
+	require.Zero(t, pending, "events still waiting in the outbox")
+	require.Empty(t, amqptest.Drain(t, r.events), "unexpected events on the queue")
+}

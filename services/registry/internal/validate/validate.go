@@ -1,0 +1,321 @@
+package validate
+
+import (
+	"crypto/rand"
+	"encoding/base64"
+	"fmt"
+	"net/http"
+	"net/url"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	registryv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1"
+	"github.com/cronmesh/cronmesh/libs/jobspec"
+)
+
+// Limits of a job definition. They bound what one job can cost the mesh
+// (memory in the trigger, bytes on the broker, time in the dispatcher).
+const (
+	MaxDisplayName     = 200
+	MaxDescription     = 2000
+	MaxLabels          = 64
+	MaxLabelKey        = 63
+	MaxLabelValue      = 255
+	MaxURL             = 2048
+	MaxHeaders         = 32
+	MaxHeaderName      = 256
+	MaxHeaderValue     = 4 << 10
+	MaxBody            = 256 << 10
+	MinTimeout         = time.Second
+	MaxTimeout         = 5 * time.Minute
+	DefaultTimeout     = 30 * time.Second
+	MaxRetries         = 10
+	DefaultMaxRetries  = 5
+	MinBackoff         = time.Second
+	MaxInitialBackoff  = time.Hour
+	MaxBackoff         = 24 * time.Hour
+	DefaultBackoff     = time.Second
+	DefaultMaxBackoff  = 10 * time.Minute
+	DefaultMultiplier  = 2.0
+	MaxMultiplier      = 10.0
+	MaxCatchUpWindow   = 7 * 24 * time.Hour
+	DefaultCatchUp     = time.Hour
+	MaxSpreadWindow    = time.Hour
+	MaxAMQPName        = 255
+	MaxRequestID       = 128
+	DefaultContentType = "application/json"
+)
+
+// Rules that are tables, not state: compiled once and never written.
+var (
+	labelKeyPattern   = regexp.MustCompile(`^[a-z0-9][a-z0-9._/-]*$`)
+	headerNamePattern = regexp.MustCompile("^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
+	// forbiddenHeaders are set by the dispatcher itself or describe the
+	// connection rather than the request; letting a job set them would let it
+	// forge a signature or smuggle a second request.
+	forbiddenHeaders = []string{
+		"connection", "content-length", "host", "keep-alive", "proxy-authorization", "proxy-connection",
+		"te", "trailer", "transfer-encoding", "upgrade", "traceparent", "tracestate",
+		"webhook-id", "webhook-timestamp", "webhook-signature", "idempotency-key",
+	}
+	httpMethods = []string{http.MethodGet, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete}
+)
+
+// Violations collects field violations under a path prefix.
+type Violations struct {
+	list []*errdetails.BadRequest_FieldViolation
+}
+
+// Add records that field (a full path such as "job.schedule.cron") is wrong.
+func (v *Violations) Add(field, format string, args ...any) {
+	v.list = append(v.list, &errdetails.BadRequest_FieldViolation{Field: field, Description: fmt.Sprintf(format, args...)})
+}
+
+// List returns the violations in the order found; nil when there are none.
+func (v *Violations) List() []*errdetails.BadRequest_FieldViolation { return v.list }
+
+// Empty reports whether nothing was wrong.
+func (v *Violations) Empty() bool { return len(v.list) == 0 }
+
+// RequestID checks a client idempotency key.
+func RequestID(v *Violations, path, id string) {
+	if len(id) > MaxRequestID || !utf8.ValidString(id) {
+		v.Add(path, "must be valid UTF-8 of at most %d bytes", MaxRequestID)
+	}
+}
+
+// Job checks job (at path, for example "job" or "requests[3].job") as it
+// will be stored, given its create time, and fills its defaults in place.
+// Output-only fields are the caller's business. It never stops at the first
+// problem.
+func Job(v *Violations, path string, job *registryv1.Job, created time.Time) {
+	if job == nil {
+		v.Add(path, "is required")
+		return
+	}
+	p := func(field string) string { return path + "." + field }
+
+	checkText(v, p("display_name"), job.DisplayName, 1, MaxDisplayName)
+	checkText(v, p("description"), job.Description, 0, MaxDescription)
+	labels(v, p("labels"), job.Labels)
+
+	if job.Schedule == nil {
+		v.Add(p("schedule"), "is required")
+	} else {
+		if _, errs := jobspec.Schedule(job.Schedule, created); errs != nil {
+			for _, e := range errs {
+				field := p("schedule")
+				if e.Field != "" {
+					field += "." + e.Field
+				}
+				v.Add(field, "%s", e.Description)
+			}
+		}
+	}
+
+	target(v, p("target"), job)
+	retryPolicy(v, p("retry_policy"), job)
+
+	job.CatchUpWindow = durationOrDefault(v, p("catch_up_window"), job.CatchUpWindow, DefaultCatchUp, 0, MaxCatchUpWindow)
+	job.SpreadWindow = durationOrDefault(v, p("spread_window"), job.SpreadWindow, 0, 0, MaxSpreadWindow)
+
+	switch job.Priority {
+	case registryv1.Priority_PRIORITY_UNSPECIFIED:
+		job.Priority = registryv1.Priority_PRIORITY_NORMAL
+	case registryv1.Priority_PRIORITY_HIGH, registryv1.Priority_PRIORITY_NORMAL, registryv1.Priority_PRIORITY_LOW:
+	default:
+		v.Add(p("priority"), "unknown priority %d", job.Priority)
+	}
+	if job.Schedule != nil && job.Schedule.TimeZone == "" {
+		job.Schedule.TimeZone = jobspec.DefaultTimeZone
+	}
+}
+
+func checkText(v *Violations, field, s string, minLen, maxLen int) {
+	n := utf8.RuneCountInString(s)
+	switch {
+	case !utf8.ValidString(s):
+		v.Add(field, "must be valid UTF-8")
+	case n < minLen:
+		v.Add(field, "is required")
+	case n > maxLen:
+		v.Add(field, "must be at most %d characters, got %d", maxLen, n)
+	}
+}
+
+func labels(v *Violations, field string, labels map[string]string) {
+	if len(labels) > MaxLabels {
+		v.Add(field, "at most %d labels, got %d", MaxLabels, len(labels))
+		return
+	}
+	for _, k := range sortedKeys(labels) {
+		if len(k) > MaxLabelKey || !labelKeyPattern.MatchString(k) {
+			v.Add(fmt.Sprintf("%s[%q]", field, k), "key must be 1-%d characters of [a-z0-9._/-] starting with a letter or digit", MaxLabelKey)
+		}
+		if val := labels[k]; len(val) > MaxLabelValue || !utf8.ValidString(val) {
+			v.Add(fmt.Sprintf("%s[%q]", field, k), "value must be valid UTF-8 of at most %d bytes", MaxLabelValue)
+		}
+	}
+}
+
+func target(v *Violations, field string, job *registryv1.Job) {
+	switch t := job.GetTarget().GetKind().(type) {
+	case *registryv1.Target_Http:
+		httpTarget(v, field+".http", t.Http)
+	case *registryv1.Target_Amqp:
+		amqpTarget(v, field+".amqp", t.Amqp)
+	default:
+		v.Add(field, "one of http or amqp is required")
+	}
+}
+
+func httpTarget(v *Violations, field string, t *registryv1.HttpTarget) {
+	if t == nil {
+		v.Add(field, "is required")
+		return
+	}
+	if t.Method == "" {
+		t.Method = http.MethodPost
+	}
+	t.Method = strings.ToUpper(t.Method)
+	if !slices.Contains(httpMethods, t.Method) {
+		v.Add(field+".method", "must be one of %s", strings.Join(httpMethods, ", "))
+	}
+	if len(t.Url) > MaxURL {
+		v.Add(field+".url", "must be at most %d characters", MaxURL)
+	} else if u, err := url.Parse(t.Url); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil {
+		v.Add(field+".url", "must be an absolute http or https URL without credentials")
+	}
+	headers(v, field+".headers", t.Headers, true)
+	if len(t.Body) > MaxBody {
+		v.Add(field+".body", "must be at most %d bytes, got %d", MaxBody, len(t.Body))
+	}
+	t.Timeout = durationOrDefault(v, field+".timeout", t.Timeout, DefaultTimeout, MinTimeout, MaxTimeout)
+	for i, code := range t.AcceptedStatusCodes {
+		if code < 100 || code > 599 {
+			v.Add(fmt.Sprintf("%s.accepted_status_codes[%d]", field, i), "must be an HTTP status code (100-599), got %d", code)
+		}
+	}
+	if t.SigningSecret == "" {
+		t.SigningSecret = NewSigningSecret()
+	} else if !validSigningSecret(t.SigningSecret) {
+		v.Add(field+".signing_secret", `must be "whsec_" followed by base64 of 24 to 64 bytes`)
+	}
+}
+
+func amqpTarget(v *Violations, field string, t *registryv1.AmqpTarget) {
+	if t == nil {
+		v.Add(field, "is required")
+		return
+	}
+	if len(t.Exchange) > MaxAMQPName || !utf8.ValidString(t.Exchange) {
+		v.Add(field+".exchange", "must be valid UTF-8 of at most %d bytes", MaxAMQPName)
+	}
+	if len(t.RoutingKey) > MaxAMQPName || !utf8.ValidString(t.RoutingKey) {
+		v.Add(field+".routing_key", "must be valid UTF-8 of at most %d bytes", MaxAMQPName)
+	}
+	if t.Exchange == "" && t.RoutingKey == "" {
+		v.Add(field+".routing_key", "is required when publishing to the default exchange (it names the queue)")
+	}
+	headers(v, field+".headers", t.Headers, false)
+	if len(t.Body) > MaxBody {
+		v.Add(field+".body", "must be at most %d bytes, got %d", MaxBody, len(t.Body))
+	}
+	if t.ContentType == "" {
+		t.ContentType = DefaultContentType
+	} else if len(t.ContentType) > MaxAMQPName {
+		v.Add(field+".content_type", "must be at most %d bytes", MaxAMQPName)
+	}
+}
+
+func headers(v *Violations, field string, h map[string]string, isHTTP bool) {
+	if len(h) > MaxHeaders {
+		v.Add(field, "at most %d headers, got %d", MaxHeaders, len(h))
+		return
+	}
+	for _, name := range sortedKeys(h) {
+		path := fmt.Sprintf("%s[%q]", field, name)
+		switch {
+		case len(name) > MaxHeaderName || (isHTTP && !headerNamePattern.MatchString(name)) || name == "":
+			v.Add(path, "name must be a valid header name of at most %d characters", MaxHeaderName)
+		case isHTTP && slices.Contains(forbiddenHeaders, strings.ToLower(name)):
+			v.Add(path, "is set by cronmesh and cannot be overridden")
+		}
+		if val := h[name]; len(val) > MaxHeaderValue || strings.ContainsAny(val, "\r\n\x00") || !utf8.ValidString(val) {
+			v.Add(path, "value must be at most %d bytes of UTF-8 without line breaks", MaxHeaderValue)
+		}
+	}
+}
+
+func retryPolicy(v *Violations, field string, job *registryv1.Job) {
+	if job.RetryPolicy == nil {
+		job.RetryPolicy = &registryv1.RetryPolicy{}
+	}
+	rp := job.RetryPolicy
+	if rp.MaxRetries == nil {
+		n := int32(DefaultMaxRetries)
+		rp.MaxRetries = &n
+	} else if *rp.MaxRetries < 0 || *rp.MaxRetries > MaxRetries {
+		v.Add(field+".max_retries", "must be between 0 and %d, got %d", MaxRetries, *rp.MaxRetries)
+	}
+	rp.InitialBackoff = durationOrDefault(v, field+".initial_backoff", rp.InitialBackoff, DefaultBackoff, MinBackoff, MaxInitialBackoff)
+	maxDefault := max(DefaultMaxBackoff, rp.InitialBackoff.AsDuration())
+	rp.MaxBackoff = durationOrDefault(v, field+".max_backoff", rp.MaxBackoff, maxDefault, MinBackoff, MaxBackoff)
+	if rp.MaxBackoff.AsDuration() < rp.InitialBackoff.AsDuration() {
+		v.Add(field+".max_backoff", "must not be less than initial_backoff")
+	}
+	switch {
+	case rp.Multiplier == 0:
+		rp.Multiplier = DefaultMultiplier
+	case rp.Multiplier < 1 || rp.Multiplier > MaxMultiplier || rp.Multiplier != rp.Multiplier:
+		v.Add(field+".multiplier", "must be between 1 and %g", MaxMultiplier)
+	}
+}
+
+// durationOrDefault returns def when d is unset, and d otherwise, recording a
+// violation when d is malformed or outside [lo, hi].
+func durationOrDefault(v *Violations, field string, d *durationpb.Duration, def, lo, hi time.Duration) *durationpb.Duration {
+	if d == nil {
+		return durationpb.New(def)
+	}
+	if d.CheckValid() != nil {
+		v.Add(field, "is not a valid duration")
+		return d
+	}
+	if got := d.AsDuration(); got < lo || got > hi {
+		v.Add(field, "must be between %s and %s, got %s", lo, hi, got)
+	}
+	return d
+}
+
+// NewSigningSecret returns a fresh Standard Webhooks secret: "whsec_" and the
+// base64 of 32 random bytes.
+func NewSigningSecret() string {
+	var raw [32]byte
+	_, _ = rand.Read(raw[:]) // crypto/rand.Read never fails on supported platforms.
+	return "whsec_" + base64.StdEncoding.EncodeToString(raw[:])
+}
+
+func validSigningSecret(s string) bool {
+	b64, ok := strings.CutPrefix(s, "whsec_")
+	if !ok {
+		return false
+	}
+	raw, err := base64.StdEncoding.DecodeString(b64)
+	return err == nil && len(raw) >= 24 && len(raw) <= 64
+}
+
+func sortedKeys(m map[string]string) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}
