@@ -31,8 +31,9 @@ type FieldError struct {
 func (e *FieldError) Error() string { return e.Field + ": " + e.Description }
 
 // Schedule converts s into a schedule.Schedule. created is the job's create
-// time: it anchors interval schedules that have no anchor_time and starts the
-// delay of `after` schedules. It returns every problem it finds as
+// time: rounded up to a whole second, it anchors interval schedules that have
+// no anchor_time and starts the delay of `after` schedules (so slots fall on
+// whole seconds, and never before the delay has passed). It returns every problem it finds as
 // []*FieldError (never a partial schedule); a nil s is an error on the
 // schedule itself (Field "").
 func Schedule(s *registryv1.Schedule, created time.Time) (schedule.Schedule, []*FieldError) {
@@ -86,7 +87,7 @@ func Schedule(s *registryv1.Schedule, created time.Time) (schedule.Schedule, []*
 		case every.AsDuration() < MinInterval || every.AsDuration() > MaxInterval:
 			fail("interval.every", "must be between %s and %s, got %s", MinInterval, MaxInterval, every.AsDuration())
 		}
-		anchor := created
+		anchor := ceilSecond(created)
 		if a := kind.Interval.GetAnchorTime(); a != nil {
 			if a.CheckValid() != nil {
 				fail("interval.anchor_time", "is not a valid timestamp")
@@ -108,7 +109,7 @@ func Schedule(s *registryv1.Schedule, created time.Time) (schedule.Schedule, []*
 		case kind.After.AsDuration() < MinAfter || kind.After.AsDuration() > MaxAfter:
 			fail("after", "must be between %s and %s, got %s", MinAfter, MaxAfter, kind.After.AsDuration())
 		default:
-			sched = schedule.NewAfter(created, kind.After.AsDuration())
+			sched = schedule.NewAfter(ceilSecond(created), kind.After.AsDuration())
 		}
 	default:
 		fail("kind", "one of cron, interval, at or after is required")
@@ -134,4 +135,12 @@ func LoadLocation(name string) (*time.Location, error) {
 		return nil, fmt.Errorf("unknown time zone %q", name)
 	}
 	return loc, nil
+}
+
+// ceilSecond rounds t up to a whole second.
+func ceilSecond(t time.Time) time.Time {
+	if r := t.Truncate(time.Second); !r.Equal(t) {
+		return r.Add(time.Second)
+	}
+	return t
 }
