@@ -12,8 +12,7 @@ import (
 )
 
 func TestURL(t *testing.T) {
-	// Not parallel: reads the environment, which TestURL's subtests do not
-	// change (t.Setenv would forbid t.Parallel anyway).
+	t.Parallel()
 	want := DefaultURL
 	if v := os.Getenv(URLEnv); v != "" {
 		want = v

@@ -182,6 +182,41 @@ func TestPublisherHonorsMessageContext(t *testing.T) {
 	require.Empty(t, amqptest.Drain(t, queue), "nothing was sent")
 }
 
+func TestPublisherRedeclaresDeletedExchange(t *testing.T) {
+	t.Parallel()
+	exchange := amqptest.UniqueName(t, "broker-test")
+	amqptest.DeclareTopicQueue(t, exchange, "#")
+	pub := newTestPublisher(t, amqptest.URL(), exchange)
+	require.NoError(t, pub.Publish("job.created", message.NewMessage("before", nil)))
+
+	require.NoError(t, amqptest.Channel(t).ExchangeDelete(exchange, false, false))
+	err := pub.Publish("job.created", message.NewMessage("during", nil))
+	require.ErrorIs(t, err, ErrNotConfirmed, "the broker closed the channel: NOT_FOUND")
+	require.NoError(t, pub.Publish("job.created", message.NewMessage("after", nil)))
+}
+
+func TestPublisherWithRoutedConfig(t *testing.T) {
+	t.Parallel()
+	// Exchange per topic (RoutedPublisherConfig): each exchange is declared
+	// on first use, and "" means the default exchange.
+	exA, exB := amqptest.UniqueName(t, "broker-test-a"), amqptest.UniqueName(t, "broker-test-b")
+	qA, qB := amqptest.DeclareTopicQueue(t, exA, "#"), amqptest.DeclareTopicQueue(t, exB, "#")
+	pub, err := NewPublisher(PublisherOptions{Config: RoutedPublisherConfig(amqptest.URL(), 2)})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = pub.Close() })
+
+	require.NoError(t, pub.Publish(Route(exA, "dispatch.requested"), message.NewMessage("a", nil)))
+	require.NoError(t, pub.Publish(Route(exB, "execution.missed"), message.NewMessage("b", nil)))
+	require.NoError(t, pub.Publish(qA, message.NewMessage("direct", nil)), "default exchange, queue name as key")
+
+	gotA, gotB := amqptest.Drain(t, qA), amqptest.Drain(t, qB)
+	require.Len(t, gotA, 2)
+	require.Equal(t, "dispatch.requested", gotA[0].RoutingKey)
+	require.Equal(t, "direct", gotA[1].MessageId)
+	require.Len(t, gotB, 1)
+	require.Equal(t, exB, gotB[0].Exchange)
+}
+
 func TestNewPublisherValidates(t *testing.T) {
 	t.Parallel()
 	valid := TopicPublisherConfig("amqp://guest:guest@127.0.0.1:5672/", "ex", 0)
@@ -190,9 +225,7 @@ func TestNewPublisherValidates(t *testing.T) {
 		mutate func(*PublisherOptions)
 	}{
 		{"empty URL", func(o *PublisherOptions) { o.Config.Connection.AmqpURI = "" }},
-		{"empty exchange", func(o *PublisherOptions) {
-			o.Config.Exchange.GenerateName = amqp.GenerateExchangeNameConstant("")
-		}},
+		{"no exchange generator", func(o *PublisherOptions) { o.Config.Exchange.GenerateName = nil }},
 		{"no marshaler", func(o *PublisherOptions) { o.Config.Marshaler = nil }},
 		{"transactional", func(o *PublisherOptions) { o.Config.Publish.Transactional = true }},
 		{"mandatory", func(o *PublisherOptions) { o.Config.Publish.Mandatory = true }},

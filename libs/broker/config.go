@@ -29,9 +29,11 @@ const dialTimeout = 5 * time.Second
 // persistent delivery.
 //
 // Watermill's "topic" argument to Publish is used as the AMQP routing key; the
-// exchange name is fixed. The exchange is declared (durable, type topic) on
-// the first Publish of each distinct routing key, so routing keys should come
-// from a small fixed set ("job.created", not "job.<id>").
+// exchange name is fixed. The publisher declares the exchange (durable, type
+// topic) on first use. [Publisher] does so once per connection;
+// watermill-amqp's own Publisher, which accepts this config too, once per
+// distinct routing key, so with it routing keys should come from a small
+// fixed set ("job.created", not "job.<id>").
 //
 // channelPoolSize is the number of pooled AMQP channels; 0 or less means
 // [DefaultChannelPoolSize]. Each channel waits for its message's confirm
@@ -39,9 +41,8 @@ const dialTimeout = 5 * time.Second
 // to channelPoolSize of them.
 //
 // The message's UUID is also sent as the AMQP message-id property (see
-// [Marshaler]). An empty exchange would publish through the default exchange,
-// which is never what a caller of this function wants: [NewPublisher] rejects
-// it.
+// [Marshaler]). An empty exchange publishes through the default exchange,
+// where the routing key names a queue.
 func TopicPublisherConfig(amqpURL, exchange string, channelPoolSize int) amqp.Config {
 	if channelPoolSize <= 0 {
 		channelPoolSize = DefaultChannelPoolSize

@@ -84,16 +84,14 @@ type Publisher struct {
 
 // NewPublisher validates opts and returns a Publisher. It does not connect:
 // a broker that is down is reported by Publish, not here. It fails on an
-// invalid config, an empty exchange name (publishing to the default exchange
-// is not what a topic publisher wants), or unsupported Publish options.
+// invalid config or unsupported Publish options. A topic that maps to the
+// exchange name "" publishes through the default exchange, undeclared.
 func NewPublisher(opts PublisherOptions) (*Publisher, error) {
 	cfg := opts.Config
 	if err := cfg.ValidatePublisher(); err != nil {
 		return nil, fmt.Errorf("broker: invalid publisher config: %w", err)
 	}
 	switch {
-	case cfg.Exchange.GenerateName("") == "":
-		return nil, errors.New("broker: publisher config has an empty exchange name")
 	case cfg.Publish.Transactional || cfg.Publish.Mandatory || cfg.Publish.Immediate:
 		return nil, errors.New("broker: transactional, mandatory and immediate publishing are not supported")
 	case cfg.Publish.ChannelPoolSize < 0 || opts.RedialInterval < 0 || opts.ConfirmTimeout < 0:
@@ -119,11 +117,11 @@ func NewPublisher(opts PublisherOptions) (*Publisher, error) {
 // ConfirmDelivery is set). A non-nil error means some messages may not have
 // been published, and some may have been.
 //
-// Each message's Context bounds both the wait for a pooled channel and the
-// wait for its confirm; canceling it makes Publish return the context's
-// error, though the message may still reach the broker. Publish connects
-// first when there is no live connection, and returns the dial error if that
-// fails.
+// Each message's Context bounds the wait for its confirm (the first
+// message's also the wait for a pooled channel); canceling it makes Publish
+// return the context's error, though the message may still reach the
+// broker. Publish connects first when there is no live connection, and
+// returns the dial error if that fails.
 func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
 	if len(msgs) == 0 {
 		return nil
@@ -147,6 +145,10 @@ func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
 	key := p.cfg.Publish.GenerateRoutingKey(topic)
 	for _, msg := range msgs {
 		if err := p.publishOne(ch, exchange, key, msg); err != nil {
+			// The exchange may have been deleted behind our back (the
+			// broker then closes the channel with NOT_FOUND): declare it
+			// again next time rather than fail until the next connection.
+			conn.forget(exchange)
 			p.dropIfDead(conn)
 			return err
 		}
@@ -154,6 +156,7 @@ func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
 	return nil
 }
 
+// publishOne publishes msg on ch and waits for its confirm.
 func (p *Publisher) publishOne(ch *amqp091.Channel, exchange, key string, msg *message.Message) error {
 	publishing, err := p.cfg.Marshaler.Marshal(msg)
 	if err != nil {
@@ -341,6 +344,13 @@ func (c *connection) declare(ch *amqp091.Channel, exchange string, cfg amqp.Conf
 	c.declared[exchange] = true
 	c.mu.Unlock()
 	return nil
+}
+
+// forget makes the next Publish to exchange on this connection declare it.
+func (c *connection) forget(exchange string) {
+	c.mu.Lock()
+	delete(c.declared, exchange)
+	c.mu.Unlock()
 }
 
 // close closes the connection, which closes its channels.

@@ -39,7 +39,9 @@ type RelayOptions struct {
 	// Pool reaches the database whose outbox table (resolved through the
 	// pool's search_path) the relay publishes. Required. The relay also opens
 	// one dedicated connection with the pool's connection config to hold the
-	// advisory lock; it does not count against the pool's MaxConns.
+	// advisory lock; it does not count against the pool's MaxConns. That
+	// connection must be a real session: a transaction-pooling PgBouncer
+	// in between would break the session-level lock.
 	Pool *pgxpool.Pool
 	// Publisher publishes each row with its routing key as the Watermill
 	// topic, one message per call, and must return only after the broker
@@ -159,10 +161,10 @@ func (r *Relay) Notify() {
 }
 
 // Run publishes the outbox until ctx is done, then returns nil after
-// draining: publishes in progress finish and the rows they confirmed are
-// deleted. Errors (database or broker unavailable, lock lost) are logged and
-// retried, never returned; Run returns an error only when it is already
-// running on this Relay.
+// draining: publishes in progress get up to 10s to be confirmed, no new ones
+// start, and the confirmed rows are deleted. Errors (database or broker
+// unavailable, lock lost) are logged and retried, never returned; Run
+// returns an error only when it is already running on this Relay.
 //
 // Run first takes the advisory lock, waiting while another relay holds it.
 // As leader it repeats a cycle: read up to BatchSize rows ORDER BY id, split

@@ -374,14 +374,20 @@ func TestRelayStopDrainsInFlightAndDeletesConfirmed(t *testing.T) {
 	r, reg := newRelay(t, RelayOptions{Pool: pool, Publisher: pub, Lanes: 4})
 	msgs := seqMessages("drain", 4, 10)
 	write(t, pool, msgs...)
-	stop := runRelay(t, r)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
 
-	// Wait until publishes are in flight, then stop while they are.
+	// Stop while publishes are in flight, and only then let them finish.
 	require.Eventually(t, func() bool { return pub.inFlight.Load() > 0 }, 10*time.Second, time.Millisecond)
-	stopped := make(chan struct{})
-	go func() { stop(); close(stopped) }()
+	cancel()
 	close(pub.release)
-	<-stopped
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("Run did not return after cancellation")
+	}
 
 	// Run waited for the in-flight publishes and deleted their rows before
 	// returning; no publish started after the stop.
