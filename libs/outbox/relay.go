@@ -86,6 +86,26 @@ type RelayOptions struct {
 	// connection. A closed or reset connection is noticed at once anyway;
 	// the ping catches one that silently stopped answering. Default 5s.
 	LockCheckInterval time.Duration
+	// Leadership, when set, replaces the advisory lock. Use it where the
+	// service already keeps a lease-based session (the trigger's etcd ring):
+	// an advisory lock stays held by a frozen process (SIGSTOP, a VM pause)
+	// for as long as its TCP connection lives, stalling every publish, while
+	// a lease expires after its TTL and a standby takes over.
+	Leadership Leadership
+}
+
+// Leadership elects the single publishing relay by some means other than
+// the advisory lock.
+type Leadership interface {
+	// Campaign blocks until this process leads, runs fn with a context
+	// that ends when leadership is lost, and campaigns again; it returns
+	// when ctx is done.
+	Campaign(ctx context.Context, fn func(ctx context.Context)) error
+	// Valid reports whether leadership is still certain right now (for a
+	// lease: its local deadline has not passed). The relay asks before
+	// every publish, so a leader that resumes from a freeze does not
+	// publish next to the one that replaced it.
+	Valid() bool
 }
 
 // Relay publishes outbox rows to the broker and deletes them once
@@ -105,6 +125,8 @@ type Relay struct {
 	lockRetry  time.Duration
 	lockCheck  time.Duration
 	lockKey    int64
+
+	leadership Leadership
 
 	notify  chan struct{}
 	running atomic.Bool
@@ -142,6 +164,7 @@ func NewRelay(opts RelayOptions) (*Relay, error) {
 		lockRetry:  cmp.Or(opts.LockRetryInterval, DefaultLockRetryInterval),
 		lockCheck:  cmp.Or(opts.LockCheckInterval, DefaultLockCheckInterval),
 		lockKey:    opts.LockKey,
+		leadership: opts.Leadership,
 		notify:     make(chan struct{}, 1),
 	}
 	r.maxBackoff = max(r.maxBackoff, r.backoff)
@@ -182,6 +205,14 @@ func (r *Relay) Run(ctx context.Context) error {
 		return errors.New("outbox: Relay.Run is already running")
 	}
 	defer r.running.Store(false)
+	if r.leadership != nil {
+		return r.leadership.Campaign(ctx, func(leadCtx context.Context) {
+			r.log.Info("outbox relay: elected; publishing")
+			r.m.leader.Set(1)
+			defer r.m.leader.Set(0)
+			r.publishLoop(leadCtx)
+		})
+	}
 	for {
 		conn := r.acquire(ctx)
 		if conn == nil {
@@ -493,6 +524,9 @@ func (r *Relay) publishLane(ctx, pubCtx context.Context, lane []row) ([]int64, e
 	for _, rw := range lane {
 		if ctx.Err() != nil {
 			return ids, nil // stopping, not failing: the rest stays for later
+		}
+		if r.leadership != nil && !r.leadership.Valid() {
+			return ids, nil // another relay may lead by now
 		}
 		msg := message.NewMessage(rw.messageID, rw.payload)
 		if len(rw.headers) > 0 {
