@@ -1,0 +1,626 @@
+package firing
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"log/slog"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
+
+	"github.com/cronmesh/cronmesh/libs/clock"
+)
+
+// Defaults of [Options].
+const (
+	DefaultLookahead     = 5 * time.Second
+	DefaultLoadInterval  = time.Second
+	DefaultBatchSize     = 1000
+	DefaultBatchSlots    = 10_000
+	DefaultLoadLimit     = 50_000
+	DefaultCommitTimeout = 10 * time.Second
+	DefaultBackoff       = 100 * time.Millisecond
+	DefaultMaxBackoff    = 5 * time.Second
+)
+
+// Options configures [NewEngine]. Zero durations and sizes mean the
+// defaults; negative ones are rejected.
+type Options struct {
+	// Store loads due jobs and commits their slots. Required. Called from
+	// the Run goroutine (Commit) and from one loading goroutine (DueJobs, at
+	// most one call in flight), so it must be safe for concurrent use.
+	Store Store
+	// Ownership tells which partitions this node may fire. Required.
+	// Owned is read before every load and right before every commit, so it
+	// must be cheap and must already return empty when the node's lease may
+	// have expired: that is what stops this node firing at once.
+	Ownership Ownership
+	// Clock is the node's one time source. Default clock.Real{}.
+	Clock clock.Clock
+	// Logger receives load, plan and commit problems; nil discards them.
+	Logger *slog.Logger
+	// Tracer starts one "trigger.fire" span per commit batch. Default noop.
+	Tracer trace.Tracer
+	// Metrics, if non-nil, registers the trigger_* metrics (see metrics.go);
+	// registering twice on one registerer fails NewEngine.
+	Metrics prometheus.Registerer
+	// Lookahead: jobs whose next nominal time is within this horizon are
+	// loaded into memory, and a job advanced to a slot within it stays
+	// there. Default 5s; at least LoadInterval, so that a slot is loaded
+	// before its time even when it became due just after a load.
+	Lookahead time.Duration
+	// LoadInterval: owned partitions are reloaded this often, and at once
+	// when Ownership.Changes fires. Default 1s.
+	LoadInterval time.Duration
+	// BatchSize is the maximum number of jobs (advances) per Commit.
+	// Default 1000.
+	BatchSize int
+	// BatchSlots stops adding jobs to a batch once its slots reach this
+	// number, so that jobs catching up on up to MaxSlotsPerAdvance slots
+	// each do not make one transaction of millions of rows. Default 10,000.
+	BatchSlots int
+	// LoadLimit is the maximum number of rows per DueJobs call. Default
+	// 50,000.
+	LoadLimit int
+	// OnTimeTolerance: see Planner. Default DefaultOnTimeTolerance (5s).
+	OnTimeTolerance time.Duration
+	// MaxSlotsPerAdvance: see Planner.MaxSlots. Default DefaultMaxSlots.
+	MaxSlotsPerAdvance int
+	// CommitTimeout bounds one Commit call. Commits do not stop when Run's
+	// ctx is done (an interrupted commit would only be retried by the next
+	// owner): this bounds how long shutdown may wait for one. Default 10s.
+	CommitTimeout time.Duration
+	// Backoff is the wait after a failed Commit before the same jobs (and
+	// any other due ones) are tried again; it doubles with each failure, up
+	// to MaxBackoff, with jitter in its upper half so that nodes do not
+	// retry in step, and resets after a successful commit. Default 100ms.
+	Backoff time.Duration
+	// MaxBackoff caps Backoff. Default 5s, the firing promise: a longer wait
+	// would turn every slot due meanwhile into a catch-up.
+	MaxBackoff time.Duration
+}
+
+// Engine fires the slots of the partitions this node owns. Create it with
+// [NewEngine] and call [Engine.Run].
+type Engine struct {
+	store     Store
+	own       Ownership
+	clock     clock.Clock
+	log       *slog.Logger
+	tracer    trace.Tracer
+	m         metrics
+	planner   Planner
+	lookahead time.Duration
+	interval  time.Duration
+	batch     int
+	batchSlot int
+	limit     int
+	timeout   time.Duration
+	backoff   time.Duration
+	maxBack   time.Duration
+
+	running atomic.Bool
+	// testSync, set only by this package's tests, lets a test wait until
+	// Run has handled everything already signalled (see Run's loop); nil in
+	// production, where receiving from it blocks forever.
+	testSync chan chan struct{}
+}
+
+// NewEngine validates opts, fills defaults and registers the metrics. It
+// fails when Store or Ownership is nil, a size or duration is negative,
+// Lookahead is shorter than LoadInterval, or a metric cannot be registered.
+func NewEngine(opts Options) (*Engine, error) {
+	switch {
+	case opts.Store == nil:
+		return nil, errors.New("firing: Options.Store is required")
+	case opts.Ownership == nil:
+		return nil, errors.New("firing: Options.Ownership is required")
+	case opts.Lookahead < 0, opts.LoadInterval < 0, opts.BatchSize < 0, opts.BatchSlots < 0,
+		opts.LoadLimit < 0, opts.OnTimeTolerance < 0, opts.MaxSlotsPerAdvance < 0,
+		opts.CommitTimeout < 0, opts.Backoff < 0, opts.MaxBackoff < 0:
+		return nil, errors.New("firing: negative size or duration in Options")
+	}
+	e := &Engine{
+		store:  opts.Store,
+		own:    opts.Ownership,
+		clock:  cmp.Or[clock.Clock](opts.Clock, clock.Real{}),
+		log:    cmp.Or(opts.Logger, slog.New(slog.DiscardHandler)),
+		tracer: cmp.Or[trace.Tracer](opts.Tracer, noop.NewTracerProvider().Tracer("")),
+		planner: Planner{
+			OnTimeTolerance: opts.OnTimeTolerance,
+			MaxSlots:        opts.MaxSlotsPerAdvance,
+		},
+		lookahead: cmp.Or(opts.Lookahead, DefaultLookahead),
+		interval:  cmp.Or(opts.LoadInterval, DefaultLoadInterval),
+		batch:     cmp.Or(opts.BatchSize, DefaultBatchSize),
+		batchSlot: cmp.Or(opts.BatchSlots, DefaultBatchSlots),
+		limit:     cmp.Or(opts.LoadLimit, DefaultLoadLimit),
+		timeout:   cmp.Or(opts.CommitTimeout, DefaultCommitTimeout),
+		backoff:   cmp.Or(opts.Backoff, DefaultBackoff),
+		maxBack:   cmp.Or(opts.MaxBackoff, DefaultMaxBackoff),
+	}
+	e.maxBack = max(e.maxBack, e.backoff)
+	if e.lookahead < e.interval {
+		return nil, errors.New("firing: Options.Lookahead must be at least LoadInterval")
+	}
+	m, err := newMetrics(opts.Metrics)
+	if err != nil {
+		return nil, err
+	}
+	e.m = m
+	return e, nil
+}
+
+// Run fires until ctx is done, then returns nil. A commit in progress when
+// ctx is done is finished (bounded by CommitTimeout), never cut in the
+// middle; jobs waiting for a retry are abandoned, which is safe: the next
+// owner loads them from the store. Store errors are logged, counted and
+// retried, never returned; Run returns an error only when it is already
+// running on this Engine.
+//
+// One goroutine does everything but DueJobs, which runs in a helper
+// goroutine so that a slow load never delays a firing:
+//   - loads at start, every LoadInterval and on every ownership change
+//     merge the due jobs of the partitions owned now into the heap (a held
+//     job is replaced only by a newer version or a later next fire time);
+//   - on an ownership change, entries of partitions no longer owned are
+//     dropped at once;
+//   - when the earliest firing time comes, due entries are popped (up to
+//     BatchSize jobs / BatchSlots slots), planned, filtered by the
+//     ownership read right before committing, and committed with the
+//     partitions' fences in one Store.Commit; advanced jobs whose next slot
+//     is within Lookahead go back into the heap without another load.
+func (e *Engine) Run(ctx context.Context) error {
+	if !e.running.CompareAndSwap(false, true) {
+		return errors.New("firing: Engine.Run is already running")
+	}
+	defer e.running.Store(false)
+
+	r := &run{
+		Engine:    e,
+		heap:      newTimerHeap(),
+		fenced:    make(map[int]int64),
+		bad:       make(map[string]badJob),
+		sinceLoad: make(map[string]struct{}),
+		loadDone:  make(chan loadResult, 1),
+	}
+	// The load goroutine ends soon after ctx is done (DueJobs gets ctx) and
+	// its send never blocks (one load in flight, buffer of one).
+	defer r.wg.Wait()
+	defer e.m.heapSize.Set(0)
+
+	changes := e.own.Changes()
+	loadTick := e.clock.After(e.interval)
+	r.startLoad(ctx)
+	var syncs []chan struct{}
+	for {
+		if ctx.Err() != nil {
+			return nil
+		}
+		r.armFireTimer()
+		e.m.heapSize.Set(float64(r.heap.Len()))
+		// Handle whatever is ready first; only when nothing is does the loop
+		// block, and only then may a test's sync request be answered. A sync
+		// request that arrives while something else is ready is held until
+		// that is handled, so "answered" means "everything signalled before
+		// the request has been handled".
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-changes:
+			r.onChange(ctx)
+		case res := <-r.loadDone:
+			r.onLoaded(ctx, res)
+		case <-loadTick:
+			loadTick = e.clock.After(e.interval)
+			r.startLoad(ctx)
+		case <-r.fireC:
+			r.fireC = nil
+			r.fire(ctx)
+		default:
+			if !r.loading {
+				for _, c := range syncs {
+					close(c)
+				}
+				syncs = syncs[:0]
+			}
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-changes:
+				r.onChange(ctx)
+			case res := <-r.loadDone:
+				r.onLoaded(ctx, res)
+			case <-loadTick:
+				loadTick = e.clock.After(e.interval)
+				r.startLoad(ctx)
+			case <-r.fireC:
+				r.fireC = nil
+				r.fire(ctx)
+			case c := <-e.testSync:
+				syncs = append(syncs, c)
+			}
+		}
+	}
+}
+
+// run is the state of one Run call, touched only by its goroutine.
+type run struct {
+	*Engine
+	heap *timerHeap
+	// fenced holds the partitions a commit was fenced on, with the epoch we
+	// held then: they are not loaded or fired again until the ring gives
+	// them to us at another epoch (or takes them away).
+	fenced map[int]int64
+	// bad holds the jobs whose stored definition could not be planned, so
+	// that reloading the same row does not log and count it every second.
+	bad map[string]badJob
+	// loading: a DueJobs call is in flight; loadAgain: another load was
+	// asked for meanwhile.
+	loading, loadAgain bool
+	// sinceLoad holds the jobs committed while a load was in flight: the
+	// load may have read their rows before the commit, so its copies of
+	// them are ignored (the next load reads them again).
+	sinceLoad map[string]struct{}
+	loadDone  chan loadResult
+	wg        sync.WaitGroup
+	// fireC fires at fireCAt; it is replaced only by an earlier timer, and a
+	// wake-up with nothing due is harmless.
+	fireC   <-chan time.Time
+	fireCAt time.Time
+	// retryAt, after a failed commit, holds firing back until then.
+	retryAt time.Time
+	retry   time.Duration
+}
+
+type badJob struct {
+	partition int
+	version   int64
+	nextFire  time.Time
+}
+
+type loadResult struct {
+	dues []Due
+	err  error
+}
+
+// mayFire says whether this node may fire partition p now.
+func (r *run) mayFire(owned map[int]int64, p int) bool {
+	epoch, ok := owned[p]
+	if !ok {
+		return false
+	}
+	fencedAt, fenced := r.fenced[p]
+	return !fenced || fencedAt != epoch
+}
+
+// startLoad starts loading the owned partitions, or asks for another load
+// after the one in flight. With nothing owned it clears the heap instead.
+func (r *run) startLoad(ctx context.Context) {
+	if r.loading {
+		r.loadAgain = true
+		return
+	}
+	owned := r.own.Owned()
+	parts := make([]int, 0, len(owned))
+	for p := range owned {
+		if r.mayFire(owned, p) {
+			parts = append(parts, p)
+		}
+	}
+	if len(parts) == 0 {
+		r.dropUnowned(owned)
+		return
+	}
+	slices.Sort(parts) // deterministic queries, easier to read in logs and tests
+	before := r.clock.Now().Add(r.lookahead)
+	r.loading = true
+	r.wg.Go(func() {
+		dues, err := r.store.DueJobs(ctx, parts, before, r.limit)
+		r.loadDone <- loadResult{dues: dues, err: err}
+	})
+}
+
+// onLoaded merges a load's due jobs into the heap.
+func (r *run) onLoaded(ctx context.Context, res loadResult) {
+	r.loading = false
+	defer func() {
+		clear(r.sinceLoad)
+		if r.loadAgain {
+			r.loadAgain = false
+			r.startLoad(ctx)
+		}
+	}()
+	if res.err != nil {
+		if ctx.Err() == nil {
+			r.m.loadErrors.Inc()
+			r.log.Warn("firing: cannot load due jobs; retrying at the next load", "error", res.err)
+		}
+		return
+	}
+	// Ownership may have changed during the load: keep only what is ours now.
+	owned := r.own.Owned()
+	var badSeen map[string]bool
+	if len(r.bad) > 0 {
+		badSeen = make(map[string]bool, len(r.bad))
+	}
+	for _, d := range res.dues {
+		if !r.mayFire(owned, d.Partition) {
+			continue
+		}
+		if _, ok := r.sinceLoad[d.JobID]; ok {
+			continue
+		}
+		if b, ok := r.bad[d.JobID]; ok {
+			if b.version == d.Version && b.nextFire.Equal(d.NextFire) {
+				badSeen[d.JobID] = true
+				continue
+			}
+			delete(r.bad, d.JobID) // changed: try again
+		}
+		held := r.heap.get(d.JobID)
+		switch {
+		case held == nil:
+			r.heap.push(&entry{due: d, fireAt: d.NextFire.Add(spreadOf(d))})
+		case newer(d, held.due):
+			held.due = d
+			held.fireAt = d.NextFire.Add(spreadOf(d))
+			held.schedSet = false
+			r.heap.fix(held.index)
+		}
+	}
+	// A bad job stays due (it is never advanced), so a complete load that
+	// did not return it means it was deleted or fixed: forget it.
+	if badSeen != nil && len(res.dues) < r.limit {
+		for id := range r.bad {
+			if !badSeen[id] {
+				delete(r.bad, id)
+			}
+		}
+	}
+}
+
+// newer says whether the loaded row d is newer than the held h: a higher
+// version, or the same version advanced further. An older copy (a load that
+// read the row before our own commit advanced it) never replaces ours.
+func newer(d, h Due) bool {
+	if d.Version != h.Version {
+		return d.Version > h.Version
+	}
+	return d.NextFire.After(h.NextFire)
+}
+
+// onChange drops the entries of partitions no longer owned and reloads.
+func (r *run) onChange(ctx context.Context) {
+	owned := r.own.Owned()
+	for p, epoch := range r.fenced {
+		if cur, ok := owned[p]; !ok || cur != epoch {
+			delete(r.fenced, p) // taken away, or given back at a new epoch
+		}
+	}
+	for id, b := range r.bad {
+		if _, ok := owned[b.partition]; !ok {
+			delete(r.bad, id)
+		}
+	}
+	r.dropUnowned(owned)
+	r.startLoad(ctx)
+}
+
+// dropUnowned removes the entries this node may not fire any more.
+func (r *run) dropUnowned(owned map[int]int64) {
+	if len(owned) == 0 {
+		r.heap.clear()
+		return
+	}
+	r.heap.filter(func(e *entry) bool { return r.mayFire(owned, e.due.Partition) })
+}
+
+// armFireTimer makes sure a timer fires at the earliest firing time (or at
+// the retry time after a failed commit).
+func (r *run) armFireTimer() {
+	top := r.heap.peek()
+	if top == nil {
+		return // a pending timer may still fire: harmless
+	}
+	at := top.fireAt
+	if at.Before(r.retryAt) {
+		at = r.retryAt
+	}
+	if r.fireC != nil && !r.fireCAt.After(at) {
+		return
+	}
+	r.fireC = r.clock.After(at.Sub(r.clock.Now()))
+	r.fireCAt = at
+}
+
+// fire commits one batch of the entries due now. More due entries are left
+// for the next turn of the loop (whose timer is then already expired), so
+// that loads and ownership changes are handled between batches.
+func (r *run) fire(ctx context.Context) {
+	now := r.clock.Now()
+	if now.Before(r.retryAt) {
+		return
+	}
+	var (
+		batch    []*entry
+		advances []Advance
+		slots    int
+	)
+	for len(advances) < r.batch && slots < r.batchSlot {
+		e := r.heap.peek()
+		if e == nil || e.fireAt.After(now) {
+			break
+		}
+		r.heap.pop()
+		if !e.schedSet {
+			sched, err := scheduleOf(e.due)
+			if err != nil {
+				// Left in the store untouched: see Planner.Plan for why not
+				// recorded as missed. The next version of the job, or
+				// another node, may fire it.
+				r.m.planErrors.Inc()
+				r.log.Error("firing: cannot plan a due job; leaving it unfired",
+					"job_id", e.due.JobID, "version", e.due.Version, "error", err)
+				r.bad[e.due.JobID] = badJob{partition: e.due.Partition, version: e.due.Version, nextFire: e.due.NextFire}
+				continue
+			}
+			e.sched, e.schedSet = sched, true
+		}
+		adv := r.planner.plan(e.due, e.sched, now)
+		if len(adv.Slots) == 0 {
+			continue // cannot happen (fireAt <= now); the next load re-reads it
+		}
+		batch = append(batch, e)
+		advances = append(advances, adv)
+		slots += len(adv.Slots)
+	}
+	if len(advances) == 0 {
+		return
+	}
+
+	// Read right before committing: a partition lost since loading is not
+	// fired, even if its lease on the server has not expired yet.
+	owned := r.own.Owned()
+	kept := 0
+	epochs := make(map[int]int64)
+	for i, adv := range advances {
+		p := adv.Due.Partition
+		if !r.mayFire(owned, p) {
+			continue
+		}
+		epochs[p] = owned[p]
+		batch[kept], advances[kept] = batch[i], adv
+		kept++
+	}
+	if dropped := len(advances) - kept; dropped > 0 {
+		r.log.Debug("firing: dropped due jobs of partitions no longer owned", "jobs", dropped)
+	}
+	batch, advances = batch[:kept], advances[:kept]
+	if len(advances) == 0 {
+		return
+	}
+	fences := make([]Fence, 0, len(epochs))
+	for p, epoch := range epochs {
+		fences = append(fences, Fence{Partition: p, Epoch: epoch})
+	}
+	slices.SortFunc(fences, func(a, b Fence) int { return cmp.Compare(a.Partition, b.Partition) })
+	r.commit(ctx, now, fences, batch, advances)
+}
+
+// commit runs one Store.Commit and applies its result.
+func (r *run) commit(ctx context.Context, now time.Time, fences []Fence, batch []*entry, advances []Advance) {
+	slotCount := 0
+	for _, adv := range advances {
+		slotCount += len(adv.Slots)
+	}
+	partitions := make([]int64, len(fences))
+	for i, f := range fences {
+		partitions[i] = int64(f.Partition)
+	}
+	// Not cancelled with Run's ctx: a commit is finished, not cut short.
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.timeout)
+	defer cancel()
+	cctx, span := r.tracer.Start(cctx, "trigger.fire", trace.WithAttributes(
+		attribute.Int("cronmesh.trigger.jobs", len(advances)),
+		attribute.Int("cronmesh.trigger.slots", slotCount),
+		attribute.Int64Slice("cronmesh.trigger.partitions", partitions),
+	))
+	defer span.End()
+
+	start := r.clock.Now()
+	res, err := r.store.Commit(cctx, fences, advances, now)
+	done := r.clock.Now()
+	r.m.commitDuration.Observe(done.Sub(start).Seconds())
+	if err != nil {
+		span.RecordError(err)
+		span.SetStatus(codes.Error, "commit failed")
+		r.m.commitErrors.Inc()
+		// Still due: back into the heap, retried after the backoff. A
+		// commit that failed after all (or half-way) is safe to retry: the
+		// CAS fails (stale) for jobs it did advance, and the ledger key
+		// dedupes their slots.
+		for _, e := range batch {
+			if r.heap.get(e.due.JobID) == nil {
+				r.heap.push(e)
+			}
+		}
+		r.retry = min(max(2*r.retry, r.backoff), r.maxBack)
+		wait := r.retry/2 + rand.N(r.retry/2+1) // jitter: nodes do not retry in step
+		r.retryAt = done.Add(wait)
+		r.log.Warn("firing: commit failed; retrying", "jobs", len(advances), "slots", slotCount,
+			"retry_in", wait, "error", err)
+		return
+	}
+	r.retry, r.retryAt = 0, time.Time{}
+	span.SetAttributes(
+		attribute.Int("cronmesh.trigger.advanced", len(res.Advanced)),
+		attribute.Int("cronmesh.trigger.stale", len(res.Stale)),
+		attribute.Int("cronmesh.trigger.duplicates", res.Duplicates),
+		attribute.Int("cronmesh.trigger.fenced", len(res.Fenced)),
+	)
+	r.m.stale.Add(float64(len(res.Stale)))
+	r.m.duplicates.Add(float64(res.Duplicates))
+
+	var fenced map[int]bool
+	if len(res.Fenced) > 0 {
+		r.m.fenced.Add(float64(len(res.Fenced)))
+		fenced = make(map[int]bool, len(res.Fenced))
+		for _, p := range res.Fenced {
+			fenced[p] = true
+			for _, f := range fences {
+				if f.Partition == p {
+					r.fenced[p] = f.Epoch
+				}
+			}
+		}
+		r.heap.filter(func(e *entry) bool { return !fenced[e.due.Partition] })
+		r.log.Warn("firing: fenced: a newer epoch owns partitions; no longer firing them", "partitions", res.Fenced)
+	}
+	advanced := make(map[string]struct{}, len(res.Advanced))
+	for _, id := range res.Advanced {
+		advanced[id] = struct{}{}
+	}
+
+	horizon := done.Add(r.lookahead)
+	for i, adv := range advances {
+		e := batch[i]
+		if r.loading {
+			r.sinceLoad[e.due.JobID] = struct{}{}
+		}
+		if _, ok := advanced[e.due.JobID]; !ok || fenced[e.due.Partition] {
+			// Stale (the row changed), fenced, or not reported: the next
+			// load reads the row as it is now.
+			continue
+		}
+		spread := e.fireAt.Sub(e.due.NextFire)
+		for _, s := range adv.Slots {
+			switch s.Kind {
+			case KindScheduled:
+				r.m.scheduled.Inc()
+				r.m.lateness.Observe(done.Sub(s.Nominal.Add(spread)).Seconds())
+			case KindCatchUp:
+				r.m.catchUp.Inc()
+				r.m.lateness.Observe(done.Sub(s.Nominal.Add(spread)).Seconds())
+			case KindMissed:
+				r.m.missed.Inc()
+			}
+		}
+		// The CAS moved the row to To with the version unchanged: keep
+		// firing from memory while the next slot is near.
+		if !adv.To.IsZero() && !adv.To.After(horizon) && r.heap.get(e.due.JobID) == nil {
+			e.due.NextFire = adv.To
+			e.fireAt = adv.To.Add(spread)
+			r.heap.push(e)
+		}
+	}
+}
