@@ -92,7 +92,10 @@ func Schedule(s *registryv1.Schedule, created time.Time) (schedule.Schedule, []*
 			if a.CheckValid() != nil {
 				fail("interval.anchor_time", "is not a valid timestamp")
 			} else {
-				anchor = a.AsTime()
+				// Slots are stored with PostgreSQL's microsecond precision;
+				// an anchor finer than that would yield slots no store can
+				// hold exactly.
+				anchor = a.AsTime().Truncate(time.Microsecond)
 			}
 		}
 		sched = schedule.NewInterval(every.AsDuration(), anchor)

@@ -1,0 +1,534 @@
+package store
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	dispatchv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/dispatch/v1"
+	eventsv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/events/v1"
+	registryv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1"
+	"github.com/cronmesh/cronmesh/libs/broker"
+	"github.com/cronmesh/cronmesh/libs/execid"
+	"github.com/cronmesh/cronmesh/libs/outbox"
+	"github.com/cronmesh/cronmesh/services/trigger/internal/firing"
+)
+
+// MissedRoutingKey is the routing key of execution.missed events on the
+// executions exchange.
+const MissedRoutingKey = "execution.missed"
+
+// maxEventsPerMessage caps the events of one ExecutionEventBatch, so a job
+// recording a long outage's missed slots does not make one huge message.
+const maxEventsPerMessage = 500
+
+var _ firing.Store = (*Store)(nil)
+
+// DueJobs returns the live jobs of partitions whose next slot is at or
+// before `before`, oldest first (ties by job id), at most limit (limit <= 0
+// or no partitions: none). Paused and deleted jobs have no next slot and are
+// never returned. Each partition is read by its own range scan of the due
+// index, bounded by limit, so the cost does not grow with the jobs that are
+// not due.
+func (s *Store) DueJobs(ctx context.Context, partitions []int, before time.Time, limit int) ([]firing.Due, error) {
+	if len(partitions) == 0 || limit <= 0 {
+		return nil, nil
+	}
+	parts := make([]int32, len(partitions))
+	for i, p := range partitions {
+		parts[i] = int32(p)
+	}
+	rows, err := s.pool.Query(ctx, `
+		SELECT d.job_id::text, d.namespace, d.partition, d.version, d.next_fire_at, d.spec
+		FROM unnest($1::int[]) AS p(partition)
+		CROSS JOIN LATERAL (
+			SELECT job_id, namespace, partition, version, next_fire_at, spec FROM jobs
+			WHERE jobs.partition = p.partition AND next_fire_at IS NOT NULL AND next_fire_at <= $2
+			ORDER BY next_fire_at LIMIT $3
+		) AS d
+		ORDER BY d.next_fire_at, d.job_id LIMIT $3`, parts, before, limit)
+	if err != nil {
+		return nil, fmt.Errorf("load due jobs: %w", err)
+	}
+	due, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (firing.Due, error) {
+		var (
+			d         firing.Due
+			namespace string
+			spec      []byte
+		)
+		if err := r.Scan(&d.JobID, &namespace, &d.Partition, &d.Version, &d.NextFire, &spec); err != nil {
+			return d, err
+		}
+		d.NextFire = d.NextFire.UTC()
+		job, err := decodeSpec(spec, d.JobID, namespace, d.Version, false)
+		d.Job = job
+		return d, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("load due jobs: %w", err)
+	}
+	return due, nil
+}
+
+// Commit applies a batch of advances in one transaction, as firing.Store
+// documents, in four statements whatever the batch size:
+//
+//  1. Fencing: every fence's partition row takes the fence's epoch if its
+//     stored epoch is not newer (rows locked in partition order, so two
+//     nodes claiming the same partitions during a handover queue instead of
+//     deadlocking). Partitions not claimed (newer epoch stored, no row, or
+//     no fence given for an advance's partition) are Fenced: nothing of
+//     theirs is written.
+//  2. Compare-and-set of each remaining job's next fire time from
+//     Due.NextFire to To (zero To: NULL, the job is done) if the row still
+//     holds Due.Version, is not deleted and is of Due.Partition (so no job
+//     commits under another partition's fence); last_nominal becomes the newest
+//     slot of the advance. Jobs that fail are Stale and write nothing more.
+//     An advance for a job already advanced earlier in the batch is Stale.
+//  3. The advanced jobs' slots into the ledger, ON CONFLICT DO NOTHING,
+//     stamped with fireTime and the partition's epoch; slots already there
+//     are counted in Duplicates and not published again.
+//  4. One outbox message per new ledger row: a DispatchRequest (attempt 1,
+//     execution id from (job, nominal), routed by priority) for a fired
+//     slot; for missed slots, one ExecutionEventBatch per job (up to 500
+//     MISSED events each; many events in one message is the budget rule of
+//     the design) routed "execution.missed". Headers carry ctx's trace
+//     context (the engine's firing span).
+//
+// On any error nothing is committed and the error is returned; the result
+// is then empty. Notify is called after a commit that wrote messages.
+func (s *Store) Commit(ctx context.Context, fences []firing.Fence, advances []firing.Advance, fireTime time.Time) (firing.CommitResult, error) {
+	var res firing.CommitResult
+	fireTime = micros(fireTime)
+	epochs := map[int]int64{}
+	for _, f := range fences {
+		if e, ok := epochs[f.Partition]; !ok || f.Epoch > e {
+			epochs[f.Partition] = f.Epoch
+		}
+	}
+	wrote := false
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		res = firing.CommitResult{}
+		claimed, err := s.claim(ctx, tx, epochs)
+		if err != nil {
+			return err
+		}
+		fenced := map[int]bool{}
+		for p := range epochs {
+			if !claimed[p] {
+				fenced[p] = true
+			}
+		}
+		// The advances to try, in batch order, by canonical job id.
+		type try struct {
+			advance int
+			id      string
+		}
+		var tries []try
+		seen := map[string]bool{}
+		var cas casColumns
+		for i, a := range advances {
+			if !claimed[a.Due.Partition] {
+				fenced[a.Due.Partition] = true
+				continue
+			}
+			id, err := uuid.Parse(a.Due.JobID)
+			if err != nil || seen[id.String()] {
+				res.Stale = append(res.Stale, a.Due.JobID)
+				continue
+			}
+			seen[id.String()] = true
+			tries = append(tries, try{advance: i, id: id.String()})
+			cas.add(id, a)
+		}
+		res.Fenced = sortedKeys(fenced)
+		if len(tries) == 0 {
+			return nil
+		}
+		advanced, err := s.compareAndSet(ctx, tx, &cas, fireTime)
+		if err != nil {
+			return err
+		}
+		var ledger ledgerColumns
+		slots := map[string]slotRef{} // by execution id
+		for _, t := range tries {
+			i, id := t.advance, t.id
+			a := advances[i]
+			if !advanced[id] {
+				res.Stale = append(res.Stale, a.Due.JobID)
+				continue
+			}
+			res.Advanced = append(res.Advanced, a.Due.JobID)
+			for j, slot := range a.Slots {
+				nominal := micros(slot.Nominal)
+				execID := executionID(id, nominal)
+				slots[execID] = slotRef{advance: i, slot: j}
+				ledger.add(id, nominal, slot, execID, epochs[a.Due.Partition])
+			}
+		}
+		inserted, err := insertLedger(ctx, tx, &ledger, fireTime)
+		if err != nil {
+			return err
+		}
+		res.Duplicates = len(ledger.ids) - len(inserted)
+		msgs, err := s.commitMessages(ctx, advances, slots, inserted, fireTime)
+		if err != nil {
+			return err
+		}
+		wrote = len(msgs) > 0
+		return outbox.Write(ctx, tx, msgs...)
+	})
+	if err != nil {
+		return firing.CommitResult{}, fmt.Errorf("commit %d advances: %w", len(advances), err)
+	}
+	if wrote {
+		s.notify()
+	}
+	return res, nil
+}
+
+// claim runs the fencing update and returns the partitions claimed.
+func (s *Store) claim(ctx context.Context, tx pgx.Tx, epochs map[int]int64) (map[int]bool, error) {
+	claimed := map[int]bool{}
+	if len(epochs) == 0 {
+		return claimed, nil
+	}
+	parts := make([]int32, 0, len(epochs))
+	eps := make([]int64, 0, len(epochs))
+	for p, e := range epochs {
+		parts = append(parts, int32(p))
+		eps = append(eps, e)
+	}
+	// The MATERIALIZED CTE locks the rows in partition order before the
+	// update; the update then re-checks the epoch on the newest version of
+	// each row (READ COMMITTED re-evaluation of a concurrently updated row).
+	rows, err := tx.Query(ctx, `
+		WITH locked AS MATERIALIZED (
+			SELECT partition FROM partitions WHERE partition = ANY($1::int[]) ORDER BY partition FOR UPDATE
+		)
+		UPDATE partitions SET epoch = u.e, owner = $3, update_time = now()
+		FROM unnest($1::int[], $2::bigint[]) AS u(p, e)
+		WHERE partitions.partition = u.p AND partitions.epoch <= u.e
+			AND partitions.partition IN (SELECT partition FROM locked)
+		RETURNING partitions.partition`, parts, eps, s.nodeID)
+	if err != nil {
+		return nil, fmt.Errorf("fence partitions: %w", err)
+	}
+	got, err := pgx.CollectRows(rows, pgx.RowTo[int32])
+	if err != nil {
+		return nil, fmt.Errorf("fence partitions: %w", err)
+	}
+	for _, p := range got {
+		claimed[int(p)] = true
+	}
+	return claimed, nil
+}
+
+// casColumns are the compare-and-set arguments as column arrays.
+type casColumns struct {
+	ids      []uuid.UUID
+	parts    []int32
+	from     []time.Time
+	versions []int64
+	to, last []pgtype.Timestamptz
+}
+
+func (c *casColumns) add(id uuid.UUID, a firing.Advance) {
+	c.ids = append(c.ids, id)
+	c.parts = append(c.parts, int32(a.Due.Partition))
+	c.from = append(c.from, micros(a.Due.NextFire))
+	c.versions = append(c.versions, a.Due.Version)
+	c.to = append(c.to, nullTime(a.To))
+	var last time.Time
+	for _, s := range a.Slots {
+		if s.Nominal.After(last) {
+			last = s.Nominal
+		}
+	}
+	c.last = append(c.last, nullTime(last))
+}
+
+// compareAndSet advances the jobs whose row still holds (from, version) and
+// returns their canonical ids.
+func (s *Store) compareAndSet(ctx context.Context, tx pgx.Tx, c *casColumns, fireTime time.Time) (map[string]bool, error) {
+	rows, err := tx.Query(ctx, `
+		UPDATE jobs SET next_fire_at = u.next, last_nominal = GREATEST(jobs.last_nominal, u.last), update_time = $7
+		FROM unnest($1::uuid[], $2::int[], $3::timestamptz[], $4::bigint[], $5::timestamptz[], $6::timestamptz[])
+			AS u(id, part, prev, version, next, last)
+		WHERE jobs.job_id = u.id AND jobs.partition = u.part AND jobs.next_fire_at = u.prev
+			AND jobs.version = u.version AND NOT jobs.deleted
+		RETURNING jobs.job_id::text`, c.ids, c.parts, c.from, c.versions, c.to, c.last, fireTime)
+	if err != nil {
+		return nil, fmt.Errorf("advance jobs: %w", err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("advance jobs: %w", err)
+	}
+	advanced := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		advanced[id] = true
+	}
+	return advanced, nil
+}
+
+// ledgerColumns are ledger rows as column arrays.
+type ledgerColumns struct {
+	ids      []string
+	nominals []time.Time
+	kinds    []int16
+	execIDs  []string
+	epochs   []int64
+	reasons  []string
+}
+
+func (c *ledgerColumns) add(jobID string, nominal time.Time, slot firing.Slot, execID string, epoch int64) {
+	c.ids = append(c.ids, jobID)
+	c.nominals = append(c.nominals, nominal)
+	c.kinds = append(c.kinds, int16(slot.Kind))
+	c.execIDs = append(c.execIDs, execID)
+	c.epochs = append(c.epochs, epoch)
+	c.reasons = append(c.reasons, slot.Reason)
+}
+
+// insertLedger inserts rows ON CONFLICT DO NOTHING and returns the execution
+// ids of the rows it inserted.
+func insertLedger(ctx context.Context, tx pgx.Tx, c *ledgerColumns, recordTime time.Time) (map[string]bool, error) {
+	inserted := map[string]bool{}
+	if len(c.ids) == 0 {
+		return inserted, nil
+	}
+	rows, err := tx.Query(ctx, `
+		INSERT INTO ledger (job_id, nominal_time, kind, execution_id, record_time, epoch, reason)
+		SELECT id, nominal, kind, exec, $7, epoch, reason
+		FROM unnest($1::uuid[], $2::timestamptz[], $3::smallint[], $4::uuid[], $5::bigint[], $6::text[])
+			AS u(id, nominal, kind, exec, epoch, reason)
+		ON CONFLICT DO NOTHING
+		RETURNING execution_id::text`, c.ids, c.nominals, c.kinds, c.execIDs, c.epochs, c.reasons, recordTime)
+	if err != nil {
+		return nil, fmt.Errorf("record slots: %w", err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("record slots: %w", err)
+	}
+	for _, id := range ids {
+		inserted[id] = true
+	}
+	return inserted, nil
+}
+
+// slotRef locates a slot in Commit's advances.
+type slotRef struct{ advance, slot int }
+
+// commitMessages builds the outbox messages of the slots inserted, in
+// advance and slot order, so one job's messages keep their order.
+func (s *Store) commitMessages(ctx context.Context, advances []firing.Advance, slots map[string]slotRef, inserted map[string]bool, fireTime time.Time) ([]outbox.Message, error) {
+	refs := make([]slotRef, 0, len(inserted))
+	for execID := range inserted {
+		ref, ok := slots[execID]
+		if !ok {
+			return nil, fmt.Errorf("ledger returned execution %s that the batch does not hold", execID)
+		}
+		refs = append(refs, ref)
+	}
+	slices.SortFunc(refs, func(a, b slotRef) int { return cmp.Or(cmp.Compare(a.advance, b.advance), cmp.Compare(a.slot, b.slot)) })
+	headers := s.traceHeaders(ctx)
+	traceID := ""
+	if sc := trace.SpanContextFromContext(ctx); sc.HasTraceID() {
+		traceID = sc.TraceID().String()
+	}
+	msgs := make([]outbox.Message, 0, len(refs))
+	var missed []*eventsv1.ExecutionEvent
+	flushMissed := func(a firing.Advance) error {
+		if len(missed) == 0 {
+			return nil
+		}
+		msg, err := s.missedMessage(a.Due.JobID, missed, headers)
+		missed = nil
+		if err != nil {
+			return err
+		}
+		msgs = append(msgs, msg)
+		return nil
+	}
+	for i, ref := range refs {
+		a := advances[ref.advance]
+		slot := a.Slots[ref.slot]
+		nominal := micros(slot.Nominal)
+		jobID := canonicalID(a.Due.JobID)
+		if slot.Kind == firing.KindMissed {
+			missed = append(missed, missedEvent(a.Due.Job, jobID, nominal, fireTime, slot.Reason, traceID))
+			if len(missed) == maxEventsPerMessage {
+				if err := flushMissed(a); err != nil {
+					return nil, err
+				}
+			}
+		} else {
+			if err := flushMissed(a); err != nil { // keep slot order
+				return nil, err
+			}
+			msg, err := s.dispatchMessage(a.Due.Job, jobID, a.Due.Version, nominal, fireTime, slot.Kind, headers)
+			if err != nil {
+				return nil, err
+			}
+			msgs = append(msgs, msg)
+		}
+		if i == len(refs)-1 || refs[i+1].advance != ref.advance {
+			if err := flushMissed(a); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return msgs, nil
+}
+
+// dispatchMessage is the outbox message of a fired slot: attempt 1 of its
+// execution, to the dispatch exchange with the routing key of the job's
+// priority, ordered per job and deduplicated downstream by execution id.
+func (s *Store) dispatchMessage(job *registryv1.Job, jobID string, version int64, nominal, fireTime time.Time, kind firing.SlotKind, headers map[string]string) (outbox.Message, error) {
+	execID := executionID(jobID, nominal)
+	req := &dispatchv1.DispatchRequest{
+		ExecutionId:    execID,
+		JobId:          jobID,
+		Namespace:      job.GetNamespace(),
+		Attempt:        1,
+		NominalTime:    timestamppb.New(nominal),
+		FireTime:       timestamppb.New(fireTime),
+		TriggerKind:    TriggerKind(kind),
+		Target:         job.GetTarget(),
+		RetryPolicy:    job.GetRetryPolicy(),
+		Priority:       job.GetPriority(),
+		JobVersion:     version,
+		JobDisplayName: job.GetDisplayName(),
+		JobLabels:      job.GetLabels(),
+	}
+	payload, err := proto.Marshal(req)
+	if err != nil {
+		return outbox.Message{}, fmt.Errorf("encode dispatch request %s: %w", execID, err)
+	}
+	return outbox.Message{
+		AggregateID: jobID,
+		RoutingKey:  broker.Route(s.dispatchEx, DispatchRoutingKey(job.GetPriority())),
+		MessageID:   execID,
+		Payload:     payload,
+		Headers:     headers,
+	}, nil
+}
+
+// missedEvent is the MISSED lifecycle event of a slot recorded missed.
+func missedEvent(job *registryv1.Job, jobID string, nominal, occur time.Time, reason, traceID string) *eventsv1.ExecutionEvent {
+	return &eventsv1.ExecutionEvent{
+		EventId:        uuid.Must(uuid.NewV7()).String(),
+		Kind:           eventsv1.ExecutionEventKind_EXECUTION_EVENT_KIND_MISSED,
+		ExecutionId:    executionID(jobID, nominal),
+		JobId:          jobID,
+		Namespace:      job.GetNamespace(),
+		NominalTime:    timestamppb.New(nominal),
+		OccurTime:      timestamppb.New(occur),
+		TriggerKind:    dispatchv1.TriggerKind_TRIGGER_KIND_SCHEDULED,
+		Reason:         reason,
+		TraceId:        traceID,
+		JobDisplayName: job.GetDisplayName(),
+		JobLabels:      job.GetLabels(),
+	}
+}
+
+// missedMessage is one outbox message carrying events of one job.
+func (s *Store) missedMessage(jobID string, events []*eventsv1.ExecutionEvent, headers map[string]string) (outbox.Message, error) {
+	payload, err := proto.Marshal(&eventsv1.ExecutionEventBatch{Events: events})
+	if err != nil {
+		return outbox.Message{}, fmt.Errorf("encode missed events of job %s: %w", jobID, err)
+	}
+	return outbox.Message{
+		AggregateID: canonicalID(jobID),
+		RoutingKey:  broker.Route(s.executionsEx, MissedRoutingKey),
+		MessageID:   uuid.Must(uuid.NewV7()).String(),
+		Payload:     payload,
+		Headers:     headers,
+	}, nil
+}
+
+// DispatchRoutingKey is the dispatch exchange's routing key for a priority:
+// "dispatch.high", "dispatch.normal" or "dispatch.low"; unspecified and
+// unknown priorities are normal.
+func DispatchRoutingKey(p registryv1.Priority) string {
+	switch p {
+	case registryv1.Priority_PRIORITY_HIGH:
+		return "dispatch.high"
+	case registryv1.Priority_PRIORITY_LOW:
+		return "dispatch.low"
+	default:
+		return "dispatch.normal"
+	}
+}
+
+// TriggerKind maps a ledger slot kind to the trigger kind of its dispatch
+// request; KindMissed (never dispatched) and unknown kinds map to
+// TRIGGER_KIND_UNSPECIFIED.
+func TriggerKind(k firing.SlotKind) dispatchv1.TriggerKind {
+	switch k {
+	case firing.KindScheduled:
+		return dispatchv1.TriggerKind_TRIGGER_KIND_SCHEDULED
+	case firing.KindManual:
+		return dispatchv1.TriggerKind_TRIGGER_KIND_MANUAL
+	case firing.KindBackfill:
+		return dispatchv1.TriggerKind_TRIGGER_KIND_BACKFILL
+	case firing.KindCatchUp:
+		return dispatchv1.TriggerKind_TRIGGER_KIND_CATCH_UP
+	default:
+		return dispatchv1.TriggerKind_TRIGGER_KIND_UNSPECIFIED
+	}
+}
+
+// traceHeaders renders ctx's trace context as outbox headers.
+func (s *Store) traceHeaders(ctx context.Context) map[string]string {
+	h := map[string]string{}
+	s.propagator.Inject(ctx, propagation.MapCarrier(h))
+	return h
+}
+
+// executionID is the slot's execution id, from the canonical job id.
+func executionID(jobID string, nominal time.Time) string {
+	return execid.For(canonicalID(jobID), nominal)
+}
+
+// canonicalID is the lower-case hyphenated form of a UUID job id (as
+// PostgreSQL renders it), or id itself when it is not a UUID.
+func canonicalID(id string) string {
+	if u, err := uuid.Parse(id); err == nil {
+		return u.String()
+	}
+	return strings.ToLower(id)
+}
+
+// nullTime maps the zero time to NULL.
+func nullTime(t time.Time) pgtype.Timestamptz {
+	if t.IsZero() {
+		return pgtype.Timestamptz{}
+	}
+	return pgtype.Timestamptz{Time: micros(t), Valid: true}
+}
+
+func sortedKeys(m map[int]bool) []int {
+	if len(m) == 0 {
+		return nil
+	}
+	keys := make([]int, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}

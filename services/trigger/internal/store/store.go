@@ -1,0 +1,289 @@
+package store
+
+import (
+	"cmp"
+	"context"
+	"embed"
+	"errors"
+	"fmt"
+	"io/fs"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/propagation"
+	"google.golang.org/protobuf/proto"
+
+	registryv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1"
+	"github.com/cronmesh/cronmesh/libs/clock"
+	"github.com/cronmesh/cronmesh/libs/migrate"
+	"github.com/cronmesh/cronmesh/libs/outbox"
+)
+
+// Domain errors; the API and the projection map them.
+var (
+	// ErrNotFound: no live job with that id in the caller's namespace (never
+	// projected, deleted, or of another namespace: the three are not told
+	// apart, so a caller learns nothing about other namespaces).
+	ErrNotFound = errors.New("job not found")
+	// ErrPartitionCountChanged: the database was set up with another
+	// partition count. P is fixed for the life of a cluster, since every job
+	// row's partition derives from it.
+	ErrPartitionCountChanged = errors.New("partition count differs from the one the cluster was created with")
+	// ErrInvalidEvent: a job event that can never be applied (no job, no
+	// valid id, an unknown kind, a schedule that does not parse). Retrying
+	// cannot help: the projection acknowledges it as a poison message.
+	ErrInvalidEvent = errors.New("invalid job event")
+	// ErrTooManySlots: a backfill range holds more than MaxBackfillSlots
+	// slots. Detected before anything is written.
+	ErrTooManySlots = errors.New("too many slots in the backfill range")
+	// ErrInvalidRange: a backfill range whose end is before its start.
+	ErrInvalidRange = errors.New("backfill range ends before it starts")
+)
+
+// Default exchange names of Options.
+const (
+	DefaultDispatchExchange   = "cronmesh.dispatch"
+	DefaultExecutionsExchange = "cronmesh.executions"
+)
+
+//go:embed migrations/*.sql
+var migrationFiles embed.FS
+
+// outboxMigration is the version at which the shared outbox table joins the
+// trigger's own migrations; no file may take it.
+const outboxMigration = 2
+
+// Migrations returns the migrations of the trigger schema: its own SQL
+// files and the outbox table.
+func Migrations() ([]migrate.Migration, error) {
+	dir, err := fs.Sub(migrationFiles, "migrations")
+	if err != nil {
+		return nil, err
+	}
+	files, err := migrate.Load(dir)
+	if err != nil {
+		return nil, err
+	}
+	return append(files, migrate.New(outboxMigration, "outbox", outbox.Schema())), nil
+}
+
+// Options for New.
+type Options struct {
+	// Pool reaches the trigger schema (through its search_path). Required.
+	Pool *pgxpool.Pool
+	// Partitions is the ring's partition count P: Apply stores each job
+	// under partition hash(job_id) mod P. Required (> 0); it must be the
+	// count EnsurePartitions was given.
+	Partitions int
+	// NodeID is written as the owner of the partitions this node's commits
+	// claim (GetRing shows it). Optional.
+	NodeID string
+	// DispatchExchange receives DispatchRequests. Default
+	// DefaultDispatchExchange.
+	DispatchExchange string
+	// ExecutionsExchange receives execution.missed events. Default
+	// DefaultExecutionsExchange.
+	ExecutionsExchange string
+	// Propagator writes the caller's trace context into every outbox
+	// message's headers. Default propagation.TraceContext.
+	Propagator propagation.TextMapPropagator
+	// Notify is called after a commit that wrote outbox messages, to wake
+	// the relay early (outbox.Relay.Notify). Optional.
+	Notify func()
+	// Clock is Backfill's clock: its fire times, the clamp of a range to
+	// the present, and the waits that bound its rate. Default clock.Real.
+	Clock clock.Clock
+}
+
+// Store is the trigger's persistence. Safe for concurrent use.
+type Store struct {
+	pool         *pgxpool.Pool
+	partitions   int
+	nodeID       string
+	dispatchEx   string
+	executionsEx string
+	propagator   propagation.TextMapPropagator
+	notify       func()
+	clock        clock.Clock
+}
+
+// New returns a Store. It fails on a missing Pool or a partition count that
+// is not positive; it does not touch the database.
+func New(opts Options) (*Store, error) {
+	if opts.Pool == nil {
+		return nil, errors.New("store: Pool is required")
+	}
+	if opts.Partitions <= 0 {
+		return nil, fmt.Errorf("store: Partitions must be positive, got %d", opts.Partitions)
+	}
+	s := &Store{
+		pool:         opts.Pool,
+		partitions:   opts.Partitions,
+		nodeID:       opts.NodeID,
+		dispatchEx:   cmp.Or(opts.DispatchExchange, DefaultDispatchExchange),
+		executionsEx: cmp.Or(opts.ExecutionsExchange, DefaultExecutionsExchange),
+		propagator:   opts.Propagator,
+		notify:       opts.Notify,
+		clock:        opts.Clock,
+	}
+	if s.propagator == nil {
+		s.propagator = propagation.TraceContext{}
+	}
+	if s.notify == nil {
+		s.notify = func() {}
+	}
+	if s.clock == nil {
+		s.clock = clock.Real{}
+	}
+	return s, nil
+}
+
+// EnsurePartitions records the cluster's partition count on first use and
+// makes sure the fencing rows 0..partitions-1 exist (new ones at epoch 0,
+// no owner). It returns ErrPartitionCountChanged, writing nothing, when the
+// database already holds another count. Nodes starting together may call
+// it concurrently: the first insert wins and the others compare against it.
+func (s *Store) EnsurePartitions(ctx context.Context, partitions int) error {
+	if partitions <= 0 {
+		return fmt.Errorf("store: partition count must be positive, got %d", partitions)
+	}
+	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `INSERT INTO ring_meta (partitions) VALUES ($1) ON CONFLICT DO NOTHING`, partitions); err != nil {
+			return fmt.Errorf("record partition count: %w", err)
+		}
+		var stored int
+		if err := tx.QueryRow(ctx, `SELECT partitions FROM ring_meta`).Scan(&stored); err != nil {
+			return fmt.Errorf("read partition count: %w", err)
+		}
+		if stored != partitions {
+			return fmt.Errorf("%w: the database holds %d, this node was given %d", ErrPartitionCountChanged, stored, partitions)
+		}
+		if _, err := tx.Exec(ctx, `
+			INSERT INTO partitions (partition) SELECT generate_series(0, $1 - 1)
+			ON CONFLICT DO NOTHING`, partitions); err != nil {
+			return fmt.Errorf("create partition rows: %w", err)
+		}
+		return nil
+	})
+}
+
+// PartitionState is one fencing row, as GetRing shows it.
+type PartitionState struct {
+	Partition int
+	// Epoch is the newest epoch a commit claimed (0: never fired).
+	Epoch int64
+	// Owner is the NodeID of the node that claimed Epoch ("" before any).
+	Owner string
+	// UpdateTime is when Epoch was last claimed (zero before any commit).
+	UpdateTime time.Time
+}
+
+// Partitions returns every fencing row, by partition number. Empty before
+// EnsurePartitions.
+func (s *Store) Partitions(ctx context.Context) ([]PartitionState, error) {
+	rows, err := s.pool.Query(ctx, `SELECT partition, epoch, owner, update_time FROM partitions ORDER BY partition`)
+	if err != nil {
+		return nil, fmt.Errorf("list partitions: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (PartitionState, error) {
+		var p PartitionState
+		var updated *time.Time
+		if err := r.Scan(&p.Partition, &p.Epoch, &p.Owner, &updated); err != nil {
+			return p, err
+		}
+		if updated != nil {
+			p.UpdateTime = updated.UTC()
+		}
+		return p, nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list partitions: %w", err)
+	}
+	return out, nil
+}
+
+// JobState is the trigger's view of one job.
+type JobState struct {
+	// Job is the definition the trigger fires, signing secret included:
+	// never return it to API callers as is.
+	Job       *registryv1.Job
+	Partition int
+	// Version is the job version the row holds.
+	Version int64
+	Paused  bool
+	// NextFire is the nominal time of the next slot; zero when the job is
+	// paused or has no slot left.
+	NextFire time.Time
+	// LastNominal is the newest slot a firing commit recorded (fired or
+	// missed); zero before the first.
+	LastNominal time.Time
+}
+
+// Job returns the trigger's state of a live job of namespace: ErrNotFound
+// when it is unknown, deleted or of another namespace (or jobID is not a
+// UUID).
+func (s *Store) Job(ctx context.Context, namespace, jobID string) (JobState, error) {
+	id, err := uuid.Parse(jobID)
+	if err != nil {
+		return JobState{}, ErrNotFound
+	}
+	var (
+		st         JobState
+		spec       []byte
+		ns         string
+		next, last *time.Time
+		deleted    bool
+		idText     string
+	)
+	err = s.pool.QueryRow(ctx, `
+		SELECT job_id::text, namespace, partition, version, deleted, paused, spec, next_fire_at, last_nominal
+		FROM jobs WHERE job_id = $1`, id).
+		Scan(&idText, &ns, &st.Partition, &st.Version, &deleted, &st.Paused, &spec, &next, &last)
+	if errors.Is(err, pgx.ErrNoRows) || (err == nil && (deleted || ns != namespace)) {
+		return JobState{}, ErrNotFound
+	}
+	if err != nil {
+		return JobState{}, fmt.Errorf("read job %s: %w", jobID, err)
+	}
+	st.Job, err = decodeSpec(spec, idText, ns, st.Version, st.Paused)
+	if err != nil {
+		return JobState{}, err
+	}
+	if next != nil {
+		st.NextFire = next.UTC()
+	}
+	if last != nil {
+		st.LastNominal = last.UTC()
+	}
+	return st, nil
+}
+
+// encodeSpec is the stored form of a job: the protobuf without what the
+// trigger never reads (etag, update time, description) but with the signing
+// secret, which the dispatcher needs.
+func encodeSpec(job *registryv1.Job) ([]byte, error) {
+	spec := proto.Clone(job).(*registryv1.Job)
+	spec.Etag, spec.UpdateTime, spec.Description = "", nil, ""
+	b, err := proto.Marshal(spec)
+	if err != nil {
+		return nil, fmt.Errorf("encode job %s: %w", job.GetId(), err)
+	}
+	return b, nil
+}
+
+// decodeSpec reverses encodeSpec; the columns are authoritative for the
+// fields they hold.
+func decodeSpec(spec []byte, id, namespace string, version int64, paused bool) (*registryv1.Job, error) {
+	job := &registryv1.Job{}
+	if err := proto.Unmarshal(spec, job); err != nil {
+		return nil, fmt.Errorf("decode job %s: %w", id, err)
+	}
+	job.Id, job.Namespace, job.Version, job.Paused = id, namespace, version, paused
+	return job, nil
+}
+
+// micros truncates t to PostgreSQL's precision (and UTC), so that a time
+// written and read back compares equal.
+func micros(t time.Time) time.Time { return t.UTC().Truncate(time.Microsecond) }
