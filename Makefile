@@ -10,7 +10,7 @@ TOOLS_STAMP := $(BIN)/.tools-$(shell sha256sum tools/go.sum | cut -c1-12)
 NODE_STAMP  := gen/ts/node_modules/.stamp
 BUF        := $(BIN)/buf
 GO_MODULES  = $(shell go list -m -f '{{.Dir}}')
-SERVICES   := registry
+SERVICES   := registry trigger
 # How long `make test` fuzzes the schedule parser.
 FUZZTIME   ?= 10s
 
@@ -57,6 +57,7 @@ lint: tools ## buf lint and format check, go vet on every module, TypeScript typ
 .PHONY: build
 build: ## Build the service binaries into bin/.
 	for svc in $(SERVICES); do go build -o $(BIN)/$$svc ./services/$$svc/cmd/$$svc; done
+	go build -o $(BIN)/devetcd ./services/devstack/cmd/devetcd
 
 .PHONY: test
 test: tools services lint checkgenerate ## Run every check and test (needs nothing installed by hand).
@@ -77,4 +78,4 @@ chaos: ## Fault-injection suite (arrives with the trigger tier).
 
 .PHONY: clean
 clean: ## Remove built binaries and installed tools.
-	rm -rf $(BIN) gen/ts/node_modules gen/ts/dist
+	rm -rf $(BIN) gen/ts/node_modules gen/ts/dist .dev

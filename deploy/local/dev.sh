@@ -1,26 +1,67 @@
 #!/usr/bin/env bash
-# Runs cronmesh on this machine against the local PostgreSQL and RabbitMQ
-# (`make dev` starts those first). Ctrl-C stops it cleanly.
+# Runs the cronmesh mesh on this machine against the local PostgreSQL and
+# RabbitMQ (`make dev` starts those first): an embedded etcd, the registry and
+# two trigger nodes. Ctrl-C stops everything cleanly.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
 # A development key, printed below: never use it outside this machine.
 DEV_KEY=${CRONMESH_DEV_API_KEY:-cm_dev_0000000000000000}
 export CRONMESH_API_KEYS=${CRONMESH_API_KEYS:-dev=$DEV_KEY}
-export CRONMESH_LISTEN=${CRONMESH_LISTEN:-127.0.0.1:8081}
+export CRONMESH_ETCD_ENDPOINTS=${CRONMESH_ETCD_ENDPOINTS:-127.0.0.1:2379}
+LOGS=.dev/logs
+mkdir -p "$LOGS"
+
+pids=()
+stop_all() {
+  trap - INT TERM EXIT
+  echo; echo "stopping..."
+  for ((i = ${#pids[@]} - 1; i >= 0; i--)); do kill -TERM "${pids[i]}" 2>/dev/null || true; done
+  for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
+  echo "stopped"
+}
+trap stop_all INT TERM EXIT
+
+start() { # name, command...
+  local name=$1; shift
+  "$@" >"$LOGS/$name.log" 2>&1 &
+  pids+=($!)
+}
+wait_ready() { # name, url
+  for ((i = 0; i < 240; i++)); do
+    curl -fsS "$2" >/dev/null 2>&1 && return 0
+    kill -0 "${pids[-1]}" 2>/dev/null || { echo "$1 exited; see $LOGS/$1.log"; tail -n 20 "$LOGS/$1.log"; exit 1; }
+    sleep 0.25
+  done
+  echo "$1 did not become ready; see $LOGS/$1.log"; exit 1
+}
+
+start etcd bin/devetcd --listen "$CRONMESH_ETCD_ENDPOINTS" --data-dir .dev/etcd
+start registry bin/registry serve --listen 127.0.0.1:8081
+wait_ready registry http://127.0.0.1:8081/readyz
+start trigger-1 bin/trigger --listen 127.0.0.1:8082 --node-id trigger-1
+start trigger-2 bin/trigger --listen 127.0.0.1:8182 --node-id trigger-2
+wait_ready trigger-1 http://127.0.0.1:8082/readyz
+wait_ready trigger-2 http://127.0.0.1:8182/readyz
 
 cat <<BANNER
 
-  cronmesh (development)
-  registry   http://$CRONMESH_LISTEN   cronmesh.registry.v1.JobService (Connect, gRPC, gRPC-Web)
-  metrics    http://$CRONMESH_LISTEN/metrics
-  API key    $DEV_KEY   (namespace "dev")
+  cronmesh (development)            logs in $LOGS/
+  registry    http://127.0.0.1:8081   cronmesh.registry.v1.JobService
+  trigger-1   http://127.0.0.1:8082   cronmesh.trigger.v1.TriggerService
+  trigger-2   http://127.0.0.1:8182   cronmesh.trigger.v1.TriggerService
+  etcd        http://$CRONMESH_ETCD_ENDPOINTS (embedded)
+  metrics     /metrics on every service
+  API key     $DEV_KEY   (namespace "dev")
+
+  Dispatch requests go to the RabbitMQ queue cronmesh.dispatch (the
+  dispatcher that delivers them is not built yet).
 
   Try:
-    bin/grpcurl -plaintext $CRONMESH_LISTEN list
-    bin/buf curl --protocol grpc --http2-prior-knowledge -H "Authorization: Bearer $DEV_KEY" \\
-      -d '{"schedule": {"cron": "0 9 * * 1-5", "timeZone": "Europe/Berlin"}, "count": 3}' \\
-      http://$CRONMESH_LISTEN/cronmesh.registry.v1.JobService/PreviewSchedule
+    bin/grpcurl -plaintext 127.0.0.1:8081 list
+    bin/grpcurl -plaintext -H "Authorization: Bearer $DEV_KEY" 127.0.0.1:8082 cronmesh.trigger.v1.TriggerService/GetRing
 
+  Ctrl-C stops everything.
 BANNER
-exec bin/registry serve
+wait -n "${pids[@]}" || true
+echo "a service exited; see $LOGS/"

@@ -1,0 +1,344 @@
+package app
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/cronmesh/cronmesh/gen/go/cronmesh/trigger/v1/triggerv1connect"
+	"github.com/cronmesh/cronmesh/libs/apikey"
+	"github.com/cronmesh/cronmesh/libs/broker"
+	"github.com/cronmesh/cronmesh/libs/clock"
+	"github.com/cronmesh/cronmesh/libs/config"
+	"github.com/cronmesh/cronmesh/libs/migrate"
+	"github.com/cronmesh/cronmesh/libs/outbox"
+	"github.com/cronmesh/cronmesh/libs/postgres"
+	"github.com/cronmesh/cronmesh/libs/ring"
+	"github.com/cronmesh/cronmesh/libs/server"
+	"github.com/cronmesh/cronmesh/libs/telemetry"
+	"github.com/cronmesh/cronmesh/services/trigger/internal/api"
+	"github.com/cronmesh/cronmesh/services/trigger/internal/firing"
+	"github.com/cronmesh/cronmesh/services/trigger/internal/projection"
+	"github.com/cronmesh/cronmesh/services/trigger/internal/store"
+)
+
+// Defaults of a trigger node.
+const (
+	DefaultListen     = "127.0.0.1:8082"
+	DefaultSchema     = "trigger"
+	DefaultPrefix     = "/cronmesh/trigger/"
+	DefaultPartitions = 256
+	DefaultLeaseTTL   = 2 * time.Second
+)
+
+// Config is everything a trigger node is told at start.
+type Config struct {
+	config.Common
+	APIKeys config.StringList
+	// NodeID names this node in the ring; default host-pid.
+	NodeID string
+	// Advertise is the API address other nodes and GetRing show; default
+	// the listen address.
+	Advertise  string
+	Schema     string
+	EtcdPrefix string
+	Partitions int
+	LeaseTTL   time.Duration
+	// Broker names. Tests give each run its own.
+	JobsExchange       string
+	JobsQueue          string
+	DispatchExchange   string
+	DispatchQueue      string
+	ExecutionsExchange string
+	OutboxLanes        int
+	Lookahead          time.Duration
+}
+
+// Register adds the trigger's flags to fs.
+func (c *Config) Register(fs *flag.FlagSet) {
+	c.Common.Register(fs, DefaultListen)
+	fs.Var(&c.APIKeys, "api-keys", "comma-separated API keys, each namespace=key or namespace=sha256:<hex digest of the key>")
+	fs.StringVar(&c.NodeID, "node-id", "", "this node's name in the ring (default: hostname-pid)")
+	fs.StringVar(&c.Advertise, "advertise", "", "API address shown to other nodes (default: --listen)")
+	fs.StringVar(&c.Schema, "schema", DefaultSchema, "PostgreSQL schema of the trigger's tables")
+	fs.StringVar(&c.EtcdPrefix, "etcd-prefix", DefaultPrefix, "etcd key prefix of the ring")
+	fs.IntVar(&c.Partitions, "partitions", DefaultPartitions, "partitions of the ring (fixed for the life of a cluster)")
+	fs.DurationVar(&c.LeaseTTL, "lease-ttl", DefaultLeaseTTL, "etcd lease TTL: a dead node's partitions move after at most this long")
+	fs.StringVar(&c.JobsExchange, "jobs-exchange", "cronmesh.jobs", "exchange of the registry's job events")
+	fs.StringVar(&c.JobsQueue, "jobs-queue", "cronmesh.trigger.jobs", "the trigger's queue of job events")
+	fs.StringVar(&c.DispatchExchange, "dispatch-exchange", "cronmesh.dispatch", "exchange dispatch requests are published to")
+	fs.StringVar(&c.DispatchQueue, "dispatch-queue", "cronmesh.dispatch", "quorum queue the dispatcher consumes (declared by the trigger)")
+	fs.StringVar(&c.ExecutionsExchange, "executions-exchange", "cronmesh.executions", "exchange of execution lifecycle events (execution.missed)")
+	fs.IntVar(&c.OutboxLanes, "outbox-lanes", 64, "messages the outbox relay publishes concurrently (order per job is kept)")
+	fs.DurationVar(&c.Lookahead, "lookahead", 5*time.Second, "how far ahead slots are loaded into memory")
+}
+
+func (c *Config) fillDefaults() {
+	if c.NodeID == "" {
+		host, _ := os.Hostname()
+		c.NodeID = fmt.Sprintf("%s-%d", cmp.Or(host, "trigger"), os.Getpid())
+	}
+	c.Advertise = cmp.Or(c.Advertise, c.Listen)
+	c.Schema = cmp.Or(c.Schema, DefaultSchema)
+	c.EtcdPrefix = cmp.Or(c.EtcdPrefix, DefaultPrefix)
+	c.Partitions = cmp.Or(c.Partitions, DefaultPartitions)
+	c.LeaseTTL = cmp.Or(c.LeaseTTL, DefaultLeaseTTL)
+}
+
+// App is a running trigger node.
+type App struct {
+	cfg        Config
+	logger     *slog.Logger
+	telemetry  *telemetry.Telemetry
+	pool       *pgxpool.Pool
+	etcd       *clientv3.Client
+	ring       *ring.Ring
+	engine     *firing.Engine
+	projection *projection.Consumer
+	publisher  *broker.Publisher
+	relay      *outbox.Relay
+	server     *server.Server
+	closeOnce  sync.Once
+}
+
+// New connects to PostgreSQL (applying migrations and checking the
+// partition count) and etcd, and builds every part. Nothing runs until Run.
+func New(ctx context.Context, cfg Config, logger *slog.Logger) (_ *App, err error) {
+	cfg.fillDefaults()
+	keys, err := apikey.Parse(cfg.APIKeys)
+	if err != nil {
+		return nil, err
+	}
+	if keys.Len() == 0 {
+		return nil, errors.New("no API keys configured (--api-keys or CRONMESH_API_KEYS): every call would be refused")
+	}
+	logger = logger.With(slog.String("node", cfg.NodeID))
+	a := &App{cfg: cfg, logger: logger}
+	defer func() {
+		if err != nil {
+			a.close(context.Background())
+		}
+	}()
+	a.telemetry, err = telemetry.Setup(ctx, telemetry.Options{ServiceName: "trigger", OTLPEndpoint: cfg.OTLPEndpoint, Logger: logger})
+	if err != nil {
+		return nil, err
+	}
+	metrics := prometheus.WrapRegistererWith(prometheus.Labels{"service": "trigger"}, a.telemetry.Metrics)
+
+	if err := postgres.EnsureDatabase(ctx, cfg.PostgresURL); err != nil {
+		return nil, err
+	}
+	a.pool, err = postgres.Connect(ctx, postgres.Options{URL: cfg.PostgresURL, Schema: cfg.Schema, TracerProvider: a.telemetry.TracerProvider})
+	if err != nil {
+		return nil, err
+	}
+	migrations, err := store.Migrations()
+	if err != nil {
+		return nil, err
+	}
+	if _, err := migrate.ApplyAll(ctx, a.pool, cfg.Schema, migrations); err != nil {
+		return nil, fmt.Errorf("migrate schema %s: %w", cfg.Schema, err)
+	}
+
+	a.publisher, err = broker.NewPublisher(broker.PublisherOptions{
+		Config: broker.RoutedPublisherConfig(cfg.AMQPURL, cfg.OutboxLanes),
+		Logger: logger.With(slog.String("component", "publisher")),
+	})
+	if err != nil {
+		return nil, err
+	}
+	st, err := store.New(store.Options{
+		Pool:               a.pool,
+		NodeID:             cfg.NodeID,
+		Partitions:         cfg.Partitions,
+		DispatchExchange:   cfg.DispatchExchange,
+		ExecutionsExchange: cfg.ExecutionsExchange,
+		Propagator:         a.telemetry.Propagator,
+		Notify:             func() { a.relay.Notify() },
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := st.EnsurePartitions(ctx, cfg.Partitions); err != nil {
+		return nil, err
+	}
+
+	a.etcd, err = clientv3.New(clientv3.Config{Endpoints: cfg.EtcdEndpoints, DialTimeout: 5 * time.Second, Logger: nil})
+	if err != nil {
+		return nil, fmt.Errorf("etcd %v: %w", cfg.EtcdEndpoints, err)
+	}
+	a.ring, err = ring.New(ring.Options{
+		Client:     a.etcd,
+		Prefix:     cfg.EtcdPrefix,
+		NodeID:     cfg.NodeID,
+		Address:    cfg.Advertise,
+		Partitions: cfg.Partitions,
+		LeaseTTL:   cfg.LeaseTTL,
+		Clock:      clock.Real{},
+		Logger:     logger.With(slog.String("component", "ring")),
+		Metrics:    metrics,
+	})
+	if err != nil {
+		return nil, err
+	}
+	// The relay is elected through the ring's lease rather than an advisory
+	// lock, so a frozen node cannot stall publishing (see outbox.Leadership).
+	a.relay, err = outbox.NewRelay(outbox.RelayOptions{
+		Pool:       a.pool,
+		Publisher:  a.publisher,
+		Logger:     logger.With(slog.String("component", "outbox")),
+		Metrics:    metrics,
+		Lanes:      cfg.OutboxLanes,
+		Leadership: ring.Leadership{Ring: a.ring, Name: "outbox-relay"},
+		// Slots are due within 5 s of their time: after an outage the relay
+		// must notice the broker's return within moments, not 30 s.
+		Backoff:    100 * time.Millisecond,
+		MaxBackoff: 2 * time.Second,
+	})
+	if err != nil {
+		return nil, err
+	}
+	a.engine, err = firing.NewEngine(firing.Options{
+		Store:     st,
+		Ownership: a.ring,
+		Clock:     clock.Real{},
+		Logger:    logger.With(slog.String("component", "engine")),
+		Tracer:    a.telemetry.TracerProvider.Tracer("cronmesh/trigger"),
+		Metrics:   metrics,
+		Lookahead: cfg.Lookahead,
+	})
+	if err != nil {
+		return nil, err
+	}
+	a.projection, err = projection.New(projection.Options{
+		AMQPURL:        cfg.AMQPURL,
+		Exchange:       cfg.JobsExchange,
+		Queue:          cfg.JobsQueue,
+		Store:          st,
+		Logger:         logger.With(slog.String("component", "projection")),
+		TracerProvider: a.telemetry.TracerProvider,
+		Propagator:     a.telemetry.Propagator,
+		Metrics:        metrics,
+	})
+	if err != nil {
+		return nil, err
+	}
+
+	a.server, err = server.New(server.Options{
+		Name: "trigger", Listen: cfg.Listen, Logger: logger, Telemetry: a.telemetry, ShutdownTimeout: cfg.ShutdownTimeout,
+	})
+	if err != nil {
+		return nil, err
+	}
+	a.server.UseMiddleware(keys.Middleware().Wrap)
+	path, handler := triggerv1connect.NewTriggerServiceHandler(api.NewHandler(st, a.ring, logger), a.server.HandlerOptions()...)
+	a.server.Handle(triggerv1connect.TriggerServiceName, path, handler)
+	return a, nil
+}
+
+// Server is the node's API server.
+func (a *App) Server() *server.Server { return a.server }
+
+// Run runs the node until ctx is done. Readiness (grpc.health.v1 SERVING)
+// waits until the node holds its partitions and the projection is
+// subscribed. Shutdown order: the API stops; the engine stops firing; the
+// ring releases the partitions (revoking the lease, so other nodes take over
+// at once); the projection and the relay stop (unpublished messages stay in
+// the outbox for whichever node's relay runs next).
+func (a *App) Run(ctx context.Context) error {
+	// The dispatch queue must exist before the first dispatch request is
+	// published: RabbitMQ confirms and drops a message no queue is bound for.
+	declareCtx, cancelDeclare := context.WithTimeout(ctx, time.Minute)
+	err := broker.DeclareQueues(declareCtx, a.cfg.AMQPURL, broker.QueueBinding{
+		Exchange: a.cfg.DispatchExchange, Queue: a.cfg.DispatchQueue, BindingKey: "dispatch.#",
+	})
+	cancelDeclare()
+	if err != nil {
+		a.close(context.WithoutCancel(ctx))
+		return fmt.Errorf("declare the dispatch queue: %w", err)
+	}
+
+	bg, stopBackground := context.WithCancel(context.WithoutCancel(ctx))
+	var wg sync.WaitGroup
+	errs := make(chan error, 4)
+	start := func(name string, run func(context.Context) error) {
+		wg.Go(func() {
+			if err := run(bg); err != nil {
+				errs <- fmt.Errorf("%s: %w", name, err)
+			}
+		})
+	}
+	engineCtx, stopEngine := context.WithCancel(bg)
+	ringCtx, stopRing := context.WithCancel(bg)
+	var engineDone, ringDone sync.WaitGroup
+	engineDone.Go(func() {
+		if err := a.engine.Run(engineCtx); err != nil {
+			errs <- fmt.Errorf("engine: %w", err)
+		}
+	})
+	ringDone.Go(func() {
+		if err := a.ring.Run(ringCtx); err != nil {
+			errs <- fmt.Errorf("ring: %w", err)
+		}
+	})
+	start("projection", a.projection.Run)
+	start("outbox relay", a.relay.Run)
+	go func() {
+		select {
+		case <-a.ring.Ready():
+		case <-ctx.Done():
+			return
+		}
+		select {
+		case <-a.projection.Ready():
+			a.server.SetServing(true)
+		case <-ctx.Done():
+		}
+	}()
+
+	serveErr := a.server.Run(ctx)
+	stopEngine()
+	engineDone.Wait()
+	stopRing()
+	ringDone.Wait()
+	stopBackground()
+	wg.Wait()
+	close(errs)
+	all := []error{serveErr}
+	for err := range errs {
+		all = append(all, err)
+	}
+	a.close(context.WithoutCancel(ctx))
+	return errors.Join(all...)
+}
+
+func (a *App) close(ctx context.Context) {
+	a.closeOnce.Do(func() {
+		if a.publisher != nil {
+			if err := a.publisher.Close(); err != nil {
+				a.logger.Warn("closing publisher", slog.Any("error", err))
+			}
+		}
+		if a.etcd != nil {
+			_ = a.etcd.Close()
+		}
+		if a.pool != nil {
+			a.pool.Close()
+		}
+		if a.telemetry != nil {
+			if err := a.telemetry.Shutdown(ctx); err != nil {
+				a.logger.Warn("flushing telemetry", slog.Any("error", err))
+			}
+		}
+	})
+}

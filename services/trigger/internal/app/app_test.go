@@ -1,0 +1,197 @@
+package app_test
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+	"os"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/google/uuid"
+	amqp091 "github.com/rabbitmq/amqp091-go"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	eventsv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/events/v1"
+	registryv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1"
+	triggerv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/trigger/v1"
+	"github.com/cronmesh/cronmesh/gen/go/cronmesh/trigger/v1/triggerv1connect"
+	"github.com/cronmesh/cronmesh/libs/amqptest"
+	"github.com/cronmesh/cronmesh/libs/config"
+	"github.com/cronmesh/cronmesh/libs/etcdtest"
+	"github.com/cronmesh/cronmesh/libs/pgtest"
+	"github.com/cronmesh/cronmesh/services/trigger/internal/app"
+)
+
+const key = "trigger-key-0123456789abcdef"
+
+type node struct {
+	cfg     app.Config
+	baseURL string
+}
+
+func startNode(t *testing.T) *node {
+	t.Helper()
+	_, schema := pgtest.New(t)
+	etcd := etcdtest.New(t)
+	cfg := app.Config{
+		Common: config.Common{
+			Listen: "127.0.0.1:0", PostgresURL: pgtest.URL(), AMQPURL: amqptest.URL(),
+			EtcdEndpoints: etcd.Endpoints(), LogLevel: "warn", ShutdownTimeout: 5 * time.Second,
+		},
+		APIKeys:            config.StringList{"alpha=" + key},
+		NodeID:             "node-a",
+		Schema:             schema,
+		EtcdPrefix:         "/" + amqptest.UniqueName(t, "ring") + "/",
+		Partitions:         8,
+		LeaseTTL:           2 * time.Second,
+		JobsExchange:       amqptest.UniqueName(t, "jobs"),
+		JobsQueue:          amqptest.UniqueName(t, "jobsq"),
+		DispatchExchange:   amqptest.UniqueName(t, "dispatch"),
+		DispatchQueue:      amqptest.UniqueName(t, "dispatchq"),
+		ExecutionsExchange: amqptest.UniqueName(t, "executions"),
+		OutboxLanes:        4,
+		Lookahead:          5 * time.Second,
+	}
+	t.Cleanup(func() {
+		ch := amqptest.Channel(t)
+		for _, q := range []string{cfg.JobsQueue, cfg.DispatchQueue} {
+			_, _ = ch.QueueDelete(q, false, false, false)
+		}
+		for _, x := range []string{cfg.JobsExchange, cfg.DispatchExchange, cfg.ExecutionsExchange} {
+			_ = ch.ExchangeDelete(x, false, false)
+		}
+	})
+	logger := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	ctx, cancel := context.WithCancel(context.Background())
+	a, err := app.New(ctx, cfg, logger)
+	require.NoError(t, err)
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		require.NoError(t, <-done)
+	})
+	<-a.Server().Ready()
+	n := &node{cfg: cfg, baseURL: "http://" + a.Server().Addr()}
+	require.Eventually(t, func() bool {
+		resp, err := http.Get(n.baseURL + "/readyz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	}, 30*time.Second, 20*time.Millisecond, "the node never held its partitions")
+	return n
+}
+
+func (n *node) client(k string, opts ...connect.ClientOption) triggerv1connect.TriggerServiceClient {
+	transport := &http.Transport{Protocols: new(http.Protocols)}
+	transport.Protocols.SetUnencryptedHTTP2(true)
+	opts = append(opts, connect.WithInterceptors(connect.UnaryInterceptorFunc(func(next connect.UnaryFunc) connect.UnaryFunc {
+		return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+			if k != "" {
+				req.Header().Set("Authorization", "Bearer "+k)
+			}
+			return next(ctx, req)
+		}
+	})))
+	return triggerv1connect.NewTriggerServiceClient(&http.Client{Transport: transport}, n.baseURL, opts...)
+}
+
+// createJob publishes a CREATED event, as the registry would.
+func (n *node) createJob(t *testing.T, namespace, cron string, created time.Time) string {
+	t.Helper()
+	id := uuid.Must(uuid.NewV7()).String()
+	ev := &eventsv1.JobEvent{
+		EventId: uuid.NewString(), Kind: eventsv1.JobEventKind_JOB_EVENT_KIND_CREATED, Version: 1, OccurTime: timestamppb.New(created),
+		Job: &registryv1.Job{
+			Id: id, Namespace: namespace, DisplayName: "job", Version: 1,
+			Schedule: &registryv1.Schedule{Kind: &registryv1.Schedule_Cron{Cron: cron}, TimeZone: "UTC"},
+			Target: &registryv1.Target{Kind: &registryv1.Target_Http{Http: &registryv1.HttpTarget{
+				Method: "POST", Url: "https://example.test/hook", Timeout: durationpb.New(time.Second),
+			}}},
+			CatchUpWindow: durationpb.New(time.Hour), CreateTime: timestamppb.New(created), UpdateTime: timestamppb.New(created),
+		},
+	}
+	body, err := proto.Marshal(ev)
+	require.NoError(t, err)
+	ch := amqptest.Channel(t)
+	require.NoError(t, ch.PublishWithContext(context.Background(), n.cfg.JobsExchange, "job.created", false, false,
+		amqp091.Publishing{MessageId: ev.EventId, Body: body}))
+	return id
+}
+
+func TestTriggerService(t *testing.T) {
+	t.Parallel()
+	n := startNode(t)
+	ctx := context.Background()
+	id := n.createJob(t, "alpha", "* * * * * *", time.Now())
+
+	for _, p := range []struct {
+		name string
+		opts []connect.ClientOption
+	}{{"connect", nil}, {"grpc", []connect.ClientOption{connect.WithGRPC()}}} {
+		t.Run(p.name, func(t *testing.T) {
+			client := n.client(key, p.opts...)
+			ring, err := client.GetRing(ctx, connect.NewRequest(&triggerv1.GetRingRequest{}))
+			require.NoError(t, err)
+			require.EqualValues(t, 8, ring.Msg.PartitionCount)
+			require.Len(t, ring.Msg.Members, 1)
+			require.Equal(t, "node-a", ring.Msg.Members[0].NodeId)
+			require.EqualValues(t, 8, ring.Msg.Members[0].OwnedPartitions)
+			for _, part := range ring.Msg.Partitions {
+				require.Equal(t, "node-a", part.Owner)
+				require.Positive(t, part.Epoch)
+			}
+
+			var slots []*triggerv1.Slot
+			require.Eventually(t, func() bool {
+				resp, err := client.ListSlots(ctx, connect.NewRequest(&triggerv1.ListSlotsRequest{JobId: id, PageSize: 2}))
+				if err != nil {
+					return false // not projected yet
+				}
+				slots = resp.Msg.Slots
+				return len(slots) == 2 && resp.Msg.NextPageToken != ""
+			}, 15*time.Second, 100*time.Millisecond, "the every-second job never fired twice")
+			require.True(t, slots[0].NominalTime.AsTime().After(slots[1].NominalTime.AsTime()), "newest first")
+			require.Equal(t, triggerv1.SlotState_SLOT_STATE_FIRED, slots[0].State)
+			require.Positive(t, slots[0].Epoch)
+		})
+	}
+
+	client := n.client(key)
+	// Backfill the minute before the job existed: every second fires once,
+	// and a second call finds them all in the ledger.
+	end := time.Now().Add(-2 * time.Minute).Truncate(time.Second)
+	start := end.Add(-9 * time.Second)
+	req := &triggerv1.BackfillJobRequest{JobId: id, StartTime: timestamppb.New(start), EndTime: timestamppb.New(end), Rate: 1000}
+	first, err := client.BackfillJob(ctx, connect.NewRequest(req))
+	require.NoError(t, err)
+	require.EqualValues(t, 10, first.Msg.Fired)
+	again, err := client.BackfillJob(ctx, connect.NewRequest(req))
+	require.NoError(t, err)
+	require.EqualValues(t, 0, again.Msg.Fired)
+	require.EqualValues(t, 10, again.Msg.Skipped)
+
+	_, err = client.ListSlots(ctx, connect.NewRequest(&triggerv1.ListSlotsRequest{JobId: id, PageToken: "%%%"}))
+	requireCode(t, err, connect.CodeInvalidArgument)
+	_, err = client.BackfillJob(ctx, connect.NewRequest(&triggerv1.BackfillJobRequest{JobId: id, StartTime: timestamppb.New(end), EndTime: timestamppb.New(start)}))
+	requireCode(t, err, connect.CodeInvalidArgument)
+	_, err = client.ListSlots(ctx, connect.NewRequest(&triggerv1.ListSlotsRequest{JobId: uuid.NewString()}))
+	requireCode(t, err, connect.CodeNotFound)
+	_, err = n.client("").GetRing(ctx, connect.NewRequest(&triggerv1.GetRingRequest{}))
+	requireCode(t, err, connect.CodeUnauthenticated)
+}
+
+func requireCode(t *testing.T, err error, code connect.Code) {
+	t.Helper()
+	var cerr *connect.Error
+	require.True(t, errors.As(err, &cerr), "want a connect error, got %v", err)
+	require.Equal(t, code, cerr.Code(), cerr.Message())
+}
