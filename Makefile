@@ -61,8 +61,12 @@ build: ## Build the service binaries into bin/.
 
 .PHONY: test
 test: tools services lint checkgenerate ## Run every check and test (needs nothing installed by hand).
-	for dir in $(GO_MODULES); do (cd $$dir && go test -race -count=1 ./...); done
+	for dir in $(GO_MODULES); do (cd $$dir && go test -race -count=1 $$(go list ./... | grep -v /e2e)); done
 	go test -run='^$$' -fuzz=FuzzParseCron -fuzztime=$(FUZZTIME) ./libs/schedule
+	@# The end-to-end suites run real processes against the timing promises
+	@# (a slot within 5 s of its time), so they run alone, not beside the
+	@# race-detector suites above competing for the same cores.
+	go test -count=1 -p 1 -timeout 15m $$(go list ./... | grep /e2e)
 
 .PHONY: bench
 bench: tools services build ## Run the benchmarks (see docs/benchmarks.md).
