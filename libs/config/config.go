@@ -49,6 +49,9 @@ type Common struct {
 	// ShutdownTimeout bounds graceful shutdown (--shutdown-timeout,
 	// CRONMESH_SHUTDOWN_TIMEOUT), a Go duration such as "15s".
 	ShutdownTimeout time.Duration
+	// Pprof serves net/http/pprof under /debug/pprof/ (--pprof,
+	// CRONMESH_PPROF). Off by default.
+	Pprof bool
 }
 
 // Register adds the common flags to fs, with defaultListen as the default of
@@ -65,6 +68,7 @@ func (c *Common) Register(fs *flag.FlagSet, defaultListen string) {
 	c.LogLevel = DefaultLogLevel
 	fs.Var((*logLevel)(&c.LogLevel), "log-level", "log level: debug, info, warn or error")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", DefaultShutdownTimeout, "graceful shutdown timeout")
+	fs.BoolVar(&c.Pprof, "pprof", false, "serve net/http/pprof under /debug/pprof/ (for profiling; off in production)")
 }
 
 // EnvName returns the environment variable that backs the flag named name:

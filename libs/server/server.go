@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"runtime/debug"
 	"slices"
 	"sync"
@@ -52,6 +53,10 @@ type Options struct {
 	// DefaultShutdownTimeout. In-flight requests still running when it
 	// expires are cut off.
 	ShutdownTimeout time.Duration
+	// Profiling serves net/http/pprof under /debug/pprof/. Off by default:
+	// profiles reveal internals and cost CPU, so an operator turns them on
+	// (--pprof) for a benchmark or an investigation.
+	Profiling bool
 }
 
 // Server serves a service's Connect handlers plus health, reflection and
@@ -147,6 +152,13 @@ func New(opts Options) (*Server, error) {
 	s.mux.Handle(grpcreflect.NewHandlerV1(reflector))
 	s.mux.Handle(grpcreflect.NewHandlerV1Alpha(reflector))
 	s.mux.Handle("GET /metrics", promhttp.HandlerFor(tel.Metrics, promhttp.HandlerOpts{}))
+	if opts.Profiling {
+		s.mux.HandleFunc("GET /debug/pprof/", pprof.Index)
+		s.mux.HandleFunc("GET /debug/pprof/cmdline", pprof.Cmdline)
+		s.mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
+		s.mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
+		s.mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
+	}
 	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		_, _ = w.Write([]byte("ok\n"))
 	})

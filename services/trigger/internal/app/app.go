@@ -235,7 +235,7 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger) (_ *App, err erro
 	}
 
 	a.server, err = server.New(server.Options{
-		Name: "trigger", Listen: cfg.Listen, Logger: logger, Telemetry: a.telemetry, ShutdownTimeout: cfg.ShutdownTimeout,
+		Name: "trigger", Listen: cfg.Listen, Logger: logger, Telemetry: a.telemetry, ShutdownTimeout: cfg.ShutdownTimeout, Profiling: cfg.Pprof,
 	})
 	if err != nil {
 		return nil, err
