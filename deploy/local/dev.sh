@@ -19,6 +19,7 @@ stop_all() {
   for ((i = ${#pids[@]} - 1; i >= 0; i--)); do kill -TERM "${pids[i]}" 2>/dev/null || true; done
   for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
   echo "stopped"
+  exit 0
 }
 trap stop_all INT TERM EXIT
 
@@ -64,4 +65,5 @@ cat <<BANNER
   Ctrl-C stops everything.
 BANNER
 wait -n "${pids[@]}" || true
-echo "a service exited; see $LOGS/"
+echo "a service exited unexpectedly; see $LOGS/"
+exit 1
