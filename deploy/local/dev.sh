@@ -55,7 +55,7 @@ cat <<BANNER
   metrics     /metrics on every service
   API key     $DEV_KEY   (namespace "dev")
 
-  Dispatch requests go to the RabbitMQ queue cronmesh.dispatch (the
+  Dispatch requests go to the RabbitMQ queues cronmesh.dispatch.{high,normal,low} (the
   dispatcher that delivers them is not built yet).
 
   Try:

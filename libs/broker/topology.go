@@ -14,6 +14,10 @@ type QueueBinding struct {
 	Exchange   string
 	Queue      string
 	BindingKey string
+	// Arguments are extra queue arguments (x-message-ttl, dead-lettering);
+	// x-queue-type is always quorum. A queue must always be declared with
+	// the same arguments, or RabbitMQ refuses the declaration.
+	Arguments map[string]any
 }
 
 // DeclareQueues declares the exchanges, quorum queues and bindings,
@@ -52,7 +56,11 @@ func declareQueues(amqpURL string, bindings []QueueBinding) error {
 		if err := ch.ExchangeDeclare(b.Exchange, "topic", true, false, false, false, nil); err != nil {
 			return fmt.Errorf("broker: declare exchange %q: %w", b.Exchange, err)
 		}
-		if _, err := ch.QueueDeclare(b.Queue, true, false, false, false, amqp091.Table{"x-queue-type": "quorum"}); err != nil {
+		args := amqp091.Table{"x-queue-type": "quorum"}
+		for k, v := range b.Arguments {
+			args[k] = v
+		}
+		if _, err := ch.QueueDeclare(b.Queue, true, false, false, false, args); err != nil {
 			return fmt.Errorf("broker: declare queue %q: %w", b.Queue, err)
 		}
 		if err := ch.QueueBind(b.Queue, b.BindingKey, b.Exchange, false, nil); err != nil {

@@ -27,6 +27,7 @@ import (
 	eventsv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/events/v1"
 	registryv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1"
 	"github.com/cronmesh/cronmesh/libs/amqptest"
+	"github.com/cronmesh/cronmesh/libs/broker"
 	"github.com/cronmesh/cronmesh/libs/etcdtest"
 	"github.com/cronmesh/cronmesh/libs/pgtest"
 )
@@ -105,9 +106,10 @@ func newCluster(t *testing.T, amqpURL string) *cluster {
 			c.stop(n)
 		}
 		ch := amqptest.Channel(t)
-		for _, q := range []string{c.dispatchQ, c.jobsX + ".trigger"} {
-			_, _ = ch.QueueDelete(q, false, false, false)
+		for _, b := range broker.DispatchQueues(c.dispatchX, c.dispatchQ) {
+			_, _ = ch.QueueDelete(b.Queue, false, false, false)
 		}
+		_, _ = ch.QueueDelete(c.jobsX+".trigger", false, false, false)
 		for _, x := range []string{c.jobsX, c.dispatchX, c.executionX} {
 			_ = ch.ExchangeDelete(x, false, false)
 		}
@@ -250,28 +252,35 @@ func (c *cluster) createJobs(count int) []string {
 func (c *cluster) consume(ctx context.Context) *sync.WaitGroup {
 	ch := amqptest.Channel(c.t)
 	require.NoError(c.t, ch.Qos(1000, 0, false))
-	deliveries, err := ch.Consume(c.dispatchQ, "", true, false, false, false, nil)
-	require.NoError(c.t, err)
+	// The jobs are of normal priority; reading every priority's queue would
+	// also catch a misrouted one.
 	var wg sync.WaitGroup
-	wg.Go(func() {
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case d, ok := <-deliveries:
-				if !ok {
-					return
-				}
-				req := &dispatchv1.DispatchRequest{}
-				if err := proto.Unmarshal(d.Body, req); err != nil {
-					c.received.bad(fmt.Sprintf("undecodable dispatch request %q: %v", d.MessageId, err))
-					continue
-				}
-				c.received.add(req, time.Now())
-			}
-		}
-	})
+	for _, b := range broker.DispatchQueues(c.dispatchX, c.dispatchQ) {
+		deliveries, err := ch.Consume(b.Queue, "", true, false, false, false, nil)
+		require.NoError(c.t, err)
+		wg.Go(func() { c.record(ctx, deliveries) })
+	}
 	return &wg
+}
+
+// record decodes and records deliveries until ctx is done.
+func (c *cluster) record(ctx context.Context, deliveries <-chan amqp091.Delivery) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case d, ok := <-deliveries:
+			if !ok {
+				return
+			}
+			req := &dispatchv1.DispatchRequest{}
+			if err := proto.Unmarshal(d.Body, req); err != nil {
+				c.received.bad(fmt.Sprintf("undecodable dispatch request %q: %v", d.MessageId, err))
+				continue
+			}
+			c.received.add(req, time.Now())
+		}
+	}
 }
 
 func joinComma(s []string) string {

@@ -77,7 +77,7 @@ func (c *Config) Register(fs *flag.FlagSet) {
 	fs.StringVar(&c.JobsExchange, "jobs-exchange", "cronmesh.jobs", "exchange of the registry's job events")
 	fs.StringVar(&c.JobsQueue, "jobs-queue", "cronmesh.trigger.jobs", "the trigger's queue of job events")
 	fs.StringVar(&c.DispatchExchange, "dispatch-exchange", "cronmesh.dispatch", "exchange dispatch requests are published to")
-	fs.StringVar(&c.DispatchQueue, "dispatch-queue", "cronmesh.dispatch", "quorum queue the dispatcher consumes (declared by the trigger)")
+	fs.StringVar(&c.DispatchQueue, "dispatch-queue", "cronmesh.dispatch", "prefix of the per-priority quorum queues the dispatcher consumes (<prefix>.high, .normal, .low; declared by the trigger)")
 	fs.StringVar(&c.ExecutionsExchange, "executions-exchange", "cronmesh.executions", "exchange of execution lifecycle events (execution.missed)")
 	fs.IntVar(&c.OutboxLanes, "outbox-lanes", 64, "messages the outbox relay publishes concurrently (order per job is kept)")
 	fs.DurationVar(&c.Lookahead, "lookahead", 5*time.Second, "how far ahead slots are loaded into memory")
@@ -256,12 +256,10 @@ func (a *App) Server() *server.Server { return a.server }
 // at once); the projection and the relay stop (unpublished messages stay in
 // the outbox for whichever node's relay runs next).
 func (a *App) Run(ctx context.Context) error {
-	// The dispatch queue must exist before the first dispatch request is
+	// The dispatch queues must exist before the first dispatch request is
 	// published: RabbitMQ confirms and drops a message no queue is bound for.
 	declareCtx, cancelDeclare := context.WithTimeout(ctx, time.Minute)
-	err := broker.DeclareQueues(declareCtx, a.cfg.AMQPURL, broker.QueueBinding{
-		Exchange: a.cfg.DispatchExchange, Queue: a.cfg.DispatchQueue, BindingKey: "dispatch.#",
-	})
+	err := broker.DeclareQueues(declareCtx, a.cfg.AMQPURL, broker.DispatchQueues(a.cfg.DispatchExchange, a.cfg.DispatchQueue)...)
 	cancelDeclare()
 	if err != nil {
 		a.close(context.WithoutCancel(ctx))

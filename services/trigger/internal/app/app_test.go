@@ -22,6 +22,7 @@ import (
 	triggerv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/trigger/v1"
 	"github.com/cronmesh/cronmesh/gen/go/cronmesh/trigger/v1/triggerv1connect"
 	"github.com/cronmesh/cronmesh/libs/amqptest"
+	"github.com/cronmesh/cronmesh/libs/broker"
 	"github.com/cronmesh/cronmesh/libs/config"
 	"github.com/cronmesh/cronmesh/libs/etcdtest"
 	"github.com/cronmesh/cronmesh/libs/pgtest"
@@ -60,9 +61,10 @@ func startNode(t *testing.T) *node {
 	}
 	t.Cleanup(func() {
 		ch := amqptest.Channel(t)
-		for _, q := range []string{cfg.JobsQueue, cfg.DispatchQueue} {
-			_, _ = ch.QueueDelete(q, false, false, false)
+		for _, b := range broker.DispatchQueues(cfg.DispatchExchange, cfg.DispatchQueue) {
+			_, _ = ch.QueueDelete(b.Queue, false, false, false)
 		}
+		_, _ = ch.QueueDelete(cfg.JobsQueue, false, false, false)
 		for _, x := range []string{cfg.JobsExchange, cfg.DispatchExchange, cfg.ExecutionsExchange} {
 			_ = ch.ExchangeDelete(x, false, false)
 		}

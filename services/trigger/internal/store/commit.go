@@ -460,17 +460,17 @@ func (s *Store) missedMessage(jobID string, events []*eventsv1.ExecutionEvent, h
 	}, nil
 }
 
-// DispatchRoutingKey is the dispatch exchange's routing key for a priority:
-// "dispatch.high", "dispatch.normal" or "dispatch.low"; unspecified and
-// unknown priorities are normal.
+// DispatchRoutingKey is the dispatch exchange's routing key for a priority
+// (broker.DispatchRoutingKey): "dispatch.high", "dispatch.normal" or
+// "dispatch.low"; unspecified and unknown priorities are normal.
 func DispatchRoutingKey(p registryv1.Priority) string {
 	switch p {
 	case registryv1.Priority_PRIORITY_HIGH:
-		return "dispatch.high"
+		return broker.DispatchRoutingKey("high")
 	case registryv1.Priority_PRIORITY_LOW:
-		return "dispatch.low"
+		return broker.DispatchRoutingKey("low")
 	default:
-		return "dispatch.normal"
+		return broker.DispatchRoutingKey("normal")
 	}
 }
 
