@@ -22,6 +22,7 @@ import (
 	"github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1/registryv1connect"
 	"github.com/cronmesh/cronmesh/libs/apikey"
 	"github.com/cronmesh/cronmesh/libs/jobspec"
+	"github.com/cronmesh/cronmesh/libs/rpcerr"
 	"github.com/cronmesh/cronmesh/services/registry/internal/store"
 	"github.com/cronmesh/cronmesh/services/registry/internal/validate"
 )
@@ -73,10 +74,10 @@ func (h *Handler) CreateJob(ctx context.Context, req *connect.Request[registryv1
 	if err != nil {
 		return nil, err
 	}
-	v := &validate.Violations{}
+	v := &rpcerr.Violations{}
 	newJob := h.prepareNew(v, "", req.Msg, ns)
 	if !v.Empty() {
-		return nil, invalid(v)
+		return nil, v.Err()
 	}
 	jobs, err := h.store.Create(ctx, ns, []store.NewJob{newJob})
 	if err != nil {
@@ -91,11 +92,11 @@ func (h *Handler) BatchCreateJobs(ctx context.Context, req *connect.Request[regi
 	if err != nil {
 		return nil, err
 	}
-	v := &validate.Violations{}
+	v := &rpcerr.Violations{}
 	n := len(req.Msg.Requests)
 	if n == 0 || n > MaxBatch {
 		v.Add("requests", "must hold 1 to %d jobs, got %d", MaxBatch, n)
-		return nil, invalid(v)
+		return nil, v.Err()
 	}
 	newJobs := make([]store.NewJob, n)
 	seen := make(map[string]int, n)
@@ -110,7 +111,7 @@ func (h *Handler) BatchCreateJobs(ctx context.Context, req *connect.Request[regi
 		}
 	}
 	if !v.Empty() {
-		return nil, invalid(v)
+		return nil, v.Err()
 	}
 	jobs, err := h.store.Create(ctx, ns, newJobs)
 	if err != nil {
@@ -122,7 +123,7 @@ func (h *Handler) BatchCreateJobs(ctx context.Context, req *connect.Request[regi
 // prepareNew validates one create request and gives the job its identity.
 // Output-only fields sent by the client are ignored, not rejected, so that a
 // job read from the API can be sent back as a template.
-func (h *Handler) prepareNew(v *validate.Violations, prefix string, req *registryv1.CreateJobRequest, ns string) store.NewJob {
+func (h *Handler) prepareNew(v *rpcerr.Violations, prefix string, req *registryv1.CreateJobRequest, ns string) store.NewJob {
 	if req == nil {
 		v.Add(strings.TrimSuffix(prefix, "."), "is required")
 		return store.NewJob{}
@@ -149,9 +150,9 @@ func (h *Handler) GetJob(ctx context.Context, req *connect.Request[registryv1.Ge
 	}
 	count := int(req.Msg.NextRunCount)
 	if count < 0 || count > MaxNextRuns {
-		v := &validate.Violations{}
+		v := &rpcerr.Violations{}
 		v.Add("next_run_count", "must be between 0 and %d", MaxNextRuns)
-		return nil, invalid(v)
+		return nil, v.Err()
 	}
 	job, err := h.store.Get(ctx, ns, req.Msg.Id)
 	if err != nil {
@@ -176,7 +177,7 @@ func (h *Handler) ListJobs(ctx context.Context, req *connect.Request[registryv1.
 	if err != nil {
 		return nil, err
 	}
-	v := &validate.Violations{}
+	v := &rpcerr.Violations{}
 	size := int(req.Msg.PageSize)
 	if size < 0 {
 		v.Add("page_size", "must not be negative")
@@ -186,7 +187,7 @@ func (h *Handler) ListJobs(ctx context.Context, req *connect.Request[registryv1.
 		v.Add("page_token", "is not a token returned by ListJobs")
 	}
 	if !v.Empty() {
-		return nil, invalid(v)
+		return nil, v.Err()
 	}
 	jobs, next, err := h.store.List(ctx, ns, store.ListFilter{
 		Labels:   req.Msg.Labels,
@@ -206,11 +207,11 @@ func (h *Handler) UpdateJob(ctx context.Context, req *connect.Request[registryv1
 	if err != nil {
 		return nil, err
 	}
-	v := &validate.Violations{}
+	v := &rpcerr.Violations{}
 	patch := req.Msg.GetJob()
 	if patch == nil {
 		v.Add("job", "is required")
-		return nil, invalid(v)
+		return nil, v.Err()
 	}
 	paths := req.Msg.GetUpdateMask().GetPaths()
 	if len(paths) == 0 {
@@ -225,7 +226,7 @@ func (h *Handler) UpdateJob(ctx context.Context, req *connect.Request[registryv1
 		}
 	}
 	if !v.Empty() {
-		return nil, invalid(v)
+		return nil, v.Err()
 	}
 	var generatedSecret string
 	job, err := h.store.Update(ctx, ns, patch.Id, patch.Etag, eventsv1.JobEventKind_JOB_EVENT_KIND_UPDATED, func(job *registryv1.Job) error {
@@ -242,7 +243,7 @@ func (h *Handler) UpdateJob(ctx context.Context, req *connect.Request[registryv1
 		hadSecret := job.GetTarget().GetHttp().GetSigningSecret() != ""
 		validate.Job(v, "job", job, job.CreateTime.AsTime())
 		if !v.Empty() {
-			return invalid(v)
+			return v.Err()
 		}
 		if !hadSecret && job.GetTarget().GetHttp() != nil {
 			generatedSecret = job.GetTarget().GetHttp().GetSigningSecret()
@@ -337,10 +338,10 @@ func (h *Handler) RunJob(ctx context.Context, req *connect.Request[registryv1.Ru
 	if err != nil {
 		return nil, err
 	}
-	v := &validate.Violations{}
+	v := &rpcerr.Violations{}
 	validate.RequestID(v, "request_id", req.Msg.RequestId)
 	if !v.Empty() {
-		return nil, invalid(v)
+		return nil, v.Err()
 	}
 	nominal, err := h.store.Run(ctx, ns, req.Msg.Id, req.Msg.RequestId)
 	if err != nil {
@@ -355,7 +356,7 @@ func (h *Handler) PreviewSchedule(ctx context.Context, req *connect.Request[regi
 	if _, err := namespace(ctx); err != nil {
 		return nil, err
 	}
-	v := &validate.Violations{}
+	v := &rpcerr.Violations{}
 	count := int(req.Msg.Count)
 	if count < 0 || count > MaxPreviewCount {
 		v.Add("count", "must be between 1 and %d", MaxPreviewCount)
@@ -373,7 +374,7 @@ func (h *Handler) PreviewSchedule(ctx context.Context, req *connect.Request[regi
 		v.Add(strings.TrimSuffix("schedule."+e.Field, "."), "%s", e.Description)
 	}
 	if !v.Empty() {
-		return nil, invalid(v)
+		return nil, v.Err()
 	}
 	resp := &registryv1.PreviewScheduleResponse{}
 	for _, t := range sched.NextN(from, cmp.Or(count, DefaultPreviewCount)) {

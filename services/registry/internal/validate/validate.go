@@ -12,11 +12,11 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	registryv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1"
 	"github.com/cronmesh/cronmesh/libs/jobspec"
+	"github.com/cronmesh/cronmesh/libs/rpcerr"
 )
 
 // Limits of a job definition. They bound what one job can cost the mesh
@@ -67,24 +67,8 @@ var (
 	httpMethods = []string{http.MethodGet, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete}
 )
 
-// Violations collects field violations under a path prefix.
-type Violations struct {
-	list []*errdetails.BadRequest_FieldViolation
-}
-
-// Add records that field (a full path such as "job.schedule.cron") is wrong.
-func (v *Violations) Add(field, format string, args ...any) {
-	v.list = append(v.list, &errdetails.BadRequest_FieldViolation{Field: field, Description: fmt.Sprintf(format, args...)})
-}
-
-// List returns the violations in the order found; nil when there are none.
-func (v *Violations) List() []*errdetails.BadRequest_FieldViolation { return v.list }
-
-// Empty reports whether nothing was wrong.
-func (v *Violations) Empty() bool { return len(v.list) == 0 }
-
 // RequestID checks a client idempotency key.
-func RequestID(v *Violations, path, id string) {
+func RequestID(v *rpcerr.Violations, path, id string) {
 	if len(id) > MaxRequestID || !utf8.ValidString(id) {
 		v.Add(path, "must be valid UTF-8 of at most %d bytes", MaxRequestID)
 	}
@@ -94,7 +78,7 @@ func RequestID(v *Violations, path, id string) {
 // will be stored, given its create time, and fills its defaults in place.
 // Output-only fields are the caller's business. It never stops at the first
 // problem.
-func Job(v *Violations, path string, job *registryv1.Job, created time.Time) {
+func Job(v *rpcerr.Violations, path string, job *registryv1.Job, created time.Time) {
 	if job == nil {
 		v.Add(path, "is required")
 		return
@@ -137,7 +121,7 @@ func Job(v *Violations, path string, job *registryv1.Job, created time.Time) {
 	}
 }
 
-func checkText(v *Violations, field, s string, minLen, maxLen int) {
+func checkText(v *rpcerr.Violations, field, s string, minLen, maxLen int) {
 	n := utf8.RuneCountInString(s)
 	switch {
 	case !utf8.ValidString(s):
@@ -149,7 +133,7 @@ func checkText(v *Violations, field, s string, minLen, maxLen int) {
 	}
 }
 
-func labels(v *Violations, field string, labels map[string]string) {
+func labels(v *rpcerr.Violations, field string, labels map[string]string) {
 	if len(labels) > MaxLabels {
 		v.Add(field, "at most %d labels, got %d", MaxLabels, len(labels))
 		return
@@ -164,7 +148,7 @@ func labels(v *Violations, field string, labels map[string]string) {
 	}
 }
 
-func target(v *Violations, field string, job *registryv1.Job) {
+func target(v *rpcerr.Violations, field string, job *registryv1.Job) {
 	switch t := job.GetTarget().GetKind().(type) {
 	case *registryv1.Target_Http:
 		httpTarget(v, field+".http", t.Http)
@@ -175,7 +159,7 @@ func target(v *Violations, field string, job *registryv1.Job) {
 	}
 }
 
-func httpTarget(v *Violations, field string, t *registryv1.HttpTarget) {
+func httpTarget(v *rpcerr.Violations, field string, t *registryv1.HttpTarget) {
 	if t == nil {
 		v.Add(field, "is required")
 		return
@@ -209,7 +193,7 @@ func httpTarget(v *Violations, field string, t *registryv1.HttpTarget) {
 	}
 }
 
-func amqpTarget(v *Violations, field string, t *registryv1.AmqpTarget) {
+func amqpTarget(v *rpcerr.Violations, field string, t *registryv1.AmqpTarget) {
 	if t == nil {
 		v.Add(field, "is required")
 		return
@@ -234,7 +218,7 @@ func amqpTarget(v *Violations, field string, t *registryv1.AmqpTarget) {
 	}
 }
 
-func headers(v *Violations, field string, h map[string]string, isHTTP bool) {
+func headers(v *rpcerr.Violations, field string, h map[string]string, isHTTP bool) {
 	if len(h) > MaxHeaders {
 		v.Add(field, "at most %d headers, got %d", MaxHeaders, len(h))
 		return
@@ -253,7 +237,7 @@ func headers(v *Violations, field string, h map[string]string, isHTTP bool) {
 	}
 }
 
-func retryPolicy(v *Violations, field string, job *registryv1.Job) {
+func retryPolicy(v *rpcerr.Violations, field string, job *registryv1.Job) {
 	if job.RetryPolicy == nil {
 		job.RetryPolicy = &registryv1.RetryPolicy{}
 	}
@@ -280,7 +264,7 @@ func retryPolicy(v *Violations, field string, job *registryv1.Job) {
 
 // durationOrDefault returns def when d is unset, and d otherwise, recording a
 // violation when d is malformed or outside [lo, hi].
-func durationOrDefault(v *Violations, field string, d *durationpb.Duration, def, lo, hi time.Duration) *durationpb.Duration {
+func durationOrDefault(v *rpcerr.Violations, field string, d *durationpb.Duration, def, lo, hi time.Duration) *durationpb.Duration {
 	if d == nil {
 		return durationpb.New(def)
 	}

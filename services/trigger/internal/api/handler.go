@@ -9,13 +9,13 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
-	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	triggerv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/trigger/v1"
 	"github.com/cronmesh/cronmesh/gen/go/cronmesh/trigger/v1/triggerv1connect"
 	"github.com/cronmesh/cronmesh/libs/apikey"
 	"github.com/cronmesh/cronmesh/libs/ring"
+	"github.com/cronmesh/cronmesh/libs/rpcerr"
 	"github.com/cronmesh/cronmesh/services/trigger/internal/firing"
 	"github.com/cronmesh/cronmesh/services/trigger/internal/store"
 )
@@ -78,16 +78,16 @@ func (h *Handler) ListSlots(ctx context.Context, req *connect.Request[triggerv1.
 		return nil, err
 	}
 	size := int(req.Msg.PageSize)
-	var violations []*errdetails.BadRequest_FieldViolation
+	var v rpcerr.Violations
 	if size < 0 || size > MaxSlotPage {
-		violations = append(violations, violation("page_size", "must be between 0 and 1000"))
+		v.Add("page_size", "must be between 0 and 1000")
 	}
 	before, ok := decodeSlotToken(req.Msg.PageToken)
 	if !ok {
-		violations = append(violations, violation("page_token", "is not a token returned by ListSlots"))
+		v.Add("page_token", "is not a token returned by ListSlots")
 	}
-	if len(violations) > 0 {
-		return nil, invalid(violations)
+	if err := v.Err(); err != nil {
+		return nil, err
 	}
 	if size == 0 {
 		size = DefaultSlotPage
@@ -120,20 +120,20 @@ func (h *Handler) BackfillJob(ctx context.Context, req *connect.Request[triggerv
 	if err != nil {
 		return nil, err
 	}
-	var violations []*errdetails.BadRequest_FieldViolation
+	var v rpcerr.Violations
 	if req.Msg.StartTime == nil || req.Msg.StartTime.CheckValid() != nil {
-		violations = append(violations, violation("start_time", "is required"))
+		v.Add("start_time", "is required")
 	}
 	if req.Msg.EndTime == nil || req.Msg.EndTime.CheckValid() != nil {
-		violations = append(violations, violation("end_time", "is required"))
+		v.Add("end_time", "is required")
 	} else if req.Msg.StartTime != nil && !req.Msg.EndTime.AsTime().After(req.Msg.StartTime.AsTime()) {
-		violations = append(violations, violation("end_time", "must be after start_time"))
+		v.Add("end_time", "must be after start_time")
 	}
 	if req.Msg.Rate < 0 || req.Msg.Rate > MaxBackfillRate {
-		violations = append(violations, violation("rate", "must be between 0 and 1000 slots per second"))
+		v.Add("rate", "must be between 0 and 1000 slots per second")
 	}
-	if len(violations) > 0 {
-		return nil, invalid(violations)
+	if err := v.Err(); err != nil {
+		return nil, err
 	}
 	res, err := h.store.Backfill(ctx, ns, req.Msg.JobId, req.Msg.StartTime.AsTime(), req.Msg.EndTime.AsTime(), int(req.Msg.Rate))
 	if err != nil {
