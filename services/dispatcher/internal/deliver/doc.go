@@ -4,4 +4,14 @@
 // or an AMQP publish with confirms. It classifies the result as success,
 // retryable or permanent failure; what happens next (retry, dead letter) is
 // the pipeline's business.
+//
+// [Client] is the [Deliverer]. HTTP attempts carry the Standard Webhooks
+// headers ([Sign]; receivers check them with [Verify]), the execution id as
+// Idempotency-Key and the W3C trace context; redirects are not followed and
+// every connection goes through an SSRF guard that inspects the resolved
+// address in the dialer's Control hook, so DNS rebinding cannot get past
+// it. AMQP attempts go through a broker.Publisher built from
+// [PublisherConfig], which checks a job's exchange passively (cronmesh never
+// creates exchanges for jobs) and refuses cronmesh's own exchanges and
+// queues.
 package deliver

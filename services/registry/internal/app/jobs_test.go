@@ -197,6 +197,12 @@ func TestCreateJobRejectsInvalidInput(t *testing.T) {
 		{"unknown priority", func(j *registryv1.Job) { j.Priority = registryv1.Priority(99) }, "job.priority"},
 		{"label key", func(j *registryv1.Job) { j.Labels = map[string]string{"Bad Key": "v"} }, `job.labels["Bad Key"]`},
 		{"catch-up window", func(j *registryv1.Job) { j.CatchUpWindow = durationpb.New(30 * 24 * time.Hour) }, "job.catch_up_window"},
+		{"amqp into cronmesh's exchanges", func(j *registryv1.Job) {
+			j.Target = &registryv1.Target{Kind: &registryv1.Target_Amqp{Amqp: &registryv1.AmqpTarget{Exchange: "cronmesh.dispatch", RoutingKey: "dispatch.high"}}}
+		}, "job.target.amqp.exchange"},
+		{"amqp into cronmesh's queues", func(j *registryv1.Job) {
+			j.Target = &registryv1.Target{Kind: &registryv1.Target_Amqp{Amqp: &registryv1.AmqpTarget{RoutingKey: "cronmesh.dispatch.high"}}}
+		}, "job.target.amqp.routing_key"},
 		{"amqp without queue", func(j *registryv1.Job) {
 			j.Target = &registryv1.Target{Kind: &registryv1.Target_Amqp{Amqp: &registryv1.AmqpTarget{}}}
 		}, "job.target.amqp.routing_key"},

@@ -50,6 +50,9 @@ const (
 	MaxAMQPName        = 255
 	MaxRequestID       = 128
 	DefaultContentType = "application/json"
+	// ReservedAMQPPrefix starts the names of cronmesh's own exchanges and
+	// queues.
+	ReservedAMQPPrefix = "cronmesh."
 )
 
 // Rules that are tables, not state: compiled once and never written.
@@ -206,6 +209,18 @@ func amqpTarget(v *rpcerr.Violations, field string, t *registryv1.AmqpTarget) {
 	}
 	if t.Exchange == "" && t.RoutingKey == "" {
 		v.Add(field+".routing_key", "is required when publishing to the default exchange (it names the queue)")
+	}
+	// A job must not publish into cronmesh's own exchanges and queues (a
+	// forged dispatch request or lifecycle event); the dispatcher refuses
+	// them too, this tells the user at once.
+	if strings.HasPrefix(t.Exchange, ReservedAMQPPrefix) {
+		v.Add(field+".exchange", "names starting with %q are reserved for cronmesh", ReservedAMQPPrefix)
+	}
+	if t.Exchange == "" && strings.HasPrefix(t.RoutingKey, ReservedAMQPPrefix) {
+		v.Add(field+".routing_key", "queues starting with %q are reserved for cronmesh", ReservedAMQPPrefix)
+	}
+	if strings.Contains(t.Exchange, "|") {
+		v.Add(field+".exchange", "is not a valid AMQP exchange name")
 	}
 	headers(v, field+".headers", t.Headers, false)
 	if len(t.Body) > MaxBody {

@@ -1,0 +1,294 @@
+package deliver
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
+	"go.opentelemetry.io/otel/trace"
+
+	dispatchv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/dispatch/v1"
+	registryv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1"
+)
+
+// droppedHeaders are job headers the dispatcher never sends as given: the
+// transport owns framing and the Host, and the signature headers are ours.
+// The registry refuses them already; this is defence in depth. Keys are
+// canonical.
+var droppedHeaders = [...]string{
+	"Host", "Content-Length", "Transfer-Encoding", "Connection", "Keep-Alive",
+	"Proxy-Connection", "Proxy-Authorization", "Te", "Trailer", "Upgrade",
+	"Webhook-Id", "Webhook-Timestamp", "Webhook-Signature",
+}
+
+// error.type values of the HTTP client span other than status codes.
+const (
+	errTypeRefused  = "ssrf_refused"
+	errTypeTimeout  = "timeout"
+	errTypeCanceled = "canceled"
+	errTypeNetwork  = "network"
+)
+
+// deliverHTTP makes one webhook call.
+func (c *Client) deliverHTTP(ctx context.Context, req *dispatchv1.DispatchRequest, t *registryv1.HttpTarget) Outcome {
+	u, err := url.Parse(t.GetUrl())
+	if err != nil {
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err // without the URL, which may carry secrets
+		}
+		return permanent("invalid URL: %v", err)
+	}
+	if scheme := strings.ToLower(u.Scheme); scheme != "http" && scheme != "https" {
+		return permanent("invalid URL: scheme %q is not http or https", u.Scheme)
+	}
+	if u.Host == "" || u.Opaque != "" {
+		return permanent("invalid URL: no host")
+	}
+	key, err := secretKey(t.GetSigningSecret())
+	switch {
+	case errors.Is(err, ErrNoSecret):
+		return permanent("no signing secret")
+	case err != nil:
+		return permanent("invalid signing secret")
+	}
+	method := strings.ToUpper(t.GetMethod())
+	if method == "" {
+		method = http.MethodPost
+	}
+	timeout := t.GetTimeout().AsDuration()
+	if t.GetTimeout() == nil || timeout <= 0 {
+		timeout = DefaultTimeout
+	}
+	timeout = min(timeout, c.maxTimeout)
+	body := []byte(t.GetBody())
+
+	safeURL := redactURL(u)
+	ctx, span := c.tracer.Start(ctx, method,
+		trace.WithSpanKind(trace.SpanKindClient),
+		trace.WithAttributes(
+			semconv.HTTPRequestMethodKey.String(method),
+			semconv.URLFull(safeURL),
+			semconv.ServerAddress(u.Hostname()),
+			semconv.ServerPort(port(u)),
+			attribute.String("cronmesh.execution.id", req.GetExecutionId()),
+			attribute.String("cronmesh.job.id", req.GetJobId()),
+			attribute.Int("cronmesh.attempt", int(req.GetAttempt())),
+		))
+	defer span.End()
+	out := c.callHTTP(ctx, req, t, u, method, key, body, timeout)
+
+	if out.StatusCode != 0 {
+		span.SetAttributes(semconv.HTTPResponseStatusCode(out.StatusCode))
+	}
+	if out.Result != Succeeded {
+		span.SetStatus(codes.Error, out.Reason)
+	}
+	return out
+}
+
+// callHTTP sends the request and classifies what came back.
+func (c *Client) callHTTP(ctx context.Context, req *dispatchv1.DispatchRequest, t *registryv1.HttpTarget,
+	u *url.URL, method string, key, body []byte, timeout time.Duration,
+) Outcome {
+	span := trace.SpanFromContext(ctx)
+	attemptCtx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	var reader io.Reader
+	if len(body) > 0 {
+		reader = bytes.NewReader(body)
+	}
+	httpReq, err := http.NewRequestWithContext(attemptCtx, method, u.String(), reader)
+	if err != nil {
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		return permanent("invalid request: %v", err)
+	}
+	for name, value := range t.GetHeaders() {
+		if !validHeaderName(name) || !validHeaderValue(value) {
+			return permanent("invalid header %q", name)
+		}
+		name = http.CanonicalHeaderKey(name)
+		if slices.Contains(droppedHeaders[:], name) {
+			continue
+		}
+		httpReq.Header.Set(name, value)
+	}
+	id := req.GetExecutionId()
+	now := c.clock.Now()
+	httpReq.Header.Set(HeaderWebhookID, id)
+	httpReq.Header.Set(HeaderWebhookTimestamp, strconv.FormatInt(now.Unix(), 10))
+	httpReq.Header.Set(HeaderWebhookSignature, signature(hmacSHA256(key), id, now.Unix(), body))
+	httpReq.Header.Set(HeaderIdempotencyKey, id)
+	if httpReq.Header.Get("User-Agent") == "" {
+		httpReq.Header.Set("User-Agent", c.userAgent)
+	}
+	if len(body) > 0 && httpReq.Header.Get("Content-Type") == "" {
+		httpReq.Header.Set("Content-Type", "application/json")
+	}
+	c.propagator.Inject(ctx, propagation.HeaderCarrier(httpReq.Header))
+
+	resp, err := c.http.Do(httpReq)
+	if err != nil {
+		out, errType := c.classifyError(ctx, err, timeout)
+		span.SetAttributes(semconv.ErrorTypeKey.String(errType))
+		if errType == errTypeRefused {
+			c.log.Warn("deliver: target refused by the SSRF guard",
+				"execution_id", id, "job_id", req.GetJobId(), "namespace", req.GetNamespace(),
+				"url", redactURL(u), "reason", out.Reason)
+		}
+		return out
+	}
+	excerpt, _ := io.ReadAll(io.LimitReader(resp.Body, MaxExcerpt))
+	_, _ = io.CopyN(io.Discard, resp.Body, maxDrain) // for keep-alive; a longer body closes the connection
+	_ = resp.Body.Close()
+
+	out := Outcome{
+		Result:     classifyStatus(resp.StatusCode, t.GetAcceptedStatusCodes()),
+		StatusCode: resp.StatusCode,
+		Headers:    resp.Header,
+		Excerpt:    string(excerpt),
+		RetryAfter: parseRetryAfter(resp.Header.Get("Retry-After"), c.clock.Now()),
+	}
+	switch {
+	case out.Result == Succeeded:
+	case resp.StatusCode >= 200 && resp.StatusCode < 300:
+		out.Reason = "HTTP " + resp.Status + " is not one of the job's accepted status codes"
+	case resp.StatusCode >= 300 && resp.StatusCode < 400:
+		out.Reason = "HTTP " + resp.Status + " (redirects are not followed)"
+	default:
+		out.Reason = "HTTP " + resp.Status
+	}
+	if out.Result != Succeeded {
+		span.SetAttributes(semconv.ErrorTypeKey.String(strconv.Itoa(resp.StatusCode)))
+	}
+	return out
+}
+
+// classifyError turns a failed round trip into an outcome and the span's
+// error.type: an SSRF refusal is Permanent, everything else (timeouts,
+// resets, refused connections, DNS and TLS failures, a canceled ctx) is
+// Retryable. The reason never contains the URL (url.Error's prefix is cut:
+// a query may carry a token).
+func (c *Client) classifyError(ctx context.Context, err error, timeout time.Duration) (Outcome, string) {
+	var refused *refusedError
+	if errors.As(err, &refused) {
+		return permanent("%s", refused.Error()), errTypeRefused
+	}
+	if ctx.Err() != nil {
+		return retryable("delivery canceled: %v", context.Cause(ctx)), errTypeCanceled
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		return retryable("timeout after %v", timeout), errTypeTimeout
+	}
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		err = ue.Err
+	}
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return retryable("timeout: %v", err), errTypeTimeout
+	}
+	return retryable("%v", err), errTypeNetwork
+}
+
+// classifyStatus applies the success rule: with accepted codes set only
+// those succeed (a 2xx outside them fails, permanently unless it is one of
+// the retryable codes, which a 2xx is not); without, any 2xx does. A
+// failure is Retryable for 408, 429 and 5xx, Permanent otherwise (other
+// 4xx, and 1xx/3xx since redirects are not followed).
+func classifyStatus(code int, accepted []int32) Result {
+	if len(accepted) > 0 {
+		if slices.Contains(accepted, int32(code)) {
+			return Succeeded
+		}
+	} else if code >= 200 && code < 300 {
+		return Succeeded
+	}
+	if code == http.StatusRequestTimeout || code == http.StatusTooManyRequests || code >= 500 {
+		return Retryable
+	}
+	return Permanent
+}
+
+// parseRetryAfter reads a Retry-After value, delay-seconds or an HTTP-date
+// (relative to now), clamped to [0, MaxRetryAfter]. Absent, malformed,
+// negative or past values are 0.
+func parseRetryAfter(v string, now time.Time) time.Duration {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return 0
+	}
+	if secs, err := strconv.ParseInt(v, 10, 64); err == nil {
+		switch {
+		case secs <= 0:
+			return 0
+		case secs >= int64(MaxRetryAfter/time.Second):
+			return MaxRetryAfter
+		}
+		return time.Duration(secs) * time.Second
+	}
+	if at, err := http.ParseTime(v); err == nil {
+		return min(max(at.Sub(now), 0), MaxRetryAfter)
+	}
+	return 0
+}
+
+// redactURL is u without user info, query and fragment, for spans, logs
+// and reasons: those may carry credentials.
+func redactURL(u *url.URL) string {
+	return strings.ToLower(u.Scheme) + "://" + u.Host + u.EscapedPath()
+}
+
+// port is u's port, or the scheme's default.
+func port(u *url.URL) int {
+	if p, err := strconv.Atoi(u.Port()); err == nil {
+		return p
+	}
+	if strings.EqualFold(u.Scheme, "https") {
+		return 443
+	}
+	return 80
+}
+
+// validHeaderName reports whether name is an HTTP token (RFC 9110).
+func validHeaderName(name string) bool {
+	if name == "" {
+		return false
+	}
+	for i := range len(name) {
+		b := name[i]
+		switch {
+		case b >= 'a' && b <= 'z', b >= 'A' && b <= 'Z', b >= '0' && b <= '9':
+		case strings.IndexByte("!#$%&'*+-.^_`|~", b) >= 0:
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// validHeaderValue reports whether value holds no control characters other
+// than tab (so no header injection through CR/LF).
+func validHeaderValue(value string) bool {
+	for i := range len(value) {
+		if b := value[i]; (b < ' ' && b != '\t') || b == 0x7f {
+			return false
+		}
+	}
+	return true
+}

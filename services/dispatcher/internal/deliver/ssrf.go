@@ -1,0 +1,171 @@
+package deliver
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"slices"
+	"syscall"
+)
+
+// blockedRange is one row of the SSRF guard's table: addresses in prefix are
+// refused as what (a phrase completing "X is ...").
+type blockedRange struct {
+	prefix netip.Prefix
+	what   string
+}
+
+// Phrases of the refusal reasons.
+const (
+	whatLoopback      = "a loopback address"
+	whatPrivate       = "a private address"
+	whatLinkLocal     = "a link-local address"
+	whatMetadata      = "a cloud metadata address"
+	whatUnspecified   = "an unspecified address"
+	whatMulticast     = "a multicast address"
+	whatBroadcast     = "a broadcast address"
+	whatShared        = "a shared (CGNAT) address"
+	whatReserved      = "a reserved address"
+	whatDocumentation = "a documentation address"
+	whatInvalid       = "not a valid IP address"
+)
+
+// blockedRanges is the SSRF guard's immutable table, most specific first
+// (the first matching row names the refusal). IPv4-mapped IPv6 addresses
+// (::ffff:a.b.c.d) are unmapped before the lookup, and the IPv6 forms that
+// embed an IPv4 address reachable through a translator (NAT64, 6to4,
+// IPv4-compatible) are judged by that IPv4 address; see addressClass.
+var blockedRanges = [...]blockedRange{
+	// IPv4.
+	{netip.MustParsePrefix("169.254.169.254/32"), whatMetadata}, // AWS, GCP, Azure, OCI, DigitalOcean
+	{netip.MustParsePrefix("100.100.100.200/32"), whatMetadata}, // Alibaba Cloud
+	{netip.MustParsePrefix("255.255.255.255/32"), whatBroadcast},
+	{netip.MustParsePrefix("0.0.0.0/8"), whatUnspecified}, // "this network"; Linux connects 0.0.0.0 to localhost
+	{netip.MustParsePrefix("127.0.0.0/8"), whatLoopback},
+	{netip.MustParsePrefix("10.0.0.0/8"), whatPrivate},
+	{netip.MustParsePrefix("172.16.0.0/12"), whatPrivate},
+	{netip.MustParsePrefix("192.168.0.0/16"), whatPrivate},
+	{netip.MustParsePrefix("100.64.0.0/10"), whatShared},
+	{netip.MustParsePrefix("169.254.0.0/16"), whatLinkLocal},
+	{netip.MustParsePrefix("192.0.0.0/24"), whatReserved},  // IETF protocol assignments
+	{netip.MustParsePrefix("198.18.0.0/15"), whatReserved}, // benchmarking, often used inside networks
+	{netip.MustParsePrefix("192.0.2.0/24"), whatDocumentation},
+	{netip.MustParsePrefix("198.51.100.0/24"), whatDocumentation},
+	{netip.MustParsePrefix("203.0.113.0/24"), whatDocumentation},
+	{netip.MustParsePrefix("224.0.0.0/4"), whatMulticast},
+	{netip.MustParsePrefix("240.0.0.0/4"), whatReserved},
+	// IPv6.
+	{netip.MustParsePrefix("fd00:ec2::254/128"), whatMetadata}, // AWS IMDS over IPv6
+	{netip.MustParsePrefix("::1/128"), whatLoopback},
+	{netip.MustParsePrefix("::/128"), whatUnspecified},
+	{netip.MustParsePrefix("fe80::/10"), whatLinkLocal},
+	{netip.MustParsePrefix("fec0::/10"), whatPrivate}, // deprecated site-local
+	{netip.MustParsePrefix("fc00::/7"), whatPrivate},  // unique local
+	{netip.MustParsePrefix("64:ff9b:1::/48"), whatPrivate},
+	{netip.MustParsePrefix("ff00::/8"), whatMulticast},
+	{netip.MustParsePrefix("100::/64"), whatReserved},  // discard-only
+	{netip.MustParsePrefix("2001::/32"), whatReserved}, // Teredo: the embedded IPv4 is obfuscated
+	{netip.MustParsePrefix("2001:db8::/32"), whatDocumentation},
+	{netip.MustParsePrefix("3fff::/20"), whatDocumentation},
+}
+
+// Prefixes of IPv6 forms that carry an IPv4 address a translator or tunnel
+// would connect to; the guard judges them by that address.
+var (
+	nat64Prefix      = netip.MustParsePrefix("64:ff9b::/96")
+	sixToFourPrefix  = netip.MustParsePrefix("2002::/16")
+	v4CompatibleBits = netip.MustParsePrefix("::/96")
+)
+
+// addressClass says why addr must not be connected to, as a phrase
+// completing "X is ..." ("a private address"), or "" when it is an ordinary
+// public unicast address. It does not consult any allow-list. The zone of a
+// scoped IPv6 address is ignored.
+func addressClass(addr netip.Addr) string {
+	if !addr.IsValid() {
+		return whatInvalid
+	}
+	addr = addr.WithZone("").Unmap()
+	if addr.Is6() {
+		if v4, ok := embeddedIPv4(addr); ok {
+			if what := addressClass(v4); what != "" {
+				return what
+			}
+			if v4CompatibleBits.Contains(addr) {
+				// Deprecated and never routed; only a misconfigured
+				// host would translate it.
+				return whatReserved
+			}
+			return ""
+		}
+	}
+	for _, r := range blockedRanges {
+		if r.prefix.Contains(addr) {
+			return r.what
+		}
+	}
+	return ""
+}
+
+// embeddedIPv4 returns the IPv4 address carried by a NAT64 (64:ff9b::/96),
+// 6to4 (2002::/16) or IPv4-compatible (::/96 except :: and ::1) address.
+func embeddedIPv4(addr netip.Addr) (netip.Addr, bool) {
+	b := addr.As16()
+	switch {
+	case nat64Prefix.Contains(addr):
+		return netip.AddrFrom4([4]byte(b[12:16])), true
+	case sixToFourPrefix.Contains(addr):
+		return netip.AddrFrom4([4]byte(b[2:6])), true
+	case v4CompatibleBits.Contains(addr) && addr != netip.IPv6Unspecified() && addr != netip.IPv6Loopback():
+		return netip.AddrFrom4([4]byte(b[12:16])), true
+	}
+	return netip.Addr{}, false
+}
+
+// refusedError is what the guard's dial control returns for an address it
+// refuses; Deliver turns it into a Permanent outcome.
+type refusedError struct {
+	addr string
+	what string
+}
+
+func (e *refusedError) Error() string {
+	return fmt.Sprintf("target refused: %s is %s", e.addr, e.what)
+}
+
+// guard is the SSRF check of every outgoing connection.
+type guard struct {
+	allowed []netip.Prefix
+}
+
+// allows reports whether connecting to addr is permitted: it is public, or
+// inside an allowed network (tried both as given and unmapped, so allowing
+// 127.0.0.0/8 also allows ::ffff:127.0.0.1).
+func (g guard) allows(addr netip.Addr) (ok bool, what string) {
+	addr = addr.WithZone("")
+	what = addressClass(addr)
+	if what == "" || what == whatInvalid {
+		return what == "", what
+	}
+	if slices.ContainsFunc(g.allowed, func(p netip.Prefix) bool { return p.Contains(addr) || p.Contains(addr.Unmap()) }) {
+		return true, ""
+	}
+	return false, what
+}
+
+// control is the net.Dialer ControlContext hook: it runs after DNS
+// resolution, for the very address a socket is about to connect to, so a
+// hostname whose answer changes between a check and the connect (DNS
+// rebinding) cannot get through. When a name resolves to several
+// addresses, a refused one fails only its own attempt and the dialer tries
+// the next. An address that does not parse is refused (fail closed).
+func (g guard) control(_ context.Context, _, address string, _ syscall.RawConn) error {
+	ap, err := netip.ParseAddrPort(address)
+	if err != nil {
+		return &refusedError{addr: address, what: whatInvalid}
+	}
+	if ok, what := g.allows(ap.Addr()); !ok {
+		return &refusedError{addr: ap.Addr().String(), what: what}
+	}
+	return nil
+}
