@@ -44,6 +44,9 @@ start trigger-1 bin/trigger --listen 127.0.0.1:8082 --node-id trigger-1
 start trigger-2 bin/trigger --listen 127.0.0.1:8182 --node-id trigger-2
 wait_ready trigger-1 http://127.0.0.1:8082/readyz
 wait_ready trigger-2 http://127.0.0.1:8182/readyz
+# Local targets are on loopback, which the SSRF guard refuses by default.
+start dispatcher bin/dispatcher --listen 127.0.0.1:8083 --allow-networks 127.0.0.0/8,::1/128
+wait_ready dispatcher http://127.0.0.1:8083/readyz
 
 cat <<BANNER
 
@@ -51,12 +54,13 @@ cat <<BANNER
   registry    http://127.0.0.1:8081   cronmesh.registry.v1.JobService
   trigger-1   http://127.0.0.1:8082   cronmesh.trigger.v1.TriggerService
   trigger-2   http://127.0.0.1:8182   cronmesh.trigger.v1.TriggerService
+  dispatcher  http://127.0.0.1:8083   cronmesh.dispatcher.v1.DispatchService
   etcd        http://$CRONMESH_ETCD_ENDPOINTS (embedded)
   metrics     /metrics on every service
   API key     $DEV_KEY   (namespace "dev")
 
-  Dispatch requests go to the RabbitMQ queues cronmesh.dispatch.{high,normal,low} (the
-  dispatcher that delivers them is not built yet).
+  The dispatcher delivers to webhooks and queues, retries through the
+  cronmesh.retry.* delay queues and keeps dead letters (DispatchService).
 
   Try:
     bin/grpcurl -plaintext 127.0.0.1:8081 list

@@ -1,0 +1,372 @@
+package api
+
+import (
+	"cmp"
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/google/uuid"
+	"go.opentelemetry.io/otel/propagation"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	dispatchv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/dispatch/v1"
+	dispatcherv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/dispatcher/v1"
+	"github.com/cronmesh/cronmesh/gen/go/cronmesh/dispatcher/v1/dispatcherv1connect"
+	registryv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1"
+	"github.com/cronmesh/cronmesh/libs/apikey"
+	"github.com/cronmesh/cronmesh/libs/broker"
+	"github.com/cronmesh/cronmesh/libs/clock"
+	"github.com/cronmesh/cronmesh/services/dispatcher/internal/pipeline"
+	"github.com/cronmesh/cronmesh/services/dispatcher/internal/store"
+)
+
+// Limits of the API.
+const (
+	DefaultPageSize = 50
+	MaxPageSize     = 1000
+	// MaxRedrive is how many dead letters one RedriveDeadLetters call
+	// redrives at most.
+	MaxRedrive = 1000
+	// DefaultPublishTimeout bounds the broker's confirm of one redrive.
+	DefaultPublishTimeout = 10 * time.Second
+	// redriveParallelism is how many redrives of one RedriveDeadLetters
+	// call are on the wire at once (each waits for its confirm).
+	redriveParallelism = 16
+	maxURLLength       = 2048
+	maxAMQPNameLength  = 255
+)
+
+// Store is the persistence the API needs; *store.Store is one.
+type Store interface {
+	ListDeadLetters(ctx context.Context, namespace, jobID string, limit int, after store.Cursor) ([]store.DeadLetter, store.Cursor, error)
+	Redrive(ctx context.Context, namespace, id string, publish func(context.Context, store.DeadLetter) error) (store.DeadLetter, error)
+	RedriveMany(ctx context.Context, namespace, jobID string, limit int, publish func(context.Context, []store.DeadLetter) []error) (int, error)
+	PurgeDeadLetter(ctx context.Context, namespace, id string) error
+	Cancel(ctx context.Context, namespace, executionID string, now time.Time) error
+}
+
+// Options for NewHandler.
+type Options struct {
+	// Store holds the dead letters and cancellations. Required.
+	Store Store
+	// Publisher publishes redriven requests with confirms, to topics made
+	// by broker.Route. Required.
+	Publisher message.Publisher
+	// DispatchExchange receives redriven requests (routing key
+	// "dispatch.<priority>"). Default pipeline.DefaultDispatchExchange.
+	DispatchExchange string
+	// Propagator writes the caller's trace context into redriven requests,
+	// so the redelivery joins the redrive's trace. Default
+	// propagation.TraceContext.
+	Propagator propagation.TextMapPropagator
+	// PublishTimeout bounds one redrive's confirm. Default
+	// DefaultPublishTimeout.
+	PublishTimeout time.Duration
+	// Clock gives cancellation times. Default clock.Real.
+	Clock clock.Clock
+	// Logger receives internal errors. Nil discards.
+	Logger *slog.Logger
+}
+
+// Handler implements dispatcherv1connect.DispatchServiceHandler.
+type Handler struct {
+	opts   Options
+	logger *slog.Logger
+}
+
+var _ dispatcherv1connect.DispatchServiceHandler = (*Handler)(nil)
+
+// NewHandler validates opts and applies the defaults.
+func NewHandler(opts Options) (*Handler, error) {
+	switch {
+	case opts.Store == nil:
+		return nil, errors.New("api: Store is required")
+	case opts.Publisher == nil:
+		return nil, errors.New("api: Publisher is required")
+	case opts.PublishTimeout < 0:
+		return nil, errors.New("api: PublishTimeout must not be negative")
+	}
+	opts.DispatchExchange = cmp.Or(opts.DispatchExchange, pipeline.DefaultDispatchExchange)
+	opts.PublishTimeout = cmp.Or(opts.PublishTimeout, DefaultPublishTimeout)
+	if opts.Propagator == nil {
+		opts.Propagator = propagation.TraceContext{}
+	}
+	if opts.Clock == nil {
+		opts.Clock = clock.Real{}
+	}
+	return &Handler{opts: opts, logger: cmp.Or(opts.Logger, slog.New(slog.DiscardHandler))}, nil
+}
+
+// ListDeadLetters implements DispatchService.ListDeadLetters: newest
+// first, by (dead time, id), with an opaque page token that stays valid
+// while dead letters come and go (it is a position, not an offset).
+func (h *Handler) ListDeadLetters(ctx context.Context, req *connect.Request[dispatcherv1.ListDeadLettersRequest]) (*connect.Response[dispatcherv1.ListDeadLettersResponse], error) {
+	ns, err := namespace(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var violations []*errdetails.BadRequest_FieldViolation
+	size := int(req.Msg.PageSize)
+	if size < 0 || size > MaxPageSize {
+		violations = append(violations, violation("page_size", fmt.Sprintf("must be between 0 and %d", MaxPageSize)))
+	}
+	if req.Msg.JobId != "" && !isUUID(req.Msg.JobId) {
+		violations = append(violations, violation("job_id", "is not a job id (a UUID)"))
+	}
+	after, ok := decodeToken(req.Msg.PageToken)
+	if !ok {
+		violations = append(violations, violation("page_token", "is not a token returned by ListDeadLetters"))
+	}
+	if len(violations) > 0 {
+		return nil, invalid(violations)
+	}
+	letters, next, err := h.opts.Store.ListDeadLetters(ctx, ns, req.Msg.JobId, cmp.Or(size, DefaultPageSize), after)
+	if err != nil {
+		return nil, h.toConnect(ctx, "ListDeadLetters", err)
+	}
+	resp := &dispatcherv1.ListDeadLettersResponse{NextPageToken: encodeToken(next)}
+	for _, d := range letters {
+		resp.DeadLetters = append(resp.DeadLetters, toProto(d))
+	}
+	return connect.NewResponse(resp), nil
+}
+
+// RedriveDeadLetter implements DispatchService.RedriveDeadLetter: the dead
+// letter's request, as attempt 1 with the same execution id (targets
+// deduplicate on it) and optionally another target, goes to the dispatch
+// exchange; the dead letter is deleted once the broker confirmed it.
+func (h *Handler) RedriveDeadLetter(ctx context.Context, req *connect.Request[dispatcherv1.RedriveDeadLetterRequest]) (*connect.Response[dispatcherv1.RedriveDeadLetterResponse], error) {
+	ns, err := namespace(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var violations []*errdetails.BadRequest_FieldViolation
+	if req.Msg.Id == "" {
+		violations = append(violations, violation("id", "is required"))
+	}
+	if o := req.Msg.TargetOverride; o != nil {
+		violations = append(violations, validateTarget("target_override", o)...)
+	}
+	if len(violations) > 0 {
+		return nil, invalid(violations)
+	}
+	letter, err := h.opts.Store.Redrive(ctx, ns, req.Msg.Id, func(ctx context.Context, d store.DeadLetter) error {
+		return h.publish(ctx, redriven(d.Request, req.Msg.TargetOverride))
+	})
+	if err != nil {
+		return nil, h.toConnect(ctx, "RedriveDeadLetter", err)
+	}
+	return connect.NewResponse(&dispatcherv1.RedriveDeadLetterResponse{ExecutionId: letter.ExecutionID}), nil
+}
+
+// RedriveDeadLetters implements DispatchService.RedriveDeadLetters: up to
+// MaxRedrive dead letters of the job (or namespace), oldest first. When
+// some publishes fail, the ones that went out are deleted and counted and
+// the call succeeds with that count (call again for the rest); when none
+// went out it fails with Unavailable.
+func (h *Handler) RedriveDeadLetters(ctx context.Context, req *connect.Request[dispatcherv1.RedriveDeadLettersRequest]) (*connect.Response[dispatcherv1.RedriveDeadLettersResponse], error) {
+	ns, err := namespace(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if req.Msg.JobId != "" && !isUUID(req.Msg.JobId) {
+		return nil, invalid([]*errdetails.BadRequest_FieldViolation{violation("job_id", "is not a job id (a UUID)")})
+	}
+	n, err := h.opts.Store.RedriveMany(ctx, ns, req.Msg.JobId, MaxRedrive, func(ctx context.Context, letters []store.DeadLetter) []error {
+		errs := make([]error, len(letters))
+		sem := make(chan struct{}, redriveParallelism)
+		var wg sync.WaitGroup
+		for i, d := range letters {
+			sem <- struct{}{}
+			wg.Go(func() {
+				defer func() { <-sem }()
+				errs[i] = h.publish(ctx, redriven(d.Request, nil))
+			})
+		}
+		wg.Wait()
+		return errs
+	})
+	if err != nil && n == 0 {
+		return nil, h.toConnect(ctx, "RedriveDeadLetters", err)
+	}
+	if err != nil {
+		h.logger.WarnContext(ctx, "some dead letters could not be redriven", slog.Int("redriven", n), slog.Any("error", err))
+	}
+	return connect.NewResponse(&dispatcherv1.RedriveDeadLettersResponse{Redriven: int32(n)}), nil
+}
+
+// PurgeDeadLetter implements DispatchService.PurgeDeadLetter.
+func (h *Handler) PurgeDeadLetter(ctx context.Context, req *connect.Request[dispatcherv1.PurgeDeadLetterRequest]) (*connect.Response[dispatcherv1.PurgeDeadLetterResponse], error) {
+	ns, err := namespace(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if req.Msg.Id == "" {
+		return nil, invalid([]*errdetails.BadRequest_FieldViolation{violation("id", "is required")})
+	}
+	if err := h.opts.Store.PurgeDeadLetter(ctx, ns, req.Msg.Id); err != nil {
+		return nil, h.toConnect(ctx, "PurgeDeadLetter", err)
+	}
+	return connect.NewResponse(&dispatcherv1.PurgeDeadLetterResponse{}), nil
+}
+
+// CancelExecution implements DispatchService.CancelExecution: idempotent;
+// an execution id the dispatcher never saw is recorded all the same (it may
+// be on its way), so the call cannot tell a caller whether it existed.
+func (h *Handler) CancelExecution(ctx context.Context, req *connect.Request[dispatcherv1.CancelExecutionRequest]) (*connect.Response[dispatcherv1.CancelExecutionResponse], error) {
+	ns, err := namespace(ctx)
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case req.Msg.ExecutionId == "":
+		return nil, invalid([]*errdetails.BadRequest_FieldViolation{violation("execution_id", "is required")})
+	case !isUUID(req.Msg.ExecutionId):
+		return nil, invalid([]*errdetails.BadRequest_FieldViolation{violation("execution_id", "is not an execution id (a UUID)")})
+	}
+	if err := h.opts.Store.Cancel(ctx, ns, req.Msg.ExecutionId, h.opts.Clock.Now()); err != nil {
+		return nil, h.toConnect(ctx, "CancelExecution", err)
+	}
+	return connect.NewResponse(&dispatcherv1.CancelExecutionResponse{}), nil
+}
+
+// publish sends a redriven request to its priority's dispatch queue and
+// waits for the confirm; a failure wraps errBroker.
+func (h *Handler) publish(ctx context.Context, req *dispatchv1.DispatchRequest) error {
+	body, err := proto.Marshal(req)
+	if err != nil {
+		return fmt.Errorf("encode redrive of %s: %w", req.ExecutionId, err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, h.opts.PublishTimeout)
+	defer cancel()
+	msg := message.NewMessage(req.ExecutionId, body)
+	broker.InjectTrace(ctx, h.opts.Propagator, msg.Metadata)
+	msg.SetContext(ctx)
+	if err := h.opts.Publisher.Publish(pipeline.DispatchRoute(h.opts.DispatchExchange, req.Priority), msg); err != nil {
+		return fmt.Errorf("%w: redrive of %s: %w", errBroker, req.ExecutionId, err)
+	}
+	return nil
+}
+
+// redriven is the request that redrives a dead letter's: attempt 1 of the
+// same execution, with override as the target when given. An HTTP override
+// without a signing secret keeps the original HTTP target's secret.
+func redriven(last *dispatchv1.DispatchRequest, override *registryv1.Target) *dispatchv1.DispatchRequest {
+	req := proto.Clone(last).(*dispatchv1.DispatchRequest)
+	req.Attempt = 1
+	if override != nil {
+		target := proto.Clone(override).(*registryv1.Target)
+		if h := target.GetHttp(); h != nil && h.SigningSecret == "" {
+			h.SigningSecret = last.GetTarget().GetHttp().GetSigningSecret()
+		}
+		req.Target = target
+	}
+	return req
+}
+
+// validateTarget checks an override minimally: the registry validated the
+// job's own target, and an override is the operator's deliberate choice,
+// so only what would make the attempt meaningless is refused.
+func validateTarget(field string, t *registryv1.Target) []*errdetails.BadRequest_FieldViolation {
+	var out []*errdetails.BadRequest_FieldViolation
+	switch k := t.Kind.(type) {
+	case *registryv1.Target_Http:
+		u, err := url.Parse(k.Http.GetUrl())
+		switch {
+		case k.Http.GetUrl() == "":
+			out = append(out, violation(field+".http.url", "is required"))
+		case len(k.Http.GetUrl()) > maxURLLength:
+			out = append(out, violation(field+".http.url", fmt.Sprintf("must be at most %d characters", maxURLLength)))
+		case err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "":
+			out = append(out, violation(field+".http.url", "must be an absolute http or https URL"))
+		}
+		switch strings.ToUpper(k.Http.GetMethod()) {
+		case "", "GET", "POST", "PUT", "PATCH", "DELETE":
+		default:
+			out = append(out, violation(field+".http.method", "must be GET, POST, PUT, PATCH or DELETE"))
+		}
+	case *registryv1.Target_Amqp:
+		if len(k.Amqp.GetExchange()) > maxAMQPNameLength {
+			out = append(out, violation(field+".amqp.exchange", "must be at most 255 characters"))
+		}
+		if len(k.Amqp.GetRoutingKey()) > maxAMQPNameLength {
+			out = append(out, violation(field+".amqp.routing_key", "must be at most 255 characters"))
+		}
+	default:
+		out = append(out, violation(field, "must set http or amqp"))
+	}
+	return out
+}
+
+// toProto is the API form of a dead letter: its request without the
+// signing secret.
+func toProto(d store.DeadLetter) *dispatcherv1.DeadLetter {
+	pb := &dispatcherv1.DeadLetter{
+		Id:              d.ID,
+		ExecutionId:     d.ExecutionID,
+		JobId:           d.JobID,
+		Attempt:         d.Attempt,
+		DeadTime:        timestamppb.New(d.DeadTime),
+		Reason:          d.Reason,
+		ResponseStatus:  d.ResponseStatus,
+		ResponseExcerpt: d.ResponseExcerpt,
+		Request:         store.StripSecret(d.Request),
+	}
+	if !d.NominalTime.IsZero() {
+		pb.NominalTime = timestamppb.New(d.NominalTime)
+	}
+	return pb
+}
+
+func namespace(ctx context.Context) (string, error) {
+	ns, ok := apikey.NamespaceFrom(ctx)
+	if !ok {
+		return "", connect.NewError(connect.CodeUnauthenticated, errors.New("no authenticated namespace"))
+	}
+	return ns, nil
+}
+
+func isUUID(s string) bool {
+	_, err := uuid.Parse(s)
+	return err == nil
+}
+
+// Page tokens carry the position the next page starts after ("<dead time
+// in Unix microseconds>.<id>"), opaque to clients.
+func encodeToken(c store.Cursor) string {
+	if c.IsZero() {
+		return ""
+	}
+	return base64.RawURLEncoding.EncodeToString([]byte(strconv.FormatInt(c.DeadTime.UnixMicro(), 10) + "." + c.ID))
+}
+
+func decodeToken(token string) (store.Cursor, bool) {
+	if token == "" {
+		return store.Cursor{}, true
+	}
+	raw, err := base64.RawURLEncoding.DecodeString(token)
+	if err != nil {
+		return store.Cursor{}, false
+	}
+	micros, id, ok := strings.Cut(string(raw), ".")
+	if !ok || !isUUID(id) {
+		return store.Cursor{}, false
+	}
+	n, err := strconv.ParseInt(micros, 10, 64)
+	if err != nil {
+		return store.Cursor{}, false
+	}
+	return store.Cursor{DeadTime: time.UnixMicro(n).UTC(), ID: id}, true
+}

@@ -1,0 +1,425 @@
+package app
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/cronmesh/cronmesh/gen/go/cronmesh/dispatcher/v1/dispatcherv1connect"
+	"github.com/cronmesh/cronmesh/libs/apikey"
+	"github.com/cronmesh/cronmesh/libs/broker"
+	"github.com/cronmesh/cronmesh/libs/clock"
+	"github.com/cronmesh/cronmesh/libs/config"
+	"github.com/cronmesh/cronmesh/libs/migrate"
+	"github.com/cronmesh/cronmesh/libs/postgres"
+	"github.com/cronmesh/cronmesh/libs/server"
+	"github.com/cronmesh/cronmesh/libs/telemetry"
+	"github.com/cronmesh/cronmesh/services/dispatcher/internal/api"
+	"github.com/cronmesh/cronmesh/services/dispatcher/internal/deliver"
+	"github.com/cronmesh/cronmesh/services/dispatcher/internal/pipeline"
+	"github.com/cronmesh/cronmesh/services/dispatcher/internal/store"
+)
+
+// Defaults of a dispatcher.
+const (
+	DefaultListen            = "127.0.0.1:8083"
+	DefaultSchema            = "dispatcher"
+	DefaultPublisherChannels = 32
+	// DefaultCancellationRetention outlives the longest retry series the
+	// registry allows (10 retries, each at most 24 h).
+	DefaultCancellationRetention = 14 * 24 * time.Hour
+	// janitorInterval is how often old cancellations are deleted.
+	janitorInterval = time.Hour
+)
+
+// Config is everything a dispatcher is told at start.
+type Config struct {
+	config.Common
+	APIKeys config.StringList
+	Schema  string
+	// Broker names. Tests give each run its own.
+	DispatchExchange   string
+	DispatchQueue      string
+	RetryExchange      string
+	RetryQueue         string
+	RetryTiers         DurationList
+	DeadExchange       string
+	DeadQueue          string
+	ExecutionsExchange string
+	// Consumption.
+	Prefetch       int
+	HighWorkers    int
+	NormalWorkers  int
+	LowWorkers     int
+	DrainerWorkers int
+	// Lifecycle events.
+	EventBatch      int
+	EventLinger     time.Duration
+	EventPublishers int
+	// PublisherChannels is the channel pool of the publisher of retries,
+	// dead letters, events and redrives.
+	PublisherChannels int
+	// TargetAMQPURL is the broker AMQP targets publish to; default the
+	// AMQPURL.
+	TargetAMQPURL string
+	// AllowNetworks are CIDRs the SSRF guard lets through (loopback for
+	// tests and `make dev`).
+	AllowNetworks config.StringList
+	// CancellationRetention is how long a cancellation is kept.
+	CancellationRetention time.Duration
+}
+
+// Register adds the dispatcher's flags to fs.
+func (c *Config) Register(fs *flag.FlagSet) {
+	c.Common.Register(fs, DefaultListen)
+	fs.Var(&c.APIKeys, "api-keys", "comma-separated API keys, each namespace=key or namespace=sha256:<hex digest of the key>")
+	fs.StringVar(&c.Schema, "schema", DefaultSchema, "PostgreSQL schema of the dispatcher's tables")
+	fs.StringVar(&c.DispatchExchange, "dispatch-exchange", pipeline.DefaultDispatchExchange, "exchange of dispatch requests")
+	fs.StringVar(&c.DispatchQueue, "dispatch-queue", pipeline.DefaultDispatchQueue, "prefix of the per-priority dispatch queues (<prefix>.high, .normal, .low)")
+	fs.StringVar(&c.RetryExchange, "retry-exchange", pipeline.DefaultRetryExchange, "exchange of the delay tiers")
+	fs.StringVar(&c.RetryQueue, "retry-queue", pipeline.DefaultRetryQueue, "prefix of the delay tier queues (<prefix>.<ms>ms)")
+	c.RetryTiers = pipeline.DefaultRetryTiers()
+	fs.Var(&c.RetryTiers, "retry-tiers", "comma-separated delay tiers (Go durations, whole milliseconds); a retry waits in the smallest tier not shorter than its backoff")
+	fs.StringVar(&c.DeadExchange, "dead-exchange", pipeline.DefaultDeadExchange, "exchange of dead letters")
+	fs.StringVar(&c.DeadQueue, "dead-queue", pipeline.DefaultDeadQueue, "queue of dead letters, drained into the dead-letter store")
+	fs.StringVar(&c.ExecutionsExchange, "executions-exchange", pipeline.DefaultExecutionsExchange, "exchange of execution lifecycle events")
+	fs.IntVar(&c.Prefetch, "prefetch", pipeline.DefaultPrefetch, "AMQP prefetch of each dispatch worker")
+	fs.IntVar(&c.HighWorkers, "workers-high", pipeline.DefaultHighWorkers, "concurrent deliveries of high-priority requests")
+	fs.IntVar(&c.NormalWorkers, "workers-normal", pipeline.DefaultNormalWorkers, "concurrent deliveries of normal-priority requests")
+	fs.IntVar(&c.LowWorkers, "workers-low", pipeline.DefaultLowWorkers, "concurrent deliveries of low-priority requests")
+	fs.IntVar(&c.DrainerWorkers, "drainer-workers", pipeline.DefaultDrainerWorkers, "dead letters stored at once (one insert)")
+	fs.IntVar(&c.EventBatch, "event-batch", pipeline.DefaultEventBatch, "most lifecycle events in one broker message")
+	fs.DurationVar(&c.EventLinger, "event-linger", pipeline.DefaultEventLinger, "how long a batch of lifecycle events waits to fill (negative: not at all)")
+	fs.IntVar(&c.EventPublishers, "event-publishers", pipeline.DefaultEventPublishers, "event batches published at once")
+	fs.IntVar(&c.PublisherChannels, "publisher-channels", DefaultPublisherChannels, "AMQP channels of the publisher of retries, dead letters, events and redrives")
+	fs.StringVar(&c.TargetAMQPURL, "target-amqp-url", "", "broker that AMQP targets publish to (default: --amqp-url)")
+	fs.Var(&c.AllowNetworks, "allow-networks", "comma-separated CIDRs that targets may resolve to although loopback, private or link-local (e.g. 127.0.0.0/8,::1/128 for development)")
+	fs.DurationVar(&c.CancellationRetention, "cancellation-retention", DefaultCancellationRetention, "how long cancellations are kept")
+}
+
+func (c *Config) fillDefaults() {
+	c.Schema = cmp.Or(c.Schema, DefaultSchema)
+	c.PublisherChannels = cmp.Or(c.PublisherChannels, DefaultPublisherChannels)
+	c.TargetAMQPURL = cmp.Or(c.TargetAMQPURL, c.AMQPURL)
+	c.CancellationRetention = cmp.Or(c.CancellationRetention, DefaultCancellationRetention)
+}
+
+// allowedNetworks parses AllowNetworks; a bare address is its own /32 or
+// /128.
+func (c *Config) allowedNetworks() ([]netip.Prefix, error) {
+	out := make([]netip.Prefix, 0, len(c.AllowNetworks))
+	for _, s := range c.AllowNetworks {
+		if p, err := netip.ParsePrefix(s); err == nil {
+			out = append(out, p.Masked())
+			continue
+		}
+		addr, err := netip.ParseAddr(s)
+		if err != nil {
+			return nil, fmt.Errorf("--allow-networks: %q is neither a CIDR nor an address", s)
+		}
+		out = append(out, netip.PrefixFrom(addr, addr.BitLen()))
+	}
+	return out, nil
+}
+
+// DurationList is a flag.Value of comma-separated Go durations; Set
+// replaces the list.
+type DurationList []time.Duration
+
+// String joins the durations with commas; safe on a nil receiver.
+func (l *DurationList) String() string {
+	if l == nil {
+		return ""
+	}
+	parts := make([]string, len(*l))
+	for i, d := range *l {
+		parts[i] = d.String()
+	}
+	return strings.Join(parts, ",")
+}
+
+// Set parses v; an empty v is the empty list (the pipeline's defaults).
+func (l *DurationList) Set(v string) error {
+	var out DurationList
+	for item := range strings.SplitSeq(v, ",") {
+		if item = strings.TrimSpace(item); item == "" {
+			continue
+		}
+		d, err := time.ParseDuration(item)
+		if err != nil {
+			return err
+		}
+		out = append(out, d)
+	}
+	*l = out
+	return nil
+}
+
+// Option changes how New builds a dispatcher.
+type Option func(*options)
+
+type options struct {
+	deliverer deliver.Deliverer
+}
+
+// WithDeliverer makes the dispatcher deliver with d instead of the real
+// HTTP/AMQP client (tests). --allow-networks and --target-amqp-url are
+// then unused.
+func WithDeliverer(d deliver.Deliverer) Option { return func(o *options) { o.deliverer = d } }
+
+// App is a running dispatcher.
+type App struct {
+	cfg       Config
+	logger    *slog.Logger
+	telemetry *telemetry.Telemetry
+	pool      *pgxpool.Pool
+	store     *store.Store
+	publisher *broker.Publisher
+	targets   *broker.Publisher // AMQP targets' publisher; nil with WithDeliverer
+	pipeline  *pipeline.Pipeline
+	drainer   *pipeline.Drainer
+	server    *server.Server
+	closeOnce sync.Once
+}
+
+// New connects to PostgreSQL (applying migrations) and builds every part.
+// Nothing runs and nothing connects to RabbitMQ until Run.
+func New(ctx context.Context, cfg Config, logger *slog.Logger, opts ...Option) (_ *App, err error) {
+	cfg.fillDefaults()
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
+	keys, err := apikey.Parse(cfg.APIKeys)
+	if err != nil {
+		return nil, err
+	}
+	if keys.Len() == 0 {
+		return nil, errors.New("no API keys configured (--api-keys or CRONMESH_API_KEYS): every call would be refused")
+	}
+	allowed, err := cfg.allowedNetworks()
+	if err != nil {
+		return nil, err
+	}
+	a := &App{cfg: cfg, logger: logger}
+	defer func() {
+		if err != nil {
+			a.close(context.Background())
+		}
+	}()
+	a.telemetry, err = telemetry.Setup(ctx, telemetry.Options{ServiceName: "dispatcher", OTLPEndpoint: cfg.OTLPEndpoint, Logger: logger})
+	if err != nil {
+		return nil, err
+	}
+	metrics := prometheus.WrapRegistererWith(prometheus.Labels{"service": "dispatcher"}, a.telemetry.Metrics)
+
+	if err := postgres.EnsureDatabase(ctx, cfg.PostgresURL); err != nil {
+		return nil, err
+	}
+	a.pool, err = postgres.Connect(ctx, postgres.Options{URL: cfg.PostgresURL, Schema: cfg.Schema, TracerProvider: a.telemetry.TracerProvider})
+	if err != nil {
+		return nil, err
+	}
+	migrations, err := store.Migrations()
+	if err != nil {
+		return nil, err
+	}
+	if _, err := migrate.ApplyAll(ctx, a.pool, cfg.Schema, migrations); err != nil {
+		return nil, fmt.Errorf("migrate schema %s: %w", cfg.Schema, err)
+	}
+	a.store, err = store.New(store.Options{Pool: a.pool})
+	if err != nil {
+		return nil, err
+	}
+
+	a.publisher, err = broker.NewPublisher(broker.PublisherOptions{
+		Config: broker.RoutedPublisherConfig(cfg.AMQPURL, cfg.PublisherChannels),
+		Logger: logger.With(slog.String("component", "publisher")),
+	})
+	if err != nil {
+		return nil, err
+	}
+	deliverer := o.deliverer
+	if deliverer == nil {
+		a.targets, err = broker.NewPublisher(broker.PublisherOptions{
+			Config: deliver.PublisherConfig(cfg.TargetAMQPURL, cfg.PublisherChannels),
+			Logger: logger.With(slog.String("component", "target-publisher")),
+		})
+		if err != nil {
+			return nil, err
+		}
+		deliverer, err = deliver.New(deliver.Options{
+			AllowedNetworks: allowed,
+			Publisher:       a.targets,
+			TracerProvider:  a.telemetry.TracerProvider,
+			Propagator:      a.telemetry.Propagator,
+			Logger:          logger.With(slog.String("component", "deliver")),
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
+	a.pipeline, err = pipeline.New(pipeline.Options{
+		AMQPURL:            cfg.AMQPURL,
+		Publisher:          a.publisher,
+		Deliverer:          deliverer,
+		Cancellations:      a.store,
+		DispatchExchange:   cfg.DispatchExchange,
+		DispatchQueue:      cfg.DispatchQueue,
+		RetryExchange:      cfg.RetryExchange,
+		RetryQueue:         cfg.RetryQueue,
+		RetryTiers:         cfg.RetryTiers,
+		DeadExchange:       cfg.DeadExchange,
+		DeadQueue:          cfg.DeadQueue,
+		ExecutionsExchange: cfg.ExecutionsExchange,
+		Prefetch:           cfg.Prefetch,
+		Workers:            pipeline.Workers{High: cfg.HighWorkers, Normal: cfg.NormalWorkers, Low: cfg.LowWorkers},
+		EventBatch:         cfg.EventBatch,
+		EventLinger:        cfg.EventLinger,
+		EventPublishers:    cfg.EventPublishers,
+		DrainTimeout:       cfg.ShutdownTimeout,
+		TracerProvider:     a.telemetry.TracerProvider,
+		Propagator:         a.telemetry.Propagator,
+		Metrics:            metrics,
+		Logger:             logger.With(slog.String("component", "pipeline")),
+		Clock:              clock.Real{},
+	})
+	if err != nil {
+		return nil, err
+	}
+	a.drainer, err = pipeline.NewDrainer(pipeline.DrainerOptions{
+		AMQPURL:        cfg.AMQPURL,
+		Store:          a.store,
+		DeadExchange:   cfg.DeadExchange,
+		DeadQueue:      cfg.DeadQueue,
+		Workers:        cfg.DrainerWorkers,
+		TracerProvider: a.telemetry.TracerProvider,
+		Propagator:     a.telemetry.Propagator,
+		Metrics:        metrics,
+		Logger:         logger.With(slog.String("component", "drainer")),
+	})
+	if err != nil {
+		return nil, err
+	}
+
+	a.server, err = server.New(server.Options{
+		Name: "dispatcher", Listen: cfg.Listen, Logger: logger, Telemetry: a.telemetry, ShutdownTimeout: cfg.ShutdownTimeout, Profiling: cfg.Pprof,
+	})
+	if err != nil {
+		return nil, err
+	}
+	handler, err := api.NewHandler(api.Options{
+		Store:            a.store,
+		Publisher:        a.publisher,
+		DispatchExchange: cfg.DispatchExchange,
+		Propagator:       a.telemetry.Propagator,
+		Logger:           logger.With(slog.String("component", "api")),
+	})
+	if err != nil {
+		return nil, err
+	}
+	a.server.UseMiddleware(keys.Middleware().Wrap)
+	path, h := dispatcherv1connect.NewDispatchServiceHandler(handler, a.server.HandlerOptions()...)
+	a.server.Handle(dispatcherv1connect.DispatchServiceName, path, h)
+	return a, nil
+}
+
+// Server is the dispatcher's API server.
+func (a *App) Server() *server.Server { return a.server }
+
+// Run runs the dispatcher until ctx is done. Readiness (grpc.health.v1
+// SERVING) waits until the pipeline and the dead-letter drainer are
+// subscribed (the pipeline declares the whole topology first). Shutdown:
+// the API stops taking calls and finishes its own within the shutdown
+// timeout; at the same time the pipeline stops consuming, lets deliveries
+// under way finish within the shutdown timeout (the others are requeued)
+// and flushes their events; the drainer finishes the dead letters in hand;
+// then the connections close.
+func (a *App) Run(ctx context.Context) error {
+	bg, stop := context.WithCancel(ctx)
+	defer stop()
+	var wg sync.WaitGroup
+	errs := make(chan error, 4)
+	start := func(name string, run func(context.Context) error) {
+		wg.Go(func() {
+			if err := run(bg); err != nil {
+				errs <- fmt.Errorf("%s: %w", name, err)
+				stop() // a part that cannot run takes the service down
+			}
+		})
+	}
+	start("pipeline", a.pipeline.Run)
+	start("dead-letter drainer", a.drainer.Run)
+	start("janitor", a.janitor)
+	go func() {
+		for _, ready := range []<-chan struct{}{a.pipeline.Ready(), a.drainer.Ready()} {
+			select {
+			case <-ready:
+			case <-bg.Done():
+				return
+			}
+		}
+		a.server.SetServing(true)
+	}()
+
+	serveErr := a.server.Run(bg)
+	stop()
+	wg.Wait()
+	close(errs)
+	all := []error{serveErr}
+	for err := range errs {
+		all = append(all, err)
+	}
+	a.close(context.WithoutCancel(ctx))
+	return errors.Join(all...)
+}
+
+// janitor deletes cancellations older than the retention, hourly. A failure
+// is logged and tried again next time.
+func (a *App) janitor(ctx context.Context) error {
+	for {
+		if n, err := a.store.DeleteCancellationsBefore(ctx, time.Now().Add(-a.cfg.CancellationRetention)); err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			a.logger.Warn("deleting old cancellations", slog.Any("error", err))
+		} else if n > 0 {
+			a.logger.Info("deleted old cancellations", slog.Int("count", n))
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(janitorInterval):
+		}
+	}
+}
+
+func (a *App) close(ctx context.Context) {
+	a.closeOnce.Do(func() {
+		for _, p := range []*broker.Publisher{a.publisher, a.targets} {
+			if p != nil {
+				if err := p.Close(); err != nil {
+					a.logger.Warn("closing publisher", slog.Any("error", err))
+				}
+			}
+		}
+		if a.pool != nil {
+			a.pool.Close()
+		}
+		if a.telemetry != nil {
+			if err := a.telemetry.Shutdown(ctx); err != nil {
+				a.logger.Warn("flushing telemetry", slog.Any("error", err))
+			}
+		}
+	})
+}

@@ -1,0 +1,102 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill-amqp/v3/pkg/amqp"
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/cronmesh/cronmesh/libs/broker"
+	"github.com/cronmesh/cronmesh/libs/clock"
+)
+
+// subscriberConfig is broker.TopicSubscriberConfig for several queues of one
+// exchange on one connection: the Subscribe topic is the queue name, and
+// bindingKeys maps it to its binding key. The queues are quorum queues,
+// declared (idempotently, with the same arguments as broker.DeclareQueues)
+// on every Subscribe.
+func subscriberConfig(amqpURL, exchange string, prefetch int, bindingKeys map[string]string) amqp.Config {
+	cfg := broker.TopicSubscriberConfig(amqpURL, exchange, "unused", "unused", prefetch)
+	cfg.Queue.GenerateName = func(topic string) string { return topic }
+	cfg.QueueBind.GenerateRoutingKey = func(topic string) string { return bindingKeys[topic] }
+	return cfg
+}
+
+// subscription is one Subscribe call: its messages come one at a time
+// (watermill-amqp hands over the next only after the previous is acked or
+// nacked), so each subscription is one worker.
+type subscription struct {
+	queue    string
+	messages <-chan *message.Message
+}
+
+// subscribe connects and subscribes workers[queue] times to each queue,
+// retrying with backoff until it succeeds or ctx ends (then it returns a
+// nil subscriber).
+func subscribe(ctx context.Context, cfg amqp.Config, workers map[string]int, logger *slog.Logger, clk clock.Clock, b *backoff) (message.Subscriber, []subscription) {
+	for {
+		sub, subs, err := trySubscribe(ctx, cfg, workers, logger)
+		if err == nil {
+			return sub, subs
+		}
+		if ctx.Err() != nil {
+			return nil, nil
+		}
+		wait := b.next()
+		logger.Warn("subscribing failed; retrying", slog.Duration("retry_in", wait), slog.Any("error", err))
+		if !sleep(ctx, clk, wait) {
+			return nil, nil
+		}
+	}
+}
+
+func trySubscribe(ctx context.Context, cfg amqp.Config, workers map[string]int, logger *slog.Logger) (message.Subscriber, []subscription, error) {
+	sub, err := amqp.NewSubscriber(cfg, broker.WatermillLogger(logger))
+	if err != nil {
+		return nil, nil, fmt.Errorf("connect: %w", err)
+	}
+	var subs []subscription
+	for queue, n := range workers {
+		for range n {
+			ch, err := sub.Subscribe(ctx, queue)
+			if err != nil {
+				return nil, nil, errors.Join(fmt.Errorf("subscribe to %s: %w", queue, err), sub.Close())
+			}
+			subs = append(subs, subscription{queue: queue, messages: ch})
+		}
+	}
+	return sub, subs, nil
+}
+
+// sleep waits d on clk; false if ctx ended first.
+func sleep(ctx context.Context, clk clock.Clock, d time.Duration) bool {
+	select {
+	case <-clk.After(d):
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// backoff is an exponential backoff without jitter: the waits it spaces are
+// one worker's own retries, not a herd.
+type backoff struct {
+	first, max, cur time.Duration
+}
+
+func newBackoff(first, maxWait time.Duration) *backoff { return &backoff{first: first, max: maxWait} }
+
+func (b *backoff) next() time.Duration {
+	if b.cur == 0 {
+		b.cur = b.first
+	} else {
+		b.cur = min(2*b.cur, b.max)
+	}
+	return b.cur
+}
+
+func (b *backoff) reset() { b.cur = 0 }

@@ -1,0 +1,78 @@
+// Package pipeline delivers dispatch requests: a [Pipeline] consumes the
+// per-priority dispatch queues, makes each attempt through a
+// deliver.Deliverer and decides what follows; a [Drainer] moves dead letters
+// from the dead-letter queue into the store.
+//
+// # Topology
+//
+// [Pipeline.Run] declares, before consuming or publishing anything (see
+// [Pipeline.Bindings]): the dispatch exchange with one quorum queue per
+// priority (broker.DispatchQueues); the retry exchange with one delay queue
+// per tier, each with x-message-ttl and a dead-letter exchange back to the
+// dispatch exchange (broker.RetryTiers); the dead exchange with the
+// dead-letter queue (binding "#"). Lifecycle events go to the executions
+// exchange, which the publisher declares; its queues are its consumers'.
+//
+// # Concurrency and priorities
+//
+// watermill-amqp hands a subscription's messages over one at a time (the
+// next only after the previous is acked or nacked), so a worker is one
+// subscription, on its own AMQP channel with its own prefetch, handling its
+// messages in turn. Each priority has its own workers (Workers.High,
+// .Normal, .Low): a backlog of low, or low workers stuck on slow targets,
+// never holds up high, whose workers take only high. The bound on
+// concurrent deliveries is the sum of the workers; an idle priority's
+// workers are not lent to another (simple, and the guarantee for high does
+// not depend on a scheduler). Prefetch only hides the broker round trip:
+// a prefetched message waits behind its worker's current target.
+//
+// # One message
+//
+//  1. Decode the DispatchRequest. A message that does not decode, or whose
+//     ids are not UUIDs (only a bug upstream makes one), is poison: logged
+//     with its id, counted (poison_messages_total) and acknowledged,
+//     because a redelivery would fail the same way forever; it cannot be
+//     dead-lettered either, since the dead-letter store keys on those ids.
+//  2. Cancelled (the store's cancellations, looked up in batches across
+//     workers)? Emit CANCELLED and acknowledge, without delivering. A
+//     failed look-up delivers: a database outage must not stop delivery,
+//     and cancelling is best-effort while the database is away.
+//  3. Emit STARTED; deliver, in the message's trace (broker.ExtractTrace,
+//     a consumer span with the messaging attributes).
+//  4. Succeeded: SUCCEEDED. Retryable while attempt <= max_retries: publish
+//     the request as attempt+1 to the retry exchange with the routing key of
+//     its tier ([RetryDelay]: the policy's backoff, at least the target's
+//     Retry-After, rounded up to a tier) and priority, and emit FAILED
+//     ("...; retry scheduled: attempt n in <tier>"). Otherwise (Permanent,
+//     or retries exhausted): publish a dispatcherv1.DeadLetter (the request
+//     of the last attempt, signing secret included, which a redrive needs,
+//     plus the last outcome: reason, status, excerpt) to the dead exchange
+//     with routing key "dead.<namespace>", and emit FAILED and DEAD.
+//  5. Acknowledge only when every message the attempt caused (the retry or
+//     dead letter, and the event batches that carry its events) is
+//     confirmed by the broker. A failed publish nacks the message with
+//     requeue, after a backoff: it is attempted again (at least once; the
+//     target sees the same webhook-id), and a retry published before the
+//     failure may make a second retry series, which ends in the same dead
+//     letter (the store is idempotent on (execution id, attempt)).
+//
+// # Lifecycle events
+//
+// Events are batched across all workers: one ExecutionEventBatch per broker
+// message (routing key "execution.<kind of its first event>"), up to
+// EventBatch events, published when a publisher slot is free after waiting
+// at most EventLinger for the batch to fill. Under load a batch carries the
+// events of many messages; a message is acknowledged when the batches of
+// all its events are confirmed. The linger delays acknowledgements, not
+// deliveries.
+//
+// # Shutdown
+//
+// When Run's context ends the workers stop taking messages (what is
+// prefetched returns to the queue); deliveries under way get DrainTimeout
+// to finish and to have their consequences confirmed. Past it they are
+// interrupted (their context ends), their outcome is ignored and their
+// messages are requeued: an interrupted attempt says nothing about the
+// target. A dispatcher killed outright loses nothing either: its
+// unacknowledged messages return to the queue when its connection drops.
+package pipeline

@@ -1,0 +1,94 @@
+package pipeline
+
+import (
+	"fmt"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// metrics of a Pipeline.
+type metrics struct {
+	deliveries      *prometheus.CounterVec
+	duration        *prometheus.HistogramVec
+	inFlight        prometheus.Gauge
+	retries         *prometheus.CounterVec
+	deadLetters     prometheus.Counter
+	cancelled       prometheus.Counter
+	events          prometheus.Counter
+	eventBatches    prometheus.Counter
+	publishFailures *prometheus.CounterVec
+	poison          prometheus.Counter
+	cancelErrors    prometheus.Counter
+	requeued        prometheus.Counter
+	all             []prometheus.Collector
+}
+
+func newMetrics() metrics {
+	m := metrics{
+		deliveries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "deliveries_total",
+			Help: "Delivery attempts made, by priority and result (succeeded, retryable, permanent).",
+		}, []string{"priority", "result"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "delivery_duration_seconds",
+			Help:    "How long delivery attempts took, by result.",
+			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300},
+		}, []string{"result"}),
+		inFlight: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "deliveries_in_flight",
+			Help: "Delivery attempts under way.",
+		}),
+		retries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "retries_scheduled_total",
+			Help: "Retries parked in a delay tier, by tier.",
+		}, []string{"tier"}),
+		deadLetters: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "dead_letters_total",
+			Help: "Executions sent to the dead-letter queue (permanent failure or retries exhausted).",
+		}),
+		cancelled: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "executions_cancelled_total",
+			Help: "Dispatch requests not delivered because their execution was cancelled.",
+		}),
+		events: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "events_published_total",
+			Help: "Lifecycle events published (confirmed by the broker).",
+		}),
+		eventBatches: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "event_batches_published_total",
+			Help: "Broker messages carrying lifecycle events (ExecutionEventBatch).",
+		}),
+		publishFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "publish_failures_total",
+			Help: "Publishes that failed (the dispatch message is requeued), by what was published: retry, dead, events.",
+		}, []string{"what"}),
+		poison: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "poison_messages_total",
+			Help: "Dispatch messages that do not decode to a valid request, acknowledged and dropped.",
+		}),
+		cancelErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "cancellation_check_errors_total",
+			Help: "Cancellation look-ups that failed (the request was delivered as if not cancelled).",
+		}),
+		requeued: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "dispatch_requeued_total",
+			Help: "Dispatch messages negatively acknowledged for redelivery (a publish failed, or shutdown interrupted them).",
+		}),
+	}
+	m.all = []prometheus.Collector{m.deliveries, m.duration, m.inFlight, m.retries, m.deadLetters, m.cancelled,
+		m.events, m.eventBatches, m.publishFailures, m.poison, m.cancelErrors, m.requeued}
+	return m
+}
+
+// register registers every collector on reg (none when reg is nil).
+func register(reg prometheus.Registerer, collectors []prometheus.Collector) error {
+	if reg == nil {
+		return nil
+	}
+	for _, c := range collectors {
+		if err := reg.Register(c); err != nil {
+			return fmt.Errorf("register metrics: %w", err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,701 @@
+package pipeline
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"runtime/debug"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/google/uuid"
+	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	dispatchv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/dispatch/v1"
+	dispatcherv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/dispatcher/v1"
+	eventsv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/events/v1"
+	"github.com/cronmesh/cronmesh/libs/broker"
+	"github.com/cronmesh/cronmesh/libs/clock"
+	"github.com/cronmesh/cronmesh/services/dispatcher/internal/deliver"
+	"github.com/cronmesh/cronmesh/services/dispatcher/internal/store"
+)
+
+// Defaults of Options.
+const (
+	DefaultDispatchExchange   = "cronmesh.dispatch"
+	DefaultDispatchQueue      = "cronmesh.dispatch"
+	DefaultRetryExchange      = "cronmesh.retry"
+	DefaultRetryQueue         = "cronmesh.retry"
+	DefaultDeadExchange       = "cronmesh.dead"
+	DefaultDeadQueue          = "cronmesh.dead"
+	DefaultExecutionsExchange = "cronmesh.executions"
+	// DefaultPrefetch is small: a worker handles one message at a time, so
+	// prefetch only hides the broker round trip, and every prefetched
+	// message waits behind its worker's current (possibly slow) target.
+	DefaultPrefetch        = 4
+	DefaultHighWorkers     = 16
+	DefaultNormalWorkers   = 64
+	DefaultLowWorkers      = 16
+	DefaultEventBatch      = 500
+	DefaultEventLinger     = 5 * time.Millisecond
+	DefaultEventPublishers = 4
+	DefaultDrainTimeout    = 15 * time.Second
+	DefaultPublishTimeout  = 30 * time.Second
+	DefaultCancelTimeout   = 2 * time.Second
+	DefaultBackoff         = 100 * time.Millisecond
+	DefaultMaxBackoff      = 5 * time.Second
+)
+
+// tracerName names the pipeline's tracer.
+const tracerName = "github.com/cronmesh/cronmesh/services/dispatcher/internal/pipeline"
+
+// Cancellations tells cancelled executions; *store.Store is one.
+type Cancellations interface {
+	// Cancelled reports, for each ref, whether it is cancelled.
+	Cancelled(ctx context.Context, refs []store.ExecutionRef) ([]bool, error)
+}
+
+// Workers is how many messages of each priority are handled at once: each
+// worker is one subscription (one AMQP channel) of its priority's queue.
+type Workers struct {
+	High, Normal, Low int
+}
+
+// Options for New.
+type Options struct {
+	// AMQPURL is the broker the dispatch queues are consumed from.
+	// Required.
+	AMQPURL string
+	// Publisher publishes retries, dead letters and lifecycle event
+	// batches, with confirms, to topics made by broker.Route (a
+	// broker.Publisher on broker.RoutedPublisherConfig). Required.
+	Publisher message.Publisher
+	// Deliverer makes the attempts. Required.
+	Deliverer deliver.Deliverer
+	// Cancellations is asked before every attempt; nil checks nothing.
+	Cancellations Cancellations
+
+	// Broker names. Defaults: the Default* constants.
+	DispatchExchange   string
+	DispatchQueue      string // prefix of the per-priority queues
+	RetryExchange      string
+	RetryQueue         string // prefix of the per-tier delay queues
+	DeadExchange       string
+	DeadQueue          string
+	ExecutionsExchange string
+	// RetryTiers are the delay queues, each a whole number of
+	// milliseconds, distinct and positive. Default DefaultRetryTiers. The
+	// tiers of a deployment may grow but a tier's queue, once declared,
+	// keeps its TTL: change a tier by adding a new one.
+	RetryTiers []time.Duration
+
+	// Prefetch is the AMQP prefetch of each worker. Default
+	// DefaultPrefetch.
+	Prefetch int
+	// Workers per priority; a zero field takes its default
+	// (DefaultHighWorkers, DefaultNormalWorkers, DefaultLowWorkers).
+	Workers Workers
+
+	// EventBatch caps the events of one broker message. Default
+	// DefaultEventBatch.
+	EventBatch int
+	// EventLinger is how long a batch of lifecycle events waits to fill
+	// before it is published (it is published earlier when full). It
+	// delays acknowledgements, not deliveries. Default DefaultEventLinger;
+	// negative means none (publish as soon as a publisher is free).
+	EventLinger time.Duration
+	// EventPublishers is how many event batches are published at once.
+	// Default DefaultEventPublishers.
+	EventPublishers int
+
+	// DrainTimeout is how long, once Run's context ends, deliveries under
+	// way may take to finish; the ones still running then are interrupted
+	// and their messages requeued. Default DefaultDrainTimeout.
+	DrainTimeout time.Duration
+	// PublishTimeout bounds the wait for the confirms a message's
+	// consequences need before it is acknowledged. Default
+	// DefaultPublishTimeout.
+	PublishTimeout time.Duration
+	// CancelTimeout bounds a cancellation look-up; past it the request is
+	// delivered. Default DefaultCancelTimeout.
+	CancelTimeout time.Duration
+	// Backoff is the first wait before a message whose consequences could
+	// not be published is requeued (doubling up to MaxBackoff, reset by a
+	// success): the worker pauses rather than spin on a broker that is
+	// away. Defaults DefaultBackoff and DefaultMaxBackoff.
+	Backoff, MaxBackoff time.Duration
+
+	// TracerProvider makes each message's consumer span. Default: none.
+	TracerProvider trace.TracerProvider
+	// Propagator reads the trace context of dispatch messages and writes it
+	// into the messages they cause. Default propagation.TraceContext.
+	Propagator propagation.TextMapPropagator
+	// Metrics, if non-nil, receives the pipeline's metrics (see metrics.go).
+	Metrics prometheus.Registerer
+	// Logger receives poison messages, publish failures and connection
+	// trouble. Nil discards.
+	Logger *slog.Logger
+	// Clock is the time source of events and backoffs. Default clock.Real.
+	Clock clock.Clock
+}
+
+// Pipeline consumes dispatch requests and delivers them. Create with New,
+// start with Run.
+type Pipeline struct {
+	opts      Options
+	tracer    trace.Tracer
+	logger    *slog.Logger
+	metrics   metrics
+	events    *batcher[*eventsv1.ExecutionEvent]
+	cancels   *batcher[*cancelQuery]
+	ready     chan struct{}
+	readyOnce sync.Once
+}
+
+// cancelQuery is one cancellation look-up; the flush fills cancelled.
+type cancelQuery struct {
+	ref       store.ExecutionRef
+	cancelled bool
+}
+
+// New validates opts, applies the defaults and registers the metrics. It
+// does not connect: Run does.
+func New(opts Options) (*Pipeline, error) {
+	switch {
+	case opts.AMQPURL == "":
+		return nil, errors.New("pipeline: AMQPURL is required")
+	case opts.Publisher == nil:
+		return nil, errors.New("pipeline: Publisher is required")
+	case opts.Deliverer == nil:
+		return nil, errors.New("pipeline: Deliverer is required")
+	case opts.Prefetch < 0 || opts.Workers.High < 0 || opts.Workers.Normal < 0 || opts.Workers.Low < 0 ||
+		opts.EventBatch < 0 || opts.EventPublishers < 0 || opts.DrainTimeout < 0 || opts.PublishTimeout < 0 ||
+		opts.CancelTimeout < 0 || opts.Backoff < 0 || opts.MaxBackoff < 0:
+		return nil, errors.New("pipeline: counts and durations must not be negative")
+	}
+	opts.DispatchExchange = cmp.Or(opts.DispatchExchange, DefaultDispatchExchange)
+	opts.DispatchQueue = cmp.Or(opts.DispatchQueue, DefaultDispatchQueue)
+	opts.RetryExchange = cmp.Or(opts.RetryExchange, DefaultRetryExchange)
+	opts.RetryQueue = cmp.Or(opts.RetryQueue, DefaultRetryQueue)
+	opts.DeadExchange = cmp.Or(opts.DeadExchange, DefaultDeadExchange)
+	opts.DeadQueue = cmp.Or(opts.DeadQueue, DefaultDeadQueue)
+	opts.ExecutionsExchange = cmp.Or(opts.ExecutionsExchange, DefaultExecutionsExchange)
+	if len(opts.RetryTiers) == 0 {
+		opts.RetryTiers = DefaultRetryTiers()
+	}
+	if err := validateTiers(opts.RetryTiers); err != nil {
+		return nil, err
+	}
+	opts.RetryTiers = slices.Sorted(slices.Values(opts.RetryTiers))
+	opts.Prefetch = cmp.Or(opts.Prefetch, DefaultPrefetch)
+	opts.Workers.High = cmp.Or(opts.Workers.High, DefaultHighWorkers)
+	opts.Workers.Normal = cmp.Or(opts.Workers.Normal, DefaultNormalWorkers)
+	opts.Workers.Low = cmp.Or(opts.Workers.Low, DefaultLowWorkers)
+	opts.EventBatch = cmp.Or(opts.EventBatch, DefaultEventBatch)
+	switch {
+	case opts.EventLinger == 0:
+		opts.EventLinger = DefaultEventLinger
+	case opts.EventLinger < 0:
+		opts.EventLinger = 0
+	}
+	opts.EventPublishers = cmp.Or(opts.EventPublishers, DefaultEventPublishers)
+	opts.DrainTimeout = cmp.Or(opts.DrainTimeout, DefaultDrainTimeout)
+	opts.PublishTimeout = cmp.Or(opts.PublishTimeout, DefaultPublishTimeout)
+	opts.CancelTimeout = cmp.Or(opts.CancelTimeout, DefaultCancelTimeout)
+	opts.Backoff = cmp.Or(opts.Backoff, DefaultBackoff)
+	opts.MaxBackoff = max(cmp.Or(opts.MaxBackoff, DefaultMaxBackoff), opts.Backoff)
+	if opts.TracerProvider == nil {
+		opts.TracerProvider = noop.NewTracerProvider()
+	}
+	if opts.Propagator == nil {
+		opts.Propagator = propagation.TraceContext{}
+	}
+	if opts.Clock == nil {
+		opts.Clock = clock.Real{}
+	}
+	p := &Pipeline{
+		opts:    opts,
+		tracer:  opts.TracerProvider.Tracer(tracerName),
+		logger:  cmp.Or(opts.Logger, slog.New(slog.DiscardHandler)),
+		metrics: newMetrics(),
+		ready:   make(chan struct{}),
+	}
+	p.events = newBatcher(p.publishEvents, opts.EventBatch, opts.EventLinger, opts.EventPublishers, opts.PublishTimeout)
+	if opts.Cancellations != nil {
+		// No linger: the look-up is on the way to the target.
+		p.cancels = newBatcher(p.lookUpCancellations, 1000, 0, 2, opts.CancelTimeout)
+	}
+	if err := register(opts.Metrics, p.metrics.all); err != nil {
+		return nil, fmt.Errorf("pipeline: %w", err)
+	}
+	return p, nil
+}
+
+func validateTiers(tiers []time.Duration) error {
+	seen := map[time.Duration]bool{}
+	for _, t := range tiers {
+		if t < time.Millisecond || t%time.Millisecond != 0 {
+			return fmt.Errorf("pipeline: retry tier %v must be a positive whole number of milliseconds", t)
+		}
+		if seen[t] {
+			return fmt.Errorf("pipeline: retry tier %v is given twice", t)
+		}
+		seen[t] = true
+	}
+	return nil
+}
+
+// Bindings is the topology the pipeline needs, which Run declares: the
+// per-priority dispatch queues, one delay queue per retry tier (dead-
+// lettering back to the dispatch exchange) and the dead-letter queue
+// (binding "#"). The executions exchange has no queue of ours: its
+// consumers (history, alerting) bind their own, and the publisher declares
+// the exchange.
+func (p *Pipeline) Bindings() []broker.QueueBinding {
+	o := p.opts
+	bindings := broker.DispatchQueues(o.DispatchExchange, o.DispatchQueue)
+	bindings = append(bindings, broker.RetryTiers(o.RetryExchange, o.RetryQueue, o.DispatchExchange, o.RetryTiers)...)
+	return append(bindings, DeadBinding(o.DeadExchange, o.DeadQueue))
+}
+
+// DeadBinding is the dead-letter queue: every message of the dead exchange.
+func DeadBinding(exchange, queue string) broker.QueueBinding {
+	return broker.QueueBinding{Exchange: exchange, Queue: queue, BindingKey: "#"}
+}
+
+// Ready is closed once every worker is subscribed.
+func (p *Pipeline) Ready() <-chan struct{} { return p.ready }
+
+// Run declares the topology (Bindings), subscribes the workers and
+// delivers until ctx is done. While RabbitMQ is unreachable it retries with
+// backoff. Shutdown: the workers stop taking messages (what is prefetched
+// returns to the queue), deliveries under way get DrainTimeout to finish
+// and have their consequences confirmed, the ones still running then are
+// interrupted and requeued, the last events are flushed, and Run returns
+// nil. Call it once.
+func (p *Pipeline) Run(ctx context.Context) error {
+	if err := broker.DeclareQueues(ctx, p.opts.AMQPURL, p.Bindings()...); err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return fmt.Errorf("pipeline: declare topology: %w", err)
+	}
+	// hard outlives ctx by the drain timeout: deliveries and their
+	// publishes run under it.
+	hard, interrupt := context.WithCancel(context.WithoutCancel(ctx))
+	defer interrupt()
+	batchCtx, stopBatchers := context.WithCancel(context.WithoutCancel(ctx))
+	var batchers sync.WaitGroup
+	batchers.Go(func() { p.events.run(batchCtx) })
+	if p.cancels != nil {
+		batchers.Go(func() { p.cancels.run(batchCtx) })
+	}
+	defer func() {
+		stopBatchers()
+		batchers.Wait()
+	}()
+
+	o := p.opts
+	workers, bindingKeys, priorities := map[string]int{}, map[string]string{}, map[string]string{}
+	for _, pw := range []struct {
+		name string
+		n    int
+	}{{"high", o.Workers.High}, {"normal", o.Workers.Normal}, {"low", o.Workers.Low}} {
+		q := broker.DispatchQueue(o.DispatchQueue, pw.name)
+		workers[q], bindingKeys[q], priorities[q] = pw.n, "#."+broker.DispatchRoutingKey(pw.name), pw.name
+	}
+	cfg := subscriberConfig(o.AMQPURL, o.DispatchExchange, o.Prefetch, bindingKeys)
+	if err := cfg.ValidateSubscriber(); err != nil {
+		return fmt.Errorf("pipeline: subscriber config: %w", err)
+	}
+	sub, subs := subscribe(ctx, cfg, workers, p.logger, o.Clock, newBackoff(o.Backoff, o.MaxBackoff))
+	if sub == nil {
+		return nil // ctx ended before the broker could be reached
+	}
+	p.readyOnce.Do(func() { close(p.ready) })
+	p.logger.InfoContext(ctx, "consuming dispatch requests",
+		slog.String("exchange", o.DispatchExchange), slog.Int("workers", len(subs)))
+
+	workersDone := make(chan struct{})
+	go func() {
+		select {
+		case <-ctx.Done():
+		case <-workersDone:
+			return
+		}
+		select {
+		case <-o.Clock.After(o.DrainTimeout):
+			interrupt()
+		case <-workersDone:
+		}
+	}()
+	var wg sync.WaitGroup
+	for _, s := range subs {
+		wg.Go(func() { p.consume(ctx, hard, priorities[s.queue], s) })
+	}
+	// The subscriptions end when ctx is done (each after its message under
+	// way is settled); the workers then return.
+	wg.Wait()
+	close(workersDone)
+	if err := sub.Close(); err != nil {
+		p.logger.Warn("closing the dispatch subscriber", slog.Any("error", err))
+	}
+	return nil
+}
+
+// verdict is what becomes of a dispatch message.
+type verdict int
+
+const (
+	// ack: handled, and everything it caused is confirmed.
+	ack verdict = iota
+	// requeueLater: something it caused could not be published; nack after
+	// the worker's backoff.
+	requeueLater
+	// requeueNow: shutdown interrupted it; nack at once.
+	requeueNow
+)
+
+// consume handles the messages of one subscription until it closes.
+func (p *Pipeline) consume(ctx, hard context.Context, priority string, s subscription) {
+	b := newBackoff(p.opts.Backoff, p.opts.MaxBackoff)
+	for msg := range s.messages {
+		if ctx.Err() != nil {
+			// Delivered while the subscription shuts down: leave it to
+			// whichever dispatcher runs next.
+			msg.Nack()
+			continue
+		}
+		switch p.handle(hard, priority, s.queue, msg) {
+		case ack:
+			b.reset()
+			msg.Ack()
+		case requeueLater:
+			p.metrics.requeued.Inc()
+			sleep(ctx, p.opts.Clock, b.next())
+			msg.Nack()
+		case requeueNow:
+			p.metrics.requeued.Inc()
+			msg.Nack()
+		}
+	}
+}
+
+// handle processes one dispatch message. ctx is the hard context: it ends
+// only when shutdown interrupts deliveries.
+func (p *Pipeline) handle(ctx context.Context, priority, queue string, msg *message.Message) verdict {
+	ctx = broker.ExtractTrace(ctx, p.opts.Propagator, msg.Metadata)
+	ctx, span := p.tracer.Start(ctx, "process "+queue,
+		trace.WithSpanKind(trace.SpanKindConsumer),
+		trace.WithAttributes(
+			semconv.MessagingSystemRabbitMQ,
+			semconv.MessagingDestinationName(p.opts.DispatchExchange),
+			semconv.MessagingDestinationSubscriptionName(queue),
+			semconv.MessagingOperationTypeProcess,
+			semconv.MessagingOperationName("process"),
+			semconv.MessagingMessageID(msg.UUID),
+			semconv.MessagingMessageBodySize(len(msg.Payload)),
+		))
+	defer span.End()
+
+	req := &dispatchv1.DispatchRequest{}
+	if err := proto.Unmarshal(msg.Payload, req); err != nil {
+		return p.poison(ctx, span, msg, fmt.Errorf("decode dispatch request: %w", err))
+	}
+	if err := validateRequest(req); err != nil {
+		return p.poison(ctx, span, msg, err)
+	}
+	span.SetAttributes(
+		attribute.String("cronmesh.execution.id", req.ExecutionId),
+		attribute.String("cronmesh.job.id", req.JobId),
+		attribute.String("cronmesh.namespace", req.Namespace),
+		attribute.Int("cronmesh.attempt", int(req.Attempt)),
+		attribute.String("cronmesh.priority", priority),
+	)
+	traceID := ""
+	if sc := trace.SpanContextFromContext(ctx); sc.HasTraceID() {
+		traceID = sc.TraceID().String()
+	}
+
+	if p.isCancelled(ctx, req) {
+		if ctx.Err() != nil {
+			return requeueNow
+		}
+		p.metrics.cancelled.Inc()
+		span.SetAttributes(attribute.String("cronmesh.dispatch.outcome", "cancelled"))
+		wait := p.events.submit(newEvent(eventsv1.ExecutionEventKind_EXECUTION_EVENT_KIND_CANCELLED, req, p.opts.Clock.Now(), 0,
+			"cancelled through CancelExecution", traceID))
+		return p.await(ctx, span, nil, wait)
+	}
+	if ctx.Err() != nil {
+		return requeueNow
+	}
+
+	started := p.events.submit(newEvent(eventsv1.ExecutionEventKind_EXECUTION_EVENT_KIND_STARTED, req, p.opts.Clock.Now(), 0, "", traceID))
+	p.metrics.inFlight.Inc()
+	begin := time.Now()
+	out := p.deliver(ctx, req)
+	elapsed := time.Since(begin)
+	p.metrics.inFlight.Dec()
+	if ctx.Err() != nil {
+		// Shutdown interrupted the attempt: its result says nothing about
+		// the target. Requeued, it is attempted again by the next
+		// dispatcher (with the same webhook-id).
+		span.SetStatus(codes.Error, "interrupted by shutdown")
+		return requeueNow
+	}
+	duration := cmp.Or(out.Duration, elapsed)
+	result := resultName(out.Result)
+	p.metrics.deliveries.WithLabelValues(priority, result).Inc()
+	p.metrics.duration.WithLabelValues(result).Observe(duration.Seconds())
+	span.SetAttributes(attribute.String("cronmesh.dispatch.result", result))
+	if out.StatusCode != 0 {
+		span.SetAttributes(attribute.Int("cronmesh.dispatch.response_status", out.StatusCode))
+	}
+	now := p.opts.Clock.Now()
+	event := func(kind eventsv1.ExecutionEventKind, reason string) <-chan error {
+		return p.events.submit(newEvent(kind, req, now, duration, reason, traceID))
+	}
+
+	switch {
+	case out.Result == deliver.Succeeded:
+		return p.await(ctx, span, nil, started, event(eventsv1.ExecutionEventKind_EXECUTION_EVENT_KIND_SUCCEEDED, out.Reason))
+	case out.Result != deliver.Permanent && req.Attempt <= MaxRetries(req.RetryPolicy):
+		tier := RetryDelay(p.opts.RetryTiers, req.RetryPolicy, req.Attempt, out.RetryAfter)
+		span.SetAttributes(attribute.String("cronmesh.dispatch.retry_tier", tier.String()))
+		failed := event(eventsv1.ExecutionEventKind_EXECUTION_EVENT_KIND_FAILED,
+			fmt.Sprintf("%s; retry scheduled: attempt %d in %s", failureReason(out), req.Attempt+1, tier))
+		err := p.publishRetry(ctx, req, priority, tier)
+		if err == nil {
+			p.metrics.retries.WithLabelValues(tier.String()).Inc()
+		}
+		return p.await(ctx, span, err, started, failed)
+	default:
+		reason := failureReason(out)
+		if out.Result != deliver.Permanent {
+			reason = fmt.Sprintf("retries exhausted after attempt %d: %s", req.Attempt, reason)
+		}
+		failed := event(eventsv1.ExecutionEventKind_EXECUTION_EVENT_KIND_FAILED, reason+"; not retried")
+		dead := event(eventsv1.ExecutionEventKind_EXECUTION_EVENT_KIND_DEAD, reason)
+		err := p.publishDead(ctx, req, out, reason, now)
+		if err == nil {
+			p.metrics.deadLetters.Inc()
+		}
+		return p.await(ctx, span, err, started, failed, dead)
+	}
+}
+
+// deliver calls the Deliverer, turning a panic into a Permanent failure:
+// the request goes to the dead-letter store, where it is seen, instead of
+// crashing the dispatcher on every redelivery.
+func (p *Pipeline) deliver(ctx context.Context, req *dispatchv1.DispatchRequest) (out deliver.Outcome) {
+	defer func() {
+		if r := recover(); r != nil {
+			p.logger.ErrorContext(ctx, "the deliverer panicked", slog.String("execution_id", req.ExecutionId),
+				slog.Any("panic", r), slog.String("stack", string(debug.Stack())))
+			out = deliver.Outcome{Result: deliver.Permanent, Reason: "internal error of the dispatcher (see its log)"}
+		}
+	}()
+	return p.opts.Deliverer.Deliver(ctx, req)
+}
+
+// await waits for the events' confirms (and takes publishErr, the direct
+// publish's result, into account): ack when all are on the broker.
+func (p *Pipeline) await(ctx context.Context, span trace.Span, publishErr error, waits ...<-chan error) verdict {
+	timeout, cancel := context.WithTimeout(ctx, p.opts.PublishTimeout)
+	defer cancel()
+	errs := []error{publishErr}
+	for _, w := range waits {
+		select {
+		case err := <-w:
+			errs = append(errs, err)
+		case <-timeout.Done():
+			errs = append(errs, fmt.Errorf("waiting for lifecycle events to be confirmed: %w", timeout.Err()))
+		}
+	}
+	err := errors.Join(errs...)
+	if err == nil {
+		return ack
+	}
+	span.RecordError(err)
+	span.SetStatus(codes.Error, "publishing consequences failed")
+	if ctx.Err() != nil {
+		return requeueNow
+	}
+	p.logger.WarnContext(ctx, "publishing what a delivery caused failed; the request will be redelivered", slog.Any("error", err))
+	return requeueLater
+}
+
+// publishRetry parks the next attempt of req in the tier's delay queue.
+func (p *Pipeline) publishRetry(ctx context.Context, req *dispatchv1.DispatchRequest, priority string, tier time.Duration) error {
+	next := proto.Clone(req).(*dispatchv1.DispatchRequest)
+	next.Attempt = req.Attempt + 1
+	body, err := proto.Marshal(next)
+	if err != nil {
+		return fmt.Errorf("encode retry of %s: %w", req.ExecutionId, err)
+	}
+	topic := broker.Route(p.opts.RetryExchange, broker.RetryRoutingKey(tier, priority))
+	if err := p.publish(ctx, topic, req.ExecutionId, body); err != nil {
+		p.metrics.publishFailures.WithLabelValues("retry").Inc()
+		return fmt.Errorf("publish retry of %s: %w", req.ExecutionId, err)
+	}
+	return nil
+}
+
+// publishDead sends req, with the last outcome, to the dead exchange as a
+// dispatcherv1.DeadLetter (request with its signing secret: the dead-letter
+// store needs it for redrives). Routing key "dead.<namespace>".
+func (p *Pipeline) publishDead(ctx context.Context, req *dispatchv1.DispatchRequest, out deliver.Outcome, reason string, now time.Time) error {
+	dl := &dispatcherv1.DeadLetter{
+		Id:              uuid.Must(uuid.NewV7()).String(),
+		ExecutionId:     req.ExecutionId,
+		JobId:           req.JobId,
+		Attempt:         req.Attempt,
+		NominalTime:     req.NominalTime,
+		DeadTime:        timestamppb.New(now),
+		Reason:          store.CleanText(reason),
+		ResponseStatus:  int32(out.StatusCode),
+		ResponseExcerpt: store.CleanText(excerpt(out.Excerpt)),
+		Request:         req,
+	}
+	body, err := proto.Marshal(dl)
+	if err != nil {
+		return fmt.Errorf("encode dead letter of %s: %w", req.ExecutionId, err)
+	}
+	if err := p.publish(ctx, broker.Route(p.opts.DeadExchange, "dead."+req.Namespace), dl.Id, body); err != nil {
+		p.metrics.publishFailures.WithLabelValues("dead").Inc()
+		return fmt.Errorf("publish dead letter of %s: %w", req.ExecutionId, err)
+	}
+	return nil
+}
+
+// publish publishes one message with ctx's trace context and waits for its
+// confirm.
+func (p *Pipeline) publish(ctx context.Context, topic, id string, body []byte) error {
+	ctx, cancel := context.WithTimeout(ctx, p.opts.PublishTimeout)
+	defer cancel()
+	msg := message.NewMessage(id, body)
+	broker.InjectTrace(ctx, p.opts.Propagator, msg.Metadata)
+	msg.SetContext(ctx)
+	return p.opts.Publisher.Publish(topic, msg)
+}
+
+// isCancelled looks req's execution up; a failed look-up counts as not
+// cancelled (see the package doc).
+func (p *Pipeline) isCancelled(ctx context.Context, req *dispatchv1.DispatchRequest) bool {
+	if p.cancels == nil {
+		return false
+	}
+	q := &cancelQuery{ref: store.ExecutionRef{Namespace: req.Namespace, ExecutionID: req.ExecutionId}}
+	select {
+	case err := <-p.cancels.submit(q):
+		if err != nil {
+			p.metrics.cancelErrors.Inc()
+			p.logger.WarnContext(ctx, "cancellation look-up failed; delivering", slog.String("execution_id", req.ExecutionId), slog.Any("error", err))
+			return false
+		}
+		return q.cancelled
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// lookUpCancellations is the flush of the cancellation batcher.
+func (p *Pipeline) lookUpCancellations(ctx context.Context, qs []*cancelQuery) error {
+	refs := make([]store.ExecutionRef, len(qs))
+	for i, q := range qs {
+		refs[i] = q.ref
+	}
+	got, err := p.opts.Cancellations.Cancelled(ctx, refs)
+	if err != nil {
+		return err
+	}
+	if len(got) != len(qs) {
+		return fmt.Errorf("cancellation look-up answered %d of %d", len(got), len(qs))
+	}
+	for i, q := range qs {
+		q.cancelled = got[i]
+	}
+	return nil
+}
+
+// poison records a message that can never be delivered and acknowledges
+// it: redelivering it would fail the same way forever. Only a bug upstream
+// makes one (the trigger and redrives publish valid requests), so it is
+// logged as an error with its id and size.
+func (p *Pipeline) poison(ctx context.Context, span trace.Span, msg *message.Message, err error) verdict {
+	p.metrics.poison.Inc()
+	span.RecordError(err)
+	span.SetStatus(codes.Error, "poison message")
+	p.logger.ErrorContext(ctx, "dropping a dispatch message that can never be delivered",
+		slog.String("message_id", msg.UUID), slog.Int("bytes", len(msg.Payload)), slog.Any("error", err))
+	return ack
+}
+
+// validateRequest rejects requests that cannot be delivered nor
+// dead-lettered: ids that are not UUIDs, no namespace, an attempt below 1.
+// A request without a usable target is not poison: the Deliverer fails it
+// as Permanent, so it lands in the dead-letter store, where an operator
+// sees it and can redrive it with a target override.
+func validateRequest(req *dispatchv1.DispatchRequest) error {
+	if _, err := uuid.Parse(req.ExecutionId); err != nil {
+		return fmt.Errorf("invalid dispatch request: execution id %q is not a UUID", req.ExecutionId)
+	}
+	if _, err := uuid.Parse(req.JobId); err != nil {
+		return fmt.Errorf("invalid dispatch request %s: job id %q is not a UUID", req.ExecutionId, req.JobId)
+	}
+	switch {
+	case req.Namespace == "":
+		return fmt.Errorf("invalid dispatch request %s: no namespace", req.ExecutionId)
+	case req.Attempt < 1:
+		return fmt.Errorf("invalid dispatch request %s: attempt %d", req.ExecutionId, req.Attempt)
+	}
+	return nil
+}
+
+// resultName is the metric label of a result.
+func resultName(r deliver.Result) string {
+	switch r {
+	case deliver.Succeeded:
+		return "succeeded"
+	case deliver.Permanent:
+		return "permanent"
+	default:
+		// Retryable, and a zero Result from a faulty Deliverer: retrying
+		// is the safe reading.
+		return "retryable"
+	}
+}
+
+// failureReason is the outcome's reason, or its status when it gives none.
+func failureReason(out deliver.Outcome) string {
+	switch {
+	case out.Reason != "":
+		return out.Reason
+	case out.StatusCode != 0:
+		return fmt.Sprintf("HTTP %d", out.StatusCode)
+	default:
+		return "delivery failed"
+	}
+}
+
+// excerpt caps a response excerpt at deliver.MaxExcerpt, in case a
+// Deliverer returns more.
+func excerpt(s string) string {
+	if len(s) > deliver.MaxExcerpt {
+		return s[:deliver.MaxExcerpt]
+	}
+	return s
+}
