@@ -274,11 +274,14 @@ func (s *Store) List(ctx context.Context, namespace string, f ListFilter) ([]*re
 		}
 		labels = string(b)
 	}
+	// "ORDER BY jobs.id", not "id": the select list's "id::text" is also
+	// named id, and ORDER BY would sort by that text, which no index serves
+	// (every page would sort the whole namespace).
 	rows, err := s.pool.Query(ctx, selectJob+`
 		WHERE namespace = $1 AND id > $2::uuid
 		  AND ($3::jsonb = '{}'::jsonb OR labels @> $3::jsonb)
 		  AND ($4::bool IS NULL OR paused = $4)
-		ORDER BY id LIMIT $5`, namespace, after, labels, f.Paused, f.PageSize+1)
+		ORDER BY jobs.id LIMIT $5`, namespace, after, labels, f.Paused, f.PageSize+1)
 	if err != nil {
 		return nil, "", fmt.Errorf("list jobs: %w", err)
 	}
