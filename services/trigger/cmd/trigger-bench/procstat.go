@@ -1,0 +1,478 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// The process groups the sampler reports besides the trigger nodes.
+const (
+	groupPostgres = "postgresql"
+	groupRabbit   = "rabbitmq"
+	groupBench    = "trigger-bench (consumer, publisher, etcd)"
+)
+
+// wantedMetrics are the node metrics the sampler keeps (summed over label
+// sets).
+var wantedMetrics = []string{
+	"go_memstats_heap_inuse_bytes",
+	"go_memstats_heap_alloc_bytes",
+	"go_memstats_sys_bytes",
+	"go_goroutines",
+	"trigger_heap_size",
+	"outbox_leader",
+	"outbox_published_total",
+	"outbox_pending",
+	"trigger_commit_duration_seconds_sum",
+	"trigger_commit_duration_seconds_count",
+	"trigger_slots_total",
+	"projection_events_applied_total",
+	"ring_owned_partitions",
+}
+
+type procSample struct {
+	ticks uint64 // utime + stime
+	rss   uint64 // bytes
+}
+
+type sample struct {
+	t            time.Time
+	busy, total  uint64                        // machine jiffies
+	procs        map[string]map[int]procSample // group -> pid -> sample
+	metrics      map[string]map[string]float64 // group -> metric -> value
+	metricsError map[string]bool
+}
+
+// sampler reads /proc (every process's CPU time and RSS, grouped) and the
+// nodes' /metrics once a second.
+type sampler struct {
+	mu      sync.Mutex
+	static  map[int]string    // pid -> group
+	urls    map[string]string // group -> metrics URL
+	samples []sample
+	clkTck  float64
+	pageSz  uint64
+	stopC   chan struct{}
+	done    chan struct{}
+	once    sync.Once
+}
+
+func newSampler() *sampler {
+	s := &sampler{
+		static: map[int]string{os.Getpid(): groupBench},
+		urls:   map[string]string{},
+		clkTck: 100,
+		pageSz: uint64(os.Getpagesize()),
+		stopC:  make(chan struct{}),
+		done:   make(chan struct{}),
+	}
+	if out, err := exec.Command("getconf", "CLK_TCK").Output(); err == nil {
+		if v, err := strconv.ParseFloat(strings.TrimSpace(string(out)), 64); err == nil && v > 0 {
+			s.clkTck = v
+		}
+	}
+	go s.loop()
+	return s
+}
+
+func (s *sampler) add(group string, pid int, metricsURL string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.static[pid] = group
+	if metricsURL != "" {
+		s.urls[group] = metricsURL
+	}
+}
+
+func (s *sampler) stop() {
+	s.once.Do(func() { close(s.stopC) })
+	<-s.done
+}
+
+func (s *sampler) loop() {
+	defer close(s.done)
+	client := &http.Client{Timeout: 900 * time.Millisecond}
+	next := time.Now().Truncate(time.Second).Add(time.Second)
+	for {
+		select {
+		case <-s.stopC:
+			return
+		case <-time.After(time.Until(next)):
+		}
+		next = next.Add(time.Second)
+		if time.Until(next) < 0 {
+			next = time.Now().Truncate(time.Second).Add(time.Second)
+		}
+		s.takeSample(client)
+	}
+}
+
+func (s *sampler) takeSample(client *http.Client) {
+	s.mu.Lock()
+	static := make(map[int]string, len(s.static))
+	for k, v := range s.static {
+		static[k] = v
+	}
+	urls := make(map[string]string, len(s.urls))
+	for k, v := range s.urls {
+		urls[k] = v
+	}
+	s.mu.Unlock()
+
+	smp := sample{t: time.Now(), procs: map[string]map[int]procSample{}, metrics: map[string]map[string]float64{}, metricsError: map[string]bool{}}
+	smp.busy, smp.total = machineJiffies()
+	entries, _ := os.ReadDir("/proc")
+	for _, ent := range entries {
+		pid, err := strconv.Atoi(ent.Name())
+		if err != nil {
+			continue
+		}
+		comm, ticks, rssPages, ok := readStat(pid)
+		if !ok {
+			continue
+		}
+		group, known := static[pid]
+		if !known {
+			switch comm {
+			case "postgres":
+				group = groupPostgres
+			case "beam.smp", "erl_child_setup", "epmd", "inet_gethost":
+				group = groupRabbit
+			default:
+				continue
+			}
+		}
+		if smp.procs[group] == nil {
+			smp.procs[group] = map[int]procSample{}
+		}
+		smp.procs[group][pid] = procSample{ticks: ticks, rss: rssPages * s.pageSz}
+	}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	for group, url := range urls {
+		if _, alive := smp.procs[group]; !alive {
+			continue
+		}
+		wg.Go(func() {
+			m, err := scrape(client, url)
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				smp.metricsError[group] = true
+				return
+			}
+			smp.metrics[group] = m
+		})
+	}
+	wg.Wait()
+	s.mu.Lock()
+	s.samples = append(s.samples, smp)
+	s.mu.Unlock()
+}
+
+// readStat reads comm, utime+stime and rss (pages) of pid.
+func readStat(pid int) (string, uint64, uint64, bool) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return "", 0, 0, false
+	}
+	open, end := bytes.IndexByte(b, '('), bytes.LastIndexByte(b, ')')
+	if open < 0 || end < open || end+2 > len(b) {
+		return "", 0, 0, false
+	}
+	comm := string(b[open+1 : end])
+	f := strings.Fields(string(b[end+2:]))
+	// After "(comm) ": state=0, ..., utime=11, stime=12, rss=21.
+	if len(f) < 22 {
+		return "", 0, 0, false
+	}
+	ut, _ := strconv.ParseUint(f[11], 10, 64)
+	st, _ := strconv.ParseUint(f[12], 10, 64)
+	rss, _ := strconv.ParseUint(f[21], 10, 64)
+	return comm, ut + st, rss, true
+}
+
+// machineJiffies returns busy and total jiffies of all CPUs.
+func machineJiffies() (busy, total uint64) {
+	f, err := os.Open("/proc/stat")
+	if err != nil {
+		return 0, 0
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	if !sc.Scan() {
+		return 0, 0
+	}
+	fields := strings.Fields(sc.Text())
+	if len(fields) < 8 || fields[0] != "cpu" {
+		return 0, 0
+	}
+	var idle uint64
+	for i, v := range fields[1:] {
+		n, _ := strconv.ParseUint(v, 10, 64)
+		if i >= 8 { // guest, guest_nice are already in user
+			break
+		}
+		total += n
+		if i == 3 || i == 4 { // idle, iowait
+			idle += n
+		}
+	}
+	return total - idle, total
+}
+
+// scrape reads the wanted metrics from a Prometheus text endpoint.
+func scrape(client *http.Client, url string) (map[string]float64, error) {
+	resp, err := client.Get(url)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, err
+	}
+	return parseMetrics(b), nil
+}
+
+func parseMetrics(b []byte) map[string]float64 {
+	out := map[string]float64{}
+	for line := range strings.SplitSeq(string(b), "\n") {
+		if line == "" || line[0] == '#' {
+			continue
+		}
+		name := line
+		if i := strings.IndexAny(line, "{ "); i >= 0 {
+			name = line[:i]
+		}
+		if !slices.Contains(wantedMetrics, name) {
+			continue
+		}
+		sp := strings.LastIndexByte(line, ' ')
+		if sp < 0 {
+			continue
+		}
+		v, err := strconv.ParseFloat(line[sp+1:], 64)
+		if err != nil {
+			continue
+		}
+		out[name] += v
+	}
+	return out
+}
+
+// window returns the samples taken in [from, to].
+func (s *sampler) window(from, to time.Time) []sample {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []sample
+	for _, smp := range s.samples {
+		if !smp.t.Before(from) && !smp.t.After(to) {
+			out = append(out, smp)
+		}
+	}
+	return out
+}
+
+// groupUsage is one group's resource use over a window.
+type groupUsage struct {
+	group      string
+	cpuPercent float64 // of one core
+	rssMax     uint64
+	rssMedian  uint64
+	rssLast    uint64
+	heapMax    float64 // go_memstats_heap_inuse_bytes
+	heapLast   float64
+	procs      int
+}
+
+// usageOf computes every group's use over [from, to].
+func (s *sampler) usageOf(from, to time.Time) (map[string]groupUsage, float64) {
+	w := s.window(from, to)
+	out := map[string]groupUsage{}
+	if len(w) < 2 {
+		return out, 0
+	}
+	first, last := w[0], w[len(w)-1]
+	secs := last.t.Sub(first.t).Seconds()
+	machine := 0.0
+	if last.total > first.total {
+		machine = float64(last.busy-first.busy) / float64(last.total-first.total) * 100 * float64(ncpu())
+	}
+	groups := map[string]bool{}
+	for _, smp := range w {
+		for g := range smp.procs {
+			groups[g] = true
+		}
+	}
+	for g := range groups {
+		u := groupUsage{group: g}
+		// CPU: per pid, last value in the window minus its value at the
+		// window's first sample (0 for a pid that appeared later).
+		lastTicks := map[int]uint64{}
+		for _, smp := range w {
+			for pid, p := range smp.procs[g] {
+				lastTicks[pid] = p.ticks
+			}
+		}
+		var ticks uint64
+		for pid, t := range lastTicks {
+			if p, ok := first.procs[g][pid]; ok {
+				if t > p.ticks {
+					ticks += t - p.ticks
+				}
+			} else {
+				ticks += t
+			}
+		}
+		u.procs = len(lastTicks)
+		if secs > 0 {
+			u.cpuPercent = float64(ticks) / s.clkTck / secs * 100
+		}
+		var rss []uint64
+		for _, smp := range w {
+			var sum uint64
+			for _, p := range smp.procs[g] {
+				sum += p.rss
+			}
+			if len(smp.procs[g]) > 0 {
+				rss = append(rss, sum)
+				u.rssLast = sum
+			}
+			if m, ok := smp.metrics[g]; ok {
+				h := m["go_memstats_heap_inuse_bytes"]
+				u.heapMax = max(u.heapMax, h)
+				u.heapLast = h
+			}
+		}
+		if len(rss) > 0 {
+			u.rssMax = slices.Max(rss)
+			sorted := slices.Clone(rss)
+			slices.Sort(sorted)
+			u.rssMedian = sorted[len(sorted)/2]
+		}
+		out[g] = u
+	}
+	return out, machine
+}
+
+// metricDelta is the increase of a node metric over [from, to].
+func (s *sampler) metricDelta(group, name string, from, to time.Time) (float64, bool) {
+	w := s.window(from, to)
+	var a, b float64
+	found := false
+	for _, smp := range w {
+		if m, ok := smp.metrics[group]; ok {
+			if !found {
+				a, found = m[name], true
+			}
+			b = m[name]
+		}
+	}
+	return b - a, found
+}
+
+// lastMetric is the newest value of a node metric.
+func (s *sampler) lastMetric(group, name string) (float64, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i := len(s.samples) - 1; i >= 0; i-- {
+		if m, ok := s.samples[i].metrics[group]; ok {
+			v, ok := m[name]
+			return v, ok
+		}
+	}
+	return 0, false
+}
+
+// vmHWM is the peak resident set of a live pid (bytes).
+func vmHWM(pid int) uint64 {
+	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "status"))
+	if err != nil {
+		return 0
+	}
+	for line := range strings.SplitSeq(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			f := strings.Fields(rest)
+			if len(f) > 0 {
+				kb, _ := strconv.ParseUint(f[0], 10, 64)
+				return kb * 1024
+			}
+		}
+	}
+	return 0
+}
+
+// otherBenchmarks lists other benchmark processes (or go test runs) on the
+// machine, which would share the 2 cores with this one.
+func otherBenchmarks() string {
+	mine := ancestors()
+	var found []string
+	entries, _ := os.ReadDir("/proc")
+	for _, ent := range entries {
+		pid, err := strconv.Atoi(ent.Name())
+		if err != nil || mine[pid] {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + ent.Name() + "/cmdline")
+		if err != nil || len(b) == 0 {
+			continue
+		}
+		cmd := strings.TrimSpace(strings.ReplaceAll(string(b), "\x00", " "))
+		first := strings.Fields(cmd)[0]
+		base := filepath.Base(first)
+		switch {
+		case base == "registry-bench", base == "trigger-bench", base == "bench.sh", base == "bench-trigger.sh",
+			strings.Contains(cmd, "deploy/local/bench.sh"),
+			(base == "go" && strings.Contains(cmd, " test")),
+			strings.HasSuffix(base, ".test"):
+			if len(cmd) > 100 {
+				cmd = cmd[:100] + "..."
+			}
+			found = append(found, strconv.Itoa(pid)+": "+cmd)
+		}
+	}
+	return strings.Join(found, "; ")
+}
+
+// ancestors are this process and its parents, up to init.
+func ancestors() map[int]bool {
+	out := map[int]bool{}
+	for pid := os.Getpid(); pid > 1 && !out[pid]; {
+		out[pid] = true
+		b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+		if err != nil {
+			break
+		}
+		end := bytes.LastIndexByte(b, ')')
+		if end < 0 || end+2 > len(b) {
+			break
+		}
+		f := strings.Fields(string(b[end+2:]))
+		if len(f) < 2 {
+			break
+		}
+		pid, _ = strconv.Atoi(f[1])
+	}
+	return out
+}
+
+// quietCheck is a helper for scenarios: it logs and returns what else runs.
+func quietCheck(ctx context.Context, max time.Duration) string {
+	others := waitQuiet(ctx, max)
+	if others != "" {
+		logf("WARNING: other benchmarks are running while measuring: %s", others)
+	}
+	return others
+}
