@@ -4,12 +4,11 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"net"
 
 	"connectrpc.com/connect"
-	"github.com/jackc/pgx/v5/pgconn"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 
+	"github.com/cronmesh/cronmesh/libs/rpcerr"
 	"github.com/cronmesh/cronmesh/services/dispatcher/internal/store"
 )
 
@@ -22,17 +21,13 @@ func violation(field, description string) *errdetails.BadRequest_FieldViolation 
 }
 
 // invalid returns INVALID_ARGUMENT with a google.rpc.BadRequest detail that
-// names every wrong field.
+// names every wrong field (rpcerr builds it, as in every service).
 func invalid(list []*errdetails.BadRequest_FieldViolation) error {
-	msg := list[0].Field + ": " + list[0].Description
-	if len(list) > 1 {
-		msg += " (and more: see the BadRequest detail)"
+	var v rpcerr.Violations
+	for _, fv := range list {
+		v.Add(fv.Field, "%s", fv.Description)
 	}
-	err := connect.NewError(connect.CodeInvalidArgument, errors.New(msg))
-	if detail, derr := connect.NewErrorDetail(&errdetails.BadRequest{FieldViolations: list}); derr == nil {
-		err.AddDetail(detail)
-	}
-	return err
+	return v.Err()
 }
 
 // toConnect maps store and broker errors to the Connect code a client can
@@ -54,19 +49,11 @@ func (h *Handler) toConnect(ctx context.Context, procedure string, err error) er
 	case errors.Is(err, errBroker):
 		h.logger.WarnContext(ctx, "broker unavailable", slog.String("procedure", procedure), slog.Any("error", err))
 		return connect.NewError(connect.CodeUnavailable, errors.New("the message broker is unavailable; nothing was redriven, retry later"))
-	case isUnavailable(err):
+	case rpcerr.IsUnavailable(err):
 		h.logger.WarnContext(ctx, "database unavailable", slog.String("procedure", procedure), slog.Any("error", err))
 		return connect.NewError(connect.CodeUnavailable, errors.New("the dead-letter store is unavailable; retry later"))
 	default:
 		h.logger.ErrorContext(ctx, "request failed", slog.String("procedure", procedure), slog.Any("error", err))
 		return connect.NewError(connect.CodeInternal, errors.New("internal error"))
 	}
-}
-
-// isUnavailable reports errors that mean "the database could not be
-// reached" rather than "the request was wrong": a retry may succeed.
-func isUnavailable(err error) bool {
-	var netErr net.Error
-	var connectErr *pgconn.ConnectError
-	return errors.As(err, &netErr) || errors.As(err, &connectErr) || pgconn.SafeToRetry(err)
 }
