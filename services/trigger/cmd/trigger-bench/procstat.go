@@ -66,6 +66,8 @@ type sampler struct {
 	stopC   chan struct{}
 	done    chan struct{}
 	once    sync.Once
+	// others: other benchmarks seen while sampling (every 5 s), by command.
+	others map[string]time.Time
 }
 
 func newSampler() *sampler {
@@ -76,6 +78,7 @@ func newSampler() *sampler {
 		pageSz: uint64(os.Getpagesize()),
 		stopC:  make(chan struct{}),
 		done:   make(chan struct{}),
+		others: map[string]time.Time{},
 	}
 	if out, err := exec.Command("getconf", "CLK_TCK").Output(); err == nil {
 		if v, err := strconv.ParseFloat(strings.TrimSpace(string(out)), 64); err == nil && v > 0 {
@@ -115,7 +118,31 @@ func (s *sampler) loop() {
 			next = time.Now().Truncate(time.Second).Add(time.Second)
 		}
 		s.takeSample(client)
+		if next.Unix()%5 == 0 {
+			now := time.Now()
+			for _, o := range otherBenchmarkList() {
+				s.mu.Lock()
+				if _, seen := s.others[o]; !seen {
+					s.others[o] = now
+				}
+				s.mu.Unlock()
+			}
+		}
 	}
+}
+
+// othersSeen lists the other benchmarks seen by the sampler since from.
+func (s *sampler) othersSeen(from time.Time) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []string
+	for cmd, at := range s.others {
+		if !at.Before(from) {
+			out = append(out, cmd+" (from "+at.Format("15:04:05")+")")
+		}
+	}
+	slices.Sort(out)
+	return strings.Join(out, "; ")
 }
 
 func (s *sampler) takeSample(client *http.Client) {
@@ -417,6 +444,15 @@ func vmHWM(pid int) uint64 {
 // otherBenchmarks lists other benchmark processes (or go test runs) on the
 // machine, which would share the 2 cores with this one.
 func otherBenchmarks() string {
+	return strings.Join(otherBenchmarkListPids(true), "; ")
+}
+
+// otherBenchmarkList is otherBenchmarks without pids, one entry per command.
+func otherBenchmarkList() []string {
+	return otherBenchmarkListPids(false)
+}
+
+func otherBenchmarkListPids(withPid bool) []string {
 	mine := ancestors()
 	var found []string
 	entries, _ := os.ReadDir("/proc")
@@ -440,10 +476,15 @@ func otherBenchmarks() string {
 			if len(cmd) > 100 {
 				cmd = cmd[:100] + "..."
 			}
-			found = append(found, strconv.Itoa(pid)+": "+cmd)
+			if withPid {
+				cmd = strconv.Itoa(pid) + ": " + cmd
+			}
+			if !slices.Contains(found, cmd) {
+				found = append(found, cmd)
+			}
 		}
 	}
-	return strings.Join(found, "; ")
+	return found
 }
 
 // ancestors are this process and its parents, up to init.

@@ -78,7 +78,11 @@ func (r *report) header(title string, m machine, e *env, others string) {
 	if others == "" {
 		r.p("No other benchmark (registry-bench, trigger-bench, go test) was running when measuring started.")
 	} else {
-		r.p("**Other benchmarks were running while measuring:** %s", others)
+		r.p("**Other benchmarks were running when measuring started:** %s", others)
+	}
+	if seen := e.sampler.othersSeen(time.Time{}); seen != "" {
+		r.p("")
+		r.p("**Seen during the run (sampled every 5 s):** %s", seen)
 	}
 }
 
