@@ -78,6 +78,12 @@ func runBurst(ctx context.Context, args []string) error {
 	if o := otherBenchmarks(); o != "" {
 		others = joinOthers(others, o)
 	}
+	// Memory just before the due second: every job is loaded then (up to
+	// the engine's load limit).
+	if err := sleepUntil(ctx, due.Add(-3*time.Second)); err != nil {
+		return err
+	}
+	heapProfiles(ctx, e, fmt.Sprintf("burst-%d-before", *jobs))
 	// Profile the firing from 2 s before the due second.
 	if err := sleepUntil(ctx, due.Add(-2*time.Second)); err != nil {
 		return err
@@ -179,6 +185,14 @@ func runBurst(ctx context.Context, args []string) error {
 	r.p("")
 	r.table([]string{"after the due second", "committed", "committed, cumulative", "arrived", "arrived, cumulative"}, timeline)
 	r.usageTable(e, due.Add(-time.Second), due.Add(max(last, time.Second)+time.Second))
+	var mem [][]string
+	for _, n := range e.nodes {
+		before, _ := e.sampler.usageOf(due.Add(-5*time.Second), due)
+		u := before["trigger "+n.id]
+		mem = append(mem, []string{n.id, mib(u.rssMax), mibf(u.heapMax), mib(vmHWM(n.pid()))})
+	}
+	r.p("")
+	r.table([]string{"node", "RSS max, last 5 s before the due second", "Go heap in use, max, same", "peak RSS (VmHWM) of the run"}, mem)
 	r.p("")
 	r.nodeMetricsTable(e, due.Add(-time.Second), end)
 	r.h(3, "Targets")
