@@ -160,6 +160,22 @@ type ExecutionEvent struct {
 	TraceId        string            `protobuf:"bytes,12,opt,name=trace_id,json=traceId,proto3" json:"trace_id,omitempty"`
 	JobDisplayName string            `protobuf:"bytes,13,opt,name=job_display_name,json=jobDisplayName,proto3" json:"job_display_name,omitempty"`
 	JobLabels      map[string]string `protobuf:"bytes,14,rep,name=job_labels,json=jobLabels,proto3" json:"job_labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// When the trigger fired the slot (committed it); unset for MISSED.
+	FireTime *timestamppb.Timestamp `protobuf:"bytes,15,opt,name=fire_time,json=fireTime,proto3" json:"fire_time,omitempty"`
+	// When the attempt began (the STARTED event's occur_time). Set on every
+	// event of an attempt, so a consumer that sees the outcome before the
+	// start (the broker does not order different messages) still has it.
+	StartTime *timestamppb.Timestamp `protobuf:"bytes,16,opt,name=start_time,json=startTime,proto3" json:"start_time,omitempty"`
+	// The HTTP status of the attempt's response; 0 when there was none (an
+	// AMQP target, a network error, a refused address).
+	ResponseStatus int32 `protobuf:"varint,17,opt,name=response_status,json=responseStatus,proto3" json:"response_status,omitempty"`
+	// The start of the response body as valid UTF-8, at most 4 KiB. Events
+	// are sent for every attempt of 50 million executions a day, so they
+	// carry a short excerpt; the dead-letter record keeps the full 64 KiB.
+	ResponseExcerpt string `protobuf:"bytes,18,opt,name=response_excerpt,json=responseExcerpt,proto3" json:"response_excerpt,omitempty"`
+	// For FAILED: whether another attempt is scheduled, and after how long.
+	RetryScheduled bool                 `protobuf:"varint,19,opt,name=retry_scheduled,json=retryScheduled,proto3" json:"retry_scheduled,omitempty"`
+	RetryDelay     *durationpb.Duration `protobuf:"bytes,20,opt,name=retry_delay,json=retryDelay,proto3" json:"retry_delay,omitempty"`
 	unknownFields  protoimpl.UnknownFields
 	sizeCache      protoimpl.SizeCache
 }
@@ -292,13 +308,55 @@ func (x *ExecutionEvent) GetJobLabels() map[string]string {
 	return nil
 }
 
+func (x *ExecutionEvent) GetFireTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.FireTime
+	}
+	return nil
+}
+
+func (x *ExecutionEvent) GetStartTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.StartTime
+	}
+	return nil
+}
+
+func (x *ExecutionEvent) GetResponseStatus() int32 {
+	if x != nil {
+		return x.ResponseStatus
+	}
+	return 0
+}
+
+func (x *ExecutionEvent) GetResponseExcerpt() string {
+	if x != nil {
+		return x.ResponseExcerpt
+	}
+	return ""
+}
+
+func (x *ExecutionEvent) GetRetryScheduled() bool {
+	if x != nil {
+		return x.RetryScheduled
+	}
+	return false
+}
+
+func (x *ExecutionEvent) GetRetryDelay() *durationpb.Duration {
+	if x != nil {
+		return x.RetryDelay
+	}
+	return nil
+}
+
 var File_cronmesh_events_v1_execution_event_proto protoreflect.FileDescriptor
 
 const file_cronmesh_events_v1_execution_event_proto_rawDesc = "" +
 	"\n" +
 	"(cronmesh/events/v1/execution_event.proto\x12\x12cronmesh.events.v1\x1a+cronmesh/dispatch/v1/dispatch_request.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"Q\n" +
 	"\x13ExecutionEventBatch\x12:\n" +
-	"\x06events\x18\x01 \x03(\v2\".cronmesh.events.v1.ExecutionEventR\x06events\"\xbd\x05\n" +
+	"\x06events\x18\x01 \x03(\v2\".cronmesh.events.v1.ExecutionEventR\x06events\"\xea\a\n" +
 	"\x0eExecutionEvent\x12\x19\n" +
 	"\bevent_id\x18\x01 \x01(\tR\aeventId\x12:\n" +
 	"\x04kind\x18\x02 \x01(\x0e2&.cronmesh.events.v1.ExecutionEventKindR\x04kind\x12!\n" +
@@ -316,7 +374,15 @@ const file_cronmesh_events_v1_execution_event_proto_rawDesc = "" +
 	"\btrace_id\x18\f \x01(\tR\atraceId\x12(\n" +
 	"\x10job_display_name\x18\r \x01(\tR\x0ejobDisplayName\x12P\n" +
 	"\n" +
-	"job_labels\x18\x0e \x03(\v21.cronmesh.events.v1.ExecutionEvent.JobLabelsEntryR\tjobLabels\x1a<\n" +
+	"job_labels\x18\x0e \x03(\v21.cronmesh.events.v1.ExecutionEvent.JobLabelsEntryR\tjobLabels\x127\n" +
+	"\tfire_time\x18\x0f \x01(\v2\x1a.google.protobuf.TimestampR\bfireTime\x129\n" +
+	"\n" +
+	"start_time\x18\x10 \x01(\v2\x1a.google.protobuf.TimestampR\tstartTime\x12'\n" +
+	"\x0fresponse_status\x18\x11 \x01(\x05R\x0eresponseStatus\x12)\n" +
+	"\x10response_excerpt\x18\x12 \x01(\tR\x0fresponseExcerpt\x12'\n" +
+	"\x0fretry_scheduled\x18\x13 \x01(\bR\x0eretryScheduled\x12:\n" +
+	"\vretry_delay\x18\x14 \x01(\v2\x19.google.protobuf.DurationR\n" +
+	"retryDelay\x1a<\n" +
 	"\x0eJobLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01*\x85\x02\n" +
@@ -353,18 +419,21 @@ var file_cronmesh_events_v1_execution_event_proto_goTypes = []any{
 	(*durationpb.Duration)(nil),   // 6: google.protobuf.Duration
 }
 var file_cronmesh_events_v1_execution_event_proto_depIdxs = []int32{
-	2, // 0: cronmesh.events.v1.ExecutionEventBatch.events:type_name -> cronmesh.events.v1.ExecutionEvent
-	0, // 1: cronmesh.events.v1.ExecutionEvent.kind:type_name -> cronmesh.events.v1.ExecutionEventKind
-	4, // 2: cronmesh.events.v1.ExecutionEvent.nominal_time:type_name -> google.protobuf.Timestamp
-	4, // 3: cronmesh.events.v1.ExecutionEvent.occur_time:type_name -> google.protobuf.Timestamp
-	5, // 4: cronmesh.events.v1.ExecutionEvent.trigger_kind:type_name -> cronmesh.dispatch.v1.TriggerKind
-	6, // 5: cronmesh.events.v1.ExecutionEvent.duration:type_name -> google.protobuf.Duration
-	3, // 6: cronmesh.events.v1.ExecutionEvent.job_labels:type_name -> cronmesh.events.v1.ExecutionEvent.JobLabelsEntry
-	7, // [7:7] is the sub-list for method output_type
-	7, // [7:7] is the sub-list for method input_type
-	7, // [7:7] is the sub-list for extension type_name
-	7, // [7:7] is the sub-list for extension extendee
-	0, // [0:7] is the sub-list for field type_name
+	2,  // 0: cronmesh.events.v1.ExecutionEventBatch.events:type_name -> cronmesh.events.v1.ExecutionEvent
+	0,  // 1: cronmesh.events.v1.ExecutionEvent.kind:type_name -> cronmesh.events.v1.ExecutionEventKind
+	4,  // 2: cronmesh.events.v1.ExecutionEvent.nominal_time:type_name -> google.protobuf.Timestamp
+	4,  // 3: cronmesh.events.v1.ExecutionEvent.occur_time:type_name -> google.protobuf.Timestamp
+	5,  // 4: cronmesh.events.v1.ExecutionEvent.trigger_kind:type_name -> cronmesh.dispatch.v1.TriggerKind
+	6,  // 5: cronmesh.events.v1.ExecutionEvent.duration:type_name -> google.protobuf.Duration
+	3,  // 6: cronmesh.events.v1.ExecutionEvent.job_labels:type_name -> cronmesh.events.v1.ExecutionEvent.JobLabelsEntry
+	4,  // 7: cronmesh.events.v1.ExecutionEvent.fire_time:type_name -> google.protobuf.Timestamp
+	4,  // 8: cronmesh.events.v1.ExecutionEvent.start_time:type_name -> google.protobuf.Timestamp
+	6,  // 9: cronmesh.events.v1.ExecutionEvent.retry_delay:type_name -> google.protobuf.Duration
+	10, // [10:10] is the sub-list for method output_type
+	10, // [10:10] is the sub-list for method input_type
+	10, // [10:10] is the sub-list for extension type_name
+	10, // [10:10] is the sub-list for extension extendee
+	0,  // [0:10] is the sub-list for field type_name
 }
 
 func init() { file_cronmesh_events_v1_execution_event_proto_init() }

@@ -14,7 +14,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file cronmesh/events/v1/execution_event.proto.
  */
 export const file_cronmesh_events_v1_execution_event: GenFile = /*@__PURE__*/
-  fileDesc("Cihjcm9ubWVzaC9ldmVudHMvdjEvZXhlY3V0aW9uX2V2ZW50LnByb3RvEhJjcm9ubWVzaC5ldmVudHMudjEiSQoTRXhlY3V0aW9uRXZlbnRCYXRjaBIyCgZldmVudHMYASADKAsyIi5jcm9ubWVzaC5ldmVudHMudjEuRXhlY3V0aW9uRXZlbnQinwQKDkV4ZWN1dGlvbkV2ZW50EhAKCGV2ZW50X2lkGAEgASgJEjQKBGtpbmQYAiABKA4yJi5jcm9ubWVzaC5ldmVudHMudjEuRXhlY3V0aW9uRXZlbnRLaW5kEhQKDGV4ZWN1dGlvbl9pZBgDIAEoCRIOCgZqb2JfaWQYBCABKAkSEQoJbmFtZXNwYWNlGAUgASgJEg8KB2F0dGVtcHQYBiABKAUSMAoMbm9taW5hbF90aW1lGAcgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgpvY2N1cl90aW1lGAggASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBI3Cgx0cmlnZ2VyX2tpbmQYCSABKA4yIS5jcm9ubWVzaC5kaXNwYXRjaC52MS5UcmlnZ2VyS2luZBIrCghkdXJhdGlvbhgKIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIOCgZyZWFzb24YCyABKAkSEAoIdHJhY2VfaWQYDCABKAkSGAoQam9iX2Rpc3BsYXlfbmFtZRgNIAEoCRJFCgpqb2JfbGFiZWxzGA4gAygLMjEuY3Jvbm1lc2guZXZlbnRzLnYxLkV4ZWN1dGlvbkV2ZW50LkpvYkxhYmVsc0VudHJ5GjAKDkpvYkxhYmVsc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEqhQIKEkV4ZWN1dGlvbkV2ZW50S2luZBIkCiBFWEVDVVRJT05fRVZFTlRfS0lORF9VTlNQRUNJRklFRBAAEiAKHEVYRUNVVElPTl9FVkVOVF9LSU5EX1NUQVJURUQQARIiCh5FWEVDVVRJT05fRVZFTlRfS0lORF9TVUNDRUVERUQQAhIfChtFWEVDVVRJT05fRVZFTlRfS0lORF9GQUlMRUQQAxIdChlFWEVDVVRJT05fRVZFTlRfS0lORF9ERUFEEAQSIgoeRVhFQ1VUSU9OX0VWRU5UX0tJTkRfQ0FOQ0VMTEVEEAUSHwobRVhFQ1VUSU9OX0VWRU5UX0tJTkRfTUlTU0VEEAZCQVo/Z2l0aHViLmNvbS9jcm9ubWVzaC9jcm9ubWVzaC9nZW4vZ28vY3Jvbm1lc2gvZXZlbnRzL3YxO2V2ZW50c3YxYgZwcm90bzM", [file_cronmesh_dispatch_v1_dispatch_request, file_google_protobuf_duration, file_google_protobuf_timestamp]);
+  fileDesc("Cihjcm9ubWVzaC9ldmVudHMvdjEvZXhlY3V0aW9uX2V2ZW50LnByb3RvEhJjcm9ubWVzaC5ldmVudHMudjEiSQoTRXhlY3V0aW9uRXZlbnRCYXRjaBIyCgZldmVudHMYASADKAsyIi5jcm9ubWVzaC5ldmVudHMudjEuRXhlY3V0aW9uRXZlbnQi+gUKDkV4ZWN1dGlvbkV2ZW50EhAKCGV2ZW50X2lkGAEgASgJEjQKBGtpbmQYAiABKA4yJi5jcm9ubWVzaC5ldmVudHMudjEuRXhlY3V0aW9uRXZlbnRLaW5kEhQKDGV4ZWN1dGlvbl9pZBgDIAEoCRIOCgZqb2JfaWQYBCABKAkSEQoJbmFtZXNwYWNlGAUgASgJEg8KB2F0dGVtcHQYBiABKAUSMAoMbm9taW5hbF90aW1lGAcgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgpvY2N1cl90aW1lGAggASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBI3Cgx0cmlnZ2VyX2tpbmQYCSABKA4yIS5jcm9ubWVzaC5kaXNwYXRjaC52MS5UcmlnZ2VyS2luZBIrCghkdXJhdGlvbhgKIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIOCgZyZWFzb24YCyABKAkSEAoIdHJhY2VfaWQYDCABKAkSGAoQam9iX2Rpc3BsYXlfbmFtZRgNIAEoCRJFCgpqb2JfbGFiZWxzGA4gAygLMjEuY3Jvbm1lc2guZXZlbnRzLnYxLkV4ZWN1dGlvbkV2ZW50LkpvYkxhYmVsc0VudHJ5Ei0KCWZpcmVfdGltZRgPIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKc3RhcnRfdGltZRgQIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASFwoPcmVzcG9uc2Vfc3RhdHVzGBEgASgFEhgKEHJlc3BvbnNlX2V4Y2VycHQYEiABKAkSFwoPcmV0cnlfc2NoZWR1bGVkGBMgASgIEi4KC3JldHJ5X2RlbGF5GBQgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uGjAKDkpvYkxhYmVsc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEqhQIKEkV4ZWN1dGlvbkV2ZW50S2luZBIkCiBFWEVDVVRJT05fRVZFTlRfS0lORF9VTlNQRUNJRklFRBAAEiAKHEVYRUNVVElPTl9FVkVOVF9LSU5EX1NUQVJURUQQARIiCh5FWEVDVVRJT05fRVZFTlRfS0lORF9TVUNDRUVERUQQAhIfChtFWEVDVVRJT05fRVZFTlRfS0lORF9GQUlMRUQQAxIdChlFWEVDVVRJT05fRVZFTlRfS0lORF9ERUFEEAQSIgoeRVhFQ1VUSU9OX0VWRU5UX0tJTkRfQ0FOQ0VMTEVEEAUSHwobRVhFQ1VUSU9OX0VWRU5UX0tJTkRfTUlTU0VEEAZCQVo/Z2l0aHViLmNvbS9jcm9ubWVzaC9jcm9ubWVzaC9nZW4vZ28vY3Jvbm1lc2gvZXZlbnRzL3YxO2V2ZW50c3YxYgZwcm90bzM", [file_cronmesh_dispatch_v1_dispatch_request, file_google_protobuf_duration, file_google_protobuf_timestamp]);
 
 /**
  * ExecutionEventBatch is the body of one message on the
@@ -125,6 +125,51 @@ export type ExecutionEvent = Message<"cronmesh.events.v1.ExecutionEvent"> & {
    * @generated from field: map<string, string> job_labels = 14;
    */
   jobLabels: { [key: string]: string };
+
+  /**
+   * When the trigger fired the slot (committed it); unset for MISSED.
+   *
+   * @generated from field: google.protobuf.Timestamp fire_time = 15;
+   */
+  fireTime?: Timestamp | undefined;
+
+  /**
+   * When the attempt began (the STARTED event's occur_time). Set on every
+   * event of an attempt, so a consumer that sees the outcome before the
+   * start (the broker does not order different messages) still has it.
+   *
+   * @generated from field: google.protobuf.Timestamp start_time = 16;
+   */
+  startTime?: Timestamp | undefined;
+
+  /**
+   * The HTTP status of the attempt's response; 0 when there was none (an
+   * AMQP target, a network error, a refused address).
+   *
+   * @generated from field: int32 response_status = 17;
+   */
+  responseStatus: number;
+
+  /**
+   * The start of the response body as valid UTF-8, at most 4 KiB. Events
+   * are sent for every attempt of 50 million executions a day, so they
+   * carry a short excerpt; the dead-letter record keeps the full 64 KiB.
+   *
+   * @generated from field: string response_excerpt = 18;
+   */
+  responseExcerpt: string;
+
+  /**
+   * For FAILED: whether another attempt is scheduled, and after how long.
+   *
+   * @generated from field: bool retry_scheduled = 19;
+   */
+  retryScheduled: boolean;
+
+  /**
+   * @generated from field: google.protobuf.Duration retry_delay = 20;
+   */
+  retryDelay?: Duration | undefined;
 };
 
 /**
