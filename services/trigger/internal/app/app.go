@@ -62,6 +62,8 @@ type Config struct {
 	ExecutionsExchange string
 	OutboxLanes        int
 	Lookahead          time.Duration
+	// Commits is the number of firing transactions in flight at once.
+	Commits int
 }
 
 // Register adds the trigger's flags to fs.
@@ -81,6 +83,7 @@ func (c *Config) Register(fs *flag.FlagSet) {
 	fs.StringVar(&c.ExecutionsExchange, "executions-exchange", "cronmesh.executions", "exchange of execution lifecycle events (execution.missed)")
 	fs.IntVar(&c.OutboxLanes, "outbox-lanes", 64, "messages the outbox relay publishes concurrently (order per job is kept)")
 	fs.DurationVar(&c.Lookahead, "lookahead", 5*time.Second, "how far ahead slots are loaded into memory")
+	fs.IntVar(&c.Commits, "commits", firing.DefaultCommits, "firing transactions in flight at once (each on its own PostgreSQL connection)")
 }
 
 func (c *Config) fillDefaults() {
@@ -93,6 +96,7 @@ func (c *Config) fillDefaults() {
 	c.EtcdPrefix = cmp.Or(c.EtcdPrefix, DefaultPrefix)
 	c.Partitions = cmp.Or(c.Partitions, DefaultPartitions)
 	c.LeaseTTL = cmp.Or(c.LeaseTTL, DefaultLeaseTTL)
+	c.Commits = cmp.Or(c.Commits, firing.DefaultCommits)
 }
 
 // App is a running trigger node.
@@ -138,7 +142,10 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger) (_ *App, err erro
 	if err := postgres.EnsureDatabase(ctx, cfg.PostgresURL); err != nil {
 		return nil, err
 	}
-	a.pool, err = postgres.Connect(ctx, postgres.Options{URL: cfg.PostgresURL, Schema: cfg.Schema, TracerProvider: a.telemetry.TracerProvider})
+	// A connection for each commit in flight, plus the load, the relay's
+	// read and delete, the projection's workers and the API.
+	maxConns := int32(cfg.Commits + 8)
+	a.pool, err = postgres.Connect(ctx, postgres.Options{URL: cfg.PostgresURL, Schema: cfg.Schema, TracerProvider: a.telemetry.TracerProvider, MaxConns: maxConns})
 	if err != nil {
 		return nil, err
 	}
@@ -216,6 +223,7 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger) (_ *App, err erro
 		Tracer:    a.telemetry.TracerProvider.Tracer("cronmesh/trigger"),
 		Metrics:   metrics,
 		Lookahead: cfg.Lookahead,
+		Commits:   cfg.Commits,
 	})
 	if err != nil {
 		return nil, err

@@ -28,6 +28,7 @@ const (
 	DefaultBatchSlots    = 10_000
 	DefaultLoadLimit     = 50_000
 	DefaultCommitTimeout = 10 * time.Second
+	DefaultCommits       = 4
 	DefaultBackoff       = 100 * time.Millisecond
 	DefaultMaxBackoff    = 5 * time.Second
 )
@@ -75,6 +76,13 @@ type Options struct {
 	OnTimeTolerance time.Duration
 	// MaxSlotsPerAdvance: see Planner.MaxSlots. Default DefaultMaxSlots.
 	MaxSlotsPerAdvance int
+	// Commits is the number of Store.Commit calls that may run at once,
+	// each on its own jobs. A commit is mostly waiting for PostgreSQL round
+	// trips, so a few in flight let the slots of one second (a burst, or
+	// thousands of jobs on the same cron second) reach the database in
+	// parallel instead of queueing behind each other; the engine's loop
+	// keeps planning the next batch meanwhile. Default 4.
+	Commits int
 	// CommitTimeout bounds one Commit call. Commits do not stop when Run's
 	// ctx is done (an interrupted commit would only be retried by the next
 	// owner): this bounds how long shutdown may wait for one. Default 10s.
@@ -105,6 +113,7 @@ type Engine struct {
 	batchSlot int
 	limit     int
 	timeout   time.Duration
+	commits   int
 	backoff   time.Duration
 	maxBack   time.Duration
 
@@ -126,7 +135,7 @@ func NewEngine(opts Options) (*Engine, error) {
 		return nil, errors.New("firing: Options.Ownership is required")
 	case opts.Lookahead < 0, opts.LoadInterval < 0, opts.BatchSize < 0, opts.BatchSlots < 0,
 		opts.LoadLimit < 0, opts.OnTimeTolerance < 0, opts.MaxSlotsPerAdvance < 0,
-		opts.CommitTimeout < 0, opts.Backoff < 0, opts.MaxBackoff < 0:
+		opts.CommitTimeout < 0, opts.Commits < 0, opts.Backoff < 0, opts.MaxBackoff < 0:
 		return nil, errors.New("firing: negative size or duration in Options")
 	}
 	e := &Engine{
@@ -145,6 +154,7 @@ func NewEngine(opts Options) (*Engine, error) {
 		batchSlot: cmp.Or(opts.BatchSlots, DefaultBatchSlots),
 		limit:     cmp.Or(opts.LoadLimit, DefaultLoadLimit),
 		timeout:   cmp.Or(opts.CommitTimeout, DefaultCommitTimeout),
+		commits:   cmp.Or(opts.Commits, DefaultCommits),
 		backoff:   cmp.Or(opts.Backoff, DefaultBackoff),
 		maxBack:   cmp.Or(opts.MaxBackoff, DefaultMaxBackoff),
 	}
@@ -160,15 +170,17 @@ func NewEngine(opts Options) (*Engine, error) {
 	return e, nil
 }
 
-// Run fires until ctx is done, then returns nil. A commit in progress when
-// ctx is done is finished (bounded by CommitTimeout), never cut in the
+// Run fires until ctx is done, then returns nil. Commits in progress when
+// ctx is done are finished (bounded by CommitTimeout), never cut in the
 // middle; jobs waiting for a retry are abandoned, which is safe: the next
 // owner loads them from the store. Store errors are logged, counted and
 // retried, never returned; Run returns an error only when it is already
 // running on this Engine.
 //
 // One goroutine does everything but DueJobs, which runs in a helper
-// goroutine so that a slow load never delays a firing:
+// goroutine so that a slow load never delays a firing, and Store.Commit,
+// up to Commits calls at once in their own goroutines (a job is in at most
+// one of them; its result is applied by the loop):
 //   - loads at start, every LoadInterval and on every ownership change
 //     merge the due jobs of the partitions owned now into the heap (a held
 //     job is replaced only by a newer version or a later next fire time);
@@ -192,9 +204,13 @@ func (e *Engine) Run(ctx context.Context) error {
 		bad:       make(map[string]badJob),
 		sinceLoad: make(map[string]struct{}),
 		loadDone:  make(chan loadResult, 1),
+		inFlight:  make(map[string]struct{}),
+		committed: make(chan commitOutcome, e.commits),
 	}
 	// The load goroutine ends soon after ctx is done (DueJobs gets ctx) and
-	// its send never blocks (one load in flight, buffer of one).
+	// its send never blocks (one load in flight, buffer of one); commit
+	// goroutines finish their commit (bounded by CommitTimeout) and never
+	// block either (at most Commits in flight, buffer of Commits).
 	defer r.wg.Wait()
 	defer e.m.heapSize.Set(0)
 
@@ -226,8 +242,10 @@ func (e *Engine) Run(ctx context.Context) error {
 		case <-r.fireC:
 			r.fireC = nil
 			r.fire(ctx)
+		case out := <-r.committed:
+			r.finish(out)
 		default:
-			if !r.loading {
+			if !r.loading && r.commits == 0 {
 				for _, c := range syncs {
 					close(c)
 				}
@@ -246,6 +264,8 @@ func (e *Engine) Run(ctx context.Context) error {
 			case <-r.fireC:
 				r.fireC = nil
 				r.fire(ctx)
+			case out := <-r.committed:
+				r.finish(out)
 			case c := <-e.testSync:
 				syncs = append(syncs, c)
 			}
@@ -272,6 +292,11 @@ type run struct {
 	// them are ignored (the next load reads them again).
 	sinceLoad map[string]struct{}
 	loadDone  chan loadResult
+	// inFlight holds the jobs of the commits in flight (commits of them):
+	// they are out of the heap, and a load's copy of one is ignored.
+	inFlight  map[string]struct{}
+	commits   int
+	committed chan commitOutcome
 	wg        sync.WaitGroup
 	// fireC fires at fireCAt; it is replaced only by an earlier timer, and a
 	// wake-up with nothing due is harmless.
@@ -360,6 +385,9 @@ func (r *run) onLoaded(ctx context.Context, res loadResult) {
 		if _, ok := r.sinceLoad[d.JobID]; ok {
 			continue
 		}
+		if _, ok := r.inFlight[d.JobID]; ok {
+			continue
+		}
 		if b, ok := r.bad[d.JobID]; ok {
 			if b.version == d.Version && b.nextFire.Equal(d.NextFire) {
 				badSeen[d.JobID] = true
@@ -429,8 +457,11 @@ func (r *run) dropUnowned(owned map[int]int64) {
 // the retry time after a failed commit).
 func (r *run) armFireTimer() {
 	top := r.heap.peek()
-	if top == nil {
-		return // a pending timer may still fire: harmless
+	if top == nil || r.commits >= r.Engine.commits {
+		// Nothing to fire, or no commit slot free: a finishing commit
+		// brings the loop back here. A pending timer may still fire:
+		// harmless.
+		return
 	}
 	at := top.fireAt
 	if at.Before(r.retryAt) {
@@ -448,7 +479,7 @@ func (r *run) armFireTimer() {
 // that loads and ownership changes are handled between batches.
 func (r *run) fire(ctx context.Context) {
 	now := r.clock.Now()
-	if now.Before(r.retryAt) {
+	if now.Before(r.retryAt) || r.commits >= r.Engine.commits {
 		return
 	}
 	var (
@@ -517,7 +548,18 @@ func (r *run) fire(ctx context.Context) {
 	r.commit(ctx, now, fences, batch, advances)
 }
 
-// commit runs one Store.Commit and applies its result.
+// commitOutcome is what a commit goroutine hands back to the loop.
+type commitOutcome struct {
+	fences   []Fence
+	batch    []*entry
+	advances []Advance
+	res      CommitResult
+	err      error
+	done     time.Time
+}
+
+// commit starts one Store.Commit in its own goroutine; finish applies its
+// result on the loop.
 func (r *run) commit(ctx context.Context, now time.Time, fences []Fence, batch []*entry, advances []Advance) {
 	slotCount := 0
 	for _, adv := range advances {
@@ -527,23 +569,50 @@ func (r *run) commit(ctx context.Context, now time.Time, fences []Fence, batch [
 	for i, f := range fences {
 		partitions[i] = int64(f.Partition)
 	}
-	// Not cancelled with Run's ctx: a commit is finished, not cut short.
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.timeout)
-	defer cancel()
-	cctx, span := r.tracer.Start(cctx, "trigger.fire", trace.WithAttributes(
-		attribute.Int("cronmesh.trigger.jobs", len(advances)),
-		attribute.Int("cronmesh.trigger.slots", slotCount),
-		attribute.Int64Slice("cronmesh.trigger.partitions", partitions),
-	))
-	defer span.End()
+	for _, e := range batch {
+		r.inFlight[e.due.JobID] = struct{}{}
+	}
+	r.commits++
+	r.wg.Go(func() {
+		// Not cancelled with Run's ctx: a commit is finished, not cut short.
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.timeout)
+		defer cancel()
+		cctx, span := r.tracer.Start(cctx, "trigger.fire", trace.WithAttributes(
+			attribute.Int("cronmesh.trigger.jobs", len(advances)),
+			attribute.Int("cronmesh.trigger.slots", slotCount),
+			attribute.Int64Slice("cronmesh.trigger.partitions", partitions),
+		))
+		defer span.End()
 
-	start := r.clock.Now()
-	res, err := r.store.Commit(cctx, fences, advances, now)
-	done := r.clock.Now()
-	r.m.commitDuration.Observe(done.Sub(start).Seconds())
+		start := r.clock.Now()
+		res, err := r.store.Commit(cctx, fences, advances, now)
+		done := r.clock.Now()
+		r.m.commitDuration.Observe(done.Sub(start).Seconds())
+		if err != nil {
+			span.RecordError(err)
+			span.SetStatus(codes.Error, "commit failed")
+		} else {
+			span.SetAttributes(
+				attribute.Int("cronmesh.trigger.advanced", len(res.Advanced)),
+				attribute.Int("cronmesh.trigger.stale", len(res.Stale)),
+				attribute.Int("cronmesh.trigger.duplicates", res.Duplicates),
+				attribute.Int("cronmesh.trigger.fenced", len(res.Fenced)),
+			)
+		}
+		r.committed <- commitOutcome{fences: fences, batch: batch, advances: advances, res: res, err: err, done: done}
+	})
+}
+
+// finish applies a commit's result: on failure the batch goes back into
+// the heap behind a backoff; on success the fenced partitions are dropped
+// and the advanced jobs whose next slot is near go back into the heap.
+func (r *run) finish(out commitOutcome) {
+	r.commits--
+	for _, e := range out.batch {
+		delete(r.inFlight, e.due.JobID)
+	}
+	fences, batch, advances, res, err, done := out.fences, out.batch, out.advances, out.res, out.err, out.done
 	if err != nil {
-		span.RecordError(err)
-		span.SetStatus(codes.Error, "commit failed")
 		r.m.commitErrors.Inc()
 		// Still due: back into the heap, retried after the backoff. A
 		// commit that failed after all (or half-way) is safe to retry: the
@@ -557,17 +626,15 @@ func (r *run) commit(ctx context.Context, now time.Time, fences []Fence, batch [
 		r.retry = min(max(2*r.retry, r.backoff), r.maxBack)
 		wait := r.retry/2 + rand.N(r.retry/2+1) // jitter: nodes do not retry in step
 		r.retryAt = done.Add(wait)
-		r.log.Warn("firing: commit failed; retrying", "jobs", len(advances), "slots", slotCount,
+		slots := 0
+		for _, adv := range advances {
+			slots += len(adv.Slots)
+		}
+		r.log.Warn("firing: commit failed; retrying", "jobs", len(advances), "slots", slots,
 			"retry_in", wait, "error", err)
 		return
 	}
 	r.retry, r.retryAt = 0, time.Time{}
-	span.SetAttributes(
-		attribute.Int("cronmesh.trigger.advanced", len(res.Advanced)),
-		attribute.Int("cronmesh.trigger.stale", len(res.Stale)),
-		attribute.Int("cronmesh.trigger.duplicates", res.Duplicates),
-		attribute.Int("cronmesh.trigger.fenced", len(res.Fenced)),
-	)
 	r.m.stale.Add(float64(len(res.Stale)))
 	r.m.duplicates.Add(float64(res.Duplicates))
 

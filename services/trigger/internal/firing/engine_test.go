@@ -90,6 +90,47 @@ func TestEngineBatchesJobsDueTogether(t *testing.T) {
 	require.Equal(t, float64(jobs), h.metric("trigger_slots_total", "scheduled"))
 }
 
+func TestEngineCommitsConcurrently(t *testing.T) {
+	t.Parallel()
+	const jobs = 4000
+	store := newFakeStore()
+	for i := range jobs {
+		store.put(hourly(fmt.Sprintf("job-%05d", i), i%256, t0.Add(time.Second)))
+	}
+	h := startEngine(t, store, newFakeOwnership(ownAll(256)), func(o *Options) { o.Commits = 3 })
+	entered, release := make(chan struct{}), make(chan struct{})
+	store.mu.Lock()
+	store.commitEntered, store.commitRelease = entered, release
+	store.mu.Unlock()
+
+	h.clock.Advance(time.Second)
+	for i := range 3 {
+		select {
+		case <-entered:
+		case <-time.After(failAfter):
+			t.Fatalf("only %d commits started while the first is still in flight", i)
+		}
+	}
+	require.Empty(t, store.calls(), "no commit has finished yet")
+	store.mu.Lock()
+	store.commitEntered, store.commitRelease = nil, nil
+	store.mu.Unlock()
+	close(release)
+	h.sync()
+
+	calls := store.calls()
+	require.Len(t, calls, 4, "4,000 jobs in batches of 1,000")
+	seen := map[string]bool{}
+	for _, c := range calls {
+		for _, a := range c.advances {
+			require.False(t, seen[a.Due.JobID], "job %s committed twice", a.Due.JobID)
+			seen[a.Due.JobID] = true
+		}
+	}
+	require.Len(t, seen, jobs)
+	require.Equal(t, float64(jobs), h.metric("trigger_slots_total", "scheduled"))
+}
+
 func TestEngineOwnershipLoss(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
