@@ -2,6 +2,7 @@ package jobspec
 
 import (
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/cronmesh/cronmesh/libs/schedule"
@@ -37,6 +38,47 @@ func (e *FieldError) Error() string { return e.Field + ": " + e.Description }
 // []*FieldError (never a partial schedule); a nil s is an error on the
 // schedule itself (Field "").
 func Schedule(s *registryv1.Schedule, created time.Time) (schedule.Schedule, []*FieldError) {
+	return (*Locations)(nil).Schedule(s, created)
+}
+
+// Locations caches resolved time zones. time.LoadLocation reads and parses
+// the zone's tzdata on every call (about 10 µs for Europe/Berlin here,
+// thirty times the cost of the rest of Schedule), which a trigger planning
+// 100,000 jobs of a burst pays 100,000 times. The zero value is ready; a nil
+// *Locations does not cache. It is safe for concurrent use.
+type Locations struct {
+	mu     sync.RWMutex
+	byName map[string]*time.Location
+}
+
+// Load is [LoadLocation] through the cache. Failures are not cached: they
+// are rare, and a tz database fixed under a running process is picked up.
+func (c *Locations) Load(name string) (*time.Location, error) {
+	if c == nil {
+		return LoadLocation(name)
+	}
+	c.mu.RLock()
+	loc, ok := c.byName[name]
+	c.mu.RUnlock()
+	if ok {
+		return loc, nil
+	}
+	loc, err := LoadLocation(name)
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	if c.byName == nil {
+		c.byName = make(map[string]*time.Location)
+	}
+	c.byName[name] = loc
+	c.mu.Unlock()
+	return loc, nil
+}
+
+// Schedule is the package's [Schedule] with the time zone resolved through
+// the cache.
+func (c *Locations) Schedule(s *registryv1.Schedule, created time.Time) (schedule.Schedule, []*FieldError) {
 	if s == nil {
 		return schedule.Schedule{}, []*FieldError{{Description: "is required"}}
 	}
@@ -45,7 +87,7 @@ func Schedule(s *registryv1.Schedule, created time.Time) (schedule.Schedule, []*
 		errs = append(errs, &FieldError{Field: field, Description: fmt.Sprintf(format, args...)})
 	}
 
-	loc, err := LoadLocation(s.GetTimeZone())
+	loc, err := c.Load(s.GetTimeZone())
 	if err != nil {
 		fail("time_zone", "%v", err)
 	}

@@ -82,3 +82,41 @@ func TestScheduleErrorsNameTheField(t *testing.T) {
 		})
 	}
 }
+
+func TestLocationsCache(t *testing.T) {
+	t.Parallel()
+	var locs jobspec.Locations
+	berlin, err := locs.Load("Europe/Berlin")
+	require.NoError(t, err)
+	again, err := locs.Load("Europe/Berlin")
+	require.NoError(t, err)
+	require.Same(t, berlin, again, "the second load comes from the cache")
+	utc, err := locs.Load("")
+	require.NoError(t, err)
+	require.Same(t, time.UTC, utc)
+	_, err = locs.Load("Mars/Olympus_Mons")
+	require.ErrorContains(t, err, "unknown time zone")
+	_, err = locs.Load("Local")
+	require.Error(t, err, "Local is refused through the cache too")
+
+	var none *jobspec.Locations // no cache, same answers
+	fresh, err := none.Load("Europe/Berlin")
+	require.NoError(t, err)
+	require.Equal(t, berlin.String(), fresh.String())
+
+	// Cached and uncached schedules agree.
+	spec := &registryv1.Schedule{Kind: &registryv1.Schedule_Cron{Cron: "30 2 * * *"}, TimeZone: "Europe/Berlin"}
+	created := time.Date(2026, 3, 28, 0, 0, 0, 0, time.UTC)
+	a, errs := locs.Schedule(spec, created)
+	require.Empty(t, errs)
+	b, errs := jobspec.Schedule(spec, created)
+	require.Empty(t, errs)
+	next := created
+	for range 5 {
+		na, oka := a.Next(next)
+		nb, okb := b.Next(next)
+		require.Equal(t, okb, oka)
+		require.True(t, na.Equal(nb), "%s != %s", na, nb)
+		next = na
+	}
+}

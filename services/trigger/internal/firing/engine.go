@@ -18,6 +18,7 @@ import (
 	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/cronmesh/cronmesh/libs/clock"
+	"github.com/cronmesh/cronmesh/libs/jobspec"
 )
 
 // Defaults of [Options].
@@ -107,6 +108,7 @@ type Engine struct {
 	tracer    trace.Tracer
 	m         metrics
 	planner   Planner
+	locations *jobspec.Locations
 	lookahead time.Duration
 	interval  time.Duration
 	batch     int
@@ -148,6 +150,7 @@ func NewEngine(opts Options) (*Engine, error) {
 			OnTimeTolerance: opts.OnTimeTolerance,
 			MaxSlots:        opts.MaxSlotsPerAdvance,
 		},
+		locations: new(jobspec.Locations),
 		lookahead: cmp.Or(opts.Lookahead, DefaultLookahead),
 		interval:  cmp.Or(opts.LoadInterval, DefaultLoadInterval),
 		batch:     cmp.Or(opts.BatchSize, DefaultBatchSize),
@@ -494,7 +497,7 @@ func (r *run) fire(ctx context.Context) {
 		}
 		r.heap.pop()
 		if !e.schedSet {
-			sched, err := scheduleOf(e.due)
+			sched, err := scheduleOf(r.locations, e.due)
 			if err != nil {
 				// Left in the store untouched: see Planner.Plan for why not
 				// recorded as missed. The next version of the job, or

@@ -74,17 +74,18 @@ func Plan(d Due, now time.Time) (Advance, error) {
 // node's tz database lacks: recording its slots as missed would be wrong
 // when another node, or this one after a fix, can fire them).
 func (p Planner) Plan(d Due, now time.Time) (Advance, error) {
-	sched, err := scheduleOf(d)
+	sched, err := scheduleOf(nil, d)
 	if err != nil {
 		return Advance{}, err
 	}
 	return p.plan(d, sched, now), nil
 }
 
-// scheduleOf converts the stored schedule of d. The engine caches the result
-// per loaded job: parsing the cron expression and loading the time zone cost
-// far more than walking the slots.
-func scheduleOf(d Due) (schedule.Schedule, error) {
+// scheduleOf converts the stored schedule of d, resolving its time zone
+// through locs (nil: no cache). The engine caches the result per loaded job:
+// parsing the cron expression and loading the time zone cost far more than
+// walking the slots.
+func scheduleOf(locs *jobspec.Locations, d Due) (schedule.Schedule, error) {
 	switch {
 	case d.Job == nil:
 		return schedule.Schedule{}, fmt.Errorf("firing: job %s: no job definition", d.JobID)
@@ -94,7 +95,7 @@ func scheduleOf(d Due) (schedule.Schedule, error) {
 		// It anchors interval and after schedules: guessing would move slots.
 		return schedule.Schedule{}, fmt.Errorf("firing: job %s: no valid create_time", d.JobID)
 	}
-	sched, errs := jobspec.Schedule(d.Job.GetSchedule(), d.Job.GetCreateTime().AsTime())
+	sched, errs := locs.Schedule(d.Job.GetSchedule(), d.Job.GetCreateTime().AsTime())
 	if errs != nil {
 		all := make([]error, len(errs))
 		for i, e := range errs {

@@ -11,7 +11,6 @@ import (
 
 	eventsv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/events/v1"
 	registryv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1"
-	"github.com/cronmesh/cronmesh/libs/jobspec"
 	"github.com/cronmesh/cronmesh/libs/outbox"
 	"github.com/cronmesh/cronmesh/libs/ring"
 	"github.com/cronmesh/cronmesh/services/trigger/internal/firing"
@@ -160,7 +159,7 @@ func (s *Store) upsert(ctx context.Context, tx pgx.Tx, ev *eventsv1.JobEvent, jo
 			return 0, false, err
 		}
 		if !paused {
-			if next, err = nextFire(ev, stored); err != nil {
+			if next, err = s.nextFire(ev, stored); err != nil {
 				return 0, false, err
 			}
 		}
@@ -189,10 +188,10 @@ func (s *Store) upsert(ctx context.Context, tx pgx.Tx, ev *eventsv1.JobEvent, jo
 // nextFire computes the nominal time of the job's next slot after the event
 // (see Apply for the rules), truncated to microseconds; nil when the
 // schedule has no slot left.
-func nextFire(ev *eventsv1.JobEvent, stored *storedJob) (*time.Time, error) {
+func (s *Store) nextFire(ev *eventsv1.JobEvent, stored *storedJob) (*time.Time, error) {
 	job := ev.Job
 	created := job.GetCreateTime().AsTime()
-	sched, errs := jobspec.Schedule(job.GetSchedule(), created)
+	sched, errs := s.locations.Schedule(job.GetSchedule(), created)
 	if len(errs) > 0 {
 		return nil, fmt.Errorf("%w: event %s: job %s: schedule %s", ErrInvalidEvent, ev.GetEventId(), job.GetId(), errs[0])
 	}

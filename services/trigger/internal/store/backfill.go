@@ -9,7 +9,6 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
-	"github.com/cronmesh/cronmesh/libs/jobspec"
 	"github.com/cronmesh/cronmesh/libs/outbox"
 	"github.com/cronmesh/cronmesh/services/trigger/internal/firing"
 )
@@ -70,7 +69,7 @@ func (s *Store) Backfill(ctx context.Context, namespace, jobID string, start, en
 	if now := micros(t0); end.After(now) {
 		end = now
 	}
-	sched, errs := jobspec.Schedule(st.Job.GetSchedule(), st.Job.GetCreateTime().AsTime())
+	sched, errs := s.locations.Schedule(st.Job.GetSchedule(), st.Job.GetCreateTime().AsTime())
 	if len(errs) > 0 {
 		return res, fmt.Errorf("job %s: schedule %s", jobID, errs[0])
 	}

@@ -6,6 +6,7 @@ import (
 	"embed"
 	"errors"
 	"fmt"
+	"github.com/cronmesh/cronmesh/libs/jobspec"
 	"io/fs"
 	"time"
 
@@ -107,6 +108,9 @@ type Store struct {
 	propagator   propagation.TextMapPropagator
 	notify       func()
 	clock        clock.Clock
+	// locations caches time zones for the projection's next-fire
+	// computations (see jobspec.Locations).
+	locations jobspec.Locations
 }
 
 // New returns a Store. It fails on a missing Pool or a partition count that
