@@ -211,6 +211,11 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger) (_ *App, err erro
 		// must notice the broker's return within moments, not 30 s.
 		Backoff:    100 * time.Millisecond,
 		MaxBackoff: 2 * time.Second,
+		// The elected relay may run on another node than the commit, where
+		// Notify does not reach: it polls, and a poll of an empty outbox is
+		// one index probe, so polling often keeps other nodes' slots from
+		// waiting up to the default 200 ms.
+		PollInterval: 20 * time.Millisecond,
 	})
 	if err != nil {
 		return nil, err
