@@ -171,6 +171,7 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger) (_ *App, err erro
 		DispatchExchange:   cfg.DispatchExchange,
 		ExecutionsExchange: cfg.ExecutionsExchange,
 		Propagator:         a.telemetry.Propagator,
+		Tracer:             a.telemetry.TracerProvider.Tracer("cronmesh/trigger"),
 		Notify:             func() { a.relay.Notify() },
 	})
 	if err != nil {

@@ -11,6 +11,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
+	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/protobuf/proto"
@@ -349,6 +350,7 @@ func (s *Store) commitMessages(ctx context.Context, advances []firing.Advance, s
 	if sc := trace.SpanContextFromContext(ctx); sc.HasTraceID() {
 		traceID = sc.TraceID().String()
 	}
+	batch := trace.LinkFromContext(ctx)
 	msgs := make([]outbox.Message, 0, len(refs))
 	var missed []*eventsv1.ExecutionEvent
 	flushMissed := func(a firing.Advance) error {
@@ -379,7 +381,7 @@ func (s *Store) commitMessages(ctx context.Context, advances []firing.Advance, s
 			if err := flushMissed(a); err != nil { // keep slot order
 				return nil, err
 			}
-			msg, err := s.dispatchMessage(a.Due.Job, jobID, a.Due.Version, nominal, fireTime, slot.Kind, headers)
+			msg, err := s.dispatchMessage(a.Due.Job, jobID, a.Due.Version, nominal, fireTime, slot.Kind, s.executionHeaders(ctx, batch, jobID, nominal, headers))
 			if err != nil {
 				return nil, err
 			}
@@ -490,6 +492,34 @@ func TriggerKind(k firing.SlotKind) dispatchv1.TriggerKind {
 	default:
 		return dispatchv1.TriggerKind_TRIGGER_KIND_UNSPECIFIED
 	}
+}
+
+// executionHeaders starts and ends the root span of one fired execution
+// and returns its trace context as outbox headers; without a Tracer, the
+// batch's headers. A root per execution rather than a child of the commit:
+// a commit fires up to a thousand executions, and one trace of a thousand
+// deliveries, retries and history writes would be unreadable; the link
+// still leads from each execution to the commit that fired it.
+func (s *Store) executionHeaders(ctx context.Context, batch trace.Link, jobID string, nominal time.Time, batchHeaders map[string]string) map[string]string {
+	if s.tracer == nil {
+		return batchHeaders
+	}
+	_, span := s.tracer.Start(ctx, "trigger.execution",
+		trace.WithNewRoot(),
+		trace.WithLinks(batch),
+		trace.WithSpanKind(trace.SpanKindProducer),
+		trace.WithAttributes(
+			attribute.String("cronmesh.execution_id", executionID(jobID, nominal)),
+			attribute.String("cronmesh.job_id", jobID),
+			attribute.String("cronmesh.nominal_time", nominal.Format(time.RFC3339Nano)),
+		))
+	span.End()
+	if !span.SpanContext().IsValid() {
+		return batchHeaders
+	}
+	h := make(map[string]string, 2)
+	s.propagator.Inject(trace.ContextWithSpan(context.Background(), span), propagation.MapCarrier(h))
+	return h
 }
 
 // traceHeaders renders ctx's trace context as outbox headers.

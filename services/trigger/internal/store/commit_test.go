@@ -9,6 +9,8 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/otel/propagation"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -157,6 +159,55 @@ func TestCommitAdvances(t *testing.T) {
 	due, err := e.store.DueJobs(t.Context(), allPartitions(), ts("2030-03-10T10:09:59Z"), 10)
 	require.NoError(t, err)
 	require.Empty(t, due)
+}
+
+func TestCommitStartsATracePerExecution(t *testing.T) {
+	t.Parallel()
+	spans := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans))
+	e := newEnv(t, func(o *store.Options) {
+		o.Propagator = propagation.TraceContext{}
+		o.Tracer = tp.Tracer("trigger")
+	})
+	_, d1 := e.setup(t)
+	_, d2 := e.setup(t)
+	ctx, batch := tp.Tracer("test").Start(t.Context(), "trigger.fire")
+	defer batch.End()
+	var advances []firing.Advance
+	for _, d := range []firing.Due{d1, d2} {
+		advances = append(advances, firing.Advance{Due: d, Slots: []firing.Slot{{Nominal: d.NextFire, Kind: firing.KindScheduled}}, To: d.NextFire.Add(5 * time.Minute)})
+	}
+	_, err := e.store.Commit(ctx, fences(3), advances, d1.NextFire)
+	require.NoError(t, err)
+
+	rows := e.outbox(t)
+	require.Len(t, rows, 2)
+	byTrace := map[string]sdktrace.ReadOnlySpan{}
+	for _, sp := range spans.Ended() {
+		if sp.Name() == "trigger.execution" {
+			byTrace[sp.SpanContext().TraceID().String()] = sp
+		}
+	}
+	require.Len(t, byTrace, 2, "one root span per execution")
+	for _, row := range rows {
+		carrier := propagation.MapCarrier(row.Headers)
+		sc := trace.SpanContextFromContext(propagation.TraceContext{}.Extract(t.Context(), carrier))
+		require.True(t, sc.IsValid(), "message %s carries a trace context", row.MessageID)
+		require.NotEqual(t, batch.SpanContext().TraceID(), sc.TraceID(), "not the commit's trace")
+		sp, ok := byTrace[sc.TraceID().String()]
+		require.True(t, ok, "the message continues its execution's span")
+		require.Equal(t, sc.SpanID(), sp.SpanContext().SpanID())
+		require.False(t, sp.Parent().IsValid(), "a root span")
+		require.Len(t, sp.Links(), 1)
+		require.Equal(t, batch.SpanContext().SpanID(), sp.Links()[0].SpanContext.SpanID(), "linked to the commit")
+		var execID string
+		for _, kv := range sp.Attributes() {
+			if kv.Key == "cronmesh.execution_id" {
+				execID = kv.Value.AsString()
+			}
+		}
+		require.Equal(t, row.MessageID, execID)
+	}
 }
 
 func TestCommitRoutesByPriority(t *testing.T) {

@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/protobuf/proto"
 
 	registryv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1"
@@ -87,9 +88,14 @@ type Options struct {
 	// ExecutionsExchange receives execution.missed events. Default
 	// DefaultExecutionsExchange.
 	ExecutionsExchange string
-	// Propagator writes the caller's trace context into every outbox
-	// message's headers. Default propagation.TraceContext.
+	// Propagator writes trace context into every outbox message's headers.
+	// Default propagation.TraceContext.
 	Propagator propagation.TextMapPropagator
+	// Tracer starts the root span of each execution a commit fires
+	// ("trigger.execution", linked to the commit's span): one trace per
+	// execution, which the dispatcher, history and alerting continue.
+	// Default: no spans; each message then carries the caller's context.
+	Tracer trace.Tracer
 	// Notify is called after a commit that wrote outbox messages, to wake
 	// the relay early (outbox.Relay.Notify). Optional.
 	Notify func()
@@ -106,6 +112,7 @@ type Store struct {
 	dispatchEx   string
 	executionsEx string
 	propagator   propagation.TextMapPropagator
+	tracer       trace.Tracer
 	notify       func()
 	clock        clock.Clock
 	// locations caches time zones for the projection's next-fire
@@ -129,6 +136,7 @@ func New(opts Options) (*Store, error) {
 		dispatchEx:   cmp.Or(opts.DispatchExchange, DefaultDispatchExchange),
 		executionsEx: cmp.Or(opts.ExecutionsExchange, DefaultExecutionsExchange),
 		propagator:   opts.Propagator,
+		tracer:       opts.Tracer,
 		notify:       opts.Notify,
 		clock:        opts.Clock,
 	}
