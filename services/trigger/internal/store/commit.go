@@ -85,12 +85,19 @@ func (s *Store) DueJobs(ctx context.Context, partitions []int, before time.Time,
 // Commit applies a batch of advances in one transaction, as firing.Store
 // documents, in four statements whatever the batch size:
 //
-//  1. Fencing: every fence's partition row takes the fence's epoch if its
-//     stored epoch is not newer (rows locked in partition order, so two
-//     nodes claiming the same partitions during a handover queue instead of
-//     deadlocking). Partitions not claimed (newer epoch stored, no row, or
-//     no fence given for an advance's partition) are Fenced: nothing of
-//     theirs is written.
+//  1. Fencing: the partition rows of the fences are share-locked where
+//     their stored epoch is the fence's. Partitions without such a row
+//     (a newer epoch stored, no row, or no fence given for an advance's
+//     partition) are Fenced: nothing of theirs is written. The share lock
+//     lets this node's concurrent commits check the same partitions at
+//     once, while a new owner's claim (below), which takes the rows for
+//     update, waits for every commit that checked the old epoch to end:
+//     a commit never lands after the claim that fenced it.
+//     Before the transaction, a fence whose epoch this store has not yet
+//     claimed is claimed in a short transaction of its own: the stored
+//     epoch is raised to the fence's if it is not newer (rows locked in
+//     partition order, so two nodes claiming during a handover queue
+//     instead of deadlocking).
 //  2. Compare-and-set of each remaining job's next fire time from
 //     Due.NextFire to To (zero To: NULL, the job is done) if the row still
 //     holds Due.Version, is not deleted and is of Due.Partition (so no job
@@ -118,10 +125,13 @@ func (s *Store) Commit(ctx context.Context, fences []firing.Fence, advances []fi
 			epochs[f.Partition] = f.Epoch
 		}
 	}
+	if err := s.claimNew(ctx, epochs); err != nil {
+		return firing.CommitResult{}, fmt.Errorf("commit %d advances: %w", len(advances), err)
+	}
 	wrote := false
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		res = firing.CommitResult{}
-		claimed, err := s.claim(ctx, tx, epochs)
+		claimed, err := s.check(ctx, tx, epochs)
 		if err != nil {
 			return err
 		}
@@ -199,8 +209,57 @@ func (s *Store) Commit(ctx context.Context, fences []firing.Fence, advances []fi
 	return res, nil
 }
 
-// claim runs the fencing update and returns the partitions claimed.
-func (s *Store) claim(ctx context.Context, tx pgx.Tx, epochs map[int]int64) (map[int]bool, error) {
+// claimNew claims, in a transaction of its own, the fence epochs this
+// store has not claimed yet, and remembers the ones it did. A partition
+// whose stored epoch is newer stays unclaimed (check then fences it).
+func (s *Store) claimNew(ctx context.Context, epochs map[int]int64) error {
+	s.claimMu.Lock()
+	var parts []int32
+	var eps []int64
+	for p, e := range epochs {
+		if s.claimed[p] != e {
+			parts = append(parts, int32(p))
+			eps = append(eps, e)
+		}
+	}
+	s.claimMu.Unlock()
+	if len(parts) == 0 {
+		return nil
+	}
+	// The MATERIALIZED CTE locks the rows in partition order before the
+	// update; the update then re-checks the epoch on the newest version of
+	// each row (READ COMMITTED re-evaluation of a concurrently updated row).
+	rows, err := s.pool.Query(ctx, `
+		WITH locked AS MATERIALIZED (
+			SELECT partition FROM partitions WHERE partition = ANY($1::int[]) ORDER BY partition FOR UPDATE
+		)
+		UPDATE partitions SET epoch = u.e, owner = $3, update_time = now()
+		FROM unnest($1::int[], $2::bigint[]) AS u(p, e)
+		WHERE partitions.partition = u.p AND partitions.epoch <= u.e
+			AND partitions.partition IN (SELECT partition FROM locked)
+		RETURNING partitions.partition, partitions.epoch`, parts, eps, s.nodeID)
+	if err != nil {
+		return fmt.Errorf("claim partitions: %w", err)
+	}
+	type claim struct {
+		Partition int32
+		Epoch     int64
+	}
+	got, err := pgx.CollectRows(rows, pgx.RowToStructByPos[claim])
+	if err != nil {
+		return fmt.Errorf("claim partitions: %w", err)
+	}
+	s.claimMu.Lock()
+	for _, c := range got {
+		s.claimed[int(c.Partition)] = c.Epoch
+	}
+	s.claimMu.Unlock()
+	return nil
+}
+
+// check share-locks the partition rows that hold exactly the fences'
+// epochs and returns those partitions: the ones this transaction may write.
+func (s *Store) check(ctx context.Context, tx pgx.Tx, epochs map[int]int64) (map[int]bool, error) {
 	claimed := map[int]bool{}
 	if len(epochs) == 0 {
 		return claimed, nil
@@ -211,24 +270,19 @@ func (s *Store) claim(ctx context.Context, tx pgx.Tx, epochs map[int]int64) (map
 		parts = append(parts, int32(p))
 		eps = append(eps, e)
 	}
-	// The MATERIALIZED CTE locks the rows in partition order before the
-	// update; the update then re-checks the epoch on the newest version of
-	// each row (READ COMMITTED re-evaluation of a concurrently updated row).
+	// Rows are locked in the sorted order (the lock is taken above the
+	// sort), the same order as claims take them.
 	rows, err := tx.Query(ctx, `
-		WITH locked AS MATERIALIZED (
-			SELECT partition FROM partitions WHERE partition = ANY($1::int[]) ORDER BY partition FOR UPDATE
-		)
-		UPDATE partitions SET epoch = u.e, owner = $3, update_time = now()
-		FROM unnest($1::int[], $2::bigint[]) AS u(p, e)
-		WHERE partitions.partition = u.p AND partitions.epoch <= u.e
-			AND partitions.partition IN (SELECT partition FROM locked)
-		RETURNING partitions.partition`, parts, eps, s.nodeID)
+		SELECT p.partition FROM partitions AS p
+		JOIN unnest($1::int[], $2::bigint[]) AS u(p, e) ON p.partition = u.p AND p.epoch = u.e
+		ORDER BY p.partition
+		FOR SHARE OF p`, parts, eps)
 	if err != nil {
-		return nil, fmt.Errorf("fence partitions: %w", err)
+		return nil, fmt.Errorf("check partition epochs: %w", err)
 	}
 	got, err := pgx.CollectRows(rows, pgx.RowTo[int32])
 	if err != nil {
-		return nil, fmt.Errorf("fence partitions: %w", err)
+		return nil, fmt.Errorf("check partition epochs: %w", err)
 	}
 	for _, p := range got {
 		claimed[int(p)] = true

@@ -288,6 +288,52 @@ func TestCommitFenced(t *testing.T) {
 	require.Equal(t, []string{job.Id}, res.Advanced)
 }
 
+func TestCommitAfterAClaimIsFenced(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	job, d := e.setup(t)
+	advance := firing.Advance{Due: d, Slots: []firing.Slot{{Nominal: d.NextFire, Kind: firing.KindScheduled}}, To: d.NextFire.Add(5 * time.Minute)}
+	fence := []firing.Fence{{Partition: d.Partition, Epoch: 4}}
+	// This node claims epoch 4 with a first commit of another job...
+	_, od := e.setup(t)
+	for od.Partition != d.Partition {
+		_, od = e.setup(t)
+	}
+	res, err := e.store.Commit(t.Context(), fence, []firing.Advance{{Due: od, Slots: []firing.Slot{{Nominal: od.NextFire, Kind: firing.KindScheduled}}}}, ts("2030-03-10T10:05:00Z"))
+	require.NoError(t, err)
+	require.Len(t, res.Advanced, 1)
+
+	// ...and a commit of it is in flight (its share lock held) when another
+	// node, the new owner, claims epoch 5: the claim waits for it.
+	tx, err := e.pool.Begin(t.Context())
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(context.Background()) }()
+	var holder int
+	require.NoError(t, tx.QueryRow(t.Context(), `SELECT pg_backend_pid() FROM partitions WHERE partition = $1 AND epoch = 4 FOR SHARE`, d.Partition).Scan(&holder))
+	newOwner, err := store.New(store.Options{Pool: e.pool, Partitions: testPartitions, NodeID: "node-b"})
+	require.NoError(t, err)
+	claimed := make(chan error, 1)
+	go func() {
+		_, err := newOwner.Commit(context.Background(), []firing.Fence{{Partition: d.Partition, Epoch: 5}}, nil, ts("2030-03-10T10:05:00Z"))
+		claimed <- err
+	}()
+	require.Eventually(t, func() bool {
+		return e.count(t, `SELECT count(*) FROM pg_stat_activity WHERE $1::int = ANY(pg_blocking_pids(pid))`, holder) > 0
+	}, 10*time.Second, 10*time.Millisecond, "the claim waits for the commit in flight")
+	require.NoError(t, tx.Commit(t.Context()))
+	require.NoError(t, <-claimed)
+
+	// From now on this node's commits at epoch 4 are fenced.
+	res, err = e.store.Commit(t.Context(), fence, []firing.Advance{advance}, ts("2030-03-10T10:05:00Z"))
+	require.NoError(t, err)
+	require.Equal(t, firing.CommitResult{Fenced: []int{d.Partition}}, res)
+	require.Equal(t, d.NextFire, e.state(t, job).NextFire)
+	parts, err := e.store.Partitions(t.Context())
+	require.NoError(t, err)
+	require.Equal(t, int64(5), parts[d.Partition].Epoch)
+	require.Equal(t, "node-b", parts[d.Partition].Owner)
+}
+
 func TestCommitStale(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)

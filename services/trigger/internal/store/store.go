@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"github.com/cronmesh/cronmesh/libs/jobspec"
 	"io/fs"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -118,6 +119,10 @@ type Store struct {
 	// locations caches time zones for the projection's next-fire
 	// computations (see jobspec.Locations).
 	locations jobspec.Locations
+	// claimed is the epoch this store last wrote to each partition row
+	// (Commit's claim), so that commits at that epoch only check it.
+	claimMu sync.Mutex
+	claimed map[int]int64
 }
 
 // New returns a Store. It fails on a missing Pool or a partition count that
@@ -139,6 +144,7 @@ func New(opts Options) (*Store, error) {
 		tracer:       opts.Tracer,
 		notify:       opts.Notify,
 		clock:        opts.Clock,
+		claimed:      make(map[int]int64),
 	}
 	if s.propagator == nil {
 		s.propagator = propagation.TraceContext{}
