@@ -53,8 +53,8 @@ type RelayOptions struct {
 	Logger *slog.Logger
 	// Metrics, if non-nil, registers outbox_published_total,
 	// outbox_publish_errors_total, outbox_pending (rows seen by the last
-	// poll, at most BatchSize), outbox_lag_seconds (age of the oldest row
-	// seen by the last poll, 0 when none) and outbox_leader (1 while this
+	// poll of any shard, at most BatchSize), outbox_lag_seconds (age of the
+	// oldest row seen by the last poll of any shard, 0 when none) and outbox_leader (1 while this
 	// relay holds the lock). Labels such as the service name are the
 	// caller's business: wrap with prometheus.WrapRegistererWith.
 	Metrics prometheus.Registerer
@@ -63,7 +63,8 @@ type RelayOptions struct {
 	// Lanes is the number of concurrent publishers. Rows are assigned to a
 	// lane by a hash of their aggregate id, so one aggregate always uses one
 	// lane. The publisher should allow at least as many concurrent publishes
-	// (the channel pool size of a watermill-amqp publisher). Default 16.
+	// (the channel pool size of a watermill-amqp publisher). With Shards,
+	// each shard has Lanes/Shards lanes (at least one). Default 16.
 	Lanes int
 	// PollInterval is how long an idle relay waits before polling again;
 	// [Relay.Notify] cuts the wait short. Default 200ms.
@@ -86,6 +87,16 @@ type RelayOptions struct {
 	// connection. A closed or reset connection is noticed at once anyway;
 	// the ping catches one that silently stopped answering. Default 5s.
 	LockCheckInterval time.Duration
+	// Shards splits the outbox into this many independent streams by a hash
+	// of the aggregate id, each read, published and deleted by its own
+	// cycle loop, all under the one leadership. A cycle waits for its
+	// broker confirms and its DELETE before the next starts, so one loop
+	// carrying many small commits (a trigger firing a steady trickle of
+	// slots) is bound by that latency; shards multiply the cycles in
+	// flight while each aggregate stays in one shard, in order. Shards > 1
+	// needs the index of [ShardIndex] with the same count, or every poll
+	// scans the table. Lanes are divided among the shards. Default 1.
+	Shards int
 	// Leadership, when set, replaces the advisory lock. Use it where the
 	// service already keeps a lease-based session (the trigger's etcd ring):
 	// an advisory lock stays held by a frozen process (SIGSTOP, a VM pause)
@@ -128,8 +139,21 @@ type Relay struct {
 
 	leadership Leadership
 
-	notify  chan struct{}
+	// shards holds one wake-up channel per shard.
+	shards  []chan struct{}
 	running atomic.Bool
+}
+
+// shardExpr is the SQL expression of a row's shard among n: the same in
+// [ShardIndex] and the relay's query, or the index is not used.
+func shardExpr(n int) string {
+	return fmt.Sprintf("((hashtext(aggregate_id) & 2147483647) %% %d)", n)
+}
+
+// ShardIndex returns the DDL of the index a relay with Shards = n (> 1)
+// reads through, for inclusion in a service's migrations (idempotent).
+func ShardIndex(n int) string {
+	return fmt.Sprintf("CREATE INDEX IF NOT EXISTS outbox_shard_%d ON outbox (%s, id);\n", n, shardExpr(n))
 }
 
 // NewRelay validates opts, fills defaults and registers the metrics. It
@@ -142,7 +166,7 @@ func NewRelay(opts RelayOptions) (*Relay, error) {
 		return nil, errors.New("outbox: RelayOptions.Pool is required")
 	case opts.Publisher == nil:
 		return nil, errors.New("outbox: RelayOptions.Publisher is required")
-	case opts.BatchSize < 0, opts.Lanes < 0, opts.PollInterval < 0, opts.Backoff < 0,
+	case opts.BatchSize < 0, opts.Lanes < 0, opts.Shards < 0, opts.PollInterval < 0, opts.Backoff < 0,
 		opts.MaxBackoff < 0, opts.LockRetryInterval < 0, opts.LockCheckInterval < 0:
 		return nil, errors.New("outbox: negative size or duration in RelayOptions")
 	}
@@ -165,8 +189,11 @@ func NewRelay(opts RelayOptions) (*Relay, error) {
 		lockCheck:  cmp.Or(opts.LockCheckInterval, DefaultLockCheckInterval),
 		lockKey:    opts.LockKey,
 		leadership: opts.Leadership,
-		notify:     make(chan struct{}, 1),
 	}
+	for range cmp.Or(opts.Shards, 1) {
+		r.shards = append(r.shards, make(chan struct{}, 1))
+	}
+	r.lanes = max(r.lanes/len(r.shards), 1)
 	r.maxBackoff = max(r.maxBackoff, r.backoff)
 	return r, nil
 }
@@ -177,9 +204,11 @@ func NewRelay(opts RelayOptions) (*Relay, error) {
 // only within the process; a relay in another process finds the rows at its
 // next poll.
 func (r *Relay) Notify() {
-	select {
-	case r.notify <- struct{}{}:
-	default:
+	for _, wake := range r.shards {
+		select {
+		case wake <- struct{}{}:
+		default:
+		}
 	}
 }
 
@@ -212,7 +241,7 @@ func (r *Relay) Run(ctx context.Context) error {
 			r.log.Info("outbox relay: elected; publishing")
 			r.m.leader.Set(1)
 			defer r.m.leader.Set(0)
-			r.publishLoop(leadCtx)
+			r.publishShards(leadCtx)
 		})
 	}
 	for {
@@ -301,7 +330,7 @@ func (r *Relay) lead(ctx context.Context, conn *pgx.Conn) {
 			cancel(err)
 		}
 	}()
-	r.publishLoop(leadCtx)
+	r.publishShards(leadCtx)
 	cancel(nil)
 	<-watched
 }
@@ -349,12 +378,22 @@ func (r *Relay) closeConn(conn *pgx.Conn) {
 	_ = conn.Close(ctx)
 }
 
-// publishLoop runs cycles until ctx is done, backing off after failures and
-// waiting for Notify or PollInterval when the outbox has no full batch.
-func (r *Relay) publishLoop(ctx context.Context) {
+// publishShards runs one publishLoop per shard until ctx is done.
+func (r *Relay) publishShards(ctx context.Context) {
+	var wg sync.WaitGroup
+	for shard := range r.shards {
+		wg.Go(func() { r.publishLoop(ctx, shard) })
+	}
+	wg.Wait()
+}
+
+// publishLoop runs a shard's cycles until ctx is done, backing off after
+// failures and waiting for Notify or PollInterval when the shard has no
+// full batch.
+func (r *Relay) publishLoop(ctx context.Context, shard int) {
 	var backoff time.Duration
 	for ctx.Err() == nil {
-		n, err := r.cycle(ctx)
+		n, err := r.cycle(ctx, shard)
 		if ctx.Err() != nil {
 			return
 		}
@@ -376,7 +415,7 @@ func (r *Relay) publishLoop(ctx context.Context) {
 		timer := time.NewTimer(r.poll)
 		select {
 		case <-ctx.Done():
-		case <-r.notify:
+		case <-r.shards[shard]:
 		case <-timer.C:
 		}
 		timer.Stop()
@@ -408,9 +447,16 @@ type row struct {
 const selectSQL = `SELECT id, aggregate_id, routing_key, message_id, payload, headers, created_at, now()
 FROM outbox ORDER BY id LIMIT $1`
 
-// cycle publishes one batch and returns the number of rows read.
-func (r *Relay) cycle(ctx context.Context) (int, error) {
-	rows, dbNow, err := r.fetch(ctx)
+// selectShardSQL is selectSQL for one shard of n: the shard expression is
+// spelled out (not a parameter) so that it matches ShardIndex(n).
+func selectShardSQL(n int) string {
+	return `SELECT id, aggregate_id, routing_key, message_id, payload, headers, created_at, now()
+FROM outbox WHERE ` + shardExpr(n) + ` = $2 ORDER BY id LIMIT $1`
+}
+
+// cycle publishes one batch of a shard and returns the number of rows read.
+func (r *Relay) cycle(ctx context.Context, shard int) (int, error) {
+	rows, dbNow, err := r.fetch(ctx, shard)
 	if err != nil {
 		return 0, err
 	}
@@ -423,8 +469,12 @@ func (r *Relay) cycle(ctx context.Context) (int, error) {
 	return len(rows), errors.Join(pubErr, delErr)
 }
 
-func (r *Relay) fetch(ctx context.Context) ([]row, time.Time, error) {
-	rs, err := r.pool.Query(ctx, selectSQL, r.batchSize)
+func (r *Relay) fetch(ctx context.Context, shard int) ([]row, time.Time, error) {
+	query, args := selectSQL, []any{r.batchSize}
+	if len(r.shards) > 1 {
+		query, args = selectShardSQL(len(r.shards)), []any{r.batchSize, shard}
+	}
+	rs, err := r.pool.Query(ctx, query, args...)
 	if err != nil {
 		return nil, time.Time{}, fmt.Errorf("outbox: read batch: %w", err)
 	}

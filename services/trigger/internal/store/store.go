@@ -54,8 +54,13 @@ const (
 //go:embed migrations/*.sql
 var migrationFiles embed.FS
 
+// OutboxShards is the relay's shard count (outbox.RelayOptions.Shards); the
+// migrations index the outbox for it.
+const OutboxShards = 8
+
 // outboxMigration is the version at which the shared outbox table joins the
-// trigger's own migrations; no file may take it.
+// trigger's own migrations, and the next the outbox's shard index; no
+// file may take either.
 const outboxMigration = 2
 
 // Migrations returns the migrations of the trigger schema: its own SQL
@@ -69,7 +74,10 @@ func Migrations() ([]migrate.Migration, error) {
 	if err != nil {
 		return nil, err
 	}
-	return append(files, migrate.New(outboxMigration, "outbox", outbox.Schema())), nil
+	return append(files,
+		migrate.New(outboxMigration, "outbox", outbox.Schema()),
+		migrate.New(outboxMigration+1, "outbox_shards", outbox.ShardIndex(OutboxShards)),
+	), nil
 }
 
 // Options for New.
