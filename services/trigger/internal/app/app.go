@@ -142,9 +142,9 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger) (_ *App, err erro
 	if err := postgres.EnsureDatabase(ctx, cfg.PostgresURL); err != nil {
 		return nil, err
 	}
-	// A connection for each commit in flight, plus the load, the relay's
-	// read and delete, the projection's workers and the API.
-	maxConns := int32(cfg.Commits + 8)
+	// A connection for each commit in flight, relay shard and projection
+	// worker, plus the load and the API. Connections are opened on demand.
+	maxConns := int32(cfg.Commits + store.OutboxShards + projection.DefaultWorkers + 4)
 	a.pool, err = postgres.Connect(ctx, postgres.Options{URL: cfg.PostgresURL, Schema: cfg.Schema, TracerProvider: a.telemetry.TracerProvider, MaxConns: maxConns})
 	if err != nil {
 		return nil, err

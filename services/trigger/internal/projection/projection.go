@@ -31,7 +31,7 @@ const (
 	DefaultExchange   = "cronmesh.jobs"
 	DefaultQueue      = "cronmesh.trigger.jobs"
 	DefaultBindingKey = "job.#"
-	DefaultWorkers    = 4
+	DefaultWorkers    = 16
 	DefaultBackoff    = 100 * time.Millisecond
 	DefaultMaxBackoff = 5 * time.Second
 )
@@ -77,7 +77,10 @@ type Options struct {
 	// broker.DefaultPrefetch.
 	Prefetch int
 	// Workers is how many events this node applies concurrently, each on
-	// its own AMQP channel. Default DefaultWorkers.
+	// its own AMQP channel. An apply is four database round trips of
+	// little work each, so throughput comes from having many in flight:
+	// watermill-amqp hands a worker its next message only after the last
+	// one is acknowledged. Default DefaultWorkers.
 	Workers int
 	// TracerProvider makes each message's consumer span. Default: no
 	// tracing.
