@@ -29,6 +29,7 @@ import (
 	"github.com/cronmesh/cronmesh/services/trigger/internal/api"
 	"github.com/cronmesh/cronmesh/services/trigger/internal/firing"
 	"github.com/cronmesh/cronmesh/services/trigger/internal/projection"
+	"github.com/cronmesh/cronmesh/services/trigger/internal/retention"
 	"github.com/cronmesh/cronmesh/services/trigger/internal/store"
 )
 
@@ -64,6 +65,9 @@ type Config struct {
 	Lookahead          time.Duration
 	// Commits is the number of firing transactions in flight at once.
 	Commits int
+	// LedgerRetention and TombstoneRetention: see store.Retention.
+	LedgerRetention    time.Duration
+	TombstoneRetention time.Duration
 }
 
 // Register adds the trigger's flags to fs.
@@ -84,6 +88,8 @@ func (c *Config) Register(fs *flag.FlagSet) {
 	fs.IntVar(&c.OutboxLanes, "outbox-lanes", 64, "messages the outbox relay publishes concurrently (order per job is kept)")
 	fs.DurationVar(&c.Lookahead, "lookahead", 5*time.Second, "how far ahead slots are loaded into memory")
 	fs.IntVar(&c.Commits, "commits", firing.DefaultCommits, "firing transactions in flight at once (each on its own PostgreSQL connection)")
+	fs.DurationVar(&c.LedgerRetention, "ledger-retention", 7*24*time.Hour, "how long a fired slot's ledger row (its exactly-once record, shown by ListSlots) is kept; whole days are dropped")
+	fs.DurationVar(&c.TombstoneRetention, "tombstone-retention", 7*24*time.Hour, "how long a deleted job's tombstone is kept (an older event of the job delivered later than this could bring it back)")
 }
 
 func (c *Config) fillDefaults() {
@@ -97,6 +103,8 @@ func (c *Config) fillDefaults() {
 	c.Partitions = cmp.Or(c.Partitions, DefaultPartitions)
 	c.LeaseTTL = cmp.Or(c.LeaseTTL, DefaultLeaseTTL)
 	c.Commits = cmp.Or(c.Commits, firing.DefaultCommits)
+	c.LedgerRetention = cmp.Or(c.LedgerRetention, 7*24*time.Hour)
+	c.TombstoneRetention = cmp.Or(c.TombstoneRetention, 7*24*time.Hour)
 }
 
 // App is a running trigger node.
@@ -111,6 +119,7 @@ type App struct {
 	projection *projection.Consumer
 	publisher  *broker.Publisher
 	relay      *outbox.Relay
+	retention  *retention.Keeper
 	server     *server.Server
 	closeOnce  sync.Once
 }
@@ -238,6 +247,16 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger) (_ *App, err erro
 	if err != nil {
 		return nil, err
 	}
+	a.retention, err = retention.New(retention.Options{
+		Store:      st,
+		Leadership: ring.Leadership{Ring: a.ring, Name: "retention"},
+		Retention:  store.Retention{Ledger: cfg.LedgerRetention, Tombstones: cfg.TombstoneRetention},
+		Logger:     logger.With(slog.String("component", "retention")),
+		Metrics:    metrics,
+	})
+	if err != nil {
+		return nil, err
+	}
 	a.projection, err = projection.New(projection.Options{
 		AMQPURL:        cfg.AMQPURL,
 		Exchange:       cfg.JobsExchange,
@@ -286,7 +305,7 @@ func (a *App) Run(ctx context.Context) error {
 
 	bg, stopBackground := context.WithCancel(context.WithoutCancel(ctx))
 	var wg sync.WaitGroup
-	errs := make(chan error, 4)
+	errs := make(chan error, 8)
 	start := func(name string, run func(context.Context) error) {
 		wg.Go(func() {
 			if err := run(bg); err != nil {
@@ -309,6 +328,7 @@ func (a *App) Run(ctx context.Context) error {
 	})
 	start("projection", a.projection.Run)
 	start("outbox relay", a.relay.Run)
+	start("retention", a.retention.Run)
 	go func() {
 		select {
 		case <-a.ring.Ready():
