@@ -123,7 +123,14 @@ type Engine struct {
 	// testSync, set only by this package's tests, lets a test wait until
 	// Run has handled everything already signalled (see Run's loop); nil in
 	// production, where receiving from it blocks forever.
-	testSync chan chan struct{}
+	testSync chan syncRequest
+}
+
+// syncRequest is a test's wait for the loop to be idle: no load in flight
+// and, unless inFlight, no commit either.
+type syncRequest struct {
+	done     chan struct{}
+	inFlight bool
 }
 
 // NewEngine validates opts, fills defaults and registers the metrics. It
@@ -220,7 +227,7 @@ func (e *Engine) Run(ctx context.Context) error {
 	changes := e.own.Changes()
 	loadTick := e.clock.After(e.interval)
 	r.startLoad(ctx)
-	var syncs []chan struct{}
+	var syncs []syncRequest
 	for {
 		if ctx.Err() != nil {
 			return nil
@@ -248,11 +255,14 @@ func (e *Engine) Run(ctx context.Context) error {
 		case out := <-r.committed:
 			r.finish(out)
 		default:
-			if !r.loading && r.commits == 0 {
-				for _, c := range syncs {
-					close(c)
-				}
-				syncs = syncs[:0]
+			if !r.loading {
+				syncs = slices.DeleteFunc(syncs, func(req syncRequest) bool {
+					if req.inFlight || r.commits == 0 {
+						close(req.done)
+						return true
+					}
+					return false
+				})
 			}
 			select {
 			case <-ctx.Done():
@@ -269,8 +279,8 @@ func (e *Engine) Run(ctx context.Context) error {
 				r.fire(ctx)
 			case out := <-r.committed:
 				r.finish(out)
-			case c := <-e.testSync:
-				syncs = append(syncs, c)
+			case req := <-e.testSync:
+				syncs = append(syncs, req)
 			}
 		}
 	}
@@ -464,6 +474,15 @@ func (r *run) armFireTimer() {
 		// Nothing to fire, or no commit slot free: a finishing commit
 		// brings the loop back here. A pending timer may still fire:
 		// harmless.
+		return
+	}
+	// With a commit in flight, another starts only for a full batch (a
+	// burst); slots that trickle in meanwhile wait for the commit to end
+	// and then go together in one (group commit). Many tiny concurrent
+	// commits would each pay the transaction's round trips and its fsync:
+	// measured at 5,000 slots/s spread over the second, 314 commits/s of
+	// 16 slots each.
+	if r.commits > 0 && r.heap.countDue(r.clock.Now(), r.batch) < r.batch {
 		return
 	}
 	at := top.fireAt

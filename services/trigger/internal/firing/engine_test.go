@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -129,6 +130,43 @@ func TestEngineCommitsConcurrently(t *testing.T) {
 	}
 	require.Len(t, seen, jobs)
 	require.Equal(t, float64(jobs), h.metric("trigger_slots_total", "scheduled"))
+}
+
+func TestEngineGroupsSlotsDueWhileACommitIsInFlight(t *testing.T) {
+	t.Parallel()
+	store := newFakeStore(
+		hourly("a", 0, t0.Add(time.Second)),
+		hourly("b", 1, t0.Add(1200*time.Millisecond)),
+		hourly("c", 2, t0.Add(1400*time.Millisecond)),
+	)
+	h := startEngine(t, store, newFakeOwnership(ownAll(4)), nil)
+	entered, release := make(chan struct{}, 10), make(chan struct{})
+	store.mu.Lock()
+	store.commitEntered, store.commitRelease = entered, release
+	store.mu.Unlock()
+
+	h.clock.Advance(time.Second)
+	<-entered // a's commit is in flight
+	h.clock.Advance(200 * time.Millisecond)
+	h.syncInFlight() // b is due (and handled, if the engine were to fire it alone)
+	h.clock.Advance(200 * time.Millisecond)
+	h.syncInFlight()
+	store.mu.Lock()
+	store.commitEntered, store.commitRelease = nil, nil
+	store.mu.Unlock()
+	close(release)
+	h.sync()
+
+	var batches [][]string
+	for _, c := range store.calls() {
+		var ids []string
+		for _, a := range c.advances {
+			ids = append(ids, a.Due.JobID)
+		}
+		slices.Sort(ids)
+		batches = append(batches, ids)
+	}
+	require.Equal(t, [][]string{{"a"}, {"b", "c"}}, batches, "b and c wait for a's commit and go together")
 }
 
 func TestEngineOwnershipLoss(t *testing.T) {

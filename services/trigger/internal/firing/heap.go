@@ -50,6 +50,24 @@ func (h *timerHeap) peek() *entry {
 	return h.items[0]
 }
 
+// countDue counts the entries due at now (fireAt not after it), stopping at
+// limit. It visits only due entries and their direct children: a subtree
+// whose root is not due holds nothing due.
+func (h *timerHeap) countDue(now time.Time, limit int) int {
+	n := 0
+	stack := []int{0}
+	for len(stack) > 0 && n < limit {
+		i := stack[len(stack)-1]
+		stack = stack[:len(stack)-1]
+		if i >= len(h.items) || h.items[i].fireAt.After(now) {
+			continue
+		}
+		n++
+		stack = append(stack, 2*i+1, 2*i+2)
+	}
+	return min(n, limit)
+}
+
 // push adds e; the caller ensures no entry of the same job is held.
 func (h *timerHeap) push(e *entry) {
 	e.index = len(h.items)

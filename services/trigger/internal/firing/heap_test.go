@@ -95,3 +95,18 @@ func TestTimerHeap(t *testing.T) {
 		})
 	}
 }
+
+func TestHeapCountDue(t *testing.T) {
+	t.Parallel()
+	h := newTimerHeap()
+	base := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	for i := range 100 {
+		h.push(&entry{due: Due{JobID: fmt.Sprint(i)}, fireAt: base.Add(time.Duration((i*37)%100) * time.Second)})
+	}
+	require.Equal(t, 0, h.countDue(base.Add(-time.Second), 1000))
+	require.Equal(t, 1, h.countDue(base, 1000))
+	require.Equal(t, 50, h.countDue(base.Add(49*time.Second), 1000))
+	require.Equal(t, 10, h.countDue(base.Add(49*time.Second), 10), "stops at the limit")
+	require.Equal(t, 100, h.countDue(base.Add(time.Hour), 1000))
+	require.Equal(t, 0, newTimerHeap().countDue(base, 10))
+}

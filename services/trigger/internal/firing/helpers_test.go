@@ -313,7 +313,7 @@ func startEngine(t *testing.T, store *fakeStore, own *fakeOwnership, tune func(*
 	}
 	e, err := NewEngine(opts)
 	require.NoError(t, err)
-	e.testSync = make(chan chan struct{})
+	e.testSync = make(chan syncRequest)
 	h.e = e
 	ctx, cancel := context.WithCancel(context.Background())
 	h.stop = cancel
@@ -333,16 +333,22 @@ const failAfter = 10 * time.Second
 
 // sync returns once the engine has handled everything signalled so far
 // (timers due on the Fake clock, ownership changes, loads) and is idle.
-func (h *harness) sync() {
+func (h *harness) sync() { h.syncReq(false) }
+
+// syncInFlight is sync that does not wait for commits in flight (a test
+// holding one in the fake store).
+func (h *harness) syncInFlight() { h.syncReq(true) }
+
+func (h *harness) syncReq(inFlight bool) {
 	h.t.Helper()
-	c := make(chan struct{})
+	req := syncRequest{done: make(chan struct{}), inFlight: inFlight}
 	select {
-	case h.e.testSync <- c:
+	case h.e.testSync <- req:
 	case <-time.After(failAfter):
 		h.t.Fatal("engine does not take the sync request")
 	}
 	select {
-	case <-c:
+	case <-req.done:
 	case <-time.After(failAfter):
 		h.t.Fatal("engine does not become idle")
 	}
