@@ -7,15 +7,18 @@
 # that dies is cleaned up here by its tag). The Markdown report is appended
 # to $BENCH_OUT/report.md.
 #
-#   sustained  5,000 every-second jobs, 60 s measured    (about 2 min)
+#   sustained  5,000 every-second jobs, 60 s measured    (about 2 min); all
+#              5,000 slots fall on the same instant of each second
+#   steady     the same with a 1 s spread window: 5,000 slots/s spread
+#              evenly over each second (the steady state)  (about 2 min)
 #   burst      100,000 at-jobs due on the same second    (about 2 min)
 #   failover   2 nodes, 1,000 jobs, SIGKILL of one       (about 1 min)
 #   memory     5,000,000 scheduled jobs, one node, 60 s  (about 3 min; 2 GB
 #              of disk while it runs; BENCH_TRIGGER_MEMORY=0 skips it)
 #
 # Environment:
-#   BENCH_TRIGGER_SCENARIOS   subset and order (default: sustained burst failover
-#                             memory)
+#   BENCH_TRIGGER_SCENARIOS   subset and order (default: sustained steady burst
+#                             failover memory)
 #   BENCH_TRIGGER_MEMORY      0 leaves the memory scenario out of the default
 #   BENCH_SUSTAINED_JOBS      default 5000
 #   BENCH_SUSTAINED_DURATION  default 60s (10m for the long run)
@@ -35,7 +38,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 
 BENCH_TRIGGER_MEMORY=${BENCH_TRIGGER_MEMORY:-1}
-default_scenarios="sustained burst failover"
+default_scenarios="sustained steady burst failover"
 [ "$BENCH_TRIGGER_MEMORY" = 0 ] || default_scenarios="$default_scenarios memory"
 BENCH_TRIGGER_SCENARIOS=${BENCH_TRIGGER_SCENARIOS:-$default_scenarios}
 BENCH_SUSTAINED_JOBS=${BENCH_SUSTAINED_JOBS:-5000}
@@ -118,7 +121,8 @@ run() {
 for scenario in $BENCH_TRIGGER_SCENARIOS; do
   case $scenario in
     sustained) run sustained 20m --jobs "$BENCH_SUSTAINED_JOBS" --duration "$BENCH_SUSTAINED_DURATION" ;;
-    burst) run burst 20m --jobs "$BENCH_BURST_JOBS" ;;
+    steady) run sustained 20m --jobs "$BENCH_SUSTAINED_JOBS" --duration "$BENCH_SUSTAINED_DURATION" --spread 1s ;;
+    burst) run burst 20m --jobs "$BENCH_BURST_JOBS" --load-rate 1000 ;;
     failover) run failover 15m --jobs "$BENCH_FAILOVER_JOBS" ;;
     memory) run memory 40m --jobs "$BENCH_MEMORY_JOBS" ;;
     *) log "unknown scenario $scenario"; failed+=("$scenario") ;;
