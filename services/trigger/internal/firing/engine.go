@@ -30,6 +30,7 @@ const (
 	DefaultLoadLimit     = 50_000
 	DefaultCommitTimeout = 10 * time.Second
 	DefaultCommits       = 4
+	DefaultGroupWait     = 25 * time.Millisecond
 	DefaultBackoff       = 100 * time.Millisecond
 	DefaultMaxBackoff    = 5 * time.Second
 )
@@ -84,6 +85,11 @@ type Options struct {
 	// parallel instead of queueing behind each other; the engine's loop
 	// keeps planning the next batch meanwhile. Default 4.
 	Commits int
+	// GroupWait is how long slots due while a commit is in flight wait for
+	// it to end before another commit starts for them (unless a full batch
+	// is due): the latency a slot may give up so that a trickle of slots
+	// makes fewer, larger commits. Default 25ms.
+	GroupWait time.Duration
 	// CommitTimeout bounds one Commit call. Commits do not stop when Run's
 	// ctx is done (an interrupted commit would only be retried by the next
 	// owner): this bounds how long shutdown may wait for one. Default 10s.
@@ -116,6 +122,7 @@ type Engine struct {
 	limit     int
 	timeout   time.Duration
 	commits   int
+	groupWait time.Duration
 	backoff   time.Duration
 	maxBack   time.Duration
 
@@ -144,7 +151,7 @@ func NewEngine(opts Options) (*Engine, error) {
 		return nil, errors.New("firing: Options.Ownership is required")
 	case opts.Lookahead < 0, opts.LoadInterval < 0, opts.BatchSize < 0, opts.BatchSlots < 0,
 		opts.LoadLimit < 0, opts.OnTimeTolerance < 0, opts.MaxSlotsPerAdvance < 0,
-		opts.CommitTimeout < 0, opts.Commits < 0, opts.Backoff < 0, opts.MaxBackoff < 0:
+		opts.CommitTimeout < 0, opts.Commits < 0, opts.GroupWait < 0, opts.Backoff < 0, opts.MaxBackoff < 0:
 		return nil, errors.New("firing: negative size or duration in Options")
 	}
 	e := &Engine{
@@ -165,6 +172,7 @@ func NewEngine(opts Options) (*Engine, error) {
 		limit:     cmp.Or(opts.LoadLimit, DefaultLoadLimit),
 		timeout:   cmp.Or(opts.CommitTimeout, DefaultCommitTimeout),
 		commits:   cmp.Or(opts.Commits, DefaultCommits),
+		groupWait: cmp.Or(opts.GroupWait, DefaultGroupWait),
 		backoff:   cmp.Or(opts.Backoff, DefaultBackoff),
 		maxBack:   cmp.Or(opts.MaxBackoff, DefaultMaxBackoff),
 	}
@@ -476,16 +484,17 @@ func (r *run) armFireTimer() {
 		// harmless.
 		return
 	}
-	// With a commit in flight, another starts only for a full batch (a
-	// burst); slots that trickle in meanwhile wait for the commit to end
-	// and then go together in one (group commit). Many tiny concurrent
-	// commits would each pay the transaction's round trips and its fsync:
-	// measured at 5,000 slots/s spread over the second, 314 commits/s of
-	// 16 slots each.
-	if r.commits > 0 && r.heap.countDue(r.clock.Now(), r.batch) < r.batch {
-		return
-	}
 	at := top.fireAt
+	// With a commit in flight, another starts at once only for a full batch
+	// (a burst); slots that trickle in meanwhile wait up to GroupWait for
+	// the commit to end and then go together in one (group commit). Many
+	// tiny concurrent commits would each pay the transaction's round trips
+	// and its fsync (measured at 5,000 slots/s spread over each second:
+	// 314 commits/s of 16 slots), while waiting for a slow commit without
+	// a bound makes every slot behind it as late as the commit is slow.
+	if r.commits > 0 && r.heap.countDue(r.clock.Now(), r.batch) < r.batch {
+		at = at.Add(r.groupWait)
+	}
 	if at.Before(r.retryAt) {
 		at = r.retryAt
 	}

@@ -361,6 +361,14 @@ func (h *harness) advance(d time.Duration) {
 	h.sync()
 }
 
+// advanceInFlight moves the Fake clock and waits for the engine to handle
+// it, not waiting for commits in flight.
+func (h *harness) advanceInFlight(d time.Duration) {
+	h.t.Helper()
+	h.clock.Advance(d)
+	h.syncInFlight()
+}
+
 // advanceTo moves the Fake clock to t0+d.
 func (h *harness) advanceTo(d time.Duration) {
 	h.t.Helper()
