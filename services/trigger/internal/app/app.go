@@ -65,6 +65,8 @@ type Config struct {
 	Lookahead          time.Duration
 	// Commits is the number of firing transactions in flight at once.
 	Commits int
+	// GroupWait: see firing.Options.GroupWait.
+	GroupWait time.Duration
 	// LedgerRetention and TombstoneRetention: see store.Retention.
 	LedgerRetention    time.Duration
 	TombstoneRetention time.Duration
@@ -88,6 +90,7 @@ func (c *Config) Register(fs *flag.FlagSet) {
 	fs.IntVar(&c.OutboxLanes, "outbox-lanes", 64, "messages the outbox relay publishes concurrently (order per job is kept)")
 	fs.DurationVar(&c.Lookahead, "lookahead", 5*time.Second, "how far ahead slots are loaded into memory")
 	fs.IntVar(&c.Commits, "commits", firing.DefaultCommits, "firing transactions in flight at once (each on its own PostgreSQL connection)")
+	fs.DurationVar(&c.GroupWait, "group-wait", firing.DefaultGroupWait, "how long slots due while a commit is in flight wait for it before another commit starts for them")
 	fs.DurationVar(&c.LedgerRetention, "ledger-retention", 7*24*time.Hour, "how long a fired slot's ledger row (its exactly-once record, shown by ListSlots) is kept; whole days are dropped")
 	fs.DurationVar(&c.TombstoneRetention, "tombstone-retention", 7*24*time.Hour, "how long a deleted job's tombstone is kept (an older event of the job delivered later than this could bring it back)")
 }
@@ -243,6 +246,7 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger) (_ *App, err erro
 		Metrics:   metrics,
 		Lookahead: cfg.Lookahead,
 		Commits:   cfg.Commits,
+		GroupWait: cfg.GroupWait,
 	})
 	if err != nil {
 		return nil, err
