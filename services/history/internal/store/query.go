@@ -237,7 +237,7 @@ func (s *Store) Get(ctx context.Context, namespace, id string) (*historyv1.Execu
 
 // Stats summarises a job's executions with nominal time in [start, end).
 type Stats struct {
-	LastRun                         *historyv1.Execution // nil when none
+	LastRun                           *historyv1.Execution // nil when none
 	Runs, Successes, Failures, Missed int64
 	// Percentiles of the finished executions' latest-attempt durations;
 	// nil when none finished.
