@@ -413,6 +413,10 @@ func FromProto(pb *eventsv1.ExecutionEvent) store.Event {
 	}
 	if t := pb.GetStartTime(); t.IsValid() {
 		e.StartTime = t.AsTime()
+	} else if e.Kind == store.KindStarted {
+		// A publisher that does not set start_time yet: a STARTED event
+		// happens when its attempt starts.
+		e.StartTime = e.OccurTime
 	}
 	if d := pb.GetDuration(); d.IsValid() {
 		v := d.AsDuration()

@@ -198,3 +198,32 @@ func TestNewValidates(t *testing.T) {
 	_, err = ingest.New(ingest.Options{AMQPURL: "amqp://x", Store: &store.Store{}, Workers: -1})
 	require.Error(t, err)
 }
+
+func TestFromProto(t *testing.T) {
+	t.Parallel()
+	nominal := time.Date(2026, 11, 21, 10, 0, 0, 0, time.UTC)
+	occur := nominal.Add(time.Second)
+	e := ingest.FromProto(&eventsv1.ExecutionEvent{
+		Kind: eventsv1.ExecutionEventKind_EXECUTION_EVENT_KIND_STARTED, ExecutionId: uuid.NewString(), JobId: "j", Namespace: "ns",
+		Attempt: 1, NominalTime: timestamppb.New(nominal), OccurTime: timestamppb.New(occur),
+		TriggerKind: dispatchv1.TriggerKind_TRIGGER_KIND_BACKFILL, Reason: "a\x00b",
+	})
+	require.NoError(t, e.Validate())
+	assert.Equal(t, occur, e.StartTime, "a STARTED event without start_time started at its occur time")
+	assert.Equal(t, "ab", e.Reason, "NUL is dropped: PostgreSQL text cannot hold it")
+	assert.EqualValues(t, 3, e.TriggerKind)
+	assert.Nil(t, e.Duration)
+
+	failed := ingest.FromProto(&eventsv1.ExecutionEvent{
+		Kind: eventsv1.ExecutionEventKind_EXECUTION_EVENT_KIND_FAILED, ExecutionId: uuid.NewString(), JobId: "j", Namespace: "ns",
+		Attempt: 2, NominalTime: timestamppb.New(nominal), OccurTime: timestamppb.New(occur),
+		Duration: durationpb.New(time.Second), RetryScheduled: true, RetryDelay: durationpb.New(5 * time.Second),
+	})
+	assert.True(t, failed.StartTime.IsZero(), "only STARTED implies its start")
+	assert.Equal(t, time.Second, *failed.Duration)
+	assert.Equal(t, 5*time.Second, *failed.RetryDelay)
+	assert.True(t, failed.RetryScheduled)
+
+	missed := ingest.FromProto(&eventsv1.ExecutionEvent{Kind: eventsv1.ExecutionEventKind_EXECUTION_EVENT_KIND_MISSED, ExecutionId: "x", JobId: "j", Namespace: "ns", NominalTime: timestamppb.New(nominal)})
+	require.Error(t, missed.Validate(), "execution ids are UUIDs")
+}
