@@ -18,6 +18,8 @@ FUZZTIME   ?= 10s
 export CRONMESH_TEST_POSTGRES_URL ?= postgres://postgres@127.0.0.1:5432/cronmesh?sslmode=disable
 export CRONMESH_TEST_AMQP_URL     ?= amqp://guest:guest@127.0.0.1:5672/
 
+SERVICES += history
+
 .PHONY: help
 help: ## Show this help.
 	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-14s\033[0m %s\n", $$1, $$2}'
@@ -88,3 +90,11 @@ chaos: tools services ## Fault-injection suite: the end-to-end failover and outa
 .PHONY: clean
 clean: ## Remove built binaries and installed tools.
 	rm -rf $(BIN) gen/ts/node_modules gen/ts/dist .dev
+
+# The history benchmark is a prerequisite of `bench`, declared here rather
+# than in bench's recipe so that each service's benchmark is its own target.
+.PHONY: bench-history
+bench-history: tools services build ## History benchmark: 10M executions, ListExecutions and search latency, ingest events/s.
+	deploy/local/bench-history.sh
+
+bench: bench-history

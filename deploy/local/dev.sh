@@ -47,6 +47,8 @@ wait_ready trigger-2 http://127.0.0.1:8182/readyz
 # Local targets are on loopback, which the SSRF guard refuses by default.
 start dispatcher bin/dispatcher --listen 127.0.0.1:8083 --allow-networks 127.0.0.0/8,::1/128
 wait_ready dispatcher http://127.0.0.1:8083/readyz
+start history bin/history serve --listen 127.0.0.1:8084
+wait_ready history http://127.0.0.1:8084/readyz
 
 cat <<BANNER
 
@@ -55,6 +57,7 @@ cat <<BANNER
   trigger-1   http://127.0.0.1:8082   cronmesh.trigger.v1.TriggerService
   trigger-2   http://127.0.0.1:8182   cronmesh.trigger.v1.TriggerService
   dispatcher  http://127.0.0.1:8083   cronmesh.dispatcher.v1.DispatchService
+  history     http://127.0.0.1:8084   cronmesh.history.v1.HistoryService
   etcd        http://$CRONMESH_ETCD_ENDPOINTS (embedded)
   metrics     /metrics on every service
   API key     $DEV_KEY   (namespace "dev")
@@ -65,6 +68,7 @@ cat <<BANNER
   Try:
     bin/grpcurl -plaintext 127.0.0.1:8081 list
     bin/grpcurl -plaintext -H "Authorization: Bearer $DEV_KEY" 127.0.0.1:8082 cronmesh.trigger.v1.TriggerService/GetRing
+    bin/grpcurl -plaintext -H "Authorization: Bearer $DEV_KEY" 127.0.0.1:8084 cronmesh.history.v1.HistoryService/ListExecutions
 
   Ctrl-C stops everything.
 BANNER

@@ -1,0 +1,292 @@
+package app
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/cronmesh/cronmesh/gen/go/cronmesh/history/v1/historyv1connect"
+	"github.com/cronmesh/cronmesh/libs/apikey"
+	"github.com/cronmesh/cronmesh/libs/clock"
+	"github.com/cronmesh/cronmesh/libs/config"
+	"github.com/cronmesh/cronmesh/libs/migrate"
+	"github.com/cronmesh/cronmesh/libs/postgres"
+	"github.com/cronmesh/cronmesh/libs/server"
+	"github.com/cronmesh/cronmesh/libs/telemetry"
+	"github.com/cronmesh/cronmesh/services/history/internal/api"
+	"github.com/cronmesh/cronmesh/services/history/internal/ingest"
+	"github.com/cronmesh/cronmesh/services/history/internal/store"
+)
+
+// Defaults of the history service.
+const (
+	DefaultListen = "127.0.0.1:8084"
+	DefaultSchema = "history"
+	// DefaultMaintainInterval: partitions are checked hourly, so a new day's
+	// partition exists days ahead and an expired day goes within the hour
+	// after it expires.
+	DefaultMaintainInterval = time.Hour
+)
+
+// Config is everything the history service is told at start.
+type Config struct {
+	config.Common
+	APIKeys            config.StringList
+	Schema             string
+	ExecutionsExchange string
+	Queue              string
+	// Retention is how long executions are kept; whole days.
+	Retention time.Duration
+	// PartitionsAhead is how many days of partitions exist beyond today.
+	PartitionsAhead int
+	// MaintainInterval is how often partitions are created and dropped.
+	MaintainInterval time.Duration
+	// Ingest tuning.
+	Workers   int
+	Prefetch  int
+	MaxEvents int
+	Linger    time.Duration
+}
+
+// Register adds the history service's flags to fs.
+func (c *Config) Register(fs *flag.FlagSet) {
+	c.Common.Register(fs, DefaultListen)
+	fs.Var(&c.APIKeys, "api-keys", "comma-separated API keys, each namespace=key or namespace=sha256:<hex digest of the key>")
+	fs.StringVar(&c.Schema, "schema", DefaultSchema, "PostgreSQL schema of the history's tables")
+	fs.StringVar(&c.ExecutionsExchange, "executions-exchange", ingest.DefaultExchange, "exchange of execution lifecycle events")
+	fs.StringVar(&c.Queue, "queue", ingest.DefaultQueue, "the history's own durable queue on the executions exchange")
+	fs.DurationVar(&c.Retention, "retention", store.DefaultRetention, "how long executions are kept (whole days; older days' partitions are dropped)")
+	fs.IntVar(&c.PartitionsAhead, "partitions-ahead", store.DefaultAhead, "days of partitions created ahead of today")
+	fs.DurationVar(&c.MaintainInterval, "maintain-interval", DefaultMaintainInterval, "how often partitions are created ahead and expired ones dropped")
+	fs.IntVar(&c.Workers, "ingest-workers", ingest.DefaultWorkers, "subscriptions of the ingest consumer: the most event messages in one write")
+	fs.IntVar(&c.Prefetch, "ingest-prefetch", ingest.DefaultPrefetch, "AMQP prefetch of each ingest subscription")
+	fs.IntVar(&c.MaxEvents, "ingest-max-events", ingest.DefaultMaxEvents, "events that make a write batch full")
+	fs.DurationVar(&c.Linger, "ingest-linger", ingest.DefaultLinger, "how long a write batch waits to fill")
+}
+
+func (c Config) schema() string { return cmp.Or(c.Schema, DefaultSchema) }
+
+// Migrate creates the database when missing and applies the schema's
+// migrations; it is the `history migrate` subcommand and runs at every
+// start.
+func Migrate(ctx context.Context, cfg Config, logger *slog.Logger) error {
+	if err := postgres.EnsureDatabase(ctx, cfg.PostgresURL); err != nil {
+		return err
+	}
+	pool, err := postgres.Connect(ctx, postgres.Options{URL: cfg.PostgresURL, Schema: cfg.schema()})
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	return applyMigrations(ctx, pool, cfg.schema(), logger)
+}
+
+func applyMigrations(ctx context.Context, pool *pgxpool.Pool, schema string, logger *slog.Logger) error {
+	migrations, err := store.Migrations()
+	if err != nil {
+		return err
+	}
+	applied, err := migrate.ApplyAll(ctx, pool, schema, migrations)
+	if err != nil {
+		return fmt.Errorf("migrate schema %s: %w", schema, err)
+	}
+	logger.Info("migrations applied", slog.String("schema", schema), slog.Any("versions", applied))
+	return nil
+}
+
+// Option changes how New builds the service.
+type Option func(*options)
+
+type options struct{ clock clock.Clock }
+
+// WithClock makes the service tell time by c (tests drive partitions and
+// retention with a fake clock).
+func WithClock(c clock.Clock) Option { return func(o *options) { o.clock = c } }
+
+// App is a running history service.
+type App struct {
+	cfg        Config
+	logger     *slog.Logger
+	clock      clock.Clock
+	telemetry  *telemetry.Telemetry
+	pool       *pgxpool.Pool
+	store      *store.Store
+	consumer   *ingest.Consumer
+	server     *server.Server
+	partitions prometheus.Gauge
+	maintained chan struct{}
+	closeOnce  sync.Once
+}
+
+// New connects to PostgreSQL (applying migrations and creating the
+// partitions) and builds every part. Nothing consumes or serves until Run.
+func New(ctx context.Context, cfg Config, logger *slog.Logger, opts ...Option) (_ *App, err error) {
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
+	keys, err := apikey.Parse(cfg.APIKeys)
+	if err != nil {
+		return nil, err
+	}
+	if keys.Len() == 0 {
+		return nil, errors.New("no API keys configured (--api-keys or CRONMESH_API_KEYS): every call would be refused")
+	}
+	if cfg.MaintainInterval < 0 {
+		return nil, errors.New("--maintain-interval must not be negative")
+	}
+	cfg.MaintainInterval = cmp.Or(cfg.MaintainInterval, DefaultMaintainInterval)
+	a := &App{cfg: cfg, logger: logger, clock: cmp.Or[clock.Clock](o.clock, clock.Real{}), maintained: make(chan struct{}, 1)}
+	defer func() {
+		if err != nil {
+			a.close(context.Background())
+		}
+	}()
+	a.telemetry, err = telemetry.Setup(ctx, telemetry.Options{ServiceName: "history", OTLPEndpoint: cfg.OTLPEndpoint, Logger: logger})
+	if err != nil {
+		return nil, err
+	}
+	metrics := prometheus.WrapRegistererWith(prometheus.Labels{"service": "history"}, a.telemetry.Metrics)
+	if err := postgres.EnsureDatabase(ctx, cfg.PostgresURL); err != nil {
+		return nil, err
+	}
+	a.pool, err = postgres.Connect(ctx, postgres.Options{URL: cfg.PostgresURL, Schema: cfg.schema(), TracerProvider: a.telemetry.TracerProvider})
+	if err != nil {
+		return nil, err
+	}
+	if err := applyMigrations(ctx, a.pool, cfg.schema(), logger); err != nil {
+		return nil, err
+	}
+	a.store, err = store.New(store.Options{Pool: a.pool, Schema: cfg.schema(), Retention: cfg.Retention, Ahead: cfg.PartitionsAhead})
+	if err != nil {
+		return nil, err
+	}
+	a.partitions = prometheus.NewGauge(prometheus.GaugeOpts{Name: "history_partition_days", Help: "Days that have partitions (retention plus the days ahead)."})
+	if err := metrics.Register(a.partitions); err != nil {
+		return nil, err
+	}
+	if err := a.maintain(ctx); err != nil {
+		return nil, err
+	}
+	a.consumer, err = ingest.New(ingest.Options{
+		AMQPURL: cfg.AMQPURL, Store: a.store, Exchange: cfg.ExecutionsExchange, Queue: cfg.Queue,
+		Workers: cfg.Workers, Prefetch: cfg.Prefetch, MaxEvents: cfg.MaxEvents, Linger: cfg.Linger,
+		Clock: a.clock, TracerProvider: a.telemetry.TracerProvider, Propagator: a.telemetry.Propagator,
+		Metrics: metrics, Logger: logger.With(slog.String("component", "ingest")),
+	})
+	if err != nil {
+		return nil, err
+	}
+	a.server, err = server.New(server.Options{
+		Name: "history", Listen: cfg.Listen, Logger: logger, Telemetry: a.telemetry, ShutdownTimeout: cfg.ShutdownTimeout, Profiling: cfg.Pprof,
+	})
+	if err != nil {
+		return nil, err
+	}
+	handler, err := api.NewHandler(api.Options{Store: a.store, Clock: a.clock, Logger: logger.With(slog.String("component", "api"))})
+	if err != nil {
+		return nil, err
+	}
+	a.server.UseMiddleware(keys.Middleware().Wrap)
+	path, h := historyv1connect.NewHistoryServiceHandler(handler, a.server.HandlerOptions()...)
+	a.server.Handle(historyv1connect.HistoryServiceName, path, h)
+	return a, nil
+}
+
+// Server is the API server.
+func (a *App) Server() *server.Server { return a.server }
+
+// Store is the history store (tests and the benchmark read it directly).
+func (a *App) Store() *store.Store { return a.store }
+
+// Maintained receives after each partition maintenance run of Run's loop
+// (tests that drive the clock wait on it instead of sleeping).
+func (a *App) Maintained() <-chan struct{} { return a.maintained }
+
+// Run consumes and serves until ctx is done. Readiness (grpc.health.v1
+// SERVING) waits until the consumer is subscribed. Shutdown: the API stops
+// taking calls and finishes its own; the consumer writes the batch in hand
+// and acks it; then the connections close.
+func (a *App) Run(ctx context.Context) error {
+	bg, stop := context.WithCancel(ctx)
+	defer stop()
+	var wg sync.WaitGroup
+	errs := make(chan error, 2)
+	wg.Go(func() {
+		if err := a.consumer.Run(bg); err != nil {
+			errs <- fmt.Errorf("ingest: %w", err)
+			stop()
+		}
+	})
+	wg.Go(func() { a.maintainLoop(bg) })
+	go func() {
+		select {
+		case <-a.consumer.Ready():
+			a.server.SetServing(true)
+		case <-bg.Done():
+		}
+	}()
+	serveErr := a.server.Run(bg)
+	stop()
+	wg.Wait()
+	close(errs)
+	all := []error{serveErr}
+	for err := range errs {
+		all = append(all, err)
+	}
+	a.close(context.WithoutCancel(ctx))
+	return errors.Join(all...)
+}
+
+// maintain creates the partitions ahead and drops the expired ones.
+func (a *App) maintain(ctx context.Context) error {
+	res, err := a.store.Maintain(ctx, a.clock.Now())
+	if err != nil {
+		return err
+	}
+	a.partitions.Set(float64(res.Days))
+	for _, d := range res.Dropped {
+		a.logger.Info("dropped an expired day of history", slog.String("day", d.Format(time.DateOnly)))
+	}
+	return nil
+}
+
+// maintainLoop runs maintain every MaintainInterval on the clock; a failure
+// is logged and tried again next time (the days ahead leave room).
+func (a *App) maintainLoop(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-a.clock.After(a.cfg.MaintainInterval):
+		}
+		if err := a.maintain(ctx); err != nil && ctx.Err() == nil {
+			a.logger.Warn("partition maintenance failed", slog.Any("error", err))
+		}
+		select {
+		case a.maintained <- struct{}{}:
+		default:
+		}
+	}
+}
+
+func (a *App) close(ctx context.Context) {
+	a.closeOnce.Do(func() {
+		if a.pool != nil {
+			a.pool.Close()
+		}
+		if a.telemetry != nil {
+			if err := a.telemetry.Shutdown(ctx); err != nil {
+				a.logger.Warn("flushing telemetry", slog.Any("error", err))
+			}
+		}
+	})
+}
