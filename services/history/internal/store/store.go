@@ -5,6 +5,7 @@ import (
 	"embed"
 	"errors"
 	"fmt"
+	"github.com/cronmesh/cronmesh/libs/daypart"
 	"io/fs"
 	"sync"
 	"time"
@@ -99,11 +100,8 @@ func New(opts Options) (*Store, error) {
 // Retention is the store's retention.
 func (s *Store) Retention() time.Duration { return s.retention }
 
-// day is the UTC day of t.
-func day(t time.Time) time.Time {
-	y, m, d := t.UTC().Date()
-	return time.Date(y, m, d, 0, 0, 0, 0, time.UTC)
-}
+// day is the UTC day of t, as the partitions are cut.
+func day(t time.Time) time.Time { return daypart.Day(t) }
 
 // Cutoff is the oldest nominal time kept at now: the start of the oldest
 // day whose partition retention keeps. A day is dropped only once all of it
