@@ -5,13 +5,13 @@ import (
 	"embed"
 	"errors"
 	"fmt"
-	"github.com/cronmesh/cronmesh/libs/daypart"
 	"io/fs"
 	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/cronmesh/cronmesh/libs/daypart"
 	"github.com/cronmesh/cronmesh/libs/migrate"
 )
 
