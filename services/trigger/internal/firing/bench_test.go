@@ -2,9 +2,10 @@ package firing
 
 import (
 	"fmt"
-	"github.com/cronmesh/cronmesh/libs/jobspec"
 	"testing"
 	"time"
+
+	"github.com/cronmesh/cronmesh/libs/jobspec"
 )
 
 func BenchmarkPlan(b *testing.B) {

@@ -6,7 +6,6 @@ import (
 	"embed"
 	"errors"
 	"fmt"
-	"github.com/cronmesh/cronmesh/libs/jobspec"
 	"io/fs"
 	"sync"
 	"time"
@@ -20,6 +19,7 @@ import (
 
 	registryv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1"
 	"github.com/cronmesh/cronmesh/libs/clock"
+	"github.com/cronmesh/cronmesh/libs/jobspec"
 	"github.com/cronmesh/cronmesh/libs/migrate"
 	"github.com/cronmesh/cronmesh/libs/outbox"
 )
