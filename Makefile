@@ -10,15 +10,13 @@ TOOLS_STAMP := $(BIN)/.tools-$(shell sha256sum tools/go.sum | cut -c1-12)
 NODE_STAMP  := gen/ts/node_modules/.stamp
 BUF        := $(BIN)/buf
 GO_MODULES  = $(shell go list -m -f '{{.Dir}}')
-SERVICES   := registry trigger dispatcher
+SERVICES   := registry trigger dispatcher history
 CHAOS_JOBS ?= 10000
 # How long `make test` fuzzes the schedule parser.
 FUZZTIME   ?= 10s
 
 export CRONMESH_TEST_POSTGRES_URL ?= postgres://postgres@127.0.0.1:5432/cronmesh?sslmode=disable
 export CRONMESH_TEST_AMQP_URL     ?= amqp://guest:guest@127.0.0.1:5672/
-
-SERVICES += history
 
 .PHONY: help
 help: ## Show this help.
