@@ -131,6 +131,10 @@ Kubernetes into a CRONMESH_* value. Credentials come only from the Secret.
       optional: true
 {{- end }}
 {{- range $flag, $value := .Values.config }}
+{{- /* Numbers from values files are float64: 2000000 would print as 2e+06. */}}
+{{- if and (kindIs "float64" $value) (eq $value (floor $value)) }}
+{{- $value = int64 $value }}
+{{- end }}
 - name: {{ printf "CRONMESH_%s" ($flag | upper | replace "-" "_" | replace "." "_") }}
   value: {{ $value | toString | quote }}
 {{- end }}
