@@ -9,6 +9,7 @@ BIN        := $(CURDIR)/bin
 TOOLS_STAMP := $(BIN)/.tools-$(shell sha256sum tools/go.sum | cut -c1-12)
 NODE_STAMP  := gen/ts/node_modules/.stamp
 BUF        := $(BIN)/buf
+HELM       := $(BIN)/helm
 GO_MODULES  = $(shell go list -m -f '{{.Dir}}')
 SERVICES   := registry trigger dispatcher history
 CHAOS_JOBS ?= 10000
@@ -32,7 +33,7 @@ $(NODE_STAMP): gen/ts/package.json gen/ts/package-lock.json
 	touch $@
 
 .PHONY: tools
-tools: $(TOOLS_STAMP) $(NODE_STAMP) ## Install the pinned tools (buf, protoc plugins, grpcurl, protoc-gen-es, tsc).
+tools: $(TOOLS_STAMP) $(NODE_STAMP) ## Install the pinned tools (buf, protoc plugins, grpcurl, helm, protoc-gen-es, tsc).
 
 .PHONY: services
 services: ## Start PostgreSQL and RabbitMQ when they are not running; create the cronmesh database.
@@ -62,12 +63,19 @@ build: ## Build the service binaries into bin/.
 
 .PHONY: test
 test: tools services lint checkgenerate ## Run every check and test (needs nothing installed by hand).
+	@# ./deploy lints and renders the Helm chart with $(HELM) and checks the
+	@# manifests and the Dockerfiles; it runs with the root module below.
 	for dir in $(GO_MODULES); do (cd $$dir && go test -race -count=1 $$(go list ./... | grep -v /e2e)); done
 	go test -run='^$$' -fuzz=FuzzParseCron -fuzztime=$(FUZZTIME) ./libs/schedule
 	@# The end-to-end suites run real processes against the timing promises
 	@# (a slot within 5 s of its time), so they run alone, not beside the
 	@# race-detector suites above competing for the same cores.
 	go test -count=1 -p 1 -timeout 15m $$(go list ./... | grep /e2e)
+
+.PHONY: chart
+chart: tools ## Lint the Helm chart and print its manifests with the default values.
+	$(HELM) lint --strict deploy/helm/cronmesh
+	$(HELM) template cronmesh deploy/helm/cronmesh
 
 .PHONY: bench
 bench: tools services build ## Run the benchmarks (see docs/benchmarks.md).

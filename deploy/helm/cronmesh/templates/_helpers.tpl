@@ -1,0 +1,322 @@
+{{/*
+Named templates shared by the umbrella chart and its subcharts. Helm's named
+templates are global across a chart and its subcharts, so every subchart
+renders its workload, Service, PodDisruptionBudget and HorizontalPodAutoscaler
+from the definitions here and only its values differ. Inside a subchart "."
+is the subchart's context: .Chart.Name is the service, .Values its values.
+*/}}
+
+{{/* cronmesh.prefix is "<release>" when the release name already says cronmesh, else "<release>-cronmesh". */}}
+{{- define "cronmesh.prefix" -}}
+{{- if contains "cronmesh" .Release.Name -}}
+{{- .Release.Name | trunc 40 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-cronmesh" .Release.Name | trunc 40 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{/* cronmesh.fullname names a service's objects: "<prefix>-<service>". */}}
+{{- define "cronmesh.fullname" -}}
+{{- printf "%s-%s" (include "cronmesh.prefix" .) .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* cronmesh.secretName is the Secret every service reads credentials from. */}}
+{{- define "cronmesh.secretName" -}}
+{{- .Values.global.secrets.existingSecret | default (printf "%s-secrets" (include "cronmesh.prefix" .)) -}}
+{{- end -}}
+
+{{/* cronmesh.jaegerName names the optional Jaeger's Deployment and Service. */}}
+{{- define "cronmesh.jaegerName" -}}
+{{- printf "%s-jaeger" (include "cronmesh.prefix" .) -}}
+{{- end -}}
+
+{{/* cronmesh.otlpEndpoint is global.otlpEndpoint, else the chart's Jaeger when enabled, else empty. */}}
+{{- define "cronmesh.otlpEndpoint" -}}
+{{- if .Values.global.otlpEndpoint -}}
+{{- .Values.global.otlpEndpoint -}}
+{{- else if .Values.global.jaeger.enabled -}}
+{{- printf "%s:4317" (include "cronmesh.jaegerName" .) -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+cronmesh.autoscaled is "true" when a HorizontalPodAutoscaler owns the
+replica count. Never for the trigger, whatever its values say: its node
+count is chosen, since every membership change moves ring partitions.
+*/}}
+{{- define "cronmesh.autoscaled" -}}
+{{- if and (ne .Chart.Name "trigger") (hasKey .Values "autoscaling") .Values.autoscaling.enabled -}}
+true
+{{- end -}}
+{{- end -}}
+
+{{- define "cronmesh.selectorLabels" -}}
+app.kubernetes.io/name: {{ .Chart.Name }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "cronmesh.labels" -}}
+{{ include "cronmesh.selectorLabels" . }}
+app.kubernetes.io/part-of: cronmesh
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+{{- end -}}
+
+{{/* cronmesh.image is "[<registry>/]<repository>:<tag>", the tag defaulting to the appVersion. */}}
+{{- define "cronmesh.image" -}}
+{{- $repo := .Values.image.repository -}}
+{{- with .Values.global.image.registry }}{{ $repo = printf "%s/%s" . $repo }}{{ end -}}
+{{- printf "%s:%s" $repo (.Values.image.tag | default .Values.global.image.tag | default .Chart.AppVersion) -}}
+{{- end -}}
+
+{{/*
+cronmesh.env is a service's environment. Every CRONMESH_* variable is a flag
+of the service (libs/config reads CRONMESH_<FLAG>); the others (PGPASSWORD,
+AMQP_PASSWORD, POD_IP) are read by the PostgreSQL driver or only expanded by
+Kubernetes into a CRONMESH_* value. Credentials come only from the Secret.
+*/}}
+{{- define "cronmesh.env" -}}
+{{- $g := .Values.global -}}
+{{- $secret := include "cronmesh.secretName" . -}}
+- name: CRONMESH_LISTEN
+  value: {{ printf ":%v" .Values.port | quote }}
+- name: CRONMESH_LOG_LEVEL
+  value: {{ .Values.logLevel | default $g.logLevel | quote }}
+- name: CRONMESH_API_KEYS
+  valueFrom:
+    secretKeyRef:
+      name: {{ $secret }}
+      key: {{ $g.secrets.keys.apiKeys }}
+- name: PGPASSWORD
+  valueFrom:
+    secretKeyRef:
+      name: {{ $secret }}
+      key: {{ $g.secrets.keys.postgresPassword }}
+- name: CRONMESH_POSTGRES_URL
+  value: {{ printf "postgres://%s@%s:%v/%s?sslmode=%s" $g.postgres.user $g.postgres.host $g.postgres.port $g.postgres.database $g.postgres.sslmode | quote }}
+- name: AMQP_PASSWORD
+  valueFrom:
+    secretKeyRef:
+      name: {{ $secret }}
+      key: {{ $g.secrets.keys.amqpPassword }}
+- name: CRONMESH_AMQP_URL
+  value: {{ printf "%s://%s:$(AMQP_PASSWORD)@%s:%v/%s" $g.rabbitmq.scheme $g.rabbitmq.user $g.rabbitmq.host $g.rabbitmq.port $g.rabbitmq.vhost | quote }}
+{{- if get .Values "etcd" }}
+- name: CRONMESH_ETCD_ENDPOINTS
+  value: {{ join "," $g.etcd.endpoints | quote }}
+{{- end }}
+{{- with include "cronmesh.otlpEndpoint" . }}
+- name: CRONMESH_OTLP_ENDPOINT
+  value: {{ . | quote }}
+{{- end }}
+{{- if get .Values "podIdentity" }}
+- name: CRONMESH_NODE_ID
+  valueFrom:
+    fieldRef:
+      fieldPath: metadata.name
+- name: POD_IP
+  valueFrom:
+    fieldRef:
+      fieldPath: status.podIP
+- name: CRONMESH_ADVERTISE
+  value: {{ printf "$(POD_IP):%v" .Values.port | quote }}
+{{- end }}
+{{- range $name, $key := .Values.secretEnv }}
+- name: {{ $name }}
+  valueFrom:
+    secretKeyRef:
+      name: {{ $secret }}
+      key: {{ $key }}
+      optional: true
+{{- end }}
+{{- range $flag, $value := .Values.config }}
+{{- /* Numbers from values files are float64: 2000000 would print as 2e+06. */}}
+{{- if and (kindIs "float64" $value) (eq $value (floor $value)) }}
+{{- $value = int64 $value }}
+{{- end }}
+- name: {{ printf "CRONMESH_%s" ($flag | upper | replace "-" "_" | replace "." "_") }}
+  value: {{ $value | toString | quote }}
+{{- end }}
+{{- end -}}
+
+{{/* cronmesh.deployment is a service's Deployment. */}}
+{{- define "cronmesh.deployment" -}}
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: {{ include "cronmesh.fullname" . }}
+  labels:
+    {{- include "cronmesh.labels" . | nindent 4 }}
+spec:
+  {{- if not (include "cronmesh.autoscaled" .) }}
+  replicas: {{ .Values.replicaCount }}
+  {{- end }}
+  revisionHistoryLimit: 5
+  selector:
+    matchLabels:
+      {{- include "cronmesh.selectorLabels" . | nindent 6 }}
+  strategy:
+    type: RollingUpdate
+    rollingUpdate:
+      maxSurge: 1
+      maxUnavailable: 0
+  template:
+    metadata:
+      labels:
+        {{- include "cronmesh.labels" . | nindent 8 }}
+      {{- with .Values.podAnnotations }}
+      annotations:
+        {{- toYaml . | nindent 8 }}
+      {{- end }}
+    spec:
+      automountServiceAccountToken: false
+      {{- with .Values.global.imagePullSecrets }}
+      imagePullSecrets:
+        {{- toYaml . | nindent 8 }}
+      {{- end }}
+      terminationGracePeriodSeconds: {{ .Values.terminationGracePeriodSeconds }}
+      securityContext:
+        runAsNonRoot: true
+        runAsUser: 65532
+        runAsGroup: 65532
+        seccompProfile:
+          type: RuntimeDefault
+      topologySpreadConstraints:
+        - maxSkew: 1
+          topologyKey: kubernetes.io/hostname
+          whenUnsatisfiable: ScheduleAnyway
+          labelSelector:
+            matchLabels:
+              {{- include "cronmesh.selectorLabels" . | nindent 14 }}
+      containers:
+        - name: {{ .Chart.Name }}
+          image: {{ include "cronmesh.image" . | quote }}
+          imagePullPolicy: {{ .Values.global.image.pullPolicy }}
+          args:
+            {{- toYaml .Values.args | nindent 12 }}
+          ports:
+            - name: grpc
+              containerPort: {{ .Values.port }}
+              protocol: TCP
+          env:
+            {{- include "cronmesh.env" . | nindent 12 }}
+          # Ready: grpc.health.v1 reports SERVING for the whole server (""),
+          # which a service does only once it can do its work (the trigger:
+          # holds its partitions; consumers: subscribed).
+          readinessProbe:
+            grpc:
+              port: {{ .Values.port }}
+            periodSeconds: 5
+            timeoutSeconds: 3
+            failureThreshold: 3
+          # Alive: /healthz on the same port answers 200 whenever the process
+          # serves at all, so a node that is merely not ready (waiting for
+          # etcd or the broker) is taken out of the Service, not restarted.
+          livenessProbe:
+            httpGet:
+              path: /healthz
+              port: grpc
+            initialDelaySeconds: 10
+            periodSeconds: 10
+            timeoutSeconds: 3
+            failureThreshold: 6
+          resources:
+            {{- toYaml .Values.resources | nindent 12 }}
+          securityContext:
+            runAsNonRoot: true
+            allowPrivilegeEscalation: false
+            readOnlyRootFilesystem: true
+            capabilities:
+              drop: ["ALL"]
+          volumeMounts:
+            - name: tmp
+              mountPath: /tmp
+      volumes:
+        - name: tmp
+          emptyDir:
+            sizeLimit: 64Mi
+      {{- with .Values.nodeSelector }}
+      nodeSelector:
+        {{- toYaml . | nindent 8 }}
+      {{- end }}
+      {{- with .Values.tolerations }}
+      tolerations:
+        {{- toYaml . | nindent 8 }}
+      {{- end }}
+      {{- with .Values.affinity }}
+      affinity:
+        {{- toYaml . | nindent 8 }}
+      {{- end }}
+{{- end -}}
+
+{{/* cronmesh.service is a service's ClusterIP Service: Connect, gRPC and gRPC-Web over h2c on one port. */}}
+{{- define "cronmesh.service" -}}
+apiVersion: v1
+kind: Service
+metadata:
+  name: {{ include "cronmesh.fullname" . }}
+  labels:
+    {{- include "cronmesh.labels" . | nindent 4 }}
+spec:
+  type: ClusterIP
+  selector:
+    {{- include "cronmesh.selectorLabels" . | nindent 4 }}
+  ports:
+    - name: grpc
+      port: {{ .Values.port }}
+      targetPort: grpc
+      protocol: TCP
+      appProtocol: kubernetes.io/h2c
+{{- end -}}
+
+{{/* cronmesh.pdb is a service's PodDisruptionBudget. */}}
+{{- define "cronmesh.pdb" -}}
+{{- if .Values.pdb.enabled -}}
+apiVersion: policy/v1
+kind: PodDisruptionBudget
+metadata:
+  name: {{ include "cronmesh.fullname" . }}
+  labels:
+    {{- include "cronmesh.labels" . | nindent 4 }}
+spec:
+  maxUnavailable: {{ .Values.pdb.maxUnavailable }}
+  selector:
+    matchLabels:
+      {{- include "cronmesh.selectorLabels" . | nindent 6 }}
+{{- end -}}
+{{- end -}}
+
+{{/* cronmesh.hpa is a stateless service's HorizontalPodAutoscaler (CPU, optionally memory). */}}
+{{- define "cronmesh.hpa" -}}
+{{- if include "cronmesh.autoscaled" . -}}
+apiVersion: autoscaling/v2
+kind: HorizontalPodAutoscaler
+metadata:
+  name: {{ include "cronmesh.fullname" . }}
+  labels:
+    {{- include "cronmesh.labels" . | nindent 4 }}
+spec:
+  scaleTargetRef:
+    apiVersion: apps/v1
+    kind: Deployment
+    name: {{ include "cronmesh.fullname" . }}
+  minReplicas: {{ .Values.autoscaling.minReplicas }}
+  maxReplicas: {{ .Values.autoscaling.maxReplicas }}
+  metrics:
+    - type: Resource
+      resource:
+        name: cpu
+        target:
+          type: Utilization
+          averageUtilization: {{ .Values.autoscaling.targetCPUUtilizationPercentage }}
+    {{- with .Values.autoscaling.targetMemoryUtilizationPercentage }}
+    - type: Resource
+      resource:
+        name: memory
+        target:
+          type: Utilization
+          averageUtilization: {{ . }}
+    {{- end }}
+{{- end -}}
+{{- end -}}

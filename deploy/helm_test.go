@@ -1,0 +1,529 @@
+package deploy_test
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"go.yaml.in/yaml/v3"
+)
+
+var (
+	chartDir = filepath.Join(root, "deploy", "helm", "cronmesh")
+	helmBin  = filepath.Join(root, "bin", "helm")
+)
+
+// stateless are the services that are autoscaled when asked; the trigger
+// never is (its node count is chosen: membership changes move partitions).
+var stateless = []string{"registry", "dispatcher", "history", "alerting"}
+
+// helperEnv are the variables besides CRONMESH_* flags a container may get:
+// PGPASSWORD is read by the PostgreSQL driver; the others are only expanded
+// by Kubernetes into a CRONMESH_* value.
+var helperEnv = []string{"PGPASSWORD", "AMQP_PASSWORD", "POD_IP"}
+
+type (
+	meta struct {
+		Name   string            `yaml:"name"`
+		Labels map[string]string `yaml:"labels"`
+	}
+	object struct {
+		Kind     string `yaml:"kind"`
+		Metadata meta   `yaml:"metadata"`
+		node     *yaml.Node
+	}
+	labelSelector struct {
+		MatchLabels map[string]string `yaml:"matchLabels"`
+	}
+	securityContext struct {
+		RunAsNonRoot             *bool  `yaml:"runAsNonRoot"`
+		RunAsUser                *int64 `yaml:"runAsUser"`
+		ReadOnlyRootFilesystem   *bool  `yaml:"readOnlyRootFilesystem"`
+		AllowPrivilegeEscalation *bool  `yaml:"allowPrivilegeEscalation"`
+		Privileged               *bool  `yaml:"privileged"`
+	}
+	probe struct {
+		GRPC *struct {
+			Port int `yaml:"port"`
+		} `yaml:"grpc"`
+		HTTPGet *struct {
+			Path string `yaml:"path"`
+			Port any    `yaml:"port"`
+		} `yaml:"httpGet"`
+		TCPSocket *struct {
+			Port any `yaml:"port"`
+		} `yaml:"tcpSocket"`
+		Exec *struct{} `yaml:"exec"`
+	}
+	envVar struct {
+		Name      string  `yaml:"name"`
+		Value     *string `yaml:"value"`
+		ValueFrom *struct {
+			SecretKeyRef *struct {
+				Name     string `yaml:"name"`
+				Key      string `yaml:"key"`
+				Optional bool   `yaml:"optional"`
+			} `yaml:"secretKeyRef"`
+			ConfigMapKeyRef *struct{} `yaml:"configMapKeyRef"`
+			FieldRef        *struct {
+				FieldPath string `yaml:"fieldPath"`
+			} `yaml:"fieldRef"`
+		} `yaml:"valueFrom"`
+	}
+	container struct {
+		Name  string   `yaml:"name"`
+		Image string   `yaml:"image"`
+		Args  []string `yaml:"args"`
+		Ports []struct {
+			Name          string `yaml:"name"`
+			ContainerPort int    `yaml:"containerPort"`
+		} `yaml:"ports"`
+		Env            []envVar `yaml:"env"`
+		EnvFrom        []any    `yaml:"envFrom"`
+		ReadinessProbe *probe   `yaml:"readinessProbe"`
+		LivenessProbe  *probe   `yaml:"livenessProbe"`
+		Resources      struct {
+			Requests map[string]string `yaml:"requests"`
+			Limits   map[string]string `yaml:"limits"`
+		} `yaml:"resources"`
+		SecurityContext *securityContext `yaml:"securityContext"`
+	}
+	workload struct {
+		Spec struct {
+			Replicas *int          `yaml:"replicas"`
+			Selector labelSelector `yaml:"selector"`
+			Template struct {
+				Metadata meta `yaml:"metadata"`
+				Spec     struct {
+					SecurityContext *securityContext `yaml:"securityContext"`
+					InitContainers  []container      `yaml:"initContainers"`
+					Containers      []container      `yaml:"containers"`
+				} `yaml:"spec"`
+			} `yaml:"template"`
+		} `yaml:"spec"`
+	}
+	service struct {
+		Spec struct {
+			Selector map[string]string `yaml:"selector"`
+			Ports    []struct {
+				Name       string `yaml:"name"`
+				Port       int    `yaml:"port"`
+				TargetPort any    `yaml:"targetPort"`
+			} `yaml:"ports"`
+		} `yaml:"spec"`
+	}
+	pdb struct {
+		Spec struct {
+			Selector       labelSelector `yaml:"selector"`
+			MinAvailable   any           `yaml:"minAvailable"`
+			MaxUnavailable any           `yaml:"maxUnavailable"`
+		} `yaml:"spec"`
+	}
+	hpa struct {
+		Spec struct {
+			ScaleTargetRef struct {
+				Kind string `yaml:"kind"`
+				Name string `yaml:"name"`
+			} `yaml:"scaleTargetRef"`
+			MinReplicas int `yaml:"minReplicas"`
+			MaxReplicas int `yaml:"maxReplicas"`
+		} `yaml:"spec"`
+	}
+	secret struct {
+		Data       map[string]string `yaml:"data"`
+		StringData map[string]string `yaml:"stringData"`
+	}
+)
+
+func (o object) decode(t *testing.T, v any) {
+	t.Helper()
+	require.NoErrorf(t, o.node.Decode(v), "%s %s", o.Kind, o.Metadata.Name)
+}
+
+// rendered is what `helm template` printed, by kind.
+type rendered struct {
+	raw     string
+	objects []object
+}
+
+func (r rendered) kind(kind string) []object {
+	var out []object
+	for _, o := range r.objects {
+		if o.Kind == kind {
+			out = append(out, o)
+		}
+	}
+	return out
+}
+
+// byService returns the object of kind labelled as the cronmesh service svc.
+func (r rendered) byService(kind, svc string) (object, bool) {
+	for _, o := range r.kind(kind) {
+		if o.Metadata.Labels["app.kubernetes.io/name"] == svc && o.Metadata.Labels["app.kubernetes.io/part-of"] == "cronmesh" {
+			return o, true
+		}
+	}
+	return object{}, false
+}
+
+// helm runs bin/helm with its own empty home, so nothing outside the test
+// (no repositories, no plugins, no caches) takes part.
+func helm(t *testing.T, args ...string) string {
+	t.Helper()
+	_, err := os.Stat(helmBin)
+	require.NoErrorf(t, err, "%s is missing: `make tools` installs it", helmBin)
+	home := t.TempDir()
+	cmd := exec.Command(helmBin, args...)
+	cmd.Env = append(os.Environ(),
+		"HELM_CACHE_HOME="+filepath.Join(home, "cache"),
+		"HELM_CONFIG_HOME="+filepath.Join(home, "config"),
+		"HELM_DATA_HOME="+filepath.Join(home, "data"),
+	)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	require.NoErrorf(t, cmd.Run(), "helm %s:\n%s%s", strings.Join(args, " "), stdout.String(), stderr.String())
+	return stdout.String()
+}
+
+func render(t *testing.T, release string, args ...string) rendered {
+	t.Helper()
+	out := helm(t, append([]string{"template", release, chartDir, "--namespace", "cronmesh"}, args...)...)
+	r := rendered{raw: out}
+	dec := yaml.NewDecoder(strings.NewReader(out))
+	for {
+		var n yaml.Node
+		err := dec.Decode(&n)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		require.NoError(t, err)
+		if len(n.Content) == 0 {
+			continue
+		}
+		o := object{node: &n}
+		require.NoError(t, n.Decode(&o))
+		if o.Kind == "" {
+			continue
+		}
+		r.objects = append(r.objects, o)
+	}
+	require.NotEmpty(t, r.objects)
+	return r
+}
+
+func TestHelmLint(t *testing.T) {
+	t.Parallel()
+	helm(t, "lint", "--strict", chartDir)
+	helm(t, "lint", "--strict", chartDir, "-f", filepath.Join("testdata", "options.yaml"))
+}
+
+// TestChartDefaults renders the chart with its default values.
+func TestChartDefaults(t *testing.T) {
+	t.Parallel()
+	r := render(t, "cm")
+	checkWorkloads(t, r)
+	checkServices(t, r, "cm-cronmesh-secrets")
+	require.Empty(t, r.kind("HorizontalPodAutoscaler"), "autoscaling is off by default")
+
+	var trig workload
+	o, ok := r.byService("Deployment", "trigger")
+	require.True(t, ok)
+	o.decode(t, &trig)
+	require.NotNil(t, trig.Spec.Replicas)
+	require.GreaterOrEqual(t, *trig.Spec.Replicas, 2, "several trigger nodes by default")
+
+	_, jaeger := r.byService("Deployment", "jaeger")
+	require.False(t, jaeger, "Jaeger is off by default")
+	for _, svc := range services {
+		_, ok := env(t, r, svc)["CRONMESH_OTLP_ENDPOINT"]
+		require.Falsef(t, ok, "%s exports spans although no collector is set", svc)
+	}
+
+	secrets := r.kind("Secret")
+	require.Len(t, secrets, 1, "the chart creates the Secret when no existingSecret is given")
+	require.Equal(t, "cm-cronmesh-secrets", secrets[0].Metadata.Name)
+}
+
+// TestChartSecretValues: credentials given as values land in the Secret and
+// nowhere else.
+func TestChartSecretValues(t *testing.T) {
+	t.Parallel()
+	values := map[string]string{
+		"apiKeys":              "team-a=cm_key_0123456789abcdef",
+		"postgresPassword":     "pg-S3cret-value",
+		"amqpPassword":         "mq-S3cret-value",
+		"smtpPassword":         "smtp-S3cret-value",
+		"webhookSigningSecret": "whsec_c2lnbmluZy1zZWNyZXQtdmFsdWU=",
+	}
+	var args []string
+	for k, v := range values {
+		args = append(args, "--set-string", fmt.Sprintf("secrets.%s=%s", k, v))
+	}
+	r := render(t, "cronmesh", args...)
+	checkServices(t, r, "cronmesh-secrets")
+	var s secret
+	secrets := r.kind("Secret")
+	require.Len(t, secrets, 1)
+	secrets[0].decode(t, &s)
+	keys := map[string]string{
+		"apiKeys": "api-keys", "postgresPassword": "postgres-password", "amqpPassword": "amqp-password",
+		"smtpPassword": "smtp-password", "webhookSigningSecret": "webhook-signing-secret",
+	}
+	for k, v := range values {
+		require.Equal(t, v, s.StringData[keys[k]], k)
+		require.Equalf(t, 1, strings.Count(r.raw, v), "%s appears outside the Secret", k)
+	}
+}
+
+// TestChartOptions renders the chart with an existing Secret, the Jaeger,
+// autoscaling and per-service flags.
+func TestChartOptions(t *testing.T) {
+	t.Parallel()
+	r := render(t, "prod", "-f", filepath.Join("testdata", "options.yaml"))
+	checkWorkloads(t, r)
+	checkServices(t, r, "cronmesh-credentials")
+	require.Empty(t, r.kind("Secret"), "no Secret is created when existingSecret is given")
+
+	// Autoscalers for the stateless services only, each on its Deployment,
+	// which then leaves its replica count to the autoscaler.
+	hpas := r.kind("HorizontalPodAutoscaler")
+	require.Len(t, hpas, len(stateless))
+	for _, svc := range stateless {
+		o, ok := r.byService("HorizontalPodAutoscaler", svc)
+		require.Truef(t, ok, "no HorizontalPodAutoscaler for %s", svc)
+		var h hpa
+		o.decode(t, &h)
+		d, _ := r.byService("Deployment", svc)
+		require.Equal(t, "Deployment", h.Spec.ScaleTargetRef.Kind)
+		require.Equal(t, d.Metadata.Name, h.Spec.ScaleTargetRef.Name)
+		require.GreaterOrEqual(t, h.Spec.MinReplicas, 2)
+		require.Greater(t, h.Spec.MaxReplicas, h.Spec.MinReplicas)
+		var w workload
+		d.decode(t, &w)
+		require.Nilf(t, w.Spec.Replicas, "%s: replicas are the autoscaler's", svc)
+	}
+	_, ok := r.byService("HorizontalPodAutoscaler", "trigger")
+	require.False(t, ok, "the trigger is never autoscaled")
+	var trig workload
+	o, _ := r.byService("Deployment", "trigger")
+	o.decode(t, &trig)
+	require.Equal(t, 5, *trig.Spec.Replicas)
+
+	// Jaeger, and every service exporting to it.
+	jd, ok := r.byService("Deployment", "jaeger")
+	require.True(t, ok, "jaeger.enabled renders a Jaeger Deployment")
+	js, ok := r.byService("Service", "jaeger")
+	require.True(t, ok, "jaeger.enabled renders a Jaeger Service")
+	require.Equal(t, jd.Metadata.Name, js.Metadata.Name)
+	var jsvc service
+	js.decode(t, &jsvc)
+	require.True(t, slices.ContainsFunc(jsvc.Spec.Ports, func(p struct {
+		Name       string `yaml:"name"`
+		Port       int    `yaml:"port"`
+		TargetPort any    `yaml:"targetPort"`
+	}) bool {
+		return p.Port == 4317
+	}), "the Jaeger Service takes OTLP/gRPC on 4317")
+	for _, svc := range services {
+		e := env(t, r, svc)
+		require.Equalf(t, js.Metadata.Name+":4317", value(e["CRONMESH_OTLP_ENDPOINT"]), "%s exports to the Jaeger", svc)
+		require.Equal(t, "postgres://cm_app@pg.db.svc:6432/cm?sslmode=verify-full", value(e["CRONMESH_POSTGRES_URL"]))
+		require.Equal(t, "amqps://cm_app:$(AMQP_PASSWORD)@mq.db.svc:5671/cronmesh", value(e["CRONMESH_AMQP_URL"]))
+		c := mainContainer(t, r, svc)
+		require.Equal(t, "registry.example.internal/cronmesh/"+svc+":1.2.3", c.Image)
+	}
+	require.Equal(t, "debug", value(env(t, r, "trigger")["CRONMESH_LOG_LEVEL"]))
+	require.Equal(t, "warn", value(env(t, r, "registry")["CRONMESH_LOG_LEVEL"]))
+	require.Equal(t, "512", value(env(t, r, "trigger")["CRONMESH_PARTITIONS"]))
+	require.Equal(t, "etcd-0.etcd:2379,etcd-1.etcd:2379,etcd-2.etcd:2379", value(env(t, r, "trigger")["CRONMESH_ETCD_ENDPOINTS"]))
+}
+
+// checkWorkloads: every container of every Deployment and StatefulSet has
+// liveness and readiness probes, CPU and memory requests and limits, and runs
+// as non-root on a read-only root filesystem without privilege escalation.
+func checkWorkloads(t *testing.T, r rendered) {
+	t.Helper()
+	var n int
+	for _, kind := range []string{"Deployment", "StatefulSet", "DaemonSet"} {
+		for _, o := range r.kind(kind) {
+			n++
+			var w workload
+			o.decode(t, &w)
+			pod := w.Spec.Template.Spec
+			require.NotEmptyf(t, pod.Containers, "%s %s", kind, o.Metadata.Name)
+			require.Equalf(t, w.Spec.Selector.MatchLabels, pick(w.Spec.Template.Metadata.Labels, w.Spec.Selector.MatchLabels),
+				"%s %s: the pods carry the selector's labels", kind, o.Metadata.Name)
+			for _, c := range append(slices.Clone(pod.InitContainers), pod.Containers...) {
+				where := fmt.Sprintf("%s %s, container %s", kind, o.Metadata.Name, c.Name)
+				require.Truef(t, c.ReadinessProbe.handled(), "%s has no readinessProbe", where)
+				require.Truef(t, c.LivenessProbe.handled(), "%s has no livenessProbe", where)
+				for _, res := range []string{"cpu", "memory"} {
+					require.NotEmptyf(t, c.Resources.Requests[res], "%s: no %s request", where, res)
+					require.NotEmptyf(t, c.Resources.Limits[res], "%s: no %s limit", where, res)
+				}
+				sc := c.SecurityContext
+				require.NotNilf(t, sc, "%s has no securityContext", where)
+				nonRoot := sc.RunAsNonRoot
+				if nonRoot == nil && pod.SecurityContext != nil {
+					nonRoot = pod.SecurityContext.RunAsNonRoot
+				}
+				require.Truef(t, nonRoot != nil && *nonRoot, "%s: runAsNonRoot is not true", where)
+				require.Truef(t, sc.ReadOnlyRootFilesystem != nil && *sc.ReadOnlyRootFilesystem, "%s: readOnlyRootFilesystem is not true", where)
+				require.Truef(t, sc.AllowPrivilegeEscalation != nil && !*sc.AllowPrivilegeEscalation, "%s: allowPrivilegeEscalation is not false", where)
+				require.Falsef(t, sc.Privileged != nil && *sc.Privileged, "%s is privileged", where)
+				for _, user := range []*securityContext{sc, pod.SecurityContext} {
+					if user != nil && user.RunAsUser != nil {
+						require.NotZerof(t, *user.RunAsUser, "%s runs as root", where)
+					}
+				}
+			}
+		}
+	}
+	require.NotZero(t, n, "no workloads rendered")
+}
+
+// checkServices: per cronmesh service, the container port is the port of
+// --listen, the probes and the Service use it, every CRONMESH_* variable is
+// a flag of that service with a value the flag accepts, credentials come
+// from the Secret secretName, and a PodDisruptionBudget covers the pods.
+func checkServices(t *testing.T, r rendered, secretName string) {
+	t.Helper()
+	for _, svc := range services {
+		d, ok := r.byService("Deployment", svc)
+		require.Truef(t, ok, "no Deployment for %s", svc)
+		var w workload
+		d.decode(t, &w)
+		c := mainContainer(t, r, svc)
+		require.Equal(t, []string{"serve"}, c.Args)
+
+		// The port.
+		_, defPort, err := net.SplitHostPort(defaultListen(t, svc))
+		require.NoError(t, err)
+		require.Lenf(t, c.Ports, 1, "%s serves on one port", svc)
+		port := c.Ports[0].ContainerPort
+		require.Equalf(t, defPort, strconv.Itoa(port), "%s's port is its --listen default", svc)
+		e := env(t, r, svc)
+		_, listenPort, err := net.SplitHostPort(value(e["CRONMESH_LISTEN"]))
+		require.NoError(t, err)
+		require.Equalf(t, strconv.Itoa(port), listenPort, "%s: CRONMESH_LISTEN and the container port", svc)
+		require.NotNilf(t, c.ReadinessProbe.GRPC, "%s is ready by grpc.health.v1", svc)
+		require.Equal(t, port, c.ReadinessProbe.GRPC.Port)
+		require.NotNilf(t, c.LivenessProbe.HTTPGet, "%s is alive by /healthz", svc)
+		require.Equal(t, "/healthz", c.LivenessProbe.HTTPGet.Path)
+		require.Contains(t, []any{port, c.Ports[0].Name}, c.LivenessProbe.HTTPGet.Port)
+
+		s, ok := r.byService("Service", svc)
+		require.Truef(t, ok, "no Service for %s", svc)
+		var sv service
+		s.decode(t, &sv)
+		require.Equal(t, w.Spec.Selector.MatchLabels, sv.Spec.Selector)
+		require.Len(t, sv.Spec.Ports, 1)
+		require.Equal(t, port, sv.Spec.Ports[0].Port)
+		require.Contains(t, []any{port, c.Ports[0].Name}, sv.Spec.Ports[0].TargetPort)
+
+		// The environment against the flags.
+		require.Emptyf(t, c.EnvFrom, "%s: envFrom hides which flags are set", svc)
+		fs := flagSet(t, svc)
+		seen := map[string]bool{}
+		for _, v := range c.Env {
+			require.Falsef(t, seen[v.Name], "%s: %s is set twice", svc, v.Name)
+			seen[v.Name] = true
+			if !strings.HasPrefix(v.Name, "CRONMESH_") {
+				require.Containsf(t, helperEnv, v.Name, "%s: %s is neither a flag nor a known helper", svc, v.Name)
+				continue
+			}
+			name := strings.ToLower(strings.ReplaceAll(strings.TrimPrefix(v.Name, "CRONMESH_"), "_", "-"))
+			f := fs.Lookup(name)
+			require.NotNilf(t, f, "%s: %s is not a flag of %s (no --%s)", svc, v.Name, svc, name)
+			if v.Value != nil {
+				require.NoErrorf(t, fs.Set(name, *v.Value), "%s: %s=%q", svc, v.Name, *v.Value)
+			}
+		}
+		for _, name := range []string{"CRONMESH_LISTEN", "CRONMESH_POSTGRES_URL", "CRONMESH_AMQP_URL", "CRONMESH_API_KEYS", "PGPASSWORD"} {
+			require.Truef(t, seen[name], "%s: %s is not set", svc, name)
+		}
+		require.Equalf(t, svc == "trigger", seen["CRONMESH_ETCD_ENDPOINTS"], "%s: only the trigger uses etcd", svc)
+
+		// Credentials only from the Secret.
+		for _, name := range []string{"CRONMESH_API_KEYS", "PGPASSWORD", "AMQP_PASSWORD"} {
+			ref := e[name].ValueFrom
+			require.Truef(t, ref != nil && ref.SecretKeyRef != nil, "%s: %s is not from a Secret", svc, name)
+			require.Equal(t, secretName, ref.SecretKeyRef.Name)
+		}
+		pgURL, err := url.Parse(value(e["CRONMESH_POSTGRES_URL"]))
+		require.NoError(t, err)
+		_, hasPassword := pgURL.User.Password()
+		require.Falsef(t, hasPassword, "%s: a password in CRONMESH_POSTGRES_URL (it is PGPASSWORD, from the Secret)", svc)
+
+		// The PodDisruptionBudget.
+		p, ok := r.byService("PodDisruptionBudget", svc)
+		require.Truef(t, ok, "no PodDisruptionBudget for %s", svc)
+		var b pdb
+		p.decode(t, &b)
+		require.Equal(t, w.Spec.Selector.MatchLabels, b.Spec.Selector.MatchLabels)
+		require.True(t, b.Spec.MaxUnavailable != nil || b.Spec.MinAvailable != nil)
+	}
+
+	// The trigger's ring identity is the pod's.
+	e := env(t, r, "trigger")
+	require.Equal(t, "metadata.name", e["CRONMESH_NODE_ID"].ValueFrom.FieldRef.FieldPath)
+	require.Equal(t, "status.podIP", e["POD_IP"].ValueFrom.FieldRef.FieldPath)
+	require.Equal(t, "$(POD_IP):8082", value(e["CRONMESH_ADVERTISE"]))
+}
+
+func (p *probe) handled() bool {
+	return p != nil && (p.GRPC != nil || p.HTTPGet != nil || p.TCPSocket != nil || p.Exec != nil)
+}
+
+func mainContainer(t *testing.T, r rendered, svc string) container {
+	t.Helper()
+	d, ok := r.byService("Deployment", svc)
+	require.Truef(t, ok, "no Deployment for %s", svc)
+	var w workload
+	d.decode(t, &w)
+	for _, c := range w.Spec.Template.Spec.Containers {
+		if c.Name == svc {
+			return c
+		}
+	}
+	t.Fatalf("the %s Deployment has no container %s", svc, svc)
+	return container{}
+}
+
+func env(t *testing.T, r rendered, svc string) map[string]envVar {
+	t.Helper()
+	m := map[string]envVar{}
+	for _, v := range mainContainer(t, r, svc).Env {
+		m[v.Name] = v
+	}
+	return m
+}
+
+func value(v envVar) string {
+	if v.Value == nil {
+		return ""
+	}
+	return *v.Value
+}
+
+// pick returns the entries of m whose keys are in keys.
+func pick(m, keys map[string]string) map[string]string {
+	out := map[string]string{}
+	for k := range keys {
+		if v, ok := m[k]; ok {
+			out[k] = v
+		}
+	}
+	return out
+}
