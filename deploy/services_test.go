@@ -29,12 +29,6 @@ var services = []string{"registry", "trigger", "dispatcher", "history", "alertin
 // Config.Register. Once a service is merged its own source is read instead
 // and its entry here is unused: delete it.
 var pendingFlags = map[string]map[string]string{
-	"history": {
-		"api-keys": "Var", "schema": "StringVar", "executions-exchange": "StringVar",
-		"queue": "StringVar", "retention": "DurationVar", "partitions-ahead": "IntVar",
-		"maintain-interval": "DurationVar", "ingest-workers": "IntVar",
-		"ingest-prefetch": "IntVar", "ingest-max-events": "IntVar", "ingest-linger": "DurationVar",
-	},
 	"alerting": {
 		"api-keys": "Var", "schema": "StringVar", "send-timeout": "DurationVar",
 		"executions-exchange": "StringVar", "executions-queue": "StringVar",
@@ -46,7 +40,7 @@ var pendingFlags = map[string]map[string]string{
 }
 
 // pendingListen are the --listen defaults of the pending services.
-var pendingListen = map[string]string{"history": "127.0.0.1:8084", "alerting": "127.0.0.1:8085"}
+var pendingListen = map[string]string{"alerting": "127.0.0.1:8085"}
 
 // present reports whether the service's command is in this tree.
 func present(svc string) bool {
