@@ -435,7 +435,7 @@ func (p *Pipeline) handle(ctx context.Context, priority, queue string, msg *mess
 		}
 		p.metrics.cancelled.Inc()
 		span.SetAttributes(attribute.String("cronmesh.dispatch.outcome", "cancelled"))
-		wait := p.events.submit(newEvent(eventsv1.ExecutionEventKind_EXECUTION_EVENT_KIND_CANCELLED, req, p.opts.Clock.Now(), 0,
+		wait := p.events.submit(newEvent(eventsv1.ExecutionEventKind_EXECUTION_EVENT_KIND_CANCELLED, req, p.opts.Clock.Now(), attemptInfo{},
 			"cancelled through CancelExecution", traceID))
 		return p.await(ctx, span, nil, wait)
 	}
@@ -443,7 +443,8 @@ func (p *Pipeline) handle(ctx context.Context, priority, queue string, msg *mess
 		return requeueNow
 	}
 
-	started := p.events.submit(newEvent(eventsv1.ExecutionEventKind_EXECUTION_EVENT_KIND_STARTED, req, p.opts.Clock.Now(), 0, "", traceID))
+	startTime := p.opts.Clock.Now()
+	started := p.events.submit(newEvent(eventsv1.ExecutionEventKind_EXECUTION_EVENT_KIND_STARTED, req, startTime, attemptInfo{start: startTime}, "", traceID))
 	p.metrics.inFlight.Inc()
 	begin := time.Now()
 	out := p.deliver(ctx, req)
@@ -465,8 +466,9 @@ func (p *Pipeline) handle(ctx context.Context, priority, queue string, msg *mess
 		span.SetAttributes(attribute.Int("cronmesh.dispatch.response_status", out.StatusCode))
 	}
 	now := p.opts.Clock.Now()
+	info := attemptInfo{start: startTime, duration: duration, status: out.StatusCode, excerpt: out.Excerpt}
 	event := func(kind eventsv1.ExecutionEventKind, reason string) <-chan error {
-		return p.events.submit(newEvent(kind, req, now, duration, reason, traceID))
+		return p.events.submit(newEvent(kind, req, now, info, reason, traceID))
 	}
 
 	switch {
@@ -475,8 +477,10 @@ func (p *Pipeline) handle(ctx context.Context, priority, queue string, msg *mess
 	case out.Result != deliver.Permanent && req.Attempt <= MaxRetries(req.RetryPolicy):
 		tier := RetryDelay(p.opts.RetryTiers, req.RetryPolicy, req.Attempt, out.RetryAfter)
 		span.SetAttributes(attribute.String("cronmesh.dispatch.retry_tier", tier.String()))
-		failed := event(eventsv1.ExecutionEventKind_EXECUTION_EVENT_KIND_FAILED,
-			fmt.Sprintf("%s; retry scheduled: attempt %d in %s", failureReason(out), req.Attempt+1, tier))
+		retry := info
+		retry.retry = tier
+		failed := p.events.submit(newEvent(eventsv1.ExecutionEventKind_EXECUTION_EVENT_KIND_FAILED, req, now, retry,
+			fmt.Sprintf("%s; retry scheduled: attempt %d in %s", failureReason(out), req.Attempt+1, tier), traceID))
 		err := p.publishRetry(ctx, req, priority, tier)
 		if err == nil {
 			p.metrics.retries.WithLabelValues(tier.String()).Inc()
