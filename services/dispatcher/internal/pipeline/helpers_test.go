@@ -72,6 +72,7 @@ func newEnv(t testing.TB) *env {
 		RetryTiers:         testTiers(),
 		Workers:            pipeline.Workers{High: 2, Normal: 2, Low: 2},
 		Cancellations:      st,
+		Completions:        st,
 		Backoff:            20 * time.Millisecond,
 		MaxBackoff:         100 * time.Millisecond,
 		DrainTimeout:       5 * time.Second,

@@ -20,6 +20,8 @@ type metrics struct {
 	poison          prometheus.Counter
 	cancelErrors    prometheus.Counter
 	requeued        prometheus.Counter
+	duplicates      prometheus.Counter
+	dedupeErrors    *prometheus.CounterVec
 	all             []prometheus.Collector
 }
 
@@ -74,9 +76,17 @@ func newMetrics() metrics {
 			Name: "dispatch_requeued_total",
 			Help: "Dispatch messages negatively acknowledged for redelivery (a publish failed, or shutdown interrupted them).",
 		}),
+		duplicates: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "duplicates_skipped_total",
+			Help: "Redelivered dispatch requests not delivered because their attempt (or a later one) had completed.",
+		}),
+		dedupeErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "dedupe_errors_total",
+			Help: "Completion look-ups (the request was delivered) and records (a redelivery may be delivered again) that failed, by operation.",
+		}, []string{"op"}),
 	}
 	m.all = []prometheus.Collector{m.deliveries, m.duration, m.inFlight, m.retries, m.deadLetters, m.cancelled,
-		m.events, m.eventBatches, m.publishFailures, m.poison, m.cancelErrors, m.requeued}
+		m.events, m.eventBatches, m.publishFailures, m.poison, m.cancelErrors, m.requeued, m.duplicates, m.dedupeErrors}
 	return m
 }
 

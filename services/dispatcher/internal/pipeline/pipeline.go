@@ -67,6 +67,16 @@ type Cancellations interface {
 	Cancelled(ctx context.Context, refs []store.ExecutionRef) ([]bool, error)
 }
 
+// Completions is the redelivery dedupe; *store.Store is one.
+type Completions interface {
+	// Completed reports, for each ref, whether that attempt must not be
+	// delivered again (it or a later attempt completed, or the execution
+	// is over).
+	Completed(ctx context.Context, refs []store.AttemptRef) ([]bool, error)
+	// RecordCompleted records attempts whose consequences are confirmed.
+	RecordCompleted(ctx context.Context, done []store.CompletedAttempt) error
+}
+
 // Workers is how many messages of each priority are handled at once: each
 // worker is one subscription (one AMQP channel) of its priority's queue.
 type Workers struct {
@@ -86,6 +96,13 @@ type Options struct {
 	Deliverer deliver.Deliverer
 	// Cancellations is asked before every attempt; nil checks nothing.
 	Cancellations Cancellations
+	// Completions, if non-nil, is asked before every attempt (at the same
+	// time as Cancellations) and told of every attempt once its
+	// consequences are confirmed, before its message is acknowledged: a
+	// redelivered attempt that completed is acknowledged without being
+	// delivered. Best effort: a failed look-up delivers, a failed record
+	// is logged.
+	Completions Completions
 
 	// Broker names. Defaults: the Default* constants.
 	DispatchExchange   string
@@ -160,6 +177,8 @@ type Pipeline struct {
 	metrics   metrics
 	events    *batcher[*eventsv1.ExecutionEvent]
 	cancels   *batcher[*cancelQuery]
+	dones     *batcher[*doneQuery]
+	records   *batcher[store.CompletedAttempt]
 	ready     chan struct{}
 	readyOnce sync.Once
 }
@@ -168,6 +187,12 @@ type Pipeline struct {
 type cancelQuery struct {
 	ref       store.ExecutionRef
 	cancelled bool
+}
+
+// doneQuery is one completion look-up; the flush fills done.
+type doneQuery struct {
+	ref  store.AttemptRef
+	done bool
 }
 
 // New validates opts, applies the defaults and registers the metrics. It
@@ -237,6 +262,10 @@ func New(opts Options) (*Pipeline, error) {
 		// No linger: the look-up is on the way to the target.
 		p.cancels = newBatcher(p.lookUpCancellations, 1000, 0, 2, opts.CancelTimeout)
 	}
+	if opts.Completions != nil {
+		p.dones = newBatcher(p.lookUpCompletions, 1000, 0, 2, opts.CancelTimeout)
+		p.records = newBatcher(p.recordCompletions, 1000, 0, 2, opts.CancelTimeout)
+	}
 	if err := register(opts.Metrics, p.metrics.all); err != nil {
 		return nil, fmt.Errorf("pipeline: %w", err)
 	}
@@ -301,6 +330,10 @@ func (p *Pipeline) Run(ctx context.Context) error {
 	batchers.Go(func() { p.events.run(batchCtx) })
 	if p.cancels != nil {
 		batchers.Go(func() { p.cancels.run(batchCtx) })
+	}
+	if p.dones != nil {
+		batchers.Go(func() { p.dones.run(batchCtx) })
+		batchers.Go(func() { p.records.run(batchCtx) })
 	}
 	defer func() {
 		stopBatchers()
@@ -429,18 +462,24 @@ func (p *Pipeline) handle(ctx context.Context, priority, queue string, msg *mess
 		traceID = sc.TraceID().String()
 	}
 
-	if p.isCancelled(ctx, req) {
-		if ctx.Err() != nil {
-			return requeueNow
-		}
+	done, isCancelled := p.precheck(ctx, req)
+	if ctx.Err() != nil {
+		return requeueNow
+	}
+	if done {
+		// A redelivery (the relay republished it, or a dispatcher died
+		// after its consequences were confirmed but before the ack) of an
+		// attempt that completed: its target has seen it.
+		p.metrics.duplicates.Inc()
+		span.SetAttributes(attribute.String("cronmesh.dispatch.outcome", "duplicate"))
+		return ack
+	}
+	if isCancelled {
 		p.metrics.cancelled.Inc()
 		span.SetAttributes(attribute.String("cronmesh.dispatch.outcome", "cancelled"))
 		wait := p.events.submit(newEvent(eventsv1.ExecutionEventKind_EXECUTION_EVENT_KIND_CANCELLED, req, p.opts.Clock.Now(), attemptInfo{},
 			"cancelled through CancelExecution", traceID))
 		return p.await(ctx, span, nil, wait)
-	}
-	if ctx.Err() != nil {
-		return requeueNow
 	}
 
 	startTime := p.opts.Clock.Now()
@@ -473,7 +512,8 @@ func (p *Pipeline) handle(ctx context.Context, priority, queue string, msg *mess
 
 	switch {
 	case out.Result == deliver.Succeeded:
-		return p.await(ctx, span, nil, started, event(eventsv1.ExecutionEventKind_EXECUTION_EVENT_KIND_SUCCEEDED, out.Reason))
+		v := p.await(ctx, span, nil, started, event(eventsv1.ExecutionEventKind_EXECUTION_EVENT_KIND_SUCCEEDED, out.Reason))
+		return p.completed(ctx, req, v, true, now)
 	case out.Result != deliver.Permanent && req.Attempt <= MaxRetries(req.RetryPolicy):
 		tier := RetryDelay(p.opts.RetryTiers, req.RetryPolicy, req.Attempt, out.RetryAfter)
 		span.SetAttributes(attribute.String("cronmesh.dispatch.retry_tier", tier.String()))
@@ -485,7 +525,7 @@ func (p *Pipeline) handle(ctx context.Context, priority, queue string, msg *mess
 		if err == nil {
 			p.metrics.retries.WithLabelValues(tier.String()).Inc()
 		}
-		return p.await(ctx, span, err, started, failed)
+		return p.completed(ctx, req, p.await(ctx, span, err, started, failed), false, now)
 	default:
 		reason := failureReason(out)
 		if out.Result != deliver.Permanent {
@@ -497,7 +537,7 @@ func (p *Pipeline) handle(ctx context.Context, priority, queue string, msg *mess
 		if err == nil {
 			p.metrics.deadLetters.Inc()
 		}
-		return p.await(ctx, span, err, started, failed, dead)
+		return p.completed(ctx, req, p.await(ctx, span, err, started, failed, dead), true, now)
 	}
 }
 
@@ -594,6 +634,79 @@ func (p *Pipeline) publish(ctx context.Context, topic, id string, body []byte) e
 	broker.InjectTrace(ctx, p.opts.Propagator, msg.Metadata)
 	msg.SetContext(ctx)
 	return p.opts.Publisher.Publish(topic, msg)
+}
+
+// precheck asks, at the same time, whether req's attempt has completed
+// and whether its execution is cancelled. A failed look-up answers no (see
+// the package doc).
+func (p *Pipeline) precheck(ctx context.Context, req *dispatchv1.DispatchRequest) (done, cancelled bool) {
+	var wait <-chan error
+	q := &doneQuery{ref: store.AttemptRef{ExecutionID: req.ExecutionId, Attempt: req.Attempt}}
+	if p.dones != nil {
+		wait = p.dones.submit(q)
+	}
+	cancelled = p.isCancelled(ctx, req)
+	if wait == nil {
+		return false, cancelled
+	}
+	select {
+	case err := <-wait:
+		if err != nil {
+			p.metrics.dedupeErrors.WithLabelValues("lookup").Inc()
+			p.logger.WarnContext(ctx, "completion look-up failed; delivering", slog.String("execution_id", req.ExecutionId), slog.Any("error", err))
+			return false, cancelled
+		}
+		return q.done, cancelled
+	case <-ctx.Done():
+		return false, cancelled
+	}
+}
+
+// completed records req's attempt as completed at now (final: its
+// execution is over; now is a dead letter's DeadTime, which a redrive
+// compares with) when v acknowledges it, and waits for the record (bounded by
+// CancelTimeout in the batcher), so that an acknowledged attempt is
+// recorded unless the database failed. Only after the consequences are
+// confirmed: a recorded attempt whose retry was never published would be
+// lost on redelivery.
+func (p *Pipeline) completed(ctx context.Context, req *dispatchv1.DispatchRequest, v verdict, final bool, now time.Time) verdict {
+	if v != ack || p.records == nil {
+		return v
+	}
+	select {
+	case err := <-p.records.submit(store.CompletedAttempt{ExecutionID: req.ExecutionId, Attempt: req.Attempt, Final: final, Time: now}):
+		if err != nil {
+			p.metrics.dedupeErrors.WithLabelValues("record").Inc()
+			p.logger.WarnContext(ctx, "recording a completed attempt failed; a redelivery of it would be delivered again",
+				slog.String("execution_id", req.ExecutionId), slog.Any("error", err))
+		}
+	case <-ctx.Done():
+	}
+	return ack
+}
+
+// lookUpCompletions is the flush of the completion look-up batcher.
+func (p *Pipeline) lookUpCompletions(ctx context.Context, qs []*doneQuery) error {
+	refs := make([]store.AttemptRef, len(qs))
+	for i, q := range qs {
+		refs[i] = q.ref
+	}
+	got, err := p.opts.Completions.Completed(ctx, refs)
+	if err != nil {
+		return err
+	}
+	if len(got) != len(qs) {
+		return fmt.Errorf("completion look-up answered %d of %d", len(got), len(qs))
+	}
+	for i, q := range qs {
+		q.done = got[i]
+	}
+	return nil
+}
+
+// recordCompletions is the flush of the completion record batcher.
+func (p *Pipeline) recordCompletions(ctx context.Context, done []store.CompletedAttempt) error {
+	return p.opts.Completions.RecordCompleted(ctx, done)
 }
 
 // isCancelled looks req's execution up; a failed look-up counts as not
