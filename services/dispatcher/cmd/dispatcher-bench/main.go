@@ -178,6 +178,34 @@ func sampleLoad() string {
 	return fmt.Sprintf("loadavg `%s`; top CPU (%%cpu since start, command): %s", strings.TrimSpace(string(la)), strings.Join(lines, "; "))
 }
 
+// cpuTicks is the busy and total jiffies of all CPUs, from /proc/stat.
+func cpuTicks() (busy, total float64) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, 0
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line)
+	for i, v := range f[1:] {
+		x, _ := strconv.ParseFloat(v, 64)
+		total += x
+		if i != 3 && i != 4 { // idle, iowait
+			busy += x
+		}
+	}
+	return busy, total
+}
+
+// busySince is the share of all CPUs busy since the cpuTicks reading
+// (busy0, total0), whoever used them.
+func busySince(busy0, total0 float64) string {
+	busy, total := cpuTicks()
+	if total <= total0 {
+		return "n/a"
+	}
+	return fmt.Sprintf("%.0f %% of %d cores", 100*(busy-busy0)/(total-total0), runtime.NumCPU())
+}
+
 // startDispatcher runs the dispatcher and waits until it is ready.
 func (e *env) startDispatcher(ctx context.Context) error {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -380,6 +408,7 @@ func (e *env) throughput(ctx context.Context) (string, error) {
 	}
 	queued := time.Since(start)
 	p.close()
+	b0, t0 := cpuTicks()
 	if err := e.startDispatcher(ctx); err != nil {
 		return "", err
 	}
@@ -411,6 +440,7 @@ func (e *env) throughput(ctx context.Context) (string, error) {
 	}
 	fmt.Fprintf(&b, "| deliveries/s per tenth of the run | %s |\n", strings.Join(parts, ", "))
 	fmt.Fprintf(&b, "| dispatcher CPU (user+sys) | %s |\n", e.dispatcherCPU())
+	fmt.Fprintf(&b, "| machine CPU busy from dispatcher start to last arrival (everyone: dispatcher, broker, database, this process, others) | %s |\n", busySince(b0, t0))
 	if len(arr) < e.o.n {
 		return b.String(), fmt.Errorf("%d of %d requests reached the target", len(arr), e.o.n)
 	}
@@ -432,6 +462,7 @@ func (e *env) latency(ctx context.Context) (string, error) {
 	interval := time.Second / time.Duration(e.o.rate)
 	start := time.Now()
 	late := 0
+	var b0, t0 float64
 	for i := range warm + total {
 		due := start.Add(time.Duration(i) * interval)
 		if d := time.Until(due); d > 0 {
@@ -448,12 +479,14 @@ func (e *env) latency(ctx context.Context) (string, error) {
 			e.target.latencies = e.target.latencies[:0]
 			e.target.arrivals = e.target.arrivals[:0]
 			e.target.mu.Unlock()
+			b0, t0 = cpuTicks()
 		}
 		if err := p.publish(ctx, i, true); err != nil {
 			return "", err
 		}
 	}
 	elapsed := time.Since(start)
+	busy := busySince(b0, t0)
 	deadline := time.Now().Add(time.Minute)
 	for e.target.count() < total && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)
@@ -476,27 +509,37 @@ func (e *env) latency(ctx context.Context) (string, error) {
 		q(.5).Round(time.Microsecond), q(.9).Round(time.Microsecond), q(.99).Round(time.Microsecond), verdict(q(.99) < 5*time.Millisecond),
 		q(.999).Round(time.Microsecond), lat[len(lat)-1].Round(time.Microsecond))
 	fmt.Fprintf(&b, "| dispatcher CPU (user+sys) | %s |\n", e.dispatcherCPU())
+	fmt.Fprintf(&b, "| machine CPU busy while measuring (everyone) | %s |\n", busy)
 	return b.String(), nil
 }
 
-// dispatcherCPU is the dispatcher's CPU time so far, from /proc.
-func (e *env) dispatcherCPU() string {
+// cpuSeconds is the dispatcher's CPU time so far, from /proc; -1 when
+// unknown.
+func (e *env) cpuSeconds() float64 {
 	if e.dispatch == nil || e.dispatch.Process == nil {
-		return "n/a"
+		return -1
 	}
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", e.dispatch.Process.Pid))
 	if err != nil {
-		return "n/a"
+		return -1
 	}
 	s := string(b)
 	f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
 	if len(f) < 13 {
-		return "n/a"
+		return -1
 	}
 	utime, _ := strconv.ParseFloat(f[11], 64)
 	stime, _ := strconv.ParseFloat(f[12], 64)
 	const hz = 100 // USER_HZ on Linux
-	return fmt.Sprintf("%.1f s (GOMAXPROCS of this process %d)", (utime+stime)/hz, runtime.GOMAXPROCS(0))
+	return (utime + stime) / hz
+}
+
+// dispatcherCPU is the dispatcher's CPU time since it started.
+func (e *env) dispatcherCPU() string {
+	if s := e.cpuSeconds(); s >= 0 {
+		return fmt.Sprintf("%.1f s since its start", s)
+	}
+	return "n/a"
 }
 
 func verdict(ok bool) string {
