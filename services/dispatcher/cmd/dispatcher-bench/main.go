@@ -67,6 +67,7 @@ type options struct {
 	rate           int
 	duration       time.Duration
 	logDir         string
+	profile        string
 }
 
 func main() {
@@ -83,6 +84,7 @@ func main() {
 	fs.IntVar(&o.rate, "rate", 1000, "latency: requests per second")
 	fs.DurationVar(&o.duration, "duration", time.Minute, "latency: how long")
 	fs.StringVar(&o.logDir, "log-dir", os.TempDir(), "where the dispatcher's log goes")
+	fs.StringVar(&o.profile, "profile", "", "throughput: save a 10 s CPU profile of the dispatcher here (starts it with --pprof)")
 	_ = fs.Parse(os.Args[1:])
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -112,6 +114,7 @@ type env struct {
 	target   *target
 	dispatch *exec.Cmd
 	dispLog  string
+	addr     string
 }
 
 func run(ctx context.Context, o options, cmdline string) (string, error) {
@@ -213,6 +216,7 @@ func (e *env) startDispatcher(ctx context.Context) error {
 		return err
 	}
 	addr := l.Addr().String()
+	e.addr = addr
 	_ = l.Close()
 	args := []string{
 		"--listen", addr, "--postgres-url", e.o.postgresURL, "--amqp-url", e.o.amqpURL, "--schema", e.schema,
@@ -223,6 +227,9 @@ func (e *env) startDispatcher(ctx context.Context) error {
 		"--executions-exchange", e.names["executions"], "--allow-networks", "127.0.0.0/8",
 	}
 	args = append(args, strings.Fields(e.o.dispatcherArgs)...)
+	if e.o.profile != "" {
+		args = append(args, "--pprof")
+	}
 	e.dispLog = filepath.Join(e.o.logDir, e.o.tag+"-dispatcher.log")
 	logFile, err := os.Create(e.dispLog)
 	if err != nil {
@@ -412,6 +419,9 @@ func (e *env) throughput(ctx context.Context) (string, error) {
 	if err := e.startDispatcher(ctx); err != nil {
 		return "", err
 	}
+	if e.o.profile != "" {
+		go e.saveProfile()
+	}
 	deadline := time.Now().Add(10 * time.Minute)
 	for e.target.count() < e.o.n && time.Now().Before(deadline) && ctx.Err() == nil {
 		time.Sleep(50 * time.Millisecond)
@@ -511,6 +521,23 @@ func (e *env) latency(ctx context.Context) (string, error) {
 	fmt.Fprintf(&b, "| dispatcher CPU (user+sys) | %s |\n", e.dispatcherCPU())
 	fmt.Fprintf(&b, "| machine CPU busy while measuring (everyone) | %s |\n", busy)
 	return b.String(), nil
+}
+
+// saveProfile saves a 10 s CPU profile of the dispatcher to o.profile.
+func (e *env) saveProfile() {
+	resp, err := http.Get("http://" + e.addr + "/debug/pprof/profile?seconds=10")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "profile:", err)
+		return
+	}
+	defer resp.Body.Close()
+	f, err := os.Create(e.o.profile)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "profile:", err)
+		return
+	}
+	defer f.Close()
+	_, _ = io.Copy(f, resp.Body)
 }
 
 // cpuSeconds is the dispatcher's CPU time so far, from /proc; -1 when
