@@ -33,13 +33,13 @@
 //     with its id, counted (poison_messages_total) and acknowledged,
 //     because a redelivery would fail the same way forever; it cannot be
 //     dead-lettered either, since the dead-letter store keys on those ids.
-//  2. Completed already (Options.Completions: this attempt or a later one
+//  2. Completed already (Options.Checks: this attempt or a later one
 //     of the execution completed, or the execution is over)? Acknowledge
 //     without delivering or emitting anything: a redelivery, e.g. the
 //     trigger's relay republishing a request it had not yet marked sent
 //     when it crashed. Cancelled (the store's cancellations)? Emit
-//     CANCELLED and acknowledge, without delivering. Both are looked up at
-//     once, in batches across workers. A failed look-up delivers: a
+//     CANCELLED and acknowledge, without delivering. Both are answered by
+//     one query, batched across workers. A failed look-up delivers: a
 //     database outage must not stop delivery, and the dedupe and
 //     cancelling are best-effort while the database is away.
 //  3. Emit STARTED; deliver, in the message's trace (broker.ExtractTrace,

@@ -21,7 +21,7 @@ type metrics struct {
 	cancelErrors    prometheus.Counter
 	requeued        prometheus.Counter
 	duplicates      prometheus.Counter
-	dedupeErrors    *prometheus.CounterVec
+	recordErrors    prometheus.Counter
 	all             []prometheus.Collector
 }
 
@@ -70,7 +70,7 @@ func newMetrics() metrics {
 		}),
 		cancelErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "cancellation_check_errors_total",
-			Help: "Cancellation look-ups that failed (the request was delivered as if not cancelled).",
+			Help: "Look-ups before delivery (cancelled? completed already?) that failed; the request was delivered.",
 		}),
 		requeued: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "dispatch_requeued_total",
@@ -80,13 +80,13 @@ func newMetrics() metrics {
 			Name: "duplicates_skipped_total",
 			Help: "Redelivered dispatch requests not delivered because their attempt (or a later one) had completed.",
 		}),
-		dedupeErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "dedupe_errors_total",
-			Help: "Completion look-ups (the request was delivered) and records (a redelivery may be delivered again) that failed, by operation.",
-		}, []string{"op"}),
+		recordErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "completion_record_errors_total",
+			Help: "Completed attempts that could not be recorded (a redelivery of them would be delivered again).",
+		}),
 	}
 	m.all = []prometheus.Collector{m.deliveries, m.duration, m.inFlight, m.retries, m.deadLetters, m.cancelled,
-		m.events, m.eventBatches, m.publishFailures, m.poison, m.cancelErrors, m.requeued, m.duplicates, m.dedupeErrors}
+		m.events, m.eventBatches, m.publishFailures, m.poison, m.cancelErrors, m.requeued, m.duplicates, m.recordErrors}
 	return m
 }
 

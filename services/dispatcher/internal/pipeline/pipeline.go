@@ -61,18 +61,14 @@ const (
 // tracerName names the pipeline's tracer.
 const tracerName = "github.com/cronmesh/cronmesh/services/dispatcher/internal/pipeline"
 
-// Cancellations tells cancelled executions; *store.Store is one.
-type Cancellations interface {
-	// Cancelled reports, for each ref, whether it is cancelled.
-	Cancelled(ctx context.Context, refs []store.ExecutionRef) ([]bool, error)
-}
-
-// Completions is the redelivery dedupe; *store.Store is one.
-type Completions interface {
-	// Completed reports, for each ref, whether that attempt must not be
-	// delivered again (it or a later attempt completed, or the execution
-	// is over).
-	Completed(ctx context.Context, refs []store.AttemptRef) ([]bool, error)
+// Checks is what the pipeline asks before every attempt (cancelled? a
+// redelivery of a completed attempt?) and tells after it; *store.Store is
+// one.
+type Checks interface {
+	// Check reports, for each ref, whether its execution is cancelled and
+	// whether the attempt must not be delivered again (it or a later
+	// attempt completed, or the execution is over), in one look-up.
+	Check(ctx context.Context, refs []store.CheckRef) ([]store.CheckResult, error)
 	// RecordCompleted records attempts whose consequences are confirmed.
 	RecordCompleted(ctx context.Context, done []store.CompletedAttempt) error
 }
@@ -94,15 +90,13 @@ type Options struct {
 	Publisher message.Publisher
 	// Deliverer makes the attempts. Required.
 	Deliverer deliver.Deliverer
-	// Cancellations is asked before every attempt; nil checks nothing.
-	Cancellations Cancellations
-	// Completions, if non-nil, is asked before every attempt (at the same
-	// time as Cancellations) and told of every attempt once its
-	// consequences are confirmed, before its message is acknowledged: a
-	// redelivered attempt that completed is acknowledged without being
-	// delivered. Best effort: a failed look-up delivers, a failed record
-	// is logged.
-	Completions Completions
+	// Checks, if non-nil, is asked before every attempt (a cancelled
+	// execution is not delivered; a redelivered attempt that completed is
+	// acknowledged without being delivered) and told of every attempt once
+	// its consequences are confirmed, before its message is acknowledged.
+	// Best effort: a failed look-up delivers, a failed record is logged.
+	// Nil checks nothing.
+	Checks Checks
 
 	// Broker names. Defaults: the Default* constants.
 	DispatchExchange   string
@@ -176,23 +170,16 @@ type Pipeline struct {
 	logger    *slog.Logger
 	metrics   metrics
 	events    *batcher[*eventsv1.ExecutionEvent]
-	cancels   *batcher[*cancelQuery]
-	dones     *batcher[*doneQuery]
+	checks    *batcher[*checkQuery]
 	records   *batcher[store.CompletedAttempt]
 	ready     chan struct{}
 	readyOnce sync.Once
 }
 
-// cancelQuery is one cancellation look-up; the flush fills cancelled.
-type cancelQuery struct {
-	ref       store.ExecutionRef
-	cancelled bool
-}
-
-// doneQuery is one completion look-up; the flush fills done.
-type doneQuery struct {
-	ref  store.AttemptRef
-	done bool
+// checkQuery is one look-up before an attempt; the flush fills result.
+type checkQuery struct {
+	ref    store.CheckRef
+	result store.CheckResult
 }
 
 // New validates opts, applies the defaults and registers the metrics. It
@@ -258,12 +245,9 @@ func New(opts Options) (*Pipeline, error) {
 		ready:   make(chan struct{}),
 	}
 	p.events = newBatcher(p.publishEvents, opts.EventBatch, opts.EventLinger, opts.EventPublishers, opts.PublishTimeout)
-	if opts.Cancellations != nil {
+	if opts.Checks != nil {
 		// No linger: the look-up is on the way to the target.
-		p.cancels = newBatcher(p.lookUpCancellations, 1000, 0, 2, opts.CancelTimeout)
-	}
-	if opts.Completions != nil {
-		p.dones = newBatcher(p.lookUpCompletions, 1000, 0, 2, opts.CancelTimeout)
+		p.checks = newBatcher(p.lookUp, 1000, 0, 2, opts.CancelTimeout)
 		p.records = newBatcher(p.recordCompletions, 1000, 0, 2, opts.CancelTimeout)
 	}
 	if err := register(opts.Metrics, p.metrics.all); err != nil {
@@ -328,11 +312,8 @@ func (p *Pipeline) Run(ctx context.Context) error {
 	batchCtx, stopBatchers := context.WithCancel(context.WithoutCancel(ctx))
 	var batchers sync.WaitGroup
 	batchers.Go(func() { p.events.run(batchCtx) })
-	if p.cancels != nil {
-		batchers.Go(func() { p.cancels.run(batchCtx) })
-	}
-	if p.dones != nil {
-		batchers.Go(func() { p.dones.run(batchCtx) })
+	if p.checks != nil {
+		batchers.Go(func() { p.checks.run(batchCtx) })
 		batchers.Go(func() { p.records.run(batchCtx) })
 	}
 	defer func() {
@@ -636,36 +617,31 @@ func (p *Pipeline) publish(ctx context.Context, topic, id string, body []byte) e
 	return p.opts.Publisher.Publish(topic, msg)
 }
 
-// precheck asks, at the same time, whether req's attempt has completed
-// and whether its execution is cancelled. A failed look-up answers no (see
-// the package doc).
+// precheck asks whether req's attempt has completed and whether its
+// execution is cancelled, in one batched look-up. A failed look-up answers
+// no to both (see the package doc).
 func (p *Pipeline) precheck(ctx context.Context, req *dispatchv1.DispatchRequest) (done, cancelled bool) {
-	var wait <-chan error
-	q := &doneQuery{ref: store.AttemptRef{ExecutionID: req.ExecutionId, Attempt: req.Attempt}}
-	if p.dones != nil {
-		wait = p.dones.submit(q)
+	if p.checks == nil {
+		return false, false
 	}
-	cancelled = p.isCancelled(ctx, req)
-	if wait == nil {
-		return false, cancelled
-	}
+	q := &checkQuery{ref: store.CheckRef{Namespace: req.Namespace, ExecutionID: req.ExecutionId, Attempt: req.Attempt}}
 	select {
-	case err := <-wait:
+	case err := <-p.checks.submit(q):
 		if err != nil {
-			p.metrics.dedupeErrors.WithLabelValues("lookup").Inc()
-			p.logger.WarnContext(ctx, "completion look-up failed; delivering", slog.String("execution_id", req.ExecutionId), slog.Any("error", err))
-			return false, cancelled
+			p.metrics.cancelErrors.Inc()
+			p.logger.WarnContext(ctx, "look-up before delivery failed; delivering", slog.String("execution_id", req.ExecutionId), slog.Any("error", err))
+			return false, false
 		}
-		return q.done, cancelled
+		return q.result.Completed, q.result.Cancelled
 	case <-ctx.Done():
-		return false, cancelled
+		return false, false
 	}
 }
 
 // completed records req's attempt as completed at now (final: its
 // execution is over; now is a dead letter's DeadTime, which a redrive
-// compares with) when v acknowledges it, and waits for the record (bounded by
-// CancelTimeout in the batcher), so that an acknowledged attempt is
+// compares with) when v acknowledges it, and waits for the record (bounded
+// by CancelTimeout in the batcher), so that an acknowledged attempt is
 // recorded unless the database failed. Only after the consequences are
 // confirmed: a recorded attempt whose retry was never published would be
 // lost on redelivery.
@@ -676,7 +652,7 @@ func (p *Pipeline) completed(ctx context.Context, req *dispatchv1.DispatchReques
 	select {
 	case err := <-p.records.submit(store.CompletedAttempt{ExecutionID: req.ExecutionId, Attempt: req.Attempt, Final: final, Time: now}):
 		if err != nil {
-			p.metrics.dedupeErrors.WithLabelValues("record").Inc()
+			p.metrics.recordErrors.Inc()
 			p.logger.WarnContext(ctx, "recording a completed attempt failed; a redelivery of it would be delivered again",
 				slog.String("execution_id", req.ExecutionId), slog.Any("error", err))
 		}
@@ -685,67 +661,28 @@ func (p *Pipeline) completed(ctx context.Context, req *dispatchv1.DispatchReques
 	return ack
 }
 
-// lookUpCompletions is the flush of the completion look-up batcher.
-func (p *Pipeline) lookUpCompletions(ctx context.Context, qs []*doneQuery) error {
-	refs := make([]store.AttemptRef, len(qs))
+// lookUp is the flush of the look-up batcher.
+func (p *Pipeline) lookUp(ctx context.Context, qs []*checkQuery) error {
+	refs := make([]store.CheckRef, len(qs))
 	for i, q := range qs {
 		refs[i] = q.ref
 	}
-	got, err := p.opts.Completions.Completed(ctx, refs)
+	got, err := p.opts.Checks.Check(ctx, refs)
 	if err != nil {
 		return err
 	}
 	if len(got) != len(qs) {
-		return fmt.Errorf("completion look-up answered %d of %d", len(got), len(qs))
+		return fmt.Errorf("look-up answered %d of %d", len(got), len(qs))
 	}
 	for i, q := range qs {
-		q.done = got[i]
+		q.result = got[i]
 	}
 	return nil
 }
 
 // recordCompletions is the flush of the completion record batcher.
 func (p *Pipeline) recordCompletions(ctx context.Context, done []store.CompletedAttempt) error {
-	return p.opts.Completions.RecordCompleted(ctx, done)
-}
-
-// isCancelled looks req's execution up; a failed look-up counts as not
-// cancelled (see the package doc).
-func (p *Pipeline) isCancelled(ctx context.Context, req *dispatchv1.DispatchRequest) bool {
-	if p.cancels == nil {
-		return false
-	}
-	q := &cancelQuery{ref: store.ExecutionRef{Namespace: req.Namespace, ExecutionID: req.ExecutionId}}
-	select {
-	case err := <-p.cancels.submit(q):
-		if err != nil {
-			p.metrics.cancelErrors.Inc()
-			p.logger.WarnContext(ctx, "cancellation look-up failed; delivering", slog.String("execution_id", req.ExecutionId), slog.Any("error", err))
-			return false
-		}
-		return q.cancelled
-	case <-ctx.Done():
-		return false
-	}
-}
-
-// lookUpCancellations is the flush of the cancellation batcher.
-func (p *Pipeline) lookUpCancellations(ctx context.Context, qs []*cancelQuery) error {
-	refs := make([]store.ExecutionRef, len(qs))
-	for i, q := range qs {
-		refs[i] = q.ref
-	}
-	got, err := p.opts.Cancellations.Cancelled(ctx, refs)
-	if err != nil {
-		return err
-	}
-	if len(got) != len(qs) {
-		return fmt.Errorf("cancellation look-up answered %d of %d", len(got), len(qs))
-	}
-	for i, q := range qs {
-		q.cancelled = got[i]
-	}
-	return nil
+	return p.opts.Checks.RecordCompleted(ctx, done)
 }
 
 // poison records a message that can never be delivered and acknowledges

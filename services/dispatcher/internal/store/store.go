@@ -585,6 +585,63 @@ func (s *Store) Completed(ctx context.Context, refs []AttemptRef) ([]bool, error
 	return out, nil
 }
 
+// CheckRef is one attempt about to be delivered.
+type CheckRef struct {
+	Namespace   string
+	ExecutionID string
+	Attempt     int32
+}
+
+// CheckResult is what the pipeline must know before delivering an attempt.
+type CheckResult struct {
+	// Cancelled: the execution is cancelled (see Cancelled).
+	Cancelled bool
+	// Completed: the attempt must not be delivered again (see Completed).
+	Completed bool
+}
+
+// Check answers Cancelled and Completed for each ref in one query, the
+// look-up the pipeline makes before every attempt. A ref whose id is not a
+// UUID is neither.
+func (s *Store) Check(ctx context.Context, refs []CheckRef) ([]CheckResult, error) {
+	out := make([]CheckResult, len(refs))
+	idx := make([]int32, 0, len(refs))
+	execs, namespaces, attempts := make([]uuid.UUID, 0, len(refs)), make([]string, 0, len(refs)), make([]int32, 0, len(refs))
+	for i, r := range refs {
+		id, err := uuid.Parse(r.ExecutionID)
+		if err != nil {
+			continue
+		}
+		idx = append(idx, int32(i))
+		execs, namespaces, attempts = append(execs, id), append(namespaces, r.Namespace), append(attempts, r.Attempt)
+	}
+	if len(execs) == 0 {
+		return out, nil
+	}
+	rows, err := s.pool.Query(ctx, `
+		SELECT u.i, c.execution_id IS NOT NULL, COALESCE(d.final OR d.attempt >= u.a, false)
+		FROM unnest($1::int[], $2::uuid[], $3::text[], $4::int[]) AS u(i, e, ns, a)
+		LEFT JOIN cancellations c ON c.execution_id = u.e AND c.namespace = u.ns
+		LEFT JOIN completed_attempts d ON d.execution_id = u.e`,
+		idx, execs, namespaces, attempts)
+	if err != nil {
+		return nil, fmt.Errorf("check attempts: %w", err)
+	}
+	var (
+		i                   int32
+		cancelled, complete bool
+	)
+	if _, err := pgx.ForEachRow(rows, []any{&i, &cancelled, &complete}, func() error {
+		if i >= 0 && int(i) < len(out) {
+			out[i] = CheckResult{Cancelled: cancelled, Completed: complete}
+		}
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("check attempts: %w", err)
+	}
+	return out, nil
+}
+
 // DeleteCompletedBefore deletes completed attempts recorded before t, at
 // most batch rows per statement (so no statement holds locks for long),
 // until none is left or ctx ends, and returns how many.

@@ -382,3 +382,32 @@ func TestCompletedAttempts(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []bool{false}, got, "pruned")
 }
+
+// TestCheck: one look-up answers both questions, per ref, in order.
+func TestCheck(t *testing.T) {
+	t.Parallel()
+	s := newStore(t)
+	ctx := t.Context()
+	cancelled, done, both, neither := uuid.NewString(), uuid.NewString(), uuid.NewString(), uuid.NewString()
+	require.NoError(t, s.Cancel(ctx, "alpha", cancelled, time.Now()))
+	require.NoError(t, s.Cancel(ctx, "alpha", both, time.Now()))
+	require.NoError(t, s.RecordCompleted(ctx, []store.CompletedAttempt{
+		{ExecutionID: done, Attempt: 2, Time: time.Now()}, {ExecutionID: both, Attempt: 1, Final: true, Time: time.Now()},
+	}))
+	got, err := s.Check(ctx, []store.CheckRef{
+		{Namespace: "alpha", ExecutionID: cancelled, Attempt: 1},
+		{Namespace: "beta", ExecutionID: cancelled, Attempt: 1}, // another namespace's cancellation
+		{Namespace: "alpha", ExecutionID: "not-a-uuid", Attempt: 1},
+		{Namespace: "alpha", ExecutionID: done, Attempt: 2},
+		{Namespace: "alpha", ExecutionID: done, Attempt: 3},
+		{Namespace: "alpha", ExecutionID: both, Attempt: 4},
+		{Namespace: "alpha", ExecutionID: neither, Attempt: 1},
+	})
+	require.NoError(t, err)
+	require.Equal(t, []store.CheckResult{
+		{Cancelled: true}, {}, {}, {Completed: true}, {}, {Cancelled: true, Completed: true}, {},
+	}, got)
+	got, err = s.Check(ctx, nil)
+	require.NoError(t, err)
+	require.Empty(t, got)
+}
