@@ -619,10 +619,10 @@ func (s *Store) Check(ctx context.Context, refs []CheckRef) ([]CheckResult, erro
 		return out, nil
 	}
 	rows, err := s.pool.Query(ctx, `
-		SELECT u.i, c.execution_id IS NOT NULL, COALESCE(d.final OR d.attempt >= u.a, false)
-		FROM unnest($1::int[], $2::uuid[], $3::text[], $4::int[]) AS u(i, e, ns, a)
-		LEFT JOIN cancellations c ON c.execution_id = u.e AND c.namespace = u.ns
-		LEFT JOIN completed_attempts d ON d.execution_id = u.e`,
+		SELECT u.i,
+			EXISTS (SELECT 1 FROM cancellations c WHERE c.execution_id = u.e AND c.namespace = u.ns),
+			COALESCE((SELECT d.final OR d.attempt >= u.a FROM completed_attempts d WHERE d.execution_id = u.e), false)
+		FROM unnest($1::int[], $2::uuid[], $3::text[], $4::int[]) AS u(i, e, ns, a)`,
 		idx, execs, namespaces, attempts)
 	if err != nil {
 		return nil, fmt.Errorf("check attempts: %w", err)

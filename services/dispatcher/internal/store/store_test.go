@@ -18,7 +18,7 @@ import (
 
 const secret = "whsec_c2VjcmV0c2VjcmV0c2VjcmV0c2VjcmV0"
 
-func newStore(t *testing.T) *store.Store {
+func newStore(t testing.TB) *store.Store {
 	t.Helper()
 	pool, schema := pgtest.New(t)
 	migrations, err := store.Migrations()
