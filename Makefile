@@ -81,6 +81,7 @@ chart: tools ## Lint the Helm chart and print its manifests with the default val
 bench: tools services build ## Run the benchmarks (see docs/benchmarks.md).
 	deploy/local/bench.sh
 	deploy/local/bench-trigger.sh
+	deploy/local/bench-dispatcher.sh
 
 .PHONY: dev
 dev: tools services build ## Run the product locally (prints endpoints and a development API key).

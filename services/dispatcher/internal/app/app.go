@@ -38,8 +38,17 @@ const (
 	// DefaultCancellationRetention outlives the longest retry series the
 	// registry allows (10 retries, each at most 24 h).
 	DefaultCancellationRetention = 14 * 24 * time.Hour
-	// janitorInterval is how often old cancellations are deleted.
+	// DefaultCompletionRetention is how long completed attempts are
+	// remembered for the redelivery dedupe: a republished request arrives
+	// within minutes (when the crashed relay's successor runs), and two
+	// days leave room for a long outage. Forgetting is safe: an unknown
+	// attempt is delivered.
+	DefaultCompletionRetention = 48 * time.Hour
+	// janitorInterval is how often old cancellations and completions are
+	// deleted.
 	janitorInterval = time.Hour
+	// pruneBatch bounds the rows of one pruning statement.
+	pruneBatch = 10_000
 )
 
 // Config is everything a dispatcher is told at start.
@@ -77,6 +86,9 @@ type Config struct {
 	AllowNetworks config.StringList
 	// CancellationRetention is how long a cancellation is kept.
 	CancellationRetention time.Duration
+	// CompletionRetention is how long a completed attempt is remembered
+	// for the redelivery dedupe.
+	CompletionRetention time.Duration
 }
 
 // Register adds the dispatcher's flags to fs.
@@ -105,6 +117,7 @@ func (c *Config) Register(fs *flag.FlagSet) {
 	fs.StringVar(&c.TargetAMQPURL, "target-amqp-url", "", "broker that AMQP targets publish to (default: --amqp-url)")
 	fs.Var(&c.AllowNetworks, "allow-networks", "comma-separated CIDRs that targets may resolve to although loopback, private or link-local (e.g. 127.0.0.0/8,::1/128 for development)")
 	fs.DurationVar(&c.CancellationRetention, "cancellation-retention", DefaultCancellationRetention, "how long cancellations are kept")
+	fs.DurationVar(&c.CompletionRetention, "completion-retention", DefaultCompletionRetention, "how long completed attempts are remembered, so that a redelivery of one is not delivered again")
 }
 
 func (c *Config) fillDefaults() {
@@ -112,6 +125,7 @@ func (c *Config) fillDefaults() {
 	c.PublisherChannels = cmp.Or(c.PublisherChannels, DefaultPublisherChannels)
 	c.TargetAMQPURL = cmp.Or(c.TargetAMQPURL, c.AMQPURL)
 	c.CancellationRetention = cmp.Or(c.CancellationRetention, DefaultCancellationRetention)
+	c.CompletionRetention = cmp.Or(c.CompletionRetention, DefaultCompletionRetention)
 }
 
 // allowedNetworks parses AllowNetworks; a bare address is its own /32 or
@@ -273,7 +287,7 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger, opts ...Option) (
 		AMQPURL:            cfg.AMQPURL,
 		Publisher:          a.publisher,
 		Deliverer:          deliverer,
-		Cancellations:      a.store,
+		Checks:             a.store,
 		DispatchExchange:   cfg.DispatchExchange,
 		DispatchQueue:      cfg.DispatchQueue,
 		RetryExchange:      cfg.RetryExchange,
@@ -384,8 +398,8 @@ func (a *App) Run(ctx context.Context) error {
 	return errors.Join(all...)
 }
 
-// janitor deletes cancellations older than the retention, hourly. A failure
-// is logged and tried again next time.
+// janitor deletes cancellations and completed attempts older than their
+// retention, hourly. A failure is logged and tried again next time.
 func (a *App) janitor(ctx context.Context) error {
 	for {
 		if n, err := a.store.DeleteCancellationsBefore(ctx, time.Now().Add(-a.cfg.CancellationRetention)); err != nil {
@@ -395,6 +409,14 @@ func (a *App) janitor(ctx context.Context) error {
 			a.logger.Warn("deleting old cancellations", slog.Any("error", err))
 		} else if n > 0 {
 			a.logger.Info("deleted old cancellations", slog.Int("count", n))
+		}
+		if n, err := a.store.DeleteCompletedBefore(ctx, time.Now().Add(-a.cfg.CompletionRetention), pruneBatch); err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			a.logger.Warn("deleting old completed attempts", slog.Any("error", err))
+		} else if n > 0 {
+			a.logger.Info("deleted old completed attempts", slog.Int("count", n))
 		}
 		select {
 		case <-ctx.Done():

@@ -334,20 +334,23 @@ func testDispatchService(t *testing.T, opts ...connect.ClientOption) {
 	require.Empty(t, listAll(t, alpha, jobA))
 	require.Len(t, d.target.of(a2.ExecutionId), 1, "a purged dead letter is not delivered")
 
-	// Cancel: the pending retry that comes due is not delivered.
+	// Cancel: the pending retry that comes due is not delivered. (An
+	// execution of its own: a2 is dead, so the dedupe would drop a retry
+	// of it before the cancellation is looked at.)
 	cancelled := &dispatchv1.DispatchRequest{}
 	proto.Merge(cancelled, a2)
+	cancelled.ExecutionId = execid.For(jobA, base.Add(2*time.Second))
 	cancelled.Attempt = 2
 	for range 2 {
-		_, err = alpha.CancelExecution(ctx, connect.NewRequest(&dispatcherv1.CancelExecutionRequest{ExecutionId: a2.ExecutionId}))
+		_, err = alpha.CancelExecution(ctx, connect.NewRequest(&dispatcherv1.CancelExecutionRequest{ExecutionId: cancelled.ExecutionId}))
 		require.NoError(t, err, "idempotent")
 	}
 	d.publish(t, cancelled)
 	require.Eventually(t, func() bool {
-		return d.events.has(a2.ExecutionId, eventsv1.ExecutionEventKind_EXECUTION_EVENT_KIND_CANCELLED)
+		return d.events.has(cancelled.ExecutionId, eventsv1.ExecutionEventKind_EXECUTION_EVENT_KIND_CANCELLED)
 	},
 		30*time.Second, 10*time.Millisecond)
-	require.Len(t, d.target.of(a2.ExecutionId), 1)
+	require.Empty(t, d.target.of(cancelled.ExecutionId))
 
 	// The whole namespace.
 	_, err = betaClient.RedriveDeadLetters(ctx, connect.NewRequest(&dispatcherv1.RedriveDeadLettersRequest{}))

@@ -33,10 +33,15 @@
 //     with its id, counted (poison_messages_total) and acknowledged,
 //     because a redelivery would fail the same way forever; it cannot be
 //     dead-lettered either, since the dead-letter store keys on those ids.
-//  2. Cancelled (the store's cancellations, looked up in batches across
-//     workers)? Emit CANCELLED and acknowledge, without delivering. A
-//     failed look-up delivers: a database outage must not stop delivery,
-//     and cancelling is best-effort while the database is away.
+//  2. Completed already (Options.Checks: this attempt or a later one
+//     of the execution completed, or the execution is over)? Acknowledge
+//     without delivering or emitting anything: a redelivery, e.g. the
+//     trigger's relay republishing a request it had not yet marked sent
+//     when it crashed. Cancelled (the store's cancellations)? Emit
+//     CANCELLED and acknowledge, without delivering. Both are answered by
+//     one query, batched across workers. A failed look-up delivers: a
+//     database outage must not stop delivery, and the dedupe and
+//     cancelling are best-effort while the database is away.
 //  3. Emit STARTED; deliver, in the message's trace (broker.ExtractTrace,
 //     a consumer span with the messaging attributes).
 //  4. Succeeded: SUCCEEDED. Retryable while attempt <= max_retries: publish
@@ -50,7 +55,13 @@
 //     with routing key "dead.<namespace>", and emit FAILED and DEAD.
 //  5. Acknowledge only when every message the attempt caused (the retry or
 //     dead letter, and the event batches that carry its events) is
-//     confirmed by the broker. A failed publish nacks the message with
+//     confirmed by the broker, and then the attempt is recorded as
+//     completed (final for success and dead; in batches; a failed record
+//     is logged, and the message acknowledged all the same). Recording
+//     only after the confirms matters: an attempt recorded but whose retry
+//     was never published would be dropped on redelivery, and lost. An
+//     attempt interrupted mid-delivery is never recorded, so its
+//     redelivery reaches the target again, with the same webhook-id. A failed publish nacks the message with
 //     requeue, after a backoff: it is attempted again (at least once; the
 //     target sees the same webhook-id), and a retry published before the
 //     failure may make a second retry series, which ends in the same dead

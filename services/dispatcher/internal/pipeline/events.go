@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/google/uuid"
@@ -33,32 +34,73 @@ func KindName(k eventsv1.ExecutionEventKind) string {
 // kind k: "execution.<kind>".
 func EventRoutingKey(k eventsv1.ExecutionEventKind) string { return "execution." + KindName(k) }
 
+// MaxEventExcerpt caps the response excerpt of a lifecycle event. Events
+// go out for every attempt, so they carry a short excerpt; the dead-letter
+// record keeps deliver.MaxExcerpt.
+const MaxEventExcerpt = 4 << 10
+
+// attemptInfo is what an event knows of its attempt: nothing for
+// CANCELLED, the start for STARTED, the outcome for the others.
+type attemptInfo struct {
+	start    time.Time // zero: no attempt was made
+	duration time.Duration
+	status   int
+	excerpt  string
+	// retry is the delay before the next attempt; 0: none scheduled.
+	retry time.Duration
+}
+
 // newEvent is the lifecycle event of kind for req's attempt, at now.
 // duration is set for SUCCEEDED and FAILED (and DEAD, whose last attempt
-// took it); reason is made a valid protobuf string.
-func newEvent(kind eventsv1.ExecutionEventKind, req *dispatchv1.DispatchRequest, now time.Time, duration time.Duration, reason, traceID string) *eventsv1.ExecutionEvent {
+// took it); start_time on every event of an attempt (consumers may see the
+// outcome before the start); reason and excerpt are made valid protobuf
+// strings, the excerpt cut to MaxEventExcerpt on a character boundary.
+func newEvent(kind eventsv1.ExecutionEventKind, req *dispatchv1.DispatchRequest, now time.Time, a attemptInfo, reason, traceID string) *eventsv1.ExecutionEvent {
 	ev := &eventsv1.ExecutionEvent{
-		EventId:        uuid.Must(uuid.NewV7()).String(),
-		Kind:           kind,
-		ExecutionId:    req.GetExecutionId(),
-		JobId:          req.GetJobId(),
-		Namespace:      req.GetNamespace(),
-		Attempt:        req.GetAttempt(),
-		NominalTime:    req.GetNominalTime(),
-		OccurTime:      timestamppb.New(now),
-		TriggerKind:    req.GetTriggerKind(),
-		Reason:         store.CleanText(reason),
-		TraceId:        traceID,
-		JobDisplayName: req.GetJobDisplayName(),
-		JobLabels:      req.GetJobLabels(),
+		EventId:         uuid.Must(uuid.NewV7()).String(),
+		Kind:            kind,
+		ExecutionId:     req.GetExecutionId(),
+		JobId:           req.GetJobId(),
+		Namespace:       req.GetNamespace(),
+		Attempt:         req.GetAttempt(),
+		NominalTime:     req.GetNominalTime(),
+		OccurTime:       timestamppb.New(now),
+		TriggerKind:     req.GetTriggerKind(),
+		Reason:          store.CleanText(reason),
+		TraceId:         traceID,
+		JobDisplayName:  req.GetJobDisplayName(),
+		JobLabels:       req.GetJobLabels(),
+		FireTime:        req.GetFireTime(),
+		ResponseStatus:  int32(a.status),
+		ResponseExcerpt: truncateUTF8(store.CleanText(a.excerpt), MaxEventExcerpt),
+	}
+	if !a.start.IsZero() {
+		ev.StartTime = timestamppb.New(a.start)
 	}
 	switch kind {
 	case eventsv1.ExecutionEventKind_EXECUTION_EVENT_KIND_SUCCEEDED,
 		eventsv1.ExecutionEventKind_EXECUTION_EVENT_KIND_FAILED,
 		eventsv1.ExecutionEventKind_EXECUTION_EVENT_KIND_DEAD:
-		ev.Duration = durationpb.New(duration)
+		ev.Duration = durationpb.New(a.duration)
+	}
+	if kind == eventsv1.ExecutionEventKind_EXECUTION_EVENT_KIND_FAILED && a.retry > 0 {
+		ev.RetryScheduled = true
+		ev.RetryDelay = durationpb.New(a.retry)
 	}
 	return ev
+}
+
+// truncateUTF8 cuts valid UTF-8 s to at most n bytes without splitting a
+// character.
+func truncateUTF8(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	cut := n
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut]
 }
 
 // publishEvents is the flush of the event batcher: one ExecutionEventBatch

@@ -71,7 +71,7 @@ func newEnv(t testing.TB) *env {
 		ExecutionsExchange: amqptest.UniqueName(t, "executions"),
 		RetryTiers:         testTiers(),
 		Workers:            pipeline.Workers{High: 2, Normal: 2, Low: 2},
-		Cancellations:      st,
+		Checks:             st,
 		Backoff:            20 * time.Millisecond,
 		MaxBackoff:         100 * time.Millisecond,
 		DrainTimeout:       5 * time.Second,
@@ -235,6 +235,27 @@ func (e *env) dispatch(headers amqp091.Table, reqs ...*dispatchv1.DispatchReques
 		body, err := proto.Marshal(req)
 		require.NoError(e.t, err)
 		e.publishRaw(ch, broker.DispatchRoutingKey(pipeline.PriorityName(req.Priority)), req.ExecutionId, body, headers)
+	}
+}
+
+// dispatchBulk publishes reqs like dispatch but waits for the confirms
+// only at the end: fast enough for backlogs of thousands.
+func (e *env) dispatchBulk(reqs ...*dispatchv1.DispatchRequest) {
+	e.t.Helper()
+	ch := amqptest.Channel(e.t)
+	require.NoError(e.t, ch.Confirm(false))
+	confirms := make([]*amqp091.DeferredConfirmation, 0, len(reqs))
+	for _, req := range reqs {
+		body, err := proto.Marshal(req)
+		require.NoError(e.t, err)
+		dc, err := ch.PublishWithDeferredConfirmWithContext(context.Background(), e.opts.DispatchExchange,
+			broker.DispatchRoutingKey(pipeline.PriorityName(req.Priority)), false, false,
+			amqp091.Publishing{MessageId: req.ExecutionId, Body: body, DeliveryMode: amqp091.Persistent})
+		require.NoError(e.t, err)
+		confirms = append(confirms, dc)
+	}
+	for _, dc := range confirms {
+		require.True(e.t, dc.Wait())
 	}
 }
 

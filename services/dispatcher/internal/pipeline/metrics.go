@@ -20,6 +20,8 @@ type metrics struct {
 	poison          prometheus.Counter
 	cancelErrors    prometheus.Counter
 	requeued        prometheus.Counter
+	duplicates      prometheus.Counter
+	recordErrors    prometheus.Counter
 	all             []prometheus.Collector
 }
 
@@ -68,15 +70,23 @@ func newMetrics() metrics {
 		}),
 		cancelErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "cancellation_check_errors_total",
-			Help: "Cancellation look-ups that failed (the request was delivered as if not cancelled).",
+			Help: "Look-ups before delivery (cancelled? completed already?) that failed; the request was delivered.",
 		}),
 		requeued: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "dispatch_requeued_total",
 			Help: "Dispatch messages negatively acknowledged for redelivery (a publish failed, or shutdown interrupted them).",
 		}),
+		duplicates: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "duplicates_skipped_total",
+			Help: "Redelivered dispatch requests not delivered because their attempt (or a later one) had completed.",
+		}),
+		recordErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "completion_record_errors_total",
+			Help: "Completed attempts that could not be recorded (a redelivery of them would be delivered again).",
+		}),
 	}
 	m.all = []prometheus.Collector{m.deliveries, m.duration, m.inFlight, m.retries, m.deadLetters, m.cancelled,
-		m.events, m.eventBatches, m.publishFailures, m.poison, m.cancelErrors, m.requeued}
+		m.events, m.eventBatches, m.publishFailures, m.poison, m.cancelErrors, m.requeued, m.duplicates, m.recordErrors}
 	return m
 }
 

@@ -61,10 +61,16 @@ const (
 // tracerName names the pipeline's tracer.
 const tracerName = "github.com/cronmesh/cronmesh/services/dispatcher/internal/pipeline"
 
-// Cancellations tells cancelled executions; *store.Store is one.
-type Cancellations interface {
-	// Cancelled reports, for each ref, whether it is cancelled.
-	Cancelled(ctx context.Context, refs []store.ExecutionRef) ([]bool, error)
+// Checks is what the pipeline asks before every attempt (cancelled? a
+// redelivery of a completed attempt?) and tells after it; *store.Store is
+// one.
+type Checks interface {
+	// Check reports, for each ref, whether its execution is cancelled and
+	// whether the attempt must not be delivered again (it or a later
+	// attempt completed, or the execution is over), in one look-up.
+	Check(ctx context.Context, refs []store.CheckRef) ([]store.CheckResult, error)
+	// RecordCompleted records attempts whose consequences are confirmed.
+	RecordCompleted(ctx context.Context, done []store.CompletedAttempt) error
 }
 
 // Workers is how many messages of each priority are handled at once: each
@@ -84,8 +90,13 @@ type Options struct {
 	Publisher message.Publisher
 	// Deliverer makes the attempts. Required.
 	Deliverer deliver.Deliverer
-	// Cancellations is asked before every attempt; nil checks nothing.
-	Cancellations Cancellations
+	// Checks, if non-nil, is asked before every attempt (a cancelled
+	// execution is not delivered; a redelivered attempt that completed is
+	// acknowledged without being delivered) and told of every attempt once
+	// its consequences are confirmed, before its message is acknowledged.
+	// Best effort: a failed look-up delivers, a failed record is logged.
+	// Nil checks nothing.
+	Checks Checks
 
 	// Broker names. Defaults: the Default* constants.
 	DispatchExchange   string
@@ -159,15 +170,16 @@ type Pipeline struct {
 	logger    *slog.Logger
 	metrics   metrics
 	events    *batcher[*eventsv1.ExecutionEvent]
-	cancels   *batcher[*cancelQuery]
+	checks    *batcher[*checkQuery]
+	records   *batcher[store.CompletedAttempt]
 	ready     chan struct{}
 	readyOnce sync.Once
 }
 
-// cancelQuery is one cancellation look-up; the flush fills cancelled.
-type cancelQuery struct {
-	ref       store.ExecutionRef
-	cancelled bool
+// checkQuery is one look-up before an attempt; the flush fills result.
+type checkQuery struct {
+	ref    store.CheckRef
+	result store.CheckResult
 }
 
 // New validates opts, applies the defaults and registers the metrics. It
@@ -233,9 +245,10 @@ func New(opts Options) (*Pipeline, error) {
 		ready:   make(chan struct{}),
 	}
 	p.events = newBatcher(p.publishEvents, opts.EventBatch, opts.EventLinger, opts.EventPublishers, opts.PublishTimeout)
-	if opts.Cancellations != nil {
+	if opts.Checks != nil {
 		// No linger: the look-up is on the way to the target.
-		p.cancels = newBatcher(p.lookUpCancellations, 1000, 0, 2, opts.CancelTimeout)
+		p.checks = newBatcher(p.lookUp, 1000, 0, 2, opts.CancelTimeout)
+		p.records = newBatcher(p.recordCompletions, 1000, 0, 2, opts.CancelTimeout)
 	}
 	if err := register(opts.Metrics, p.metrics.all); err != nil {
 		return nil, fmt.Errorf("pipeline: %w", err)
@@ -299,8 +312,9 @@ func (p *Pipeline) Run(ctx context.Context) error {
 	batchCtx, stopBatchers := context.WithCancel(context.WithoutCancel(ctx))
 	var batchers sync.WaitGroup
 	batchers.Go(func() { p.events.run(batchCtx) })
-	if p.cancels != nil {
-		batchers.Go(func() { p.cancels.run(batchCtx) })
+	if p.checks != nil {
+		batchers.Go(func() { p.checks.run(batchCtx) })
+		batchers.Go(func() { p.records.run(batchCtx) })
 	}
 	defer func() {
 		stopBatchers()
@@ -429,21 +443,28 @@ func (p *Pipeline) handle(ctx context.Context, priority, queue string, msg *mess
 		traceID = sc.TraceID().String()
 	}
 
-	if p.isCancelled(ctx, req) {
-		if ctx.Err() != nil {
-			return requeueNow
-		}
-		p.metrics.cancelled.Inc()
-		span.SetAttributes(attribute.String("cronmesh.dispatch.outcome", "cancelled"))
-		wait := p.events.submit(newEvent(eventsv1.ExecutionEventKind_EXECUTION_EVENT_KIND_CANCELLED, req, p.opts.Clock.Now(), 0,
-			"cancelled through CancelExecution", traceID))
-		return p.await(ctx, span, nil, wait)
-	}
+	done, isCancelled := p.precheck(ctx, req)
 	if ctx.Err() != nil {
 		return requeueNow
 	}
+	if done {
+		// A redelivery (the relay republished it, or a dispatcher died
+		// after its consequences were confirmed but before the ack) of an
+		// attempt that completed: its target has seen it.
+		p.metrics.duplicates.Inc()
+		span.SetAttributes(attribute.String("cronmesh.dispatch.outcome", "duplicate"))
+		return ack
+	}
+	if isCancelled {
+		p.metrics.cancelled.Inc()
+		span.SetAttributes(attribute.String("cronmesh.dispatch.outcome", "cancelled"))
+		wait := p.events.submit(newEvent(eventsv1.ExecutionEventKind_EXECUTION_EVENT_KIND_CANCELLED, req, p.opts.Clock.Now(), attemptInfo{},
+			"cancelled through CancelExecution", traceID))
+		return p.await(ctx, span, nil, wait)
+	}
 
-	started := p.events.submit(newEvent(eventsv1.ExecutionEventKind_EXECUTION_EVENT_KIND_STARTED, req, p.opts.Clock.Now(), 0, "", traceID))
+	startTime := p.opts.Clock.Now()
+	started := p.events.submit(newEvent(eventsv1.ExecutionEventKind_EXECUTION_EVENT_KIND_STARTED, req, startTime, attemptInfo{start: startTime}, "", traceID))
 	p.metrics.inFlight.Inc()
 	begin := time.Now()
 	out := p.deliver(ctx, req)
@@ -465,23 +486,27 @@ func (p *Pipeline) handle(ctx context.Context, priority, queue string, msg *mess
 		span.SetAttributes(attribute.Int("cronmesh.dispatch.response_status", out.StatusCode))
 	}
 	now := p.opts.Clock.Now()
+	info := attemptInfo{start: startTime, duration: duration, status: out.StatusCode, excerpt: out.Excerpt}
 	event := func(kind eventsv1.ExecutionEventKind, reason string) <-chan error {
-		return p.events.submit(newEvent(kind, req, now, duration, reason, traceID))
+		return p.events.submit(newEvent(kind, req, now, info, reason, traceID))
 	}
 
 	switch {
 	case out.Result == deliver.Succeeded:
-		return p.await(ctx, span, nil, started, event(eventsv1.ExecutionEventKind_EXECUTION_EVENT_KIND_SUCCEEDED, out.Reason))
+		v := p.await(ctx, span, nil, started, event(eventsv1.ExecutionEventKind_EXECUTION_EVENT_KIND_SUCCEEDED, out.Reason))
+		return p.completed(ctx, req, v, true, now)
 	case out.Result != deliver.Permanent && req.Attempt <= MaxRetries(req.RetryPolicy):
 		tier := RetryDelay(p.opts.RetryTiers, req.RetryPolicy, req.Attempt, out.RetryAfter)
 		span.SetAttributes(attribute.String("cronmesh.dispatch.retry_tier", tier.String()))
-		failed := event(eventsv1.ExecutionEventKind_EXECUTION_EVENT_KIND_FAILED,
-			fmt.Sprintf("%s; retry scheduled: attempt %d in %s", failureReason(out), req.Attempt+1, tier))
+		retry := info
+		retry.retry = tier
+		failed := p.events.submit(newEvent(eventsv1.ExecutionEventKind_EXECUTION_EVENT_KIND_FAILED, req, now, retry,
+			fmt.Sprintf("%s; retry scheduled: attempt %d in %s", failureReason(out), req.Attempt+1, tier), traceID))
 		err := p.publishRetry(ctx, req, priority, tier)
 		if err == nil {
 			p.metrics.retries.WithLabelValues(tier.String()).Inc()
 		}
-		return p.await(ctx, span, err, started, failed)
+		return p.completed(ctx, req, p.await(ctx, span, err, started, failed), false, now)
 	default:
 		reason := failureReason(out)
 		if out.Result != deliver.Permanent {
@@ -493,7 +518,7 @@ func (p *Pipeline) handle(ctx context.Context, priority, queue string, msg *mess
 		if err == nil {
 			p.metrics.deadLetters.Inc()
 		}
-		return p.await(ctx, span, err, started, failed, dead)
+		return p.completed(ctx, req, p.await(ctx, span, err, started, failed, dead), true, now)
 	}
 }
 
@@ -592,43 +617,72 @@ func (p *Pipeline) publish(ctx context.Context, topic, id string, body []byte) e
 	return p.opts.Publisher.Publish(topic, msg)
 }
 
-// isCancelled looks req's execution up; a failed look-up counts as not
-// cancelled (see the package doc).
-func (p *Pipeline) isCancelled(ctx context.Context, req *dispatchv1.DispatchRequest) bool {
-	if p.cancels == nil {
-		return false
+// precheck asks whether req's attempt has completed and whether its
+// execution is cancelled, in one batched look-up. A failed look-up answers
+// no to both (see the package doc).
+func (p *Pipeline) precheck(ctx context.Context, req *dispatchv1.DispatchRequest) (done, cancelled bool) {
+	if p.checks == nil {
+		return false, false
 	}
-	q := &cancelQuery{ref: store.ExecutionRef{Namespace: req.Namespace, ExecutionID: req.ExecutionId}}
+	q := &checkQuery{ref: store.CheckRef{Namespace: req.Namespace, ExecutionID: req.ExecutionId, Attempt: req.Attempt}}
 	select {
-	case err := <-p.cancels.submit(q):
+	case err := <-p.checks.submit(q):
 		if err != nil {
 			p.metrics.cancelErrors.Inc()
-			p.logger.WarnContext(ctx, "cancellation look-up failed; delivering", slog.String("execution_id", req.ExecutionId), slog.Any("error", err))
-			return false
+			p.logger.WarnContext(ctx, "look-up before delivery failed; delivering", slog.String("execution_id", req.ExecutionId), slog.Any("error", err))
+			return false, false
 		}
-		return q.cancelled
+		return q.result.Completed, q.result.Cancelled
 	case <-ctx.Done():
-		return false
+		return false, false
 	}
 }
 
-// lookUpCancellations is the flush of the cancellation batcher.
-func (p *Pipeline) lookUpCancellations(ctx context.Context, qs []*cancelQuery) error {
-	refs := make([]store.ExecutionRef, len(qs))
+// completed records req's attempt as completed at now (final: its
+// execution is over; now is a dead letter's DeadTime, which a redrive
+// compares with) when v acknowledges it, and waits for the record (bounded
+// by CancelTimeout in the batcher), so that an acknowledged attempt is
+// recorded unless the database failed. Only after the consequences are
+// confirmed: a recorded attempt whose retry was never published would be
+// lost on redelivery.
+func (p *Pipeline) completed(ctx context.Context, req *dispatchv1.DispatchRequest, v verdict, final bool, now time.Time) verdict {
+	if v != ack || p.records == nil {
+		return v
+	}
+	select {
+	case err := <-p.records.submit(store.CompletedAttempt{ExecutionID: req.ExecutionId, Attempt: req.Attempt, Final: final, Time: now}):
+		if err != nil {
+			p.metrics.recordErrors.Inc()
+			p.logger.WarnContext(ctx, "recording a completed attempt failed; a redelivery of it would be delivered again",
+				slog.String("execution_id", req.ExecutionId), slog.Any("error", err))
+		}
+	case <-ctx.Done():
+	}
+	return ack
+}
+
+// lookUp is the flush of the look-up batcher.
+func (p *Pipeline) lookUp(ctx context.Context, qs []*checkQuery) error {
+	refs := make([]store.CheckRef, len(qs))
 	for i, q := range qs {
 		refs[i] = q.ref
 	}
-	got, err := p.opts.Cancellations.Cancelled(ctx, refs)
+	got, err := p.opts.Checks.Check(ctx, refs)
 	if err != nil {
 		return err
 	}
 	if len(got) != len(qs) {
-		return fmt.Errorf("cancellation look-up answered %d of %d", len(got), len(qs))
+		return fmt.Errorf("look-up answered %d of %d", len(got), len(qs))
 	}
 	for i, q := range qs {
-		q.cancelled = got[i]
+		q.result = got[i]
 	}
 	return nil
+}
+
+// recordCompletions is the flush of the completion record batcher.
+func (p *Pipeline) recordCompletions(ctx context.Context, done []store.CompletedAttempt) error {
+	return p.opts.Checks.RecordCompleted(ctx, done)
 }
 
 // poison records a message that can never be delivered and acknowledges

@@ -64,7 +64,16 @@ func TestSuccess(t *testing.T) {
 		require.True(t, proto.Equal(req.NominalTime, ev.NominalTime))
 		require.Equal(t, time.Millisecond, ev.Duration.AsDuration())
 		require.NotEmpty(t, ev.EventId)
-		e.waitFor(req.ExecutionId, started, 1)
+		require.True(t, proto.Equal(req.FireTime, ev.FireTime))
+		require.EqualValues(t, 200, ev.ResponseStatus)
+		require.False(t, ev.RetryScheduled)
+		require.Nil(t, ev.RetryDelay)
+		st := e.waitFor(req.ExecutionId, started, 1)
+		require.NotNil(t, st.StartTime)
+		require.True(t, proto.Equal(st.OccurTime, st.StartTime), "an attempt starts when STARTED occurs")
+		require.True(t, proto.Equal(st.StartTime, ev.StartTime), "the outcome carries its attempt's start")
+		require.Zero(t, st.ResponseStatus)
+		require.Nil(t, st.Duration)
 		calls := f.of(req.ExecutionId)
 		require.Len(t, calls, 1)
 		require.Equal(t, traceID, calls[0].traceID, "the delivery runs in the message's trace")
@@ -133,9 +142,25 @@ func TestRetriesThenDead(t *testing.T) {
 	f1 := e.waitFor(req.ExecutionId, failed, 1)
 	require.Equal(t, "HTTP 500; retry scheduled: attempt 2 in 100ms", f1.Reason)
 	require.Equal(t, 2*time.Millisecond, f1.Duration.AsDuration())
-	require.Equal(t, "HTTP 500; retry scheduled: attempt 3 in 200ms", e.waitFor(req.ExecutionId, failed, 2).Reason)
-	require.Equal(t, "retries exhausted after attempt 3: HTTP 500; not retried", e.waitFor(req.ExecutionId, failed, 3).Reason)
-	require.Equal(t, "retries exhausted after attempt 3: HTTP 500", e.waitFor(req.ExecutionId, dead, 3).Reason)
+	f2 := e.waitFor(req.ExecutionId, failed, 2)
+	require.Equal(t, "HTTP 500; retry scheduled: attempt 3 in 200ms", f2.Reason)
+	f3 := e.waitFor(req.ExecutionId, failed, 3)
+	require.Equal(t, "retries exhausted after attempt 3: HTTP 500; not retried", f3.Reason)
+	d3 := e.waitFor(req.ExecutionId, dead, 3)
+	require.Equal(t, "retries exhausted after attempt 3: HTTP 500", d3.Reason)
+	for _, tt := range []struct {
+		ev    *eventsv1.ExecutionEvent
+		retry time.Duration
+	}{{f1, 100 * time.Millisecond}, {f2, 200 * time.Millisecond}, {f3, 0}, {d3, 0}} {
+		require.EqualValues(t, 500, tt.ev.ResponseStatus)
+		require.Equal(t, "oops \uFFFD\uFFFD", tt.ev.ResponseExcerpt, "valid UTF-8 without NUL")
+		require.Equal(t, tt.retry != 0, tt.ev.RetryScheduled)
+		require.Equal(t, tt.retry, tt.ev.RetryDelay.AsDuration())
+		require.True(t, proto.Equal(req.FireTime, tt.ev.FireTime))
+		require.NotNil(t, tt.ev.StartTime)
+	}
+	require.True(t, proto.Equal(f3.StartTime, d3.StartTime), "DEAD carries the last attempt's start")
+	require.True(t, f2.StartTime.AsTime().After(f1.StartTime.AsTime()))
 }
 
 // TestPermanentIsDeadAtOnce: a permanent failure is not retried; nor is a

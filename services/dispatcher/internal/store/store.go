@@ -1,11 +1,14 @@
 package store
 
 import (
+	"bytes"
 	"context"
 	"embed"
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 
@@ -260,8 +263,8 @@ func (s *Store) PurgeDeadLetter(ctx context.Context, namespace, id string) error
 // Redrive deletes the dead letter id of namespace and calls publish with
 // it, in one transaction that commits only when publish returns nil (the
 // new request is on the broker): a failed publish leaves the dead letter.
-// It also deletes the execution's cancellation: a redrive is an explicit
-// request to deliver. ErrNotFound when there is no such dead letter; a
+// It also deletes the execution's cancellation and its completion record
+// (see RecordCompleted): a redrive is an explicit request to deliver. ErrNotFound when there is no such dead letter; a
 // concurrent redrive of the same one waits for the first and then gets
 // ErrNotFound, so one dead letter is redriven once.
 func (s *Store) Redrive(ctx context.Context, namespace, id string, publish func(context.Context, DeadLetter) error) (DeadLetter, error) {
@@ -286,6 +289,9 @@ func (s *Store) Redrive(ctx context.Context, namespace, id string, publish func(
 		if err := uncancel(ctx, tx, []DeadLetter{letter}); err != nil {
 			return err
 		}
+		if err := s.forget(ctx, []DeadLetter{letter}); err != nil {
+			return err
+		}
 		return publish(ctx, letter)
 	})
 	if err != nil {
@@ -298,7 +304,7 @@ func (s *Store) Redrive(ctx context.Context, namespace, id string, publish func(
 // unless it is empty), oldest first, skipping rows another redrive holds,
 // and calls publish with them; publish returns one error per letter, nil
 // for each that is on the broker. Those letters are deleted (and their
-// executions' cancellations with them) in the same transaction; the others
+// executions' cancellations and completion records with them) in the same transaction; the others
 // stay. It returns how many were redriven and the first publish error, so
 // a caller that got an error may call again for the rest.
 func (s *Store) RedriveMany(ctx context.Context, namespace, jobID string, limit int, publish func(context.Context, []DeadLetter) []error) (int, error) {
@@ -332,6 +338,9 @@ func (s *Store) RedriveMany(ctx context.Context, namespace, jobID string, limit 
 		}
 		if len(letters) == 0 {
 			return nil
+		}
+		if err := s.forget(ctx, letters); err != nil {
+			return err
 		}
 		errs := publish(ctx, letters)
 		if len(errs) != len(letters) {
@@ -461,6 +470,229 @@ func (s *Store) DeleteCancellationsBefore(ctx context.Context, t time.Time) (int
 		return 0, fmt.Errorf("delete old cancellations: %w", err)
 	}
 	return int(tag.RowsAffected()), nil
+}
+
+// AttemptRef names one attempt of an execution.
+type AttemptRef struct {
+	ExecutionID string
+	Attempt     int32
+}
+
+// CompletedAttempt is an attempt whose consequences are on the broker.
+type CompletedAttempt struct {
+	ExecutionID string
+	Attempt     int32
+	// Final: the execution is over (succeeded or dead).
+	Final bool
+	// Time the outcome was decided; for a dead attempt, its dead letter's
+	// DeadTime (a redrive ignores records up to it).
+	Time time.Time
+}
+
+// RecordCompleted records done in one statement. Per execution the store
+// keeps the highest attempt and whether any was final, so recording the
+// same or an older attempt again changes nothing, and so does a record of
+// an execution redriven since (Time at or before the dead letter's
+// DeadTime: see Redrive). Rows are written in
+// execution id order, so concurrent batches never deadlock. Entries whose
+// id is not a UUID are skipped (the pipeline never delivers one).
+func (s *Store) RecordCompleted(ctx context.Context, done []CompletedAttempt) error {
+	merged := map[uuid.UUID]CompletedAttempt{}
+	for _, d := range done {
+		id, err := uuid.Parse(d.ExecutionID)
+		if err != nil {
+			continue
+		}
+		m, ok := merged[id]
+		if !ok {
+			merged[id] = d
+			continue
+		}
+		m.Attempt = max(m.Attempt, d.Attempt)
+		m.Final = m.Final || d.Final
+		if d.Time.After(m.Time) {
+			m.Time = d.Time
+		}
+		merged[id] = m
+	}
+	if len(merged) == 0 {
+		return nil
+	}
+	ids := slices.SortedFunc(maps.Keys(merged), func(a, b uuid.UUID) int { return bytes.Compare(a[:], b[:]) })
+	attempts, finals, times := make([]int32, len(ids)), make([]bool, len(ids)), make([]time.Time, len(ids))
+	for i, id := range ids {
+		m := merged[id]
+		attempts[i], finals[i], times[i] = m.Attempt, m.Final, micros(m.Time)
+	}
+	if _, err := s.pool.Exec(ctx, `
+		INSERT INTO completed_attempts AS c (execution_id, attempt, final, done_time)
+		SELECT * FROM unnest($1::uuid[], $2::integer[], $3::boolean[], $4::timestamptz[])
+		ON CONFLICT (execution_id) DO UPDATE SET
+			attempt = GREATEST(c.attempt, EXCLUDED.attempt),
+			final = c.final OR EXCLUDED.final,
+			done_time = GREATEST(c.done_time, EXCLUDED.done_time)
+		WHERE c.floor_time IS NULL OR EXCLUDED.done_time > c.floor_time`,
+		ids, attempts, finals, times); err != nil {
+		return fmt.Errorf("record %d completed attempts: %w", len(ids), err)
+	}
+	return nil
+}
+
+// Completed reports, for each ref, whether that attempt must not be
+// delivered again: its execution is over, or this attempt or a later one
+// has completed. One query by primary key. A ref whose id is not a UUID is
+// not completed.
+func (s *Store) Completed(ctx context.Context, refs []AttemptRef) ([]bool, error) {
+	out := make([]bool, len(refs))
+	ids := make([]uuid.UUID, 0, len(refs))
+	for _, r := range refs {
+		if id, err := uuid.Parse(r.ExecutionID); err == nil {
+			ids = append(ids, id)
+		}
+	}
+	if len(ids) == 0 {
+		return out, nil
+	}
+	rows, err := s.pool.Query(ctx, `
+		SELECT execution_id, attempt, final FROM completed_attempts WHERE execution_id = ANY($1::uuid[])`, ids)
+	if err != nil {
+		return nil, fmt.Errorf("look up completed attempts: %w", err)
+	}
+	type state struct {
+		attempt int32
+		final   bool
+	}
+	found := map[uuid.UUID]state{}
+	var (
+		id uuid.UUID
+		st state
+	)
+	if _, err := pgx.ForEachRow(rows, []any{&id, &st.attempt, &st.final}, func() error {
+		found[id] = st
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("look up completed attempts: %w", err)
+	}
+	for i, r := range refs {
+		id, err := uuid.Parse(r.ExecutionID)
+		if err != nil {
+			continue
+		}
+		if st, ok := found[id]; ok {
+			out[i] = st.final || st.attempt >= r.Attempt
+		}
+	}
+	return out, nil
+}
+
+// CheckRef is one attempt about to be delivered.
+type CheckRef struct {
+	Namespace   string
+	ExecutionID string
+	Attempt     int32
+}
+
+// CheckResult is what the pipeline must know before delivering an attempt.
+type CheckResult struct {
+	// Cancelled: the execution is cancelled (see Cancelled).
+	Cancelled bool
+	// Completed: the attempt must not be delivered again (see Completed).
+	Completed bool
+}
+
+// Check answers Cancelled and Completed for each ref in one query, the
+// look-up the pipeline makes before every attempt. A ref whose id is not a
+// UUID is neither.
+func (s *Store) Check(ctx context.Context, refs []CheckRef) ([]CheckResult, error) {
+	out := make([]CheckResult, len(refs))
+	idx := make([]int32, 0, len(refs))
+	execs, namespaces, attempts := make([]uuid.UUID, 0, len(refs)), make([]string, 0, len(refs)), make([]int32, 0, len(refs))
+	for i, r := range refs {
+		id, err := uuid.Parse(r.ExecutionID)
+		if err != nil {
+			continue
+		}
+		idx = append(idx, int32(i))
+		execs, namespaces, attempts = append(execs, id), append(namespaces, r.Namespace), append(attempts, r.Attempt)
+	}
+	if len(execs) == 0 {
+		return out, nil
+	}
+	rows, err := s.pool.Query(ctx, `
+		SELECT u.i,
+			EXISTS (SELECT 1 FROM cancellations c WHERE c.execution_id = u.e AND c.namespace = u.ns),
+			COALESCE((SELECT d.final OR d.attempt >= u.a FROM completed_attempts d WHERE d.execution_id = u.e), false)
+		FROM unnest($1::int[], $2::uuid[], $3::text[], $4::int[]) AS u(i, e, ns, a)`,
+		idx, execs, namespaces, attempts)
+	if err != nil {
+		return nil, fmt.Errorf("check attempts: %w", err)
+	}
+	var (
+		i                   int32
+		cancelled, complete bool
+	)
+	if _, err := pgx.ForEachRow(rows, []any{&i, &cancelled, &complete}, func() error {
+		if i >= 0 && int(i) < len(out) {
+			out[i] = CheckResult{Cancelled: cancelled, Completed: complete}
+		}
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("check attempts: %w", err)
+	}
+	return out, nil
+}
+
+// DeleteCompletedBefore deletes completed attempts recorded before t, at
+// most batch rows per statement (so no statement holds locks for long),
+// until none is left or ctx ends, and returns how many.
+func (s *Store) DeleteCompletedBefore(ctx context.Context, t time.Time, batch int) (int, error) {
+	total := 0
+	for {
+		tag, err := s.pool.Exec(ctx, `
+			DELETE FROM completed_attempts WHERE execution_id IN (
+				SELECT execution_id FROM completed_attempts WHERE done_time < $1 LIMIT $2)`, micros(t), batch)
+		if err != nil {
+			return total, fmt.Errorf("delete old completed attempts: %w", err)
+		}
+		total += int(tag.RowsAffected())
+		if tag.RowsAffected() < int64(batch) {
+			return total, nil
+		}
+	}
+}
+
+// forget resets the completion records of the letters' executions: a
+// redrive delivers the execution again, from attempt 1. The row is kept
+// with its floor at the dead time, because the pipeline's record of the
+// dead attempt may still be on its way (it is written after the dead
+// letter is confirmed, which the drainer may store first). It commits on
+// its own, before the redrive publishes: the redriven request may be
+// consumed before the redrive's transaction commits, and must find the
+// reset. Should the redrive then fail, the reset is harmless: it only makes
+// the dedupe forget an execution that is dead anyway.
+func (s *Store) forget(ctx context.Context, letters []DeadLetter) error {
+	// One row per execution (a statement may not update a row twice).
+	latest := map[uuid.UUID]time.Time{}
+	for _, d := range letters {
+		id := uuid.MustParse(d.ExecutionID)
+		if t, ok := latest[id]; !ok || d.DeadTime.After(t) {
+			latest[id] = d.DeadTime
+		}
+	}
+	execs := slices.SortedFunc(maps.Keys(latest), func(a, b uuid.UUID) int { return bytes.Compare(a[:], b[:]) })
+	deads := make([]time.Time, len(execs))
+	for i, id := range execs {
+		deads[i] = micros(latest[id])
+	}
+	if _, err := s.pool.Exec(ctx, `
+		INSERT INTO completed_attempts AS c (execution_id, attempt, final, done_time, floor_time)
+		SELECT e, 0, false, t, t FROM unnest($1::uuid[], $2::timestamptz[]) AS u(e, t)
+		ON CONFLICT (execution_id) DO UPDATE SET attempt = 0, final = false,
+			done_time = GREATEST(c.done_time, EXCLUDED.done_time),
+			floor_time = GREATEST(c.floor_time, EXCLUDED.floor_time)`, execs, deads); err != nil {
+		return fmt.Errorf("forget completed attempts of redriven executions: %w", err)
+	}
+	return nil
 }
 
 const deadLetterColumns = `id, namespace, job_id, execution_id, attempt, nominal_time, dead_time,

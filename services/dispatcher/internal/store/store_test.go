@@ -18,7 +18,7 @@ import (
 
 const secret = "whsec_c2VjcmV0c2VjcmV0c2VjcmV0c2VjcmV0"
 
-func newStore(t *testing.T) *store.Store {
+func newStore(t testing.TB) *store.Store {
 	t.Helper()
 	pool, schema := pgtest.New(t)
 	migrations, err := store.Migrations()
@@ -320,4 +320,94 @@ func TestNew(t *testing.T) {
 	t.Parallel()
 	_, err := store.New(store.Options{})
 	require.Error(t, err)
+}
+
+// TestCompletedAttempts: an attempt is completed once it or a later one is
+// recorded, or its execution is over; recording again never goes back;
+// a redrive forgets the execution; old records are pruned.
+func TestCompletedAttempts(t *testing.T) {
+	t.Parallel()
+	s := newStore(t)
+	ctx := t.Context()
+	retrying, succeeded, unknown := uuid.NewString(), uuid.NewString(), uuid.NewString()
+	now := time.Now()
+	require.NoError(t, s.RecordCompleted(ctx, []store.CompletedAttempt{
+		{ExecutionID: retrying, Attempt: 2, Time: now},
+		{ExecutionID: retrying, Attempt: 1, Time: now}, // same batch, older attempt
+		{ExecutionID: succeeded, Attempt: 1, Final: true, Time: now.Add(-72 * time.Hour)},
+		{ExecutionID: "not-a-uuid", Attempt: 1, Time: now},
+	}))
+	// An older attempt recorded later changes nothing.
+	require.NoError(t, s.RecordCompleted(ctx, []store.CompletedAttempt{{ExecutionID: retrying, Attempt: 1, Time: now}}))
+	require.NoError(t, s.RecordCompleted(ctx, nil))
+
+	refs := []store.AttemptRef{
+		{ExecutionID: retrying, Attempt: 1},
+		{ExecutionID: retrying, Attempt: 2},
+		{ExecutionID: retrying, Attempt: 3}, // the scheduled retry: to be delivered
+		{ExecutionID: succeeded, Attempt: 1},
+		{ExecutionID: succeeded, Attempt: 2}, // a stray retry of a finished execution
+		{ExecutionID: unknown, Attempt: 1},
+		{ExecutionID: "not-a-uuid", Attempt: 1},
+	}
+	got, err := s.Completed(ctx, refs)
+	require.NoError(t, err)
+	require.Equal(t, []bool{true, true, false, true, true, false, false}, got)
+
+	// A redrive forgets the execution: attempt 1 is delivered again.
+	d := letter("alpha", uuid.NewString(), now)
+	d.ExecutionID, d.Request.ExecutionId = retrying, retrying
+	_, err = s.InsertDeadLetters(ctx, []store.DeadLetter{d})
+	require.NoError(t, err)
+	_, err = s.Redrive(ctx, "alpha", d.ID, func(context.Context, store.DeadLetter) error { return nil })
+	require.NoError(t, err)
+	got, err = s.Completed(ctx, refs[:2])
+	require.NoError(t, err)
+	require.Equal(t, []bool{false, false}, got)
+	// The pipeline's record of the dead attempt (at its dead time) may land
+	// after the redrive: it changes nothing. Records after it count.
+	require.NoError(t, s.RecordCompleted(ctx, []store.CompletedAttempt{{ExecutionID: retrying, Attempt: 3, Final: true, Time: d.DeadTime}}))
+	got, err = s.Completed(ctx, refs[:2])
+	require.NoError(t, err)
+	require.Equal(t, []bool{false, false}, got, "a stale record does not undo the redrive")
+	require.NoError(t, s.RecordCompleted(ctx, []store.CompletedAttempt{{ExecutionID: retrying, Attempt: 1, Time: d.DeadTime.Add(time.Second)}}))
+	got, err = s.Completed(ctx, refs[:3])
+	require.NoError(t, err)
+	require.Equal(t, []bool{true, false, false}, got, "the redriven attempt 1 completed")
+
+	n, err := s.DeleteCompletedBefore(ctx, now.Add(-48*time.Hour), 1)
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	got, err = s.Completed(ctx, refs[3:4])
+	require.NoError(t, err)
+	require.Equal(t, []bool{false}, got, "pruned")
+}
+
+// TestCheck: one look-up answers both questions, per ref, in order.
+func TestCheck(t *testing.T) {
+	t.Parallel()
+	s := newStore(t)
+	ctx := t.Context()
+	cancelled, done, both, neither := uuid.NewString(), uuid.NewString(), uuid.NewString(), uuid.NewString()
+	require.NoError(t, s.Cancel(ctx, "alpha", cancelled, time.Now()))
+	require.NoError(t, s.Cancel(ctx, "alpha", both, time.Now()))
+	require.NoError(t, s.RecordCompleted(ctx, []store.CompletedAttempt{
+		{ExecutionID: done, Attempt: 2, Time: time.Now()}, {ExecutionID: both, Attempt: 1, Final: true, Time: time.Now()},
+	}))
+	got, err := s.Check(ctx, []store.CheckRef{
+		{Namespace: "alpha", ExecutionID: cancelled, Attempt: 1},
+		{Namespace: "beta", ExecutionID: cancelled, Attempt: 1}, // another namespace's cancellation
+		{Namespace: "alpha", ExecutionID: "not-a-uuid", Attempt: 1},
+		{Namespace: "alpha", ExecutionID: done, Attempt: 2},
+		{Namespace: "alpha", ExecutionID: done, Attempt: 3},
+		{Namespace: "alpha", ExecutionID: both, Attempt: 4},
+		{Namespace: "alpha", ExecutionID: neither, Attempt: 1},
+	})
+	require.NoError(t, err)
+	require.Equal(t, []store.CheckResult{
+		{Cancelled: true}, {}, {}, {Completed: true}, {}, {Cancelled: true, Completed: true}, {},
+	}, got)
+	got, err = s.Check(ctx, nil)
+	require.NoError(t, err)
+	require.Empty(t, got)
 }

@@ -1,0 +1,577 @@
+// Command dispatcher-bench measures the dispatcher (deploy/local/
+// bench-dispatcher.sh runs it): it starts a dispatcher binary on a spare
+// port with its own schema and broker names, serves a loopback HTTP target
+// itself, publishes DispatchRequests straight to the dispatch exchange and
+// appends a Markdown report.
+//
+// Scenarios:
+//
+//	throughput  N requests (default 100,000) are queued first, then the
+//	            dispatcher is started; deliveries/s is N over the time from
+//	            the first request reaching the target to the last.
+//	latency     requests published at a steady rate (default 1,000/s for
+//	            60 s) to an idle, running dispatcher; for each, the time from
+//	            just before its publish to its arrival at the target (the
+//	            publish time travels in the request body). That includes the
+//	            broker's routing and queueing before the message leaves the
+//	            queue, so it is an upper bound of "message leaving the queue
+//	            to the request reaching the target".
+//
+// Every name it creates carries --tag; it removes them at the end.
+package main
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+	amqp091 "github.com/rabbitmq/amqp091-go"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	dispatchv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/dispatch/v1"
+	registryv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1"
+	"github.com/cronmesh/cronmesh/libs/broker"
+	"github.com/cronmesh/cronmesh/libs/execid"
+)
+
+type options struct {
+	scenario       string
+	dispatcher     string
+	dispatcherArgs string
+	postgresURL    string
+	amqpURL        string
+	tag            string
+	out            string
+	n              int
+	rate           int
+	duration       time.Duration
+	logDir         string
+	profile        string
+}
+
+func main() {
+	var o options
+	fs := flag.NewFlagSet("dispatcher-bench", flag.ExitOnError)
+	fs.StringVar(&o.scenario, "scenario", "throughput", "throughput or latency")
+	fs.StringVar(&o.dispatcher, "dispatcher", "bin/dispatcher", "the dispatcher binary")
+	fs.StringVar(&o.dispatcherArgs, "dispatcher-args", "", "extra dispatcher flags, space-separated (tuning)")
+	fs.StringVar(&o.postgresURL, "postgres-url", cmp.Or(os.Getenv("CRONMESH_POSTGRES_URL"), "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"), "PostgreSQL")
+	fs.StringVar(&o.amqpURL, "amqp-url", cmp.Or(os.Getenv("CRONMESH_AMQP_URL"), "amqp://guest:guest@127.0.0.1:5672/"), "RabbitMQ")
+	fs.StringVar(&o.tag, "tag", fmt.Sprintf("b%d", os.Getpid()), "prefix of every schema and broker name of the run")
+	fs.StringVar(&o.out, "out", "", "Markdown report to append to (default stdout)")
+	fs.IntVar(&o.n, "n", 100_000, "throughput: requests")
+	fs.IntVar(&o.rate, "rate", 1000, "latency: requests per second")
+	fs.DurationVar(&o.duration, "duration", time.Minute, "latency: how long")
+	fs.StringVar(&o.logDir, "log-dir", os.TempDir(), "where the dispatcher's log goes")
+	fs.StringVar(&o.profile, "profile", "", "throughput: save a 10 s CPU profile of the dispatcher here (starts it with --pprof)")
+	_ = fs.Parse(os.Args[1:])
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	report, err := run(ctx, o, strings.Join(os.Args, " "))
+	if report != "" {
+		if o.out == "" {
+			fmt.Print(report)
+		} else if f, ferr := os.OpenFile(o.out, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644); ferr == nil {
+			_, _ = f.WriteString(report)
+			_ = f.Close()
+		}
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "dispatcher-bench:", err)
+		os.Exit(1)
+	}
+}
+
+// env is one run's names, target and dispatcher.
+type env struct {
+	o        options
+	schema   string
+	names    map[string]string
+	db       *pgxpool.Pool
+	conn     *amqp091.Connection
+	target   *target
+	dispatch *exec.Cmd
+	dispLog  string
+	addr     string
+}
+
+func run(ctx context.Context, o options, cmdline string) (string, error) {
+	e := &env{o: o, schema: o.tag + "_dispatcher", names: map[string]string{}}
+	for _, n := range []string{"dispatch", "dispatchq", "retry", "retryq", "dead", "deadq", "executions"} {
+		e.names[n] = o.tag + "." + n
+	}
+	var err error
+	if e.db, err = pgxpool.New(ctx, o.postgresURL); err != nil {
+		return "", err
+	}
+	defer e.db.Close()
+	if e.conn, err = amqp091.Dial(o.amqpURL); err != nil {
+		return "", err
+	}
+	defer e.conn.Close()
+	defer e.cleanup()
+	if _, err := e.db.Exec(ctx, `CREATE SCHEMA IF NOT EXISTS `+e.schema); err != nil {
+		return "", err
+	}
+	if e.target, err = newTarget(); err != nil {
+		return "", err
+	}
+	defer e.target.close()
+	// The dispatch queues exist before the dispatcher, so the throughput
+	// scenario can queue its requests first.
+	if err := broker.DeclareQueues(ctx, o.amqpURL, broker.DispatchQueues(e.names["dispatch"], e.names["dispatchq"])...); err != nil {
+		return "", err
+	}
+	m := describeMachine(ctx, e.db, e.conn)
+	before := sampleLoad()
+	var body string
+	switch o.scenario {
+	case "throughput":
+		body, err = e.throughput(ctx)
+	case "latency":
+		body, err = e.latency(ctx)
+	default:
+		return "", fmt.Errorf("unknown scenario %q", o.scenario)
+	}
+	after := sampleLoad()
+	var b strings.Builder
+	fmt.Fprintf(&b, "\n## dispatcher %s — %s\n\n", o.scenario, time.Now().UTC().Format(time.RFC3339))
+	fmt.Fprintf(&b, "Command: `%s`\n\n", cmdline)
+	b.WriteString(m.markdown())
+	fmt.Fprintf(&b, "\nLoad before: %s\n\nLoad after: %s\n\n", before, after)
+	b.WriteString(body)
+	return b.String(), err
+}
+
+// sampleLoad is /proc/loadavg and the top CPU processes, for the report.
+func sampleLoad() string {
+	la, _ := os.ReadFile("/proc/loadavg")
+	out, _ := exec.Command("ps", "-eo", "pcpu,comm", "--sort=-pcpu").Output()
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	if len(lines) > 6 {
+		lines = lines[1:6]
+	} else if len(lines) > 0 {
+		lines = lines[1:]
+	}
+	for i, l := range lines {
+		lines[i] = strings.Join(strings.Fields(l), " ")
+	}
+	return fmt.Sprintf("loadavg `%s`; top CPU (%%cpu since start, command): %s", strings.TrimSpace(string(la)), strings.Join(lines, "; "))
+}
+
+// cpuTicks is the busy and total jiffies of all CPUs, from /proc/stat.
+func cpuTicks() (busy, total float64) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, 0
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line)
+	for i, v := range f[1:] {
+		x, _ := strconv.ParseFloat(v, 64)
+		total += x
+		if i != 3 && i != 4 { // idle, iowait
+			busy += x
+		}
+	}
+	return busy, total
+}
+
+// busySince is the share of all CPUs busy since the cpuTicks reading
+// (busy0, total0), whoever used them.
+func busySince(busy0, total0 float64) string {
+	busy, total := cpuTicks()
+	if total <= total0 {
+		return "n/a"
+	}
+	return fmt.Sprintf("%.0f %% of %d cores", 100*(busy-busy0)/(total-total0), runtime.NumCPU())
+}
+
+// startDispatcher runs the dispatcher and waits until it is ready.
+func (e *env) startDispatcher(ctx context.Context) error {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	addr := l.Addr().String()
+	e.addr = addr
+	_ = l.Close()
+	args := []string{
+		"--listen", addr, "--postgres-url", e.o.postgresURL, "--amqp-url", e.o.amqpURL, "--schema", e.schema,
+		"--api-keys", "bench=bench-key-0123456789abcdef", "--log-level", "warn",
+		"--dispatch-exchange", e.names["dispatch"], "--dispatch-queue", e.names["dispatchq"],
+		"--retry-exchange", e.names["retry"], "--retry-queue", e.names["retryq"], "--retry-tiers", "1s",
+		"--dead-exchange", e.names["dead"], "--dead-queue", e.names["deadq"],
+		"--executions-exchange", e.names["executions"], "--allow-networks", "127.0.0.0/8",
+	}
+	args = append(args, strings.Fields(e.o.dispatcherArgs)...)
+	if e.o.profile != "" {
+		args = append(args, "--pprof")
+	}
+	e.dispLog = filepath.Join(e.o.logDir, e.o.tag+"-dispatcher.log")
+	logFile, err := os.Create(e.dispLog)
+	if err != nil {
+		return err
+	}
+	e.dispatch = exec.Command(e.o.dispatcher, args...)
+	e.dispatch.Stdout, e.dispatch.Stderr = logFile, logFile
+	if err := e.dispatch.Start(); err != nil {
+		return err
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for time.Now().Before(deadline) {
+		if resp, err := http.Get("http://" + addr + "/readyz"); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	return errors.New("the dispatcher did not become ready (see " + e.dispLog + ")")
+}
+
+func (e *env) cleanup() {
+	if e.dispatch != nil && e.dispatch.Process != nil {
+		_ = e.dispatch.Process.Signal(syscall.SIGTERM)
+		done := make(chan struct{})
+		go func() { _ = e.dispatch.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(20 * time.Second):
+			_ = e.dispatch.Process.Kill()
+		}
+	}
+	if ch, err := e.conn.Channel(); err == nil {
+		for _, b := range broker.DispatchQueues(e.names["dispatch"], e.names["dispatchq"]) {
+			_, _ = ch.QueueDelete(b.Queue, false, false, false)
+		}
+		for _, b := range broker.RetryTiers(e.names["retry"], e.names["retryq"], e.names["dispatch"], []time.Duration{time.Second}) {
+			_, _ = ch.QueueDelete(b.Queue, false, false, false)
+		}
+		_, _ = ch.QueueDelete(e.names["deadq"], false, false, false)
+		for _, x := range []string{"dispatch", "retry", "dead", "executions"} {
+			_ = ch.ExchangeDelete(e.names[x], false, false)
+		}
+		_ = ch.Close()
+	}
+	_, _ = e.db.Exec(context.Background(), `DROP SCHEMA IF EXISTS `+e.schema+` CASCADE`)
+}
+
+// target is the loopback HTTP target: it records, per request, the
+// arrival time and the publish time carried in the body.
+type target struct {
+	srv *http.Server
+	url string
+	mu  sync.Mutex
+	// arrivals and latencies in arrival order.
+	arrivals  []time.Time
+	latencies []time.Duration
+}
+
+func newTarget() (*target, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	t := &target{url: "http://" + l.Addr().String() + "/hook"}
+	t.srv = &http.Server{Handler: t, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = t.srv.Serve(l) }()
+	return t, nil
+}
+
+func (t *target) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	now := time.Now()
+	body, _ := io.ReadAll(r.Body)
+	sent, _ := strconv.ParseInt(string(bytes.TrimSpace(body)), 10, 64)
+	t.mu.Lock()
+	t.arrivals = append(t.arrivals, now)
+	if sent > 0 {
+		t.latencies = append(t.latencies, now.Sub(time.Unix(0, sent)))
+	}
+	t.mu.Unlock()
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (t *target) count() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.arrivals)
+}
+
+func (t *target) close() { _ = t.srv.Close() }
+
+// publisher publishes requests with confirms, pipelined.
+type publisher struct {
+	ch       *amqp091.Channel
+	exchange string
+	jobID    string
+	secret   string
+	url      string
+	confirms chan amqp091.Confirmation
+	nacked   int
+	acked    int
+	wg       sync.WaitGroup
+}
+
+func (e *env) newPublisher() (*publisher, error) {
+	ch, err := e.conn.Channel()
+	if err != nil {
+		return nil, err
+	}
+	if err := ch.Confirm(false); err != nil {
+		return nil, err
+	}
+	p := &publisher{ch: ch, exchange: e.names["dispatch"], jobID: uuid.Must(uuid.NewV7()).String(),
+		secret: "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", url: e.target.url,
+		confirms: ch.NotifyPublish(make(chan amqp091.Confirmation, 100_000))}
+	p.wg.Go(func() {
+		for c := range p.confirms {
+			if c.Ack {
+				p.acked++
+			} else {
+				p.nacked++
+			}
+		}
+	})
+	return p, nil
+}
+
+// publish sends request i; stamp puts the publish time in the body.
+func (p *publisher) publish(ctx context.Context, i int, stamp bool) error {
+	nominal := time.Unix(1_700_000_000+int64(i), 0)
+	body := ""
+	if stamp {
+		body = strconv.FormatInt(time.Now().UnixNano(), 10)
+	}
+	req := &dispatchv1.DispatchRequest{
+		ExecutionId: execid.For(p.jobID, nominal), JobId: p.jobID, Namespace: "bench", Attempt: 1,
+		NominalTime: timestamppb.New(nominal), FireTime: timestamppb.Now(),
+		TriggerKind: dispatchv1.TriggerKind_TRIGGER_KIND_SCHEDULED,
+		Target: &registryv1.Target{Kind: &registryv1.Target_Http{Http: &registryv1.HttpTarget{
+			Method: "POST", Url: p.url, Body: body, SigningSecret: p.secret, Timeout: durationpb.New(10 * time.Second),
+		}}},
+		RetryPolicy: &registryv1.RetryPolicy{MaxRetries: proto.Int32(0)},
+		Priority:    registryv1.Priority_PRIORITY_NORMAL,
+	}
+	b, err := proto.Marshal(req)
+	if err != nil {
+		return err
+	}
+	return p.ch.PublishWithContext(ctx, p.exchange, broker.DispatchRoutingKey("normal"), false, false,
+		amqp091.Publishing{MessageId: req.ExecutionId, Body: b, DeliveryMode: amqp091.Persistent})
+}
+
+func (p *publisher) close() {
+	_ = p.ch.Close()
+	p.wg.Wait()
+}
+
+func (e *env) throughput(ctx context.Context) (string, error) {
+	p, err := e.newPublisher()
+	if err != nil {
+		return "", err
+	}
+	start := time.Now()
+	for i := range e.o.n {
+		if err := p.publish(ctx, i, false); err != nil {
+			return "", err
+		}
+		if i%10_000 == 9_999 {
+			// Keep the unconfirmed window bounded.
+			for p.acked+p.nacked < i-20_000 {
+				time.Sleep(time.Millisecond)
+			}
+		}
+	}
+	for p.acked+p.nacked < e.o.n && time.Since(start) < 5*time.Minute {
+		time.Sleep(10 * time.Millisecond)
+	}
+	queued := time.Since(start)
+	p.close()
+	b0, t0 := cpuTicks()
+	if err := e.startDispatcher(ctx); err != nil {
+		return "", err
+	}
+	if e.o.profile != "" {
+		go e.saveProfile()
+	}
+	deadline := time.Now().Add(10 * time.Minute)
+	for e.target.count() < e.o.n && time.Now().Before(deadline) && ctx.Err() == nil {
+		time.Sleep(50 * time.Millisecond)
+	}
+	e.target.mu.Lock()
+	arr := append([]time.Time(nil), e.target.arrivals...)
+	e.target.mu.Unlock()
+	var b strings.Builder
+	fmt.Fprintf(&b, "%d requests queued in %s (confirmed: %d, nacked: %d) before the dispatcher started.\n\n", e.o.n, queued.Round(time.Millisecond), p.acked, p.nacked)
+	if len(arr) < 2 {
+		return b.String(), fmt.Errorf("only %d requests reached the target", len(arr))
+	}
+	span := arr[len(arr)-1].Sub(arr[0])
+	rate := float64(len(arr)-1) / span.Seconds()
+	fmt.Fprintf(&b, "| measured | value |\n| --- | --- |\n")
+	fmt.Fprintf(&b, "| requests at the target | %d of %d |\n", len(arr), e.o.n)
+	fmt.Fprintf(&b, "| first to last arrival | %s |\n", span.Round(time.Millisecond))
+	fmt.Fprintf(&b, "| deliveries/s | **%.0f** (target ≥ 5,000: %s) |\n", rate, verdict(rate >= 5000))
+	// Steadiness: the rate per 10 % of the run.
+	var parts []string
+	for k := range 10 {
+		lo, hi := k*len(arr)/10, (k+1)*len(arr)/10-1
+		if hi > lo {
+			parts = append(parts, fmt.Sprintf("%.0f", float64(hi-lo)/arr[hi].Sub(arr[lo]).Seconds()))
+		}
+	}
+	fmt.Fprintf(&b, "| deliveries/s per tenth of the run | %s |\n", strings.Join(parts, ", "))
+	fmt.Fprintf(&b, "| dispatcher CPU (user+sys) | %s |\n", e.dispatcherCPU())
+	fmt.Fprintf(&b, "| machine CPU busy from dispatcher start to last arrival (everyone: dispatcher, broker, database, this process, others) | %s |\n", busySince(b0, t0))
+	if len(arr) < e.o.n {
+		return b.String(), fmt.Errorf("%d of %d requests reached the target", len(arr), e.o.n)
+	}
+	return b.String(), nil
+}
+
+func (e *env) latency(ctx context.Context) (string, error) {
+	if err := e.startDispatcher(ctx); err != nil {
+		return "", err
+	}
+	p, err := e.newPublisher()
+	if err != nil {
+		return "", err
+	}
+	// Warm up (connections to the target, the database pool): 1 s at the
+	// rate, not measured.
+	total := int(e.o.duration.Seconds()) * e.o.rate
+	warm := e.o.rate
+	interval := time.Second / time.Duration(e.o.rate)
+	start := time.Now()
+	late := 0
+	var b0, t0 float64
+	for i := range warm + total {
+		due := start.Add(time.Duration(i) * interval)
+		if d := time.Until(due); d > 0 {
+			time.Sleep(d)
+		} else if -d > 10*time.Millisecond {
+			late++
+		}
+		if i == warm {
+			// Wait for the warm-up to arrive, then measure from a clean slate.
+			for e.target.count() < warm && ctx.Err() == nil {
+				time.Sleep(time.Millisecond)
+			}
+			e.target.mu.Lock()
+			e.target.latencies = e.target.latencies[:0]
+			e.target.arrivals = e.target.arrivals[:0]
+			e.target.mu.Unlock()
+			b0, t0 = cpuTicks()
+		}
+		if err := p.publish(ctx, i, true); err != nil {
+			return "", err
+		}
+	}
+	elapsed := time.Since(start)
+	busy := busySince(b0, t0)
+	deadline := time.Now().Add(time.Minute)
+	for e.target.count() < total && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	p.close()
+	e.target.mu.Lock()
+	lat := slices.Clone(e.target.latencies)
+	e.target.mu.Unlock()
+	slices.Sort(lat)
+	var b strings.Builder
+	if len(lat) == 0 {
+		return "", errors.New("no request reached the target")
+	}
+	q := func(f float64) time.Duration { return lat[min(len(lat)-1, int(f*float64(len(lat))))] }
+	fmt.Fprintf(&b, "Measured: for each request, target arrival time minus the time just before its publish (both in this process, one clock), so it includes the publish and the broker's queueing: an upper bound of the issue's \"message leaving the queue to the request reaching the target\".\n\n")
+	fmt.Fprintf(&b, "| measured | value |\n| --- | --- |\n")
+	fmt.Fprintf(&b, "| requests | %d of %d at %d/s over %s (publishing took %s; %d publishes more than 10 ms behind schedule) |\n",
+		len(lat), total, e.o.rate, e.o.duration, elapsed.Round(time.Millisecond), late)
+	fmt.Fprintf(&b, "| p50 | %s |\n| p90 | %s |\n| p99 | **%s** (target < 5 ms: %s) |\n| p99.9 | %s |\n| max | %s |\n",
+		q(.5).Round(time.Microsecond), q(.9).Round(time.Microsecond), q(.99).Round(time.Microsecond), verdict(q(.99) < 5*time.Millisecond),
+		q(.999).Round(time.Microsecond), lat[len(lat)-1].Round(time.Microsecond))
+	fmt.Fprintf(&b, "| dispatcher CPU (user+sys) | %s |\n", e.dispatcherCPU())
+	fmt.Fprintf(&b, "| machine CPU busy while measuring (everyone) | %s |\n", busy)
+	return b.String(), nil
+}
+
+// saveProfile saves a 10 s CPU profile of the dispatcher to o.profile.
+func (e *env) saveProfile() {
+	resp, err := http.Get("http://" + e.addr + "/debug/pprof/profile?seconds=10")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "profile:", err)
+		return
+	}
+	defer resp.Body.Close()
+	f, err := os.Create(e.o.profile)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "profile:", err)
+		return
+	}
+	defer f.Close()
+	_, _ = io.Copy(f, resp.Body)
+}
+
+// cpuSeconds is the dispatcher's CPU time so far, from /proc; -1 when
+// unknown.
+func (e *env) cpuSeconds() float64 {
+	if e.dispatch == nil || e.dispatch.Process == nil {
+		return -1
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", e.dispatch.Process.Pid))
+	if err != nil {
+		return -1
+	}
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
+	if len(f) < 13 {
+		return -1
+	}
+	utime, _ := strconv.ParseFloat(f[11], 64)
+	stime, _ := strconv.ParseFloat(f[12], 64)
+	const hz = 100 // USER_HZ on Linux
+	return (utime + stime) / hz
+}
+
+// dispatcherCPU is the dispatcher's CPU time since it started.
+func (e *env) dispatcherCPU() string {
+	if s := e.cpuSeconds(); s >= 0 {
+		return fmt.Sprintf("%.1f s since its start", s)
+	}
+	return "n/a"
+}
+
+func verdict(ok bool) string {
+	if ok {
+		return "met"
+	}
+	return "missed"
+}

@@ -1,0 +1,114 @@
+package pipeline_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	dispatchv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/dispatch/v1"
+	registryv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1"
+	"github.com/cronmesh/cronmesh/services/dispatcher/internal/deliver"
+	"github.com/cronmesh/cronmesh/services/dispatcher/internal/pipeline"
+	"github.com/cronmesh/cronmesh/services/dispatcher/internal/store"
+)
+
+// TestRedeliveryOfCompletedAttempt: the trigger's relay may publish a
+// request twice (it crashed between the confirm and deleting its outbox
+// row). A second copy of an attempt that succeeded, of one whose retry is
+// scheduled, or of one that went dead is acknowledged without reaching the
+// target, and emits no event; the scheduled retry itself is delivered.
+func TestRedeliveryOfCompletedAttempt(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.startDrainer()
+	f := &fake{fn: func(_ context.Context, req *dispatchv1.DispatchRequest) deliver.Outcome {
+		switch req.JobDisplayName {
+		case "flaky": // fails once, then succeeds
+			if req.Attempt == 1 {
+				return deliver.Outcome{Result: deliver.Retryable, StatusCode: 503, Reason: "HTTP 503"}
+			}
+		case "gone":
+			return deliver.Outcome{Result: deliver.Permanent, StatusCode: 410, Reason: "HTTP 410"}
+		}
+		return deliver.Outcome{Result: deliver.Succeeded, StatusCode: 200}
+	}}
+	r := e.start(f)
+	named := func(name string) *dispatchv1.DispatchRequest {
+		return request(registryv1.Priority_PRIORITY_NORMAL, func(r *dispatchv1.DispatchRequest) {
+			r.JobDisplayName = name
+			// The retry waits long enough for the duplicate of attempt 1 to
+			// arrive first.
+			r.RetryPolicy.InitialBackoff = nil
+		})
+	}
+	ok, flaky, gone := named("ok"), named("flaky"), named("gone")
+	e.dispatch(nil, ok, flaky, gone)
+	e.waitFor(ok.ExecutionId, succeeded, 1)
+	e.waitFor(flaky.ExecutionId, failed, 1)
+	e.waitFor(gone.ExecutionId, dead, 1)
+
+	// Recorded before acknowledged; the test sees the events a little
+	// earlier.
+	require.Eventually(t, func() bool {
+		got, err := e.store.Completed(t.Context(), []store.AttemptRef{
+			{ExecutionID: ok.ExecutionId, Attempt: 1}, {ExecutionID: flaky.ExecutionId, Attempt: 1}, {ExecutionID: gone.ExecutionId, Attempt: 1},
+		})
+		require.NoError(t, err)
+		return got[0] && got[1] && got[2]
+	}, 30*time.Second, 5*time.Millisecond)
+	// The relay's second copies.
+	e.dispatch(nil, ok, flaky, gone)
+	require.Eventually(t, func() bool { return metric(t, r.reg, "duplicates_skipped_total") == 3 }, 30*time.Second, 5*time.Millisecond)
+	e.waitFor(flaky.ExecutionId, succeeded, 2)
+
+	require.Len(t, f.of(ok.ExecutionId), 1)
+	require.Len(t, f.of(gone.ExecutionId), 1)
+	require.Len(t, f.of(flaky.ExecutionId), 2, "attempt 1 once, its retry once")
+	require.Equal(t, map[string]int{"started/1": 1, "succeeded/1": 1}, e.events.kinds(ok.ExecutionId))
+	require.Equal(t, map[string]int{"started/1": 1, "failed/1": 1, "started/2": 1, "succeeded/2": 1}, e.events.kinds(flaky.ExecutionId))
+
+	// A stray copy of the finished execution's retry is not delivered either.
+	require.Eventually(t, func() bool {
+		got, err := e.store.Completed(t.Context(), []store.AttemptRef{{ExecutionID: flaky.ExecutionId, Attempt: 2}})
+		require.NoError(t, err)
+		return got[0]
+	}, 30*time.Second, 5*time.Millisecond)
+	stray := named("flaky")
+	stray.ExecutionId, stray.JobId, stray.Attempt = flaky.ExecutionId, flaky.JobId, 2
+	e.dispatch(nil, stray)
+	require.Eventually(t, func() bool { return metric(t, r.reg, "duplicates_skipped_total") == 4 }, 30*time.Second, 5*time.Millisecond)
+	require.Len(t, f.of(flaky.ExecutionId), 2)
+	r.stop(t)
+	require.Zero(t, e.queueDepth(e.dispatchQueue("normal")))
+}
+
+// TestRedeliveryOfUnfinishedAttempt: a dispatcher that stops in the middle
+// of a delivery has not completed the attempt; the redelivered message is
+// delivered by the next dispatcher, with the same execution id (the
+// webhook-id), however the dedupe stands.
+func TestRedeliveryOfUnfinishedAttempt(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	inside := make(chan struct{})
+	blocking := &fake{fn: func(ctx context.Context, _ *dispatchv1.DispatchRequest) deliver.Outcome {
+		close(inside)
+		<-ctx.Done()
+		return deliver.Outcome{Result: deliver.Retryable, Reason: ctx.Err().Error()}
+	}}
+	first := e.start(blocking, func(o *pipeline.Options) { o.DrainTimeout = 10 * time.Millisecond })
+	req := request(registryv1.Priority_PRIORITY_HIGH)
+	e.dispatch(nil, req)
+	<-inside
+	first.stop(t)
+
+	next := &fake{}
+	second := e.start(next)
+	e.waitFor(req.ExecutionId, succeeded, 1)
+	calls := next.of(req.ExecutionId)
+	require.Len(t, calls, 1)
+	require.Equal(t, req.ExecutionId, calls[0].req.ExecutionId)
+	require.EqualValues(t, 1, calls[0].req.Attempt)
+	require.Zero(t, metric(t, second.reg, "duplicates_skipped_total"))
+}
