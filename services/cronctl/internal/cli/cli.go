@@ -134,7 +134,17 @@ func Run(ctx context.Context, args []string, env Env) int {
 
 func run(ctx context.Context, args []string, env *Env, keys *[]string) error {
 	node, path := tree(), []string{"cronctl"}
+	// Global flags may stand before the command ("cronctl --config f jobs
+	// list"); they are all string flags, so each takes the next argument
+	// unless written as --flag=value.
+	var leading []string
 	for node.setup == nil {
+		for len(args) > 0 && strings.HasPrefix(args[0], "-") && args[0] != "-h" && args[0] != "--help" {
+			leading, args = append(leading, args[0]), args[1:]
+			if !strings.Contains(leading[len(leading)-1], "=") && len(args) > 0 {
+				leading, args = append(leading, args[0]), args[1:]
+			}
+		}
 		if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
 			printGroup(env.Stdout, node, path)
 			if len(args) == 0 && len(path) > 1 {
@@ -164,7 +174,7 @@ func run(ctx context.Context, args []string, env *Env, keys *[]string) error {
 		fmt.Fprintf(fs.Output(), "usage: %s [flags] %s\n\n%s\n\nflags:\n", strings.Join(path, " "), node.args, node.summary)
 		fs.PrintDefaults()
 	}
-	positional, err := parseInterleaved(fs, args)
+	positional, err := parseInterleaved(fs, append(leading, args...))
 	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return err
