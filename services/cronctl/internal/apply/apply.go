@@ -205,8 +205,13 @@ func pruned(have, shape proto.Message) proto.Message {
 func prune(m, shape protoreflect.Message) {
 	m.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
 		switch {
-		case !shape.Has(fd) && fd.ContainingMessage().FullName() != "cronmesh.registry.v1.Job":
-			m.Clear(fd)
+		case fd.ContainingMessage().FullName() == "cronmesh.registry.v1.Job":
+		case !shape.Has(fd):
+			// A oneof member the file replaces by another (cron by
+			// interval) stays, so the diff shows what goes away.
+			if o := fd.ContainingOneof(); o == nil || shape.WhichOneof(o) == nil {
+				m.Clear(fd)
+			}
 		case isPlainMessage(fd) && shape.Has(fd):
 			prune(v.Message(), shape.Get(fd).Message())
 		}
