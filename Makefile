@@ -57,8 +57,9 @@ lint: tools ## buf lint and format check, go vet on every module, TypeScript typ
 	cd gen/ts && npx --no-install tsc -p tsconfig.json --noEmit
 
 .PHONY: build
-build: ## Build the service binaries into bin/.
+build: ## Build the service binaries and the cronctl CLI into bin/.
 	for svc in $(SERVICES); do go build -o $(BIN)/$$svc ./services/$$svc/cmd/$$svc; done
+	go build -o $(BIN)/cronctl ./services/cronctl/cmd/cronctl
 	go build -o $(BIN)/devetcd ./services/devstack/cmd/devetcd
 
 .PHONY: test
