@@ -10,7 +10,7 @@ TOOLS_STAMP := $(BIN)/.tools-$(shell sha256sum tools/go.sum | cut -c1-12)
 NODE_STAMP  := gen/ts/node_modules/.stamp
 BUF        := $(BIN)/buf
 GO_MODULES  = $(shell go list -m -f '{{.Dir}}')
-SERVICES   := registry trigger dispatcher
+SERVICES   := registry trigger dispatcher alerting
 # How long `make test` fuzzes the schedule parser.
 FUZZTIME   ?= 10s
 
