@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/cronmesh/cronmesh/gen/go/cronmesh/alerting/v1/alertingv1connect"
 	"github.com/cronmesh/cronmesh/libs/apikey"
@@ -24,14 +25,20 @@ import (
 	"github.com/cronmesh/cronmesh/libs/server"
 	"github.com/cronmesh/cronmesh/libs/telemetry"
 	"github.com/cronmesh/cronmesh/services/alerting/internal/api"
+	"github.com/cronmesh/cronmesh/services/alerting/internal/consume"
+	"github.com/cronmesh/cronmesh/services/alerting/internal/evaluate"
 	"github.com/cronmesh/cronmesh/services/alerting/internal/notify"
 	"github.com/cronmesh/cronmesh/services/alerting/internal/store"
 )
 
 // Defaults of the alerting service.
 const (
-	DefaultListen = "127.0.0.1:8085"
-	DefaultSchema = "alerting"
+	DefaultListen             = "127.0.0.1:8085"
+	DefaultSchema             = "alerting"
+	DefaultExecutionsExchange = "cronmesh.executions"
+	DefaultExecutionsQueue    = "cronmesh.alerting.executions"
+	DefaultJobsExchange       = "cronmesh.jobs"
+	DefaultJobsQueue          = "cronmesh.alerting.jobs"
 )
 
 // Config is everything the alerting service is told at start.
@@ -43,6 +50,23 @@ type Config struct {
 	Schema string
 	// SendTimeout bounds one delivery attempt of a notification.
 	SendTimeout time.Duration
+	// ExecutionsExchange and ExecutionsQueue: the lifecycle events and
+	// alerting's own durable queue bound to every one ("execution.#").
+	ExecutionsExchange, ExecutionsQueue string
+	// JobsExchange and JobsQueue: the registry's job events and alerting's
+	// own durable queue bound to "job.#".
+	JobsExchange, JobsQueue string
+	// Workers is how many execution event messages are evaluated
+	// concurrently.
+	Workers int
+	// Prefetch is the AMQP prefetch of each worker.
+	Prefetch int
+	// NotifyPoll, NotifyBackoff and NotifyMaxBackoff pace the notification
+	// sender: how often it looks for due notifications, and the backoff of
+	// a channel that fails.
+	NotifyPoll, NotifyBackoff, NotifyMaxBackoff time.Duration
+	// RuleRefresh bounds how stale the evaluator's rules may be.
+	RuleRefresh time.Duration
 	// Clock is the time source of the loops (tests drive it). Not a flag:
 	// nil means the real clock.
 	Clock clock.Clock
@@ -54,6 +78,16 @@ func (c *Config) Register(fs *flag.FlagSet) {
 	fs.Var(&c.APIKeys, "api-keys", "comma-separated API keys, each namespace=key or namespace=sha256:<hex digest of the key>")
 	fs.StringVar(&c.Schema, "schema", DefaultSchema, "PostgreSQL schema of the alerting tables")
 	fs.DurationVar(&c.SendTimeout, "send-timeout", notify.DefaultTimeout, "bound on one notification delivery attempt (webhook request or SMTP session)")
+	fs.StringVar(&c.ExecutionsExchange, "executions-exchange", DefaultExecutionsExchange, "RabbitMQ topic exchange of execution lifecycle events")
+	fs.StringVar(&c.ExecutionsQueue, "executions-queue", DefaultExecutionsQueue, "alerting's durable queue of execution events")
+	fs.StringVar(&c.JobsExchange, "jobs-exchange", DefaultJobsExchange, "RabbitMQ topic exchange of the registry's job events")
+	fs.StringVar(&c.JobsQueue, "jobs-queue", DefaultJobsQueue, "alerting's durable queue of job events")
+	fs.IntVar(&c.Workers, "workers", 2, "execution event messages evaluated concurrently")
+	fs.IntVar(&c.Prefetch, "prefetch", 8, "AMQP prefetch per worker")
+	fs.DurationVar(&c.NotifyPoll, "notify-poll", notify.DefaultPoll, "how often the sender looks for due notifications")
+	fs.DurationVar(&c.NotifyBackoff, "notify-backoff", notify.DefaultBackoff, "wait after a notification's first failed attempt (doubles per attempt)")
+	fs.DurationVar(&c.NotifyMaxBackoff, "notify-max-backoff", notify.DefaultMaxBackoff, "longest wait between attempts of a notification")
+	fs.DurationVar(&c.RuleRefresh, "rule-refresh", evaluate.DefaultRefresh, "how stale the evaluator's copy of the rules may get (changes through this replica apply at once)")
 }
 
 func (c Config) schema() string { return cmp.Or(c.Schema, DefaultSchema) }
@@ -94,6 +128,9 @@ type App struct {
 	server    *server.Server
 	pool      *pgxpool.Pool
 	store     *store.Store
+	evaluator *evaluate.Evaluator
+	notifier  *notify.Loop
+	consumers []*consume.Consumer
 	closeOnce sync.Once
 }
 
@@ -134,6 +171,32 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger) (_ *App, err erro
 	}
 	a.store = store.New(store.Options{Pool: a.pool, Now: cfg.Clock.Now})
 	sender := notify.NewSender(notify.SenderOptions{Timeout: cfg.SendTimeout, Clock: cfg.Clock})
+	metrics := prometheus.WrapRegistererWith(prometheus.Labels{"service": "alerting"}, a.telemetry.Metrics)
+	a.notifier, err = notify.NewLoop(notify.LoopOptions{
+		Store: a.store, Sender: sender, Clock: cfg.Clock, Poll: cfg.NotifyPoll,
+		Backoff: cfg.NotifyBackoff, MaxBackoff: cfg.NotifyMaxBackoff, Metrics: metrics,
+		Logger: logger.With(slog.String("component", "notify")),
+	})
+	if err != nil {
+		return nil, err
+	}
+	a.evaluator, err = evaluate.New(evaluate.Options{
+		Store: a.store, Clock: cfg.Clock, Refresh: cfg.RuleRefresh, Queued: a.notifier.Notify, Metrics: metrics,
+		Logger: logger.With(slog.String("component", "evaluate")),
+	})
+	if err != nil {
+		return nil, err
+	}
+	executions, err := consume.New(consume.Options{
+		Name: "executions", Handler: a.evaluator.Handle, AMQPURL: cfg.AMQPURL,
+		Exchange: cmp.Or(cfg.ExecutionsExchange, DefaultExecutionsExchange), Queue: cmp.Or(cfg.ExecutionsQueue, DefaultExecutionsQueue),
+		BindingKey: "execution.#", Workers: cfg.Workers, Prefetch: cfg.Prefetch,
+		TracerProvider: a.telemetry.TracerProvider, Propagator: a.telemetry.Propagator, Logger: logger, Clock: cfg.Clock,
+	})
+	if err != nil {
+		return nil, err
+	}
+	a.consumers = append(a.consumers, executions)
 
 	a.server, err = server.New(server.Options{
 		Name: "alerting", Listen: cfg.Listen, Logger: logger, Telemetry: a.telemetry, ShutdownTimeout: cfg.ShutdownTimeout, Profiling: cfg.Pprof,
@@ -142,7 +205,7 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger) (_ *App, err erro
 		return nil, err
 	}
 	a.server.UseMiddleware(keys.Middleware().Wrap)
-	path, handler := alertingv1connect.NewAlertServiceHandler(api.NewHandler(a.store, sender, nil, logger), a.server.HandlerOptions()...)
+	path, handler := alertingv1connect.NewAlertServiceHandler(api.NewHandler(a.store, sender, a.evaluator.Invalidate, logger), a.server.HandlerOptions()...)
 	a.server.Handle(alertingv1connect.AlertServiceName, path, handler)
 	return a, nil
 }
@@ -153,13 +216,54 @@ func (a *App) Server() *server.Server { return a.server }
 // Pool is the App's database pool.
 func (a *App) Pool() *pgxpool.Pool { return a.pool }
 
-// Run serves until ctx is done, then shuts down.
+// Run consumes, evaluates, sends and serves until ctx is done, then shuts
+// down in order: the server drains in-flight calls, the consumers finish
+// the messages under way (unacknowledged ones return to the queue), the
+// sender finishes its attempts, then spans are flushed. The health check
+// reports SERVING once every consumer is subscribed.
 func (a *App) Run(ctx context.Context) error {
-	a.server.SetServing(true)
+	bg := context.WithoutCancel(ctx)
+	for _, c := range a.consumers {
+		if err := c.Start(bg); err != nil {
+			return err
+		}
+	}
+	if err := a.notifier.Start(bg); err != nil {
+		return err
+	}
+	go func() {
+		for _, c := range a.consumers {
+			select {
+			case <-c.Ready():
+			case <-ctx.Done():
+				return
+			}
+		}
+		a.server.SetServing(true)
+	}()
 	serveErr := a.server.Run(ctx)
-	a.close(context.WithoutCancel(ctx))
+	for _, c := range a.consumers {
+		c.Stop()
+	}
+	a.notifier.Stop()
+	a.close(bg)
 	return serveErr
 }
+
+// Ready is closed once every consumer is subscribed.
+func (a *App) Ready() <-chan struct{} {
+	ch := make(chan struct{})
+	go func() {
+		for _, c := range a.consumers {
+			<-c.Ready()
+		}
+		close(ch)
+	}()
+	return ch
+}
+
+// Store is the App's store.
+func (a *App) Store() *store.Store { return a.store }
 
 func (a *App) close(ctx context.Context) {
 	a.closeOnce.Do(func() {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"strings"
 	"io"
 	"log/slog"
 	"net/http"
@@ -16,9 +18,14 @@ import (
 	"connectrpc.com/connect"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	amqp091 "github.com/rabbitmq/amqp091-go"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	alertingv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/alerting/v1"
+	dispatchv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/dispatch/v1"
+	eventsv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/events/v1"
 	"github.com/cronmesh/cronmesh/gen/go/cronmesh/alerting/v1/alertingv1connect"
 	"github.com/cronmesh/cronmesh/libs/amqptest"
 	"github.com/cronmesh/cronmesh/libs/clock"
@@ -26,7 +33,7 @@ import (
 	"github.com/cronmesh/cronmesh/libs/pgtest"
 	"github.com/cronmesh/cronmesh/libs/webhooksign"
 	"github.com/cronmesh/cronmesh/services/alerting/internal/app"
-	"github.com/cronmesh/cronmesh/services/alerting/internal/notify"
+	"github.com/cronmesh/cronmesh/services/alerting/internal/payload"
 )
 
 const (
@@ -49,6 +56,11 @@ type option func(*app.Config)
 func startAlerting(t *testing.T, opts ...option) *alerting {
 	t.Helper()
 	_, schema := pgtest.New(t)
+	execExchange := amqptest.UniqueName(t, "cronmesh.executions")
+	jobsExchange := amqptest.UniqueName(t, "cronmesh.jobs")
+	execQueue := amqptest.UniqueName(t, "alerting.executions")
+	jobsQueue := amqptest.UniqueName(t, "alerting.jobs")
+	t.Cleanup(func() { deleteTopology(t, []string{execQueue, jobsQueue}, []string{execExchange, jobsExchange}) })
 	cfg := app.Config{
 		Common: config.Common{
 			Listen:          "127.0.0.1:0",
@@ -60,6 +72,18 @@ func startAlerting(t *testing.T, opts ...option) *alerting {
 		APIKeys:     config.StringList{"alpha=" + keyAlpha, "beta=" + keyBeta},
 		Schema:      schema,
 		SendTimeout: 5 * time.Second,
+		// One worker: messages are evaluated in publish order, so a test
+		// knows everything before a marker event has been evaluated.
+		Workers:            1,
+		ExecutionsExchange: execExchange,
+		ExecutionsQueue:    execQueue,
+		JobsExchange:       jobsExchange,
+		JobsQueue:          jobsQueue,
+		// Retries of a channel that is down come quickly (not schedule
+		// time: the watchdog's tests drive a fake clock instead).
+		NotifyPoll:       50 * time.Millisecond,
+		NotifyBackoff:    50 * time.Millisecond,
+		NotifyMaxBackoff: 200 * time.Millisecond,
 	}
 	for _, o := range opts {
 		o(&cfg)
@@ -74,6 +98,11 @@ func startAlerting(t *testing.T, opts ...option) *alerting {
 	case <-a.Server().Ready():
 	case err := <-done:
 		t.Fatalf("alerting stopped before serving: %v", err)
+	}
+	select {
+	case <-a.Ready():
+	case <-time.After(30 * time.Second):
+		t.Fatal("alerting did not subscribe to its queues")
 	}
 	t.Cleanup(func() {
 		cancel()
@@ -152,7 +181,7 @@ type receiver struct {
 
 type received struct {
 	ID      string
-	Payload notify.Payload
+	Payload payload.Payload
 }
 
 func startReceiver(t *testing.T) *receiver {
@@ -175,7 +204,7 @@ func startReceiver(t *testing.T) *receiver {
 			http.Error(w, err.Error(), http.StatusUnauthorized)
 			return
 		}
-		var p notify.Payload
+		var p payload.Payload
 		if err := json.Unmarshal(body, &p); err != nil {
 			t.Errorf("webhook payload: %v", err)
 		}
@@ -228,3 +257,83 @@ func missedRule(tolerance time.Duration, channels ...string) *alertingv1.Rule {
 
 // fakeClock returns an option that drives the service with a fake clock.
 func fakeClock(c *clock.Fake) option { return func(cfg *app.Config) { cfg.Clock = c } }
+
+// deleteTopology removes a test's queues and exchanges.
+func deleteTopology(t *testing.T, queues, exchanges []string) {
+	ch := amqptest.Channel(t)
+	for _, q := range queues {
+		if _, err := ch.QueueDelete(q, false, false, false); err != nil {
+			t.Logf("delete queue %s: %v", q, err)
+			return
+		}
+	}
+	for _, x := range exchanges {
+		if err := ch.ExchangeDelete(x, false, false); err != nil {
+			t.Logf("delete exchange %s: %v", x, err)
+			return
+		}
+	}
+}
+
+// publishExecutions publishes one ExecutionEventBatch message, routed by
+// its first event's kind as the dispatcher does.
+func (a *alerting) publishExecutions(t *testing.T, events ...*eventsv1.ExecutionEvent) {
+	t.Helper()
+	body, err := proto.Marshal(&eventsv1.ExecutionEventBatch{Events: events})
+	require.NoError(t, err)
+	key := "execution." + strings.ToLower(strings.TrimPrefix(events[0].Kind.String(), "EXECUTION_EVENT_KIND_"))
+	ch := amqptest.Channel(t)
+	require.NoError(t, ch.Confirm(false))
+	confirm, err := ch.PublishWithDeferredConfirmWithContext(context.Background(), a.cfg.ExecutionsExchange, key, true, false,
+		amqp091.Publishing{ContentType: "application/x-protobuf", Body: body, DeliveryMode: amqp091.Persistent})
+	require.NoError(t, err)
+	ok, err := confirm.WaitContext(context.Background())
+	require.NoError(t, err)
+	require.True(t, ok, "the broker refused the message")
+	require.NoError(t, ch.Close())
+}
+
+// exec builds an execution event of a job of namespace alpha.
+func exec(job string, labels map[string]string, n int, kind eventsv1.ExecutionEventKind, nominal time.Time) *eventsv1.ExecutionEvent {
+	ev := &eventsv1.ExecutionEvent{
+		EventId:        fmt.Sprintf("ev-%s-%d-%d", job, n, kind),
+		Kind:           kind,
+		ExecutionId:    fmt.Sprintf("exe-%s-%d", job, n),
+		JobId:          job,
+		Namespace:      "alpha",
+		Attempt:        1,
+		NominalTime:    timestamppb.New(nominal),
+		OccurTime:      timestamppb.New(nominal.Add(time.Second)),
+		FireTime:       timestamppb.New(nominal),
+		TriggerKind:    dispatchv1.TriggerKind_TRIGGER_KIND_SCHEDULED,
+		JobDisplayName: "nightly " + job,
+		JobLabels:      labels,
+	}
+	if kind == eventsv1.ExecutionEventKind_EXECUTION_EVENT_KIND_FAILED {
+		ev.Reason = "HTTP 500"
+	}
+	return ev
+}
+
+// waitEvaluated waits until the execution event recorded for (execution,
+// kind) is in the table: with one worker, every message published before
+// it has been evaluated too.
+func (a *alerting) waitEvaluated(t *testing.T, ev *eventsv1.ExecutionEvent) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		var n int
+		err := a.app.Pool().QueryRow(context.Background(), `SELECT count(*) FROM execution_events WHERE execution_id = $1 AND kind = $2`,
+			ev.ExecutionId, int16(ev.Kind)).Scan(&n)
+		return err == nil && n == 1
+	}, 15*time.Second, 10*time.Millisecond, "event %s not evaluated", ev.EventId)
+}
+
+// incidents lists the namespace's incidents of a job.
+func (a *alerting) incidents(t *testing.T, job string) []*alertingv1.Incident {
+	t.Helper()
+	resp, err := a.client(keyAlpha).ListIncidents(context.Background(), connect.NewRequest(&alertingv1.ListIncidentsRequest{JobId: job}))
+	require.NoError(t, err)
+	return resp.Msg.Incidents
+}
+
+func timestampAt(t time.Time) *timestamppb.Timestamp { return timestamppb.New(t) }
