@@ -72,4 +72,3 @@ func (p *Payload) Text() string {
 func KindName(k alertingv1.IncidentKind) string {
 	return strings.ToLower(strings.TrimPrefix(k.String(), "INCIDENT_KIND_"))
 }
-
