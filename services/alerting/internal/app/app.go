@@ -29,6 +29,7 @@ import (
 	"github.com/cronmesh/cronmesh/services/alerting/internal/evaluate"
 	"github.com/cronmesh/cronmesh/services/alerting/internal/notify"
 	"github.com/cronmesh/cronmesh/services/alerting/internal/store"
+	"github.com/cronmesh/cronmesh/services/alerting/internal/watchdog"
 )
 
 // Defaults of the alerting service.
@@ -67,6 +68,8 @@ type Config struct {
 	NotifyPoll, NotifyBackoff, NotifyMaxBackoff time.Duration
 	// RuleRefresh bounds how stale the evaluator's rules may be.
 	RuleRefresh time.Duration
+	// WatchdogInterval is how often the watchdog looks for overdue slots.
+	WatchdogInterval time.Duration
 	// Clock is the time source of the loops (tests drive it). Not a flag:
 	// nil means the real clock.
 	Clock clock.Clock
@@ -87,6 +90,7 @@ func (c *Config) Register(fs *flag.FlagSet) {
 	fs.DurationVar(&c.NotifyPoll, "notify-poll", notify.DefaultPoll, "how often the sender looks for due notifications")
 	fs.DurationVar(&c.NotifyBackoff, "notify-backoff", notify.DefaultBackoff, "wait after a notification's first failed attempt (doubles per attempt)")
 	fs.DurationVar(&c.NotifyMaxBackoff, "notify-max-backoff", notify.DefaultMaxBackoff, "longest wait between attempts of a notification")
+	fs.DurationVar(&c.WatchdogInterval, "watchdog-interval", watchdog.DefaultInterval, "how often the missed-schedule watchdog looks for overdue slots")
 	fs.DurationVar(&c.RuleRefresh, "rule-refresh", evaluate.DefaultRefresh, "how stale the evaluator's copy of the rules may get (changes through this replica apply at once)")
 }
 
@@ -130,6 +134,7 @@ type App struct {
 	store     *store.Store
 	evaluator *evaluate.Evaluator
 	notifier  *notify.Loop
+	watchdog  *watchdog.Watchdog
 	consumers []*consume.Consumer
 	closeOnce sync.Once
 }
@@ -196,7 +201,23 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger) (_ *App, err erro
 	if err != nil {
 		return nil, err
 	}
-	a.consumers = append(a.consumers, executions)
+	a.watchdog, err = watchdog.New(watchdog.Options{
+		Store: a.store, Rules: a.evaluator.Rules, Clock: cfg.Clock, Interval: cfg.WatchdogInterval,
+		Queued: a.notifier.Notify, Metrics: metrics, Logger: logger.With(slog.String("component", "watchdog")),
+	})
+	if err != nil {
+		return nil, err
+	}
+	jobs, err := consume.New(consume.Options{
+		Name: "jobs", Handler: a.watchdog.HandleJobEvent, AMQPURL: cfg.AMQPURL,
+		Exchange: cmp.Or(cfg.JobsExchange, DefaultJobsExchange), Queue: cmp.Or(cfg.JobsQueue, DefaultJobsQueue),
+		BindingKey: "job.#", Workers: 1, Prefetch: cfg.Prefetch,
+		TracerProvider: a.telemetry.TracerProvider, Propagator: a.telemetry.Propagator, Logger: logger, Clock: cfg.Clock,
+	})
+	if err != nil {
+		return nil, err
+	}
+	a.consumers = append(a.consumers, executions, jobs)
 
 	a.server, err = server.New(server.Options{
 		Name: "alerting", Listen: cfg.Listen, Logger: logger, Telemetry: a.telemetry, ShutdownTimeout: cfg.ShutdownTimeout, Profiling: cfg.Pprof,
@@ -231,6 +252,9 @@ func (a *App) Run(ctx context.Context) error {
 	if err := a.notifier.Start(bg); err != nil {
 		return err
 	}
+	if err := a.watchdog.Start(bg); err != nil {
+		return err
+	}
 	go func() {
 		for _, c := range a.consumers {
 			select {
@@ -245,6 +269,7 @@ func (a *App) Run(ctx context.Context) error {
 	for _, c := range a.consumers {
 		c.Stop()
 	}
+	a.watchdog.Stop()
 	a.notifier.Stop()
 	a.close(bg)
 	return serveErr

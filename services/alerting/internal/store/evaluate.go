@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -66,11 +67,15 @@ func classify(ev *eventsv1.ExecutionEvent) outcome {
 	return outcomeNone
 }
 
-// scheduled reports slots of the schedule (not manual runs or backfills,
-// whose lateness says nothing about the trigger).
+// scheduled reports slots of the schedule, fired on time or caught up
+// late (not manual runs or backfills, whose timing says nothing about the
+// trigger).
 func scheduled(ev *eventsv1.ExecutionEvent) bool {
-	k := ev.GetTriggerKind()
-	return k == dispatchv1.TriggerKind_TRIGGER_KIND_SCHEDULED || k == dispatchv1.TriggerKind_TRIGGER_KIND_UNSPECIFIED
+	switch ev.GetTriggerKind() {
+	case dispatchv1.TriggerKind_TRIGGER_KIND_SCHEDULED, dispatchv1.TriggerKind_TRIGGER_KIND_CATCH_UP, dispatchv1.TriggerKind_TRIGGER_KIND_UNSPECIFIED:
+		return true
+	}
+	return false
 }
 
 // lateness is how long after its nominal time a slot fired; 0 when unknown.
@@ -135,10 +140,17 @@ func (s *Store) ApplyExecutions(ctx context.Context, events []*eventsv1.Executio
 		items = append(items, it)
 	}
 	res.Relevant = len(items)
-	if len(items) == 0 {
+	marks := jobMarks(events)
+	if len(items) == 0 && len(marks) == 0 {
 		return res, nil
 	}
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		if err := markJobs(ctx, tx, marks, now); err != nil {
+			return err
+		}
+		if len(items) == 0 {
+			return nil
+		}
 		var err error
 		items, err = dedupe(ctx, tx, items, now, &res)
 		if err != nil {
@@ -147,6 +159,86 @@ func (s *Store) ApplyExecutions(ctx context.Context, events []*eventsv1.Executio
 		return s.evaluate(ctx, tx, items, now, &res)
 	})
 	return res, err
+}
+
+// jobMark is what a batch tells about one job: the latest scheduled slot
+// it saw an event for (the watchdog's "seen"), and its latest success.
+type jobMark struct {
+	namespace, name string
+	seen, success   *time.Time
+}
+
+func jobMarks(events []*eventsv1.ExecutionEvent) map[string]*jobMark {
+	marks := map[string]*jobMark{}
+	for _, ev := range events {
+		succeeded := ev.GetKind() == eventsv1.ExecutionEventKind_EXECUTION_EVENT_KIND_SUCCEEDED
+		sched := scheduled(ev)
+		if (!succeeded && !sched) || ev.GetJobId() == "" || !ev.GetNominalTime().IsValid() {
+			continue
+		}
+		m := marks[ev.GetJobId()]
+		if m == nil {
+			m = &jobMark{namespace: ev.GetNamespace(), name: ev.GetJobDisplayName()}
+			marks[ev.GetJobId()] = m
+		}
+		t := ev.GetNominalTime().AsTime()
+		if sched && (m.seen == nil || t.After(*m.seen)) {
+			m.seen = &t
+		}
+		if succeeded && (m.success == nil || t.After(*m.success)) {
+			m.success = &t
+		}
+	}
+	return marks
+}
+
+// markJobs moves the jobs' high-water marks in one statement. A job
+// alerting has not heard of from the registry yet gets a placeholder row
+// (version 0, no schedule) that its first job event fills in.
+func markJobs(ctx context.Context, tx pgx.Tx, marks map[string]*jobMark, now time.Time) error {
+	if len(marks) == 0 {
+		return nil
+	}
+	n := len(marks)
+	ids, namespaces, names := make([]string, 0, n), make([]string, 0, n), make([]string, 0, n)
+	seen, success := make([]*time.Time, 0, n), make([]*time.Time, 0, n)
+	for id, m := range marks {
+		ids, namespaces, names = append(ids, id), append(namespaces, m.namespace), append(names, m.name)
+		seen, success = append(seen, m.seen), append(success, m.success)
+	}
+	// Sorted ids keep concurrent batches from deadlocking on row locks.
+	order := make([]int, n)
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortFunc(order, func(a, b int) int { return strings.Compare(ids[a], ids[b]) })
+	permute := func(v []string) []string {
+		out := make([]string, n)
+		for i, o := range order {
+			out[i] = v[o]
+		}
+		return out
+	}
+	permuteT := func(v []*time.Time) []*time.Time {
+		out := make([]*time.Time, n)
+		for i, o := range order {
+			out[i] = v[o]
+		}
+		return out
+	}
+	_, err := tx.Exec(ctx, `
+		INSERT INTO jobs AS j (id, namespace, display_name, version, create_time, seen_through, last_success_nominal, last_success_time)
+		SELECT m.id, m.ns, m.name, 0, $6, m.seen, m.success, CASE WHEN m.success IS NOT NULL THEN $6::timestamptz END
+		FROM unnest($1::text[], $2::text[], $3::text[], $4::timestamptz[], $5::timestamptz[]) AS m(id, ns, name, seen, success)
+		ON CONFLICT (id) DO UPDATE SET
+		    seen_through = greatest(j.seen_through, excluded.seen_through),
+		    last_success_nominal = greatest(j.last_success_nominal, excluded.last_success_nominal),
+		    last_success_time = coalesce(excluded.last_success_time, j.last_success_time)`,
+		permute(ids), permute(namespaces), permute(names), permuteT(seen), permuteT(success), now)
+	if err != nil {
+		return fmt.Errorf("mark jobs: %w", err)
+	}
+	return nil
 }
 
 func lateByAny(rs []*rules.Rule, late time.Duration) bool {
@@ -311,32 +403,12 @@ func (s *Store) evaluate(ctx context.Context, tx pgx.Tx, items []item, now time.
 		}
 	}
 	if len(lastSuccess) > 0 {
-		ids := make([]string, 0, len(lastSuccess))
-		namespaces := make([]string, 0, len(lastSuccess))
-		names := make([]string, 0, len(lastSuccess))
-		nominals := make([]time.Time, 0, len(lastSuccess))
 		for job, sc := range lastSuccess {
-			ids = append(ids, job)
-			namespaces = append(namespaces, sc.ev.GetNamespace())
-			names = append(names, sc.ev.GetJobDisplayName())
-			nominals = append(nominals, sc.nominal)
 			for _, r := range ruleList(items, job) {
 				if r.Kind == rules.ConsecutiveFailures || r.Kind == rules.DeadLettered || r.Kind == rules.NoSuccess {
 					resolves = append(resolves, resolveReq{ruleJob{r.ID, job}, sc.nominal, "the job succeeded"})
 				}
 			}
-		}
-		// A job alerting has not heard of from the registry yet gets a
-		// placeholder row (version 0) that its first job event fills in.
-		if _, err := tx.Exec(ctx, `
-			INSERT INTO jobs AS j (id, namespace, display_name, version, create_time, last_success_nominal, last_success_time)
-			SELECT s.id, s.ns, s.name, 0, $5, s.nominal, $5
-			FROM unnest($1::text[], $2::text[], $3::text[], $4::timestamptz[]) AS s(id, ns, name, nominal)
-			ON CONFLICT (id) DO UPDATE SET
-			    last_success_nominal = greatest(j.last_success_nominal, excluded.last_success_nominal),
-			    last_success_time = excluded.last_success_time`,
-			ids, namespaces, names, nominals, now); err != nil {
-			return fmt.Errorf("record successes: %w", err)
 		}
 	}
 	// Failures: count the distinct failed executions after each job's
