@@ -71,6 +71,7 @@ test: tools services lint checkgenerate ## Run every check and test (needs nothi
 .PHONY: bench
 bench: tools services build ## Run the benchmarks (see docs/benchmarks.md).
 	deploy/local/bench.sh
+	deploy/local/bench-alerting.sh
 
 .PHONY: dev
 dev: tools services build ## Run the product locally (prints endpoints and a development API key).
