@@ -47,6 +47,10 @@ wait_ready trigger-2 http://127.0.0.1:8182/readyz
 # Local targets are on loopback, which the SSRF guard refuses by default.
 start dispatcher bin/dispatcher --listen 127.0.0.1:8083 --allow-networks 127.0.0.0/8,::1/128
 wait_ready dispatcher http://127.0.0.1:8083/readyz
+# Alerting needs no SMTP server to start: email channels name their own
+# server when they are created (TestChannel tries one).
+start alerting bin/alerting serve --listen 127.0.0.1:8085
+wait_ready alerting http://127.0.0.1:8085/readyz
 
 cat <<BANNER
 
@@ -55,6 +59,7 @@ cat <<BANNER
   trigger-1   http://127.0.0.1:8082   cronmesh.trigger.v1.TriggerService
   trigger-2   http://127.0.0.1:8182   cronmesh.trigger.v1.TriggerService
   dispatcher  http://127.0.0.1:8083   cronmesh.dispatcher.v1.DispatchService
+  alerting    http://127.0.0.1:8085   cronmesh.alerting.v1.AlertService
   etcd        http://$CRONMESH_ETCD_ENDPOINTS (embedded)
   metrics     /metrics on every service
   API key     $DEV_KEY   (namespace "dev")
