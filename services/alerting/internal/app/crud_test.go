@@ -182,6 +182,16 @@ func TestTestChannel(t *testing.T) {
 	require.False(t, res.Msg.Delivered)
 	require.Contains(t, res.Msg.Error, "503")
 
+	// A receiver that cannot be reached: the error names the host, not the
+	// URL's path, which is often the receiver's secret.
+	gone, err := c.CreateChannel(ctx, connect.NewRequest(&alertingv1.CreateChannelRequest{Channel: webhookChannel("http://127.0.0.1:1/hooks/secret-token-path")}))
+	require.NoError(t, err)
+	res, err = c.TestChannel(ctx, connect.NewRequest(&alertingv1.TestChannelRequest{Id: gone.Msg.Channel.Id}))
+	require.NoError(t, err)
+	require.False(t, res.Msg.Delivered)
+	require.Contains(t, res.Msg.Error, "127.0.0.1:1")
+	require.NotContains(t, res.Msg.Error, "secret-token-path")
+
 	smtp := smtptest.Start(t)
 	email, err := c.CreateChannel(ctx, connect.NewRequest(&alertingv1.CreateChannelRequest{Channel: emailChannel(smtp)}))
 	require.NoError(t, err)

@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	neturl "net/url"
 	"time"
 
 	"github.com/wneessen/go-mail"
@@ -109,7 +110,14 @@ func (s *Sender) webhook(ctx context.Context, url, secret, id string, body []byt
 	req.Header.Set(webhooksign.HeaderWebhookSignature, sig)
 	resp, err := s.client.Do(req)
 	if err != nil {
-		return fmt.Errorf("webhook: %w", err)
+		// *url.Error repeats the whole URL, whose path or query is often
+		// the receiver's secret (many webhook URLs are capability URLs):
+		// keep only the host in what is logged and returned.
+		var uerr *neturl.Error
+		if errors.As(err, &uerr) {
+			err = uerr.Err
+		}
+		return fmt.Errorf("webhook to %s: %w", req.URL.Host, err)
 	}
 	defer resp.Body.Close()
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
