@@ -315,3 +315,29 @@ func (s *Store) NoSuccess(ctx context.Context, set *rules.Set, now time.Time, li
 	}
 	return opened, nil
 }
+
+// Prune deletes, up to limit rows of each, what no longer matters and is
+// older than before: recorded events that only guard against redelivery
+// (missed and late slots), failures no longer counted (at or before the
+// job's latest success), and sent notifications. Failures after a job's
+// latest success are kept however old: they are the running count of a
+// rule that may not have reached its threshold yet (a daily job failing
+// for ten days).
+func (s *Store) Prune(ctx context.Context, before time.Time, limit int) (events, notifications int64, err error) {
+	tag, err := s.pool.Exec(ctx, `
+		DELETE FROM execution_events WHERE ctid IN (
+		    SELECT e.ctid FROM execution_events e LEFT JOIN jobs j ON j.id = e.job_id
+		    WHERE e.seen_time < $1 AND (NOT e.failed OR e.nominal_time <= j.last_success_nominal)
+		    LIMIT $2)`, before, limit)
+	if err != nil {
+		return 0, 0, fmt.Errorf("prune events: %w", err)
+	}
+	events = tag.RowsAffected()
+	tag, err = s.pool.Exec(ctx, `
+		DELETE FROM notifications WHERE id IN (
+		    SELECT id FROM notifications WHERE sent_time < $1 LIMIT $2)`, before, limit)
+	if err != nil {
+		return events, 0, fmt.Errorf("prune notifications: %w", err)
+	}
+	return events, tag.RowsAffected(), nil
+}

@@ -33,6 +33,11 @@ const (
 	// DefaultNoSuccessInterval spaces the no-success sweeps, which scan the
 	// jobs of every such rule.
 	DefaultNoSuccessInterval = 30 * time.Second
+	// DefaultRetention is how long recorded events and sent notifications
+	// are kept (see store.Prune for what is kept longer), and
+	// DefaultPruneInterval how often they are pruned.
+	DefaultRetention     = 7 * 24 * time.Hour
+	DefaultPruneInterval = time.Hour
 )
 
 // Options for New.
@@ -49,6 +54,8 @@ type Options struct {
 	Batch int
 	// NoSuccessInterval spaces the no-success sweeps.
 	NoSuccessInterval time.Duration
+	// Retention and PruneInterval: see DefaultRetention.
+	Retention, PruneInterval time.Duration
 	// Queued is called after a pass that opened incidents.
 	Queued  func()
 	Metrics prometheus.Registerer
@@ -79,6 +86,8 @@ func New(opts Options) (*Watchdog, error) {
 	opts.Interval = cmp.Or(opts.Interval, DefaultInterval)
 	opts.Batch = cmp.Or(opts.Batch, DefaultBatch)
 	opts.NoSuccessInterval = cmp.Or(opts.NoSuccessInterval, DefaultNoSuccessInterval)
+	opts.Retention = cmp.Or(opts.Retention, DefaultRetention)
+	opts.PruneInterval = cmp.Or(opts.PruneInterval, DefaultPruneInterval)
 	if opts.Queued == nil {
 		opts.Queued = func() {}
 	}
@@ -146,7 +155,7 @@ func (w *Watchdog) Stop() {
 }
 
 func (w *Watchdog) run(ctx context.Context) {
-	var lastNoSuccess time.Time
+	var lastNoSuccess, lastPrune time.Time
 	for {
 		full, err := w.Pass(ctx)
 		if err != nil && ctx.Err() == nil {
@@ -157,6 +166,10 @@ func (w *Watchdog) run(ctx context.Context) {
 			if err := w.NoSuccessPass(ctx); err != nil && ctx.Err() == nil {
 				w.logger.Warn("no-success pass failed", slog.Any("error", err))
 			}
+		}
+		if now := w.opts.Clock.Now(); now.Sub(lastPrune) >= w.opts.PruneInterval {
+			lastPrune = now
+			w.prune(ctx, now)
 		}
 		if full {
 			continue
@@ -201,4 +214,20 @@ func (w *Watchdog) NoSuccessPass(ctx context.Context) error {
 		w.opts.Queued()
 	}
 	return err
+}
+
+// prune deletes old records in batches until none are left.
+func (w *Watchdog) prune(ctx context.Context, now time.Time) {
+	for ctx.Err() == nil {
+		events, notes, err := w.opts.Store.Prune(ctx, now.Add(-w.opts.Retention), 10000)
+		if err != nil {
+			if ctx.Err() == nil {
+				w.logger.Warn("pruning failed", slog.Any("error", err))
+			}
+			return
+		}
+		if events < 10000 && notes < 10000 {
+			return
+		}
+	}
 }
