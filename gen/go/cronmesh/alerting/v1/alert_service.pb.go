@@ -479,7 +479,8 @@ func (x *ConsecutiveFailures) GetCount() int32 {
 // MissedSchedule opens when a slot was recorded missed, when a slot fired
 // later than `tolerance` after its nominal time, or when the watchdog sees
 // no execution event for a scheduled slot within `tolerance` (the trigger
-// tier is down or stuck). It resolves when a later slot fires.
+// tier is down or stuck). It resolves when a later slot fires within the
+// tolerance.
 type MissedSchedule struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// 1 s to 24 h.

@@ -164,7 +164,8 @@ export const ConsecutiveFailuresSchema: GenMessage<ConsecutiveFailures> = /*@__P
  * MissedSchedule opens when a slot was recorded missed, when a slot fired
  * later than `tolerance` after its nominal time, or when the watchdog sees
  * no execution event for a scheduled slot within `tolerance` (the trigger
- * tier is down or stuck). It resolves when a later slot fires.
+ * tier is down or stuck). It resolves when a later slot fires within the
+ * tolerance.
  *
  * @generated from message cronmesh.alerting.v1.MissedSchedule
  */
