@@ -55,7 +55,7 @@ type options struct {
 	postgresURL, amqpURL, schema, exchange, queue, apiURL, out string
 	alertingPID                                                int
 	cleanup                                                    bool
-	jobs, rate, batch                                          int
+	jobs, rate, batch, failEvery                               int
 	period, duration, drain                                    time.Duration
 }
 
@@ -75,6 +75,7 @@ func main() {
 	fs.IntVar(&o.jobs, "jobs", 100000, "jobs watched")
 	fs.IntVar(&o.rate, "rate", 10000, "events per second published")
 	fs.IntVar(&o.batch, "batch", 100, "events per message")
+	fs.IntVar(&o.failEvery, "fail-every", 50, "one outcome in this many is a FAILED without retry; 0: none")
 	fs.DurationVar(&o.period, "period", 20*time.Second, "every job's interval")
 	fs.DurationVar(&o.duration, "duration", 60*time.Second, "how long to publish")
 	fs.DurationVar(&o.drain, "drain", 120*time.Second, "how long to wait for the queue to drain after publishing")
@@ -348,7 +349,7 @@ func publish(ctx context.Context, conn *amqp091.Connection, o options, base time
 				}
 			}
 			out := ev(eventsv1.ExecutionEventKind_EXECUTION_EVENT_KIND_SUCCEEDED)
-			if seq%50 == 0 {
+			if o.failEvery > 0 && seq%o.failEvery == 0 {
 				out = ev(eventsv1.ExecutionEventKind_EXECUTION_EVENT_KIND_FAILED)
 				out.Reason = "HTTP 500"
 			}
@@ -628,8 +629,8 @@ func report(o options, d reportData) error {
 	fmt.Fprintf(w, "Run at %s by `%s`.\n\n", d.start.UTC().Format(time.RFC3339), strings.Join(os.Args, " "))
 	fmt.Fprintf(w, "## Machine\n\n| | |\n| --- | --- |\n| CPU | %s, %d logical CPUs |\n| memory | %s |\n| Go | %s |\n| kernel | %s |\n\n",
 		model, cpus, memTotal(), runtime.Version(), readTrim("/proc/sys/kernel/osrelease"))
-	fmt.Fprintf(w, "## Setup\n\n%d jobs loaded into the jobs table in %.1f s, each on a %s interval with anchors spread evenly (%.0f slots due per second), all watched by the watchdog; 3 rules match every job (3 consecutive failures, missed schedule with 30 s tolerance, dead-lettered), notifying a webhook sink in the bench process. Each message holds %d events: the STARTED and the outcome of %d slots (1 outcome in 50 a FAILED without retry, the rest SUCCEEDED), routing key execution.started, published with confirms on one channel.\n\n",
-		o.jobs, d.loadTook.Seconds(), o.period, float64(o.jobs)/o.period.Seconds(), o.batch, o.batch/2)
+	fmt.Fprintf(w, "## Setup\n\n%d jobs loaded into the jobs table in %.1f s, each on a %s interval with anchors spread evenly (%.0f slots due per second), all watched by the watchdog; 3 rules match every job (3 consecutive failures, missed schedule with 30 s tolerance, dead-lettered), notifying a webhook sink in the bench process. Each message holds %d events: the STARTED and the outcome of %d slots (1 outcome in %d a FAILED without retry, 0 meaning none, the rest SUCCEEDED), routing key execution.started, published with confirms on one channel.\n\n",
+		o.jobs, d.loadTook.Seconds(), o.period, float64(o.jobs)/o.period.Seconds(), o.batch, o.batch/2, o.failEvery)
 	fmt.Fprintf(w, "## Result\n\n| measure | value |\n| --- | --- |\n")
 	fmt.Fprintf(w, "| events published | %d in %d messages over %s (%.0f events/s); publisher at most %s behind its schedule; error: %v |\n",
 		d.pub.events, d.pub.messages, o.duration, float64(d.pub.events)/o.duration.Seconds(), d.pub.behind.Round(time.Millisecond), d.pub.err)
