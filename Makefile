@@ -11,7 +11,7 @@ NODE_STAMP  := gen/ts/node_modules/.stamp
 BUF        := $(BIN)/buf
 HELM       := $(BIN)/helm
 GO_MODULES  = $(shell go list -m -f '{{.Dir}}')
-SERVICES   := registry trigger dispatcher history
+SERVICES   := registry trigger dispatcher history alerting
 CHAOS_JOBS ?= 10000
 # How long `make test` fuzzes the schedule parser.
 FUZZTIME   ?= 10s
@@ -83,6 +83,7 @@ bench: tools services build ## Run the benchmarks (see docs/benchmarks.md).
 	deploy/local/bench.sh
 	deploy/local/bench-trigger.sh
 	deploy/local/bench-dispatcher.sh
+	deploy/local/bench-alerting.sh
 
 .PHONY: dev
 dev: tools services build ## Run the product locally (prints endpoints and a development API key).

@@ -49,6 +49,10 @@ start dispatcher bin/dispatcher --listen 127.0.0.1:8083 --allow-networks 127.0.0
 wait_ready dispatcher http://127.0.0.1:8083/readyz
 start history bin/history serve --listen 127.0.0.1:8084
 wait_ready history http://127.0.0.1:8084/readyz
+# Alerting needs no SMTP server to start: email channels name their own
+# server when they are created (TestChannel tries one).
+start alerting bin/alerting serve --listen 127.0.0.1:8085
+wait_ready alerting http://127.0.0.1:8085/readyz
 
 cat <<BANNER
 
@@ -58,6 +62,7 @@ cat <<BANNER
   trigger-2   http://127.0.0.1:8182   cronmesh.trigger.v1.TriggerService
   dispatcher  http://127.0.0.1:8083   cronmesh.dispatcher.v1.DispatchService
   history     http://127.0.0.1:8084   cronmesh.history.v1.HistoryService
+  alerting    http://127.0.0.1:8085   cronmesh.alerting.v1.AlertService
   etcd        http://$CRONMESH_ETCD_ENDPOINTS (embedded)
   metrics     /metrics on every service
   API key     $DEV_KEY   (namespace "dev")

@@ -1,0 +1,304 @@
+// Package app wires the alerting service: configuration, the database, the
+// AlertService API, the event consumers, the evaluator, the watchdog and the
+// notification sender.
+package app
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/cronmesh/cronmesh/gen/go/cronmesh/alerting/v1/alertingv1connect"
+	"github.com/cronmesh/cronmesh/libs/apikey"
+	"github.com/cronmesh/cronmesh/libs/clock"
+	"github.com/cronmesh/cronmesh/libs/config"
+	"github.com/cronmesh/cronmesh/libs/migrate"
+	"github.com/cronmesh/cronmesh/libs/postgres"
+	"github.com/cronmesh/cronmesh/libs/server"
+	"github.com/cronmesh/cronmesh/libs/telemetry"
+	"github.com/cronmesh/cronmesh/services/alerting/internal/api"
+	"github.com/cronmesh/cronmesh/services/alerting/internal/consume"
+	"github.com/cronmesh/cronmesh/services/alerting/internal/evaluate"
+	"github.com/cronmesh/cronmesh/services/alerting/internal/notify"
+	"github.com/cronmesh/cronmesh/services/alerting/internal/store"
+	"github.com/cronmesh/cronmesh/services/alerting/internal/watchdog"
+)
+
+// Defaults of the alerting service.
+const (
+	DefaultListen             = "127.0.0.1:8085"
+	DefaultSchema             = "alerting"
+	DefaultExecutionsExchange = "cronmesh.executions"
+	DefaultExecutionsQueue    = "cronmesh.alerting.executions"
+	DefaultJobsExchange       = "cronmesh.jobs"
+	DefaultJobsQueue          = "cronmesh.alerting.jobs"
+)
+
+// Config is everything the alerting service is told at start.
+type Config struct {
+	config.Common
+	// APIKeys are "namespace=key" or "namespace=sha256:<hex>" entries.
+	APIKeys config.StringList
+	// Schema is the PostgreSQL schema of the alerting tables.
+	Schema string
+	// SendTimeout bounds one delivery attempt of a notification.
+	SendTimeout time.Duration
+	// ExecutionsExchange and ExecutionsQueue: the lifecycle events and
+	// alerting's own durable queue bound to every one ("execution.#").
+	ExecutionsExchange, ExecutionsQueue string
+	// JobsExchange and JobsQueue: the registry's job events and alerting's
+	// own durable queue bound to "job.#".
+	JobsExchange, JobsQueue string
+	// Workers is how many execution event messages are evaluated
+	// concurrently.
+	Workers int
+	// Prefetch is the AMQP prefetch of each worker.
+	Prefetch int
+	// NotifyPoll, NotifyBackoff and NotifyMaxBackoff pace the notification
+	// sender: how often it looks for due notifications, and the backoff of
+	// a channel that fails.
+	NotifyPoll, NotifyBackoff, NotifyMaxBackoff time.Duration
+	// RuleRefresh bounds how stale the evaluator's rules may be.
+	RuleRefresh time.Duration
+	// WatchdogInterval is how often the watchdog looks for overdue slots.
+	WatchdogInterval time.Duration
+	// Clock is the time source of the loops (tests drive it). Not a flag:
+	// nil means the real clock.
+	Clock clock.Clock
+}
+
+// Register adds the alerting flags to fs.
+func (c *Config) Register(fs *flag.FlagSet) {
+	c.Common.Register(fs, DefaultListen)
+	fs.Var(&c.APIKeys, "api-keys", "comma-separated API keys, each namespace=key or namespace=sha256:<hex digest of the key>")
+	fs.StringVar(&c.Schema, "schema", DefaultSchema, "PostgreSQL schema of the alerting tables")
+	fs.DurationVar(&c.SendTimeout, "send-timeout", notify.DefaultTimeout, "bound on one notification delivery attempt (webhook request or SMTP session)")
+	fs.StringVar(&c.ExecutionsExchange, "executions-exchange", DefaultExecutionsExchange, "RabbitMQ topic exchange of execution lifecycle events")
+	fs.StringVar(&c.ExecutionsQueue, "executions-queue", DefaultExecutionsQueue, "alerting's durable queue of execution events")
+	fs.StringVar(&c.JobsExchange, "jobs-exchange", DefaultJobsExchange, "RabbitMQ topic exchange of the registry's job events")
+	fs.StringVar(&c.JobsQueue, "jobs-queue", DefaultJobsQueue, "alerting's durable queue of job events")
+	fs.IntVar(&c.Workers, "workers", 2, "execution event messages evaluated concurrently")
+	fs.IntVar(&c.Prefetch, "prefetch", 8, "AMQP prefetch per worker")
+	fs.DurationVar(&c.NotifyPoll, "notify-poll", notify.DefaultPoll, "how often the sender looks for due notifications")
+	fs.DurationVar(&c.NotifyBackoff, "notify-backoff", notify.DefaultBackoff, "wait after a notification's first failed attempt (doubles per attempt)")
+	fs.DurationVar(&c.NotifyMaxBackoff, "notify-max-backoff", notify.DefaultMaxBackoff, "longest wait between attempts of a notification")
+	fs.DurationVar(&c.WatchdogInterval, "watchdog-interval", watchdog.DefaultInterval, "how often the missed-schedule watchdog looks for overdue slots")
+	fs.DurationVar(&c.RuleRefresh, "rule-refresh", evaluate.DefaultRefresh, "how stale the evaluator's copy of the rules may get (changes through this replica apply at once)")
+}
+
+func (c Config) schema() string { return cmp.Or(c.Schema, DefaultSchema) }
+
+// Migrate creates the database when missing and applies the schema's
+// migrations; it is the `alerting migrate` subcommand and runs at every
+// start.
+func Migrate(ctx context.Context, cfg Config, logger *slog.Logger) error {
+	if err := postgres.EnsureDatabase(ctx, cfg.PostgresURL); err != nil {
+		return err
+	}
+	pool, err := postgres.Connect(ctx, postgres.Options{URL: cfg.PostgresURL, Schema: cfg.schema()})
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	return applyMigrations(ctx, pool, cfg.schema(), logger)
+}
+
+func applyMigrations(ctx context.Context, pool *pgxpool.Pool, schema string, logger *slog.Logger) error {
+	migrations, err := store.Migrations()
+	if err != nil {
+		return err
+	}
+	applied, err := migrate.ApplyAll(ctx, pool, schema, migrations)
+	if err != nil {
+		return fmt.Errorf("migrate schema %s: %w", schema, err)
+	}
+	logger.Info("migrations applied", slog.String("schema", schema), slog.Any("versions", applied))
+	return nil
+}
+
+// App is a running alerting service.
+type App struct {
+	cfg       Config
+	logger    *slog.Logger
+	telemetry *telemetry.Telemetry
+	server    *server.Server
+	pool      *pgxpool.Pool
+	store     *store.Store
+	evaluator *evaluate.Evaluator
+	notifier  *notify.Loop
+	watchdog  *watchdog.Watchdog
+	consumers []*consume.Consumer
+	closeOnce sync.Once
+}
+
+// New connects to PostgreSQL, applies migrations and builds the parts.
+// Nothing serves until Run.
+func New(ctx context.Context, cfg Config, logger *slog.Logger) (_ *App, err error) {
+	keys, err := apikey.Parse(cfg.APIKeys)
+	if err != nil {
+		return nil, err
+	}
+	if keys.Len() == 0 {
+		return nil, errors.New("no API keys configured (--api-keys or CRONMESH_API_KEYS): every call would be refused")
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.Real{}
+	}
+	a := &App{cfg: cfg, logger: logger}
+	defer func() {
+		if err != nil {
+			a.close(context.Background())
+		}
+	}()
+	a.telemetry, err = telemetry.Setup(ctx, telemetry.Options{ServiceName: "alerting", OTLPEndpoint: cfg.OTLPEndpoint, Logger: logger})
+	if err != nil {
+		return nil, err
+	}
+	if err := postgres.EnsureDatabase(ctx, cfg.PostgresURL); err != nil {
+		return nil, err
+	}
+	a.pool, err = postgres.Connect(ctx, postgres.Options{
+		URL: cfg.PostgresURL, Schema: cfg.schema(), TracerProvider: a.telemetry.TracerProvider,
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := applyMigrations(ctx, a.pool, cfg.schema(), logger); err != nil {
+		return nil, err
+	}
+	a.store = store.New(store.Options{Pool: a.pool, Now: cfg.Clock.Now})
+	sender := notify.NewSender(notify.SenderOptions{Timeout: cfg.SendTimeout, Clock: cfg.Clock})
+	metrics := prometheus.WrapRegistererWith(prometheus.Labels{"service": "alerting"}, a.telemetry.Metrics)
+	a.notifier, err = notify.NewLoop(notify.LoopOptions{
+		Store: a.store, Sender: sender, Clock: cfg.Clock, Poll: cfg.NotifyPoll,
+		Backoff: cfg.NotifyBackoff, MaxBackoff: cfg.NotifyMaxBackoff, Metrics: metrics,
+		Logger: logger.With(slog.String("component", "notify")),
+	})
+	if err != nil {
+		return nil, err
+	}
+	a.evaluator, err = evaluate.New(evaluate.Options{
+		Store: a.store, Clock: cfg.Clock, Refresh: cfg.RuleRefresh, Queued: a.notifier.Notify, Metrics: metrics,
+		Logger: logger.With(slog.String("component", "evaluate")),
+	})
+	if err != nil {
+		return nil, err
+	}
+	executions, err := consume.New(consume.Options{
+		Name: "executions", Handler: a.evaluator.Handle, AMQPURL: cfg.AMQPURL,
+		Exchange: cmp.Or(cfg.ExecutionsExchange, DefaultExecutionsExchange), Queue: cmp.Or(cfg.ExecutionsQueue, DefaultExecutionsQueue),
+		BindingKey: "execution.#", Workers: cfg.Workers, Prefetch: cfg.Prefetch,
+		TracerProvider: a.telemetry.TracerProvider, Propagator: a.telemetry.Propagator, Logger: logger, Clock: cfg.Clock,
+	})
+	if err != nil {
+		return nil, err
+	}
+	a.watchdog, err = watchdog.New(watchdog.Options{
+		Store: a.store, Rules: a.evaluator.Rules, Clock: cfg.Clock, Interval: cfg.WatchdogInterval,
+		Queued: a.notifier.Notify, Metrics: metrics, Logger: logger.With(slog.String("component", "watchdog")),
+	})
+	if err != nil {
+		return nil, err
+	}
+	jobs, err := consume.New(consume.Options{
+		Name: "jobs", Handler: a.watchdog.HandleJobEvent, AMQPURL: cfg.AMQPURL,
+		Exchange: cmp.Or(cfg.JobsExchange, DefaultJobsExchange), Queue: cmp.Or(cfg.JobsQueue, DefaultJobsQueue),
+		BindingKey: "job.#", Workers: 1, Prefetch: cfg.Prefetch,
+		TracerProvider: a.telemetry.TracerProvider, Propagator: a.telemetry.Propagator, Logger: logger, Clock: cfg.Clock,
+	})
+	if err != nil {
+		return nil, err
+	}
+	a.consumers = append(a.consumers, executions, jobs)
+
+	a.server, err = server.New(server.Options{
+		Name: "alerting", Listen: cfg.Listen, Logger: logger, Telemetry: a.telemetry, ShutdownTimeout: cfg.ShutdownTimeout, Profiling: cfg.Pprof,
+	})
+	if err != nil {
+		return nil, err
+	}
+	a.server.UseMiddleware(keys.Middleware().Wrap)
+	path, handler := alertingv1connect.NewAlertServiceHandler(api.NewHandler(a.store, sender, a.evaluator.Invalidate, logger), a.server.HandlerOptions()...)
+	a.server.Handle(alertingv1connect.AlertServiceName, path, handler)
+	return a, nil
+}
+
+// Server is the App's server (for its address in tests).
+func (a *App) Server() *server.Server { return a.server }
+
+// Pool is the App's database pool.
+func (a *App) Pool() *pgxpool.Pool { return a.pool }
+
+// Run consumes, evaluates, sends and serves until ctx is done, then shuts
+// down in order: the server drains in-flight calls, the consumers finish
+// the messages under way (unacknowledged ones return to the queue), the
+// sender finishes its attempts, then spans are flushed. The health check
+// reports SERVING once every consumer is subscribed.
+func (a *App) Run(ctx context.Context) error {
+	bg := context.WithoutCancel(ctx)
+	for _, c := range a.consumers {
+		if err := c.Start(bg); err != nil {
+			return err
+		}
+	}
+	if err := a.notifier.Start(bg); err != nil {
+		return err
+	}
+	if err := a.watchdog.Start(bg); err != nil {
+		return err
+	}
+	go func() {
+		for _, c := range a.consumers {
+			select {
+			case <-c.Ready():
+			case <-ctx.Done():
+				return
+			}
+		}
+		a.server.SetServing(true)
+	}()
+	serveErr := a.server.Run(ctx)
+	for _, c := range a.consumers {
+		c.Stop()
+	}
+	a.watchdog.Stop()
+	a.notifier.Stop()
+	a.close(bg)
+	return serveErr
+}
+
+// Ready is closed once every consumer is subscribed.
+func (a *App) Ready() <-chan struct{} {
+	ch := make(chan struct{})
+	go func() {
+		for _, c := range a.consumers {
+			<-c.Ready()
+		}
+		close(ch)
+	}()
+	return ch
+}
+
+// Store is the App's store.
+func (a *App) Store() *store.Store { return a.store }
+
+func (a *App) close(ctx context.Context) {
+	a.closeOnce.Do(func() {
+		if a.pool != nil {
+			a.pool.Close()
+		}
+		if a.telemetry != nil {
+			if err := a.telemetry.Shutdown(ctx); err != nil {
+				a.logger.Warn("flushing telemetry", slog.Any("error", err))
+			}
+		}
+	})
+}

@@ -1,0 +1,228 @@
+package app_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/stretchr/testify/require"
+
+	alertingv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/alerting/v1"
+	eventsv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/events/v1"
+	"github.com/cronmesh/cronmesh/services/alerting/internal/smtptest"
+)
+
+const (
+	started   = eventsv1.ExecutionEventKind_EXECUTION_EVENT_KIND_STARTED
+	succeeded = eventsv1.ExecutionEventKind_EXECUTION_EVENT_KIND_SUCCEEDED
+	failed    = eventsv1.ExecutionEventKind_EXECUTION_EVENT_KIND_FAILED
+	dead      = eventsv1.ExecutionEventKind_EXECUTION_EVENT_KIND_DEAD
+	missed    = eventsv1.ExecutionEventKind_EXECUTION_EVENT_KIND_MISSED
+)
+
+// setupRule creates a webhook channel to rcv, an email channel to smtp and
+// the rule notifying both.
+func setupRule(t *testing.T, a *alerting, rcv *receiver, smtp *smtptest.Server, rule *alertingv1.Rule) *alertingv1.Rule {
+	t.Helper()
+	ctx := context.Background()
+	c := a.client(keyAlpha)
+	hook, err := c.CreateChannel(ctx, connect.NewRequest(&alertingv1.CreateChannelRequest{Channel: webhookChannel(rcv.srv.URL)}))
+	require.NoError(t, err)
+	mail, err := c.CreateChannel(ctx, connect.NewRequest(&alertingv1.CreateChannelRequest{Channel: emailChannel(smtp)}))
+	require.NoError(t, err)
+	rule.ChannelIds = []string{hook.Msg.Channel.Id, mail.Msg.Channel.Id}
+	r, err := c.CreateRule(ctx, connect.NewRequest(&alertingv1.CreateRuleRequest{Rule: rule}))
+	require.NoError(t, err)
+	return r.Msg.Rule
+}
+
+// TestConsecutiveFailures: three failures in a row (with redelivered
+// duplicates and a non-final failure mixed in) open exactly one incident
+// and send one email and one webhook; a success resolves it and notifies
+// both channels again; acknowledging works while open, not after.
+func TestConsecutiveFailures(t *testing.T) {
+	t.Parallel()
+	a := startAlerting(t)
+	rcv := startReceiver(t)
+	smtp := smtptest.Start(t)
+	rule := failuresRule(3)
+	rule.Selector = &alertingv1.JobSelector{Labels: map[string]string{"team": "ops"}}
+	rule = setupRule(t, a, rcv, smtp, rule)
+
+	ops := map[string]string{"team": "ops", "tier": "1"}
+	other := map[string]string{"team": "web"}
+	t0 := time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC)
+	slot := func(n int) time.Time { return t0.Add(time.Duration(n) * time.Minute) }
+
+	// Two final failures, each delivered three times, a failure that will
+	// be retried (not final), and three failures of a job the rule does
+	// not select.
+	f1, f2 := exec("job-a", ops, 1, failed, slot(1)), exec("job-a", ops, 2, failed, slot(2))
+	retried := exec("job-a", ops, 3, failed, slot(3))
+	retried.RetryScheduled = true
+	a.publishExecutions(t, exec("job-a", ops, 1, started, slot(1)), f1)
+	a.publishExecutions(t, f2, f1)
+	a.publishExecutions(t, f2)
+	a.publishExecutions(t, retried, exec("job-b", other, 1, failed, slot(1)), exec("job-b", other, 2, failed, slot(2)), exec("job-b", other, 3, failed, slot(3)))
+	marker := exec("job-a", ops, 2, dead, slot(2)) // DEAD of an execution already counted
+	a.publishExecutions(t, marker)
+	a.waitEvaluated(t, marker)
+	require.Empty(t, a.incidents(t, "job-a"), "two failed executions, however often delivered, are not three")
+	require.Empty(t, a.incidents(t, "job-b"), "the rule does not select job-b")
+
+	f4 := exec("job-a", ops, 4, failed, slot(4))
+	a.publishExecutions(t, f4)
+	a.waitEvaluated(t, f4)
+	a.publishExecutions(t, f4) // redelivered after the incident opened
+	incs := a.incidents(t, "job-a")
+	require.Len(t, incs, 1)
+	inc := incs[0]
+	require.Equal(t, alertingv1.IncidentState_INCIDENT_STATE_OPEN, inc.State)
+	require.Equal(t, alertingv1.IncidentKind_INCIDENT_KIND_CONSECUTIVE_FAILURES, inc.Kind)
+	require.Equal(t, rule.Id, inc.RuleId)
+	require.Equal(t, "3 executions in a row failed", inc.Summary)
+	require.Equal(t, slot(4), inc.SlotTime.AsTime())
+
+	require.Eventually(t, func() bool { return len(rcv.received()) == 1 && len(smtp.Messages()) == 1 }, 15*time.Second, 10*time.Millisecond)
+	hook := rcv.received()[0]
+	require.Equal(t, "incident.opened", hook.Payload.Type)
+	require.Equal(t, inc.Id, hook.Payload.Incident.ID)
+	require.Equal(t, hook.ID, hook.Payload.NotificationID)
+	mail := smtp.Messages()[0]
+	require.Equal(t, []string{"oncall@example.invalid", "lead@example.invalid"}, mail.To)
+	require.Equal(t, "[cronmesh] nightly job-a: 3 executions in a row failed", mail.Subject)
+	require.Contains(t, mail.Body, inc.Id)
+
+	ctx := context.Background()
+	ack, err := a.client(keyAlpha).AcknowledgeIncident(ctx, connect.NewRequest(&alertingv1.AcknowledgeIncidentRequest{Id: inc.Id}))
+	require.NoError(t, err)
+	require.Equal(t, alertingv1.IncidentState_INCIDENT_STATE_ACKNOWLEDGED, ack.Msg.Incident.State)
+	require.NotNil(t, ack.Msg.Incident.AcknowledgeTime)
+
+	// A success of an older slot, arriving late, resolves nothing.
+	old := exec("job-a", ops, 0, succeeded, slot(0))
+	a.publishExecutions(t, old)
+	f5 := exec("job-a", ops, 5, failed, slot(5))
+	a.publishExecutions(t, f5)
+	a.waitEvaluated(t, f5)
+	require.Equal(t, alertingv1.IncidentState_INCIDENT_STATE_ACKNOWLEDGED, a.incidents(t, "job-a")[0].State)
+
+	ok := exec("job-a", ops, 6, succeeded, slot(6))
+	a.publishExecutions(t, exec("job-a", ops, 6, started, slot(6)), ok)
+	require.Eventually(t, func() bool {
+		incs := a.incidents(t, "job-a")
+		return len(incs) == 1 && incs[0].State == alertingv1.IncidentState_INCIDENT_STATE_RESOLVED
+	}, 15*time.Second, 10*time.Millisecond)
+	got, err := a.client(keyAlpha).GetIncident(ctx, connect.NewRequest(&alertingv1.GetIncidentRequest{Id: inc.Id}))
+	require.NoError(t, err)
+	require.Equal(t, "the job succeeded", got.Msg.Incident.ResolveReason)
+	require.NotNil(t, got.Msg.Incident.ResolveTime)
+
+	require.Eventually(t, func() bool { return len(rcv.received()) == 2 && len(smtp.Messages()) == 2 }, 15*time.Second, 10*time.Millisecond)
+	require.Equal(t, "incident.resolved", rcv.received()[1].Payload.Type)
+	require.NotEqual(t, rcv.received()[0].ID, rcv.received()[1].ID)
+	require.Contains(t, smtp.Messages()[1].Subject, "RESOLVED")
+
+	_, err = a.client(keyAlpha).AcknowledgeIncident(ctx, connect.NewRequest(&alertingv1.AcknowledgeIncidentRequest{Id: inc.Id}))
+	requireCode(t, err, connect.CodeFailedPrecondition)
+
+	// The count starts again after the success.
+	for n := 7; n <= 8; n++ {
+		a.publishExecutions(t, exec("job-a", ops, n, failed, slot(n)))
+	}
+	f9 := exec("job-a", ops, 9, failed, slot(9))
+	a.publishExecutions(t, f9)
+	a.waitEvaluated(t, f9)
+	resp, err := a.client(keyAlpha).ListIncidents(ctx, connect.NewRequest(&alertingv1.ListIncidentsRequest{
+		State: alertingv1.IncidentState_INCIDENT_STATE_OPEN, RuleId: rule.Id,
+	}))
+	require.NoError(t, err)
+	require.Len(t, resp.Msg.Incidents, 1, "three new failures open a second incident")
+	require.NotEqual(t, inc.Id, resp.Msg.Incidents[0].Id)
+	beta, err := a.client(keyBeta).ListIncidents(ctx, connect.NewRequest(&alertingv1.ListIncidentsRequest{}))
+	require.NoError(t, err)
+	require.Empty(t, beta.Msg.Incidents, "namespaces are apart")
+}
+
+// TestDeadLetteredAndLateSlots: a dead letter opens a dead-lettered
+// incident; a slot that fires later than the tolerance, or is recorded
+// missed, opens a missed-schedule incident that a later on-time slot
+// resolves.
+func TestDeadLetteredAndLateSlots(t *testing.T) {
+	t.Parallel()
+	a := startAlerting(t)
+	rcv := startReceiver(t)
+	smtp := smtptest.Start(t)
+	setupRule(t, a, rcv, smtp, &alertingv1.Rule{Condition: &alertingv1.Rule_DeadLettered{DeadLettered: &alertingv1.DeadLettered{}}})
+	setupRule(t, a, rcv, smtp, missedRule(30*time.Second))
+	t0 := time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC)
+
+	d := exec("job-d", nil, 1, dead, t0)
+	a.publishExecutions(t, d)
+	a.waitEvaluated(t, d)
+	incs := a.incidents(t, "job-d")
+	require.Len(t, incs, 1)
+	require.Equal(t, alertingv1.IncidentKind_INCIDENT_KIND_DEAD_LETTERED, incs[0].Kind)
+
+	onTime := exec("job-m", nil, 1, started, t0)
+	onTime.FireTime = timestampAt(t0.Add(2 * time.Second))
+	late := exec("job-m", nil, 2, started, t0.Add(time.Minute))
+	late.FireTime = timestampAt(t0.Add(time.Minute + 45*time.Second))
+	a.publishExecutions(t, onTime, late)
+	a.waitEvaluated(t, late)
+	incs = a.incidents(t, "job-m")
+	require.Len(t, incs, 1)
+	require.Equal(t, alertingv1.IncidentKind_INCIDENT_KIND_MISSED_SCHEDULE, incs[0].Kind)
+	require.Contains(t, incs[0].Summary, "45s late")
+
+	next := exec("job-m", nil, 3, started, t0.Add(2*time.Minute))
+	a.publishExecutions(t, next)
+	require.Eventually(t, func() bool {
+		incs := a.incidents(t, "job-m")
+		return len(incs) == 1 && incs[0].State == alertingv1.IncidentState_INCIDENT_STATE_RESOLVED
+	}, 15*time.Second, 10*time.Millisecond)
+
+	m := exec("job-m", nil, 4, missed, t0.Add(3*time.Minute))
+	m.Attempt, m.FireTime = 0, nil
+	a.publishExecutions(t, m)
+	a.waitEvaluated(t, m)
+	incs = a.incidents(t, "job-m")
+	require.Len(t, incs, 2)
+	require.Equal(t, alertingv1.IncidentState_INCIDENT_STATE_OPEN, incs[0].State, "newest first")
+	require.Contains(t, incs[0].Summary, "missed")
+}
+
+// TestChannelDownGetsNotificationLater: while the webhook receiver answers
+// 503 and the SMTP server is down, the opened notification is retried with
+// backoff and recorded; when both come back each gets it exactly once, the
+// webhook under the same webhook-id.
+func TestChannelDownGetsNotificationLater(t *testing.T) {
+	t.Parallel()
+	a := startAlerting(t)
+	rcv := startReceiver(t)
+	smtp := smtptest.Start(t)
+	setupRule(t, a, rcv, smtp, failuresRule(1))
+	rcv.setDown(true)
+	smtp.Stop()
+
+	f := exec("job-x", nil, 1, failed, time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC))
+	a.publishExecutions(t, f)
+	a.waitEvaluated(t, f)
+	incs := a.incidents(t, "job-x")
+	require.Len(t, incs, 1)
+	require.Eventually(t, func() bool {
+		st, err := a.app.Store().IncidentNotifications(context.Background(), incs[0].Id)
+		return err == nil && st.Pending == 2 && st.Attempts >= 6 && rcv.refusals() >= 3
+	}, 15*time.Second, 10*time.Millisecond, "the notifications are retried while the channels are down")
+
+	rcv.setDown(false)
+	smtp.Restart()
+	require.Eventually(t, func() bool {
+		st, err := a.app.Store().IncidentNotifications(context.Background(), incs[0].Id)
+		return err == nil && st.Sent == 2 && st.Pending == 0
+	}, 15*time.Second, 10*time.Millisecond)
+	require.Len(t, rcv.received(), 1)
+	require.Len(t, smtp.Messages(), 1)
+	require.Equal(t, incs[0].Id, rcv.received()[0].Payload.Incident.ID)
+}
