@@ -24,35 +24,16 @@ const root = ".."
 // subchart and a default port (its --listen default).
 var services = []string{"registry", "trigger", "dispatcher", "history", "alerting"}
 
-// pendingFlags are the flags of services that are being built on other
-// branches and are not in this tree yet, copied from those branches'
-// Config.Register. Once a service is merged its own source is read instead
-// and its entry here is unused: delete it.
-var pendingFlags = map[string]map[string]string{
-	"alerting": {
-		"api-keys": "Var", "schema": "StringVar", "send-timeout": "DurationVar",
-		"executions-exchange": "StringVar", "executions-queue": "StringVar",
-		"jobs-exchange": "StringVar", "jobs-queue": "StringVar", "workers": "IntVar",
-		"prefetch": "IntVar", "notify-poll": "DurationVar", "notify-backoff": "DurationVar",
-		"notify-max-backoff": "DurationVar", "watchdog-interval": "DurationVar",
-		"rule-refresh": "DurationVar",
-	},
-}
-
-// pendingListen are the --listen defaults of the pending services.
-var pendingListen = map[string]string{"alerting": "127.0.0.1:8085"}
-
 // present reports whether the service's command is in this tree.
 func present(svc string) bool {
 	_, err := os.Stat(filepath.Join(root, "services", svc, "cmd", svc))
 	return err == nil
 }
 
-func TestPendingServices(t *testing.T) {
+func TestEveryServiceIsInTheTree(t *testing.T) {
 	t.Parallel()
 	for _, svc := range services {
-		_, pending := pendingFlags[svc]
-		require.Truef(t, present(svc) || pending, "services/%s/cmd/%s is missing", svc, svc)
+		require.Truef(t, present(svc), "services/%s/cmd/%s is missing", svc, svc)
 	}
 }
 
@@ -68,11 +49,7 @@ func appSource(svc string) string {
 // importable from here.
 func ownFlags(t *testing.T, svc string) map[string]string {
 	t.Helper()
-	if !present(svc) {
-		flags, ok := pendingFlags[svc]
-		require.Truef(t, ok, "services/%s is missing", svc)
-		return flags
-	}
+	require.Truef(t, present(svc), "services/%s is missing", svc)
 	file, err := parser.ParseFile(token.NewFileSet(), appSource(svc), nil, 0)
 	require.NoError(t, err)
 	flags := map[string]string{}
@@ -113,9 +90,7 @@ var defaultListenRE = regexp.MustCompile(`DefaultListen\s*=\s*"([^"]+)"`)
 // defaultListen is the service's --listen default (its DefaultListen).
 func defaultListen(t *testing.T, svc string) string {
 	t.Helper()
-	if !present(svc) {
-		return pendingListen[svc]
-	}
+	require.Truef(t, present(svc), "services/%s is missing", svc)
 	src, err := os.ReadFile(appSource(svc))
 	require.NoError(t, err)
 	m := defaultListenRE.FindSubmatch(src)

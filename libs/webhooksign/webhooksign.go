@@ -123,6 +123,14 @@ func Verify(secret string, header http.Header, body []byte, tolerance time.Durat
 	return ErrNoMatchingSignature
 }
 
+// CheckSecret reports whether secret is in the registry's format, with the
+// errors of [Sign] ([ErrNoSecret], [ErrInvalidSecret]); a sender checks it
+// before building a request that could then not be signed.
+func CheckSecret(secret string) error {
+	_, err := secretKey(secret)
+	return err
+}
+
 // secretKey decodes a "whsec_" secret into its HMAC key. The format is the
 // registry's (see its validation): a secret it accepted always decodes.
 func secretKey(secret string) ([]byte, error) {

@@ -1,6 +1,7 @@
 package deliver
 
 import (
+	"github.com/cronmesh/cronmesh/libs/webhooksign"
 	"bytes"
 	"context"
 	"errors"
@@ -57,9 +58,8 @@ func (c *Client) deliverHTTP(ctx context.Context, req *dispatchv1.DispatchReques
 	if u.Host == "" || u.Opaque != "" {
 		return permanent("invalid URL: no host")
 	}
-	key, err := secretKey(t.GetSigningSecret())
-	switch {
-	case errors.Is(err, ErrNoSecret):
+	switch err := webhooksign.CheckSecret(t.GetSigningSecret()); {
+	case errors.Is(err, webhooksign.ErrNoSecret):
 		return permanent("no signing secret")
 	case err != nil:
 		return permanent("invalid signing secret")
@@ -88,7 +88,7 @@ func (c *Client) deliverHTTP(ctx context.Context, req *dispatchv1.DispatchReques
 			attribute.Int("cronmesh.attempt", int(req.GetAttempt())),
 		))
 	defer span.End()
-	out := c.callHTTP(ctx, req, t, u, method, key, body, timeout)
+	out := c.callHTTP(ctx, req, t, u, method, body, timeout)
 
 	if out.StatusCode != 0 {
 		span.SetAttributes(semconv.HTTPResponseStatusCode(out.StatusCode))
@@ -101,7 +101,7 @@ func (c *Client) deliverHTTP(ctx context.Context, req *dispatchv1.DispatchReques
 
 // callHTTP sends the request and classifies what came back.
 func (c *Client) callHTTP(ctx context.Context, req *dispatchv1.DispatchRequest, t *registryv1.HttpTarget,
-	u *url.URL, method string, key, body []byte, timeout time.Duration,
+	u *url.URL, method string, body []byte, timeout time.Duration,
 ) Outcome {
 	span := trace.SpanFromContext(ctx)
 	attemptCtx, cancel := context.WithTimeout(ctx, timeout)
@@ -130,10 +130,14 @@ func (c *Client) callHTTP(ctx context.Context, req *dispatchv1.DispatchRequest, 
 	}
 	id := req.GetExecutionId()
 	now := c.clock.Now()
-	httpReq.Header.Set(HeaderWebhookID, id)
-	httpReq.Header.Set(HeaderWebhookTimestamp, strconv.FormatInt(now.Unix(), 10))
-	httpReq.Header.Set(HeaderWebhookSignature, signature(hmacSHA256(key), id, now.Unix(), body))
-	httpReq.Header.Set(HeaderIdempotencyKey, id)
+	httpReq.Header.Set(webhooksign.HeaderWebhookID, id)
+	httpReq.Header.Set(webhooksign.HeaderWebhookTimestamp, strconv.FormatInt(now.Unix(), 10))
+	sig, err := webhooksign.Sign(t.GetSigningSecret(), id, now, body)
+	if err != nil {
+		return permanent("invalid signing secret") // checked above; never expected
+	}
+	httpReq.Header.Set(webhooksign.HeaderWebhookSignature, sig)
+	httpReq.Header.Set(webhooksign.HeaderIdempotencyKey, id)
 	if httpReq.Header.Get("User-Agent") == "" {
 		httpReq.Header.Set("User-Agent", c.userAgent)
 	}

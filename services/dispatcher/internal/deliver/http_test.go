@@ -1,6 +1,7 @@
 package deliver
 
 import (
+	"github.com/cronmesh/cronmesh/libs/webhooksign"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -56,6 +57,11 @@ func newTestClient(t *testing.T, mod func(*Options)) (*Client, *clock.Fake) {
 	t.Cleanup(c.CloseIdleConnections)
 	return c, fake
 }
+
+// vectorSecret is the Standard Webhooks specification's test-vector secret
+// (libs/webhooksign tests the vector itself).
+const vectorSecret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+
 
 // httpRequest is attempt 1 of an HTTP job calling url, signed with the spec
 // vector's secret; mod adjusts the target.
@@ -350,18 +356,18 @@ func TestHTTPRequest(t *testing.T) {
 			for k, v := range tt.wantHeaders {
 				require.Equal(t, v, got.header.Get(k), k)
 			}
-			require.Equal(t, testExecutionID, got.header.Get(HeaderWebhookID))
-			require.Equal(t, []string{testExecutionID}, got.header.Values(HeaderIdempotencyKey))
-			require.Equal(t, strconv.FormatInt(testNow().Unix(), 10), got.header.Get(HeaderWebhookTimestamp))
-			require.Len(t, got.header.Values(HeaderWebhookSignature), 1)
+			require.Equal(t, testExecutionID, got.header.Get(webhooksign.HeaderWebhookID))
+			require.Equal(t, []string{testExecutionID}, got.header.Values(webhooksign.HeaderIdempotencyKey))
+			require.Equal(t, strconv.FormatInt(testNow().Unix(), 10), got.header.Get(webhooksign.HeaderWebhookTimestamp))
+			require.Len(t, got.header.Values(webhooksign.HeaderWebhookSignature), 1)
 
 			// A Standard Webhooks receiver accepts it...
-			require.NoError(t, Verify(vectorSecret, got.header, got.body, 0, fake.Now()))
+			require.NoError(t, webhooksign.Verify(vectorSecret, got.header, got.body, 0, fake.Now()))
 			// ...but not with another secret, a changed body, or later.
 			other := "whsec_" + strings.Repeat("A", 32)
-			require.ErrorIs(t, Verify(other, got.header, got.body, 0, fake.Now()), ErrNoMatchingSignature)
-			require.ErrorIs(t, Verify(vectorSecret, got.header, append(got.body, ' '), 0, fake.Now()), ErrNoMatchingSignature)
-			require.ErrorIs(t, Verify(vectorSecret, got.header, got.body, 0, fake.Now().Add(10*time.Minute)), ErrTimestampTooOld)
+			require.ErrorIs(t, webhooksign.Verify(other, got.header, got.body, 0, fake.Now()), webhooksign.ErrNoMatchingSignature)
+			require.ErrorIs(t, webhooksign.Verify(vectorSecret, got.header, append(got.body, ' '), 0, fake.Now()), webhooksign.ErrNoMatchingSignature)
+			require.ErrorIs(t, webhooksign.Verify(vectorSecret, got.header, got.body, 0, fake.Now().Add(10*time.Minute)), webhooksign.ErrTimestampTooOld)
 		})
 	}
 }
@@ -536,7 +542,7 @@ func TestHTTPConcurrentDeliveries(t *testing.T) {
 	seen := map[string]bool{}
 	srv := newTarget(t, func(w http.ResponseWriter, r *http.Request) {
 		mu.Lock()
-		seen[r.Header.Get(HeaderWebhookID)] = true
+		seen[r.Header.Get(webhooksign.HeaderWebhookID)] = true
 		mu.Unlock()
 		w.WriteHeader(http.StatusOK)
 	})
