@@ -1,7 +1,6 @@
 package deliver
 
 import (
-	"github.com/cronmesh/cronmesh/libs/webhooksign"
 	"bytes"
 	"context"
 	"errors"
@@ -22,6 +21,7 @@ import (
 
 	dispatchv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/dispatch/v1"
 	registryv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1"
+	"github.com/cronmesh/cronmesh/libs/webhooksign"
 )
 
 // droppedHeaders are job headers the dispatcher never sends as given: the

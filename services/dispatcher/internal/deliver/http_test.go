@@ -1,7 +1,6 @@
 package deliver
 
 import (
-	"github.com/cronmesh/cronmesh/libs/webhooksign"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -31,6 +30,7 @@ import (
 	dispatchv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/dispatch/v1"
 	registryv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1"
 	"github.com/cronmesh/cronmesh/libs/clock"
+	"github.com/cronmesh/cronmesh/libs/webhooksign"
 )
 
 const testExecutionID = "0195b9a4-5c1e-5f63-9e9b-2f4a1c3d5e6f"
@@ -61,7 +61,6 @@ func newTestClient(t *testing.T, mod func(*Options)) (*Client, *clock.Fake) {
 // vectorSecret is the Standard Webhooks specification's test-vector secret
 // (libs/webhooksign tests the vector itself).
 const vectorSecret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
-
 
 // httpRequest is attempt 1 of an HTTP job calling url, signed with the spec
 // vector's secret; mod adjusts the target.
