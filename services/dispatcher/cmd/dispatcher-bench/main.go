@@ -51,6 +51,7 @@ import (
 
 	dispatchv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/dispatch/v1"
 	registryv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1"
+	"github.com/cronmesh/cronmesh/libs/benchmachine"
 	"github.com/cronmesh/cronmesh/libs/broker"
 	"github.com/cronmesh/cronmesh/libs/execid"
 )
@@ -144,7 +145,7 @@ func run(ctx context.Context, o options, cmdline string) (string, error) {
 	if err := broker.DeclareQueues(ctx, o.amqpURL, broker.DispatchQueues(e.names["dispatch"], e.names["dispatchq"])...); err != nil {
 		return "", err
 	}
-	m := describeMachine(ctx, e.db, e.conn)
+	m := benchmachine.Describe(ctx, e.db, e.conn)
 	before := sampleLoad()
 	var body string
 	switch o.scenario {
@@ -159,7 +160,7 @@ func run(ctx context.Context, o options, cmdline string) (string, error) {
 	var b strings.Builder
 	fmt.Fprintf(&b, "\n## dispatcher %s — %s\n\n", o.scenario, time.Now().UTC().Format(time.RFC3339))
 	fmt.Fprintf(&b, "Command: `%s`\n\n", cmdline)
-	b.WriteString(m.markdown())
+	b.WriteString(m.Markdown())
 	fmt.Fprintf(&b, "\nLoad before: %s\n\nLoad after: %s\n\n", before, after)
 	b.WriteString(body)
 	return b.String(), err

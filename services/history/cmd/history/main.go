@@ -10,49 +10,24 @@ package main
 
 import (
 	"context"
-	"flag"
-	"fmt"
-	"io"
-	"os"
-	"os/signal"
-	"syscall"
+	"log/slog"
 
-	"github.com/cronmesh/cronmesh/libs/config"
-	"github.com/cronmesh/cronmesh/libs/telemetry"
+	"github.com/cronmesh/cronmesh/libs/servicemain"
 	"github.com/cronmesh/cronmesh/services/history/internal/app"
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, os.Args[1:], os.LookupEnv, os.Stderr); err != nil {
-		fmt.Fprintln(os.Stderr, "history:", err)
-		os.Exit(1)
-	}
-}
-
-func run(ctx context.Context, args []string, lookupEnv func(string) (string, bool), stderr io.Writer) error {
-	command := "serve"
-	if len(args) > 0 && (args[0] == "serve" || args[0] == "migrate") {
-		command, args = args[0], args[1:]
-	}
-	fs := flag.NewFlagSet("history "+command, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	var cfg app.Config
-	cfg.Register(fs)
-	if err := config.Parse(fs, args, lookupEnv); err != nil {
-		return err
-	}
-	logger, err := telemetry.NewLogger(stderr, cfg.LogLevel, "history")
-	if err != nil {
-		return err
-	}
-	if command == "migrate" {
-		return app.Migrate(ctx, cfg, logger)
-	}
-	a, err := app.New(ctx, cfg, logger)
-	if err != nil {
-		return err
-	}
-	return a.Run(ctx)
+	servicemain.Main(servicemain.Service[app.Config]{
+		Name:     "history",
+		Register: (*app.Config).Register,
+		LogLevel: func(c app.Config) string { return c.LogLevel },
+		Serve: func(ctx context.Context, c app.Config, logger *slog.Logger) error {
+			a, err := app.New(ctx, c, logger)
+			if err != nil {
+				return err
+			}
+			return a.Run(ctx)
+		},
+		Migrate: app.Migrate,
+	})
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	registryv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1"
+	"github.com/cronmesh/cronmesh/libs/benchmachine"
 )
 
 // runBurst: B one-time (`at`) jobs all due on the same second T; how long
@@ -31,7 +32,7 @@ func runBurst(ctx context.Context, args []string) error {
 		return err
 	}
 	defer e.close()
-	m := describeMachine(ctx, e.db, e.amqp)
+	m := benchmachine.Describe(ctx, e.db, e.amqp)
 	for i := range *nodes {
 		if _, err := e.startNode(ctx, fmt.Sprintf("n%d", i+1)); err != nil {
 			return err

@@ -11,6 +11,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	registryv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1"
+	"github.com/cronmesh/cronmesh/libs/benchmachine"
 	"github.com/cronmesh/cronmesh/libs/ring"
 )
 
@@ -39,7 +40,7 @@ func runFailover(ctx context.Context, args []string) error {
 		return err
 	}
 	defer e.close()
-	m := describeMachine(ctx, e.db, e.amqp)
+	m := benchmachine.Describe(ctx, e.db, e.amqp)
 	for i := range *nodes {
 		if _, err := e.startNode(ctx, fmt.Sprintf("n%d", i+1)); err != nil {
 			return err

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	registryv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1"
+	"github.com/cronmesh/cronmesh/libs/benchmachine"
 	"github.com/cronmesh/cronmesh/libs/jobspec"
 	"github.com/cronmesh/cronmesh/libs/migrate"
 	"github.com/cronmesh/cronmesh/libs/ring"
@@ -44,7 +45,7 @@ func runMemory(ctx context.Context, args []string) error {
 		return err
 	}
 	defer e.close()
-	m := describeMachine(ctx, e.db, e.amqp)
+	m := benchmachine.Describe(ctx, e.db, e.amqp)
 
 	migrations, err := store.Migrations()
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -335,7 +336,7 @@ func (s *sampler) usageOf(from, to time.Time) (map[string]groupUsage, float64) {
 	secs := last.t.Sub(first.t).Seconds()
 	machine := 0.0
 	if last.total > first.total {
-		machine = float64(last.busy-first.busy) / float64(last.total-first.total) * 100 * float64(ncpu())
+		machine = float64(last.busy-first.busy) / float64(last.total-first.total) * 100 * float64(runtime.NumCPU())
 	}
 	groups := map[string]bool{}
 	for _, smp := range w {

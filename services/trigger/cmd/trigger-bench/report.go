@@ -7,10 +7,13 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/cronmesh/cronmesh/libs/benchmachine"
 )
 
 // report is one scenario's Markdown output.
@@ -63,7 +66,7 @@ func (r *report) emit(out string) error {
 
 // header writes the scenario's title, command, machine and the other
 // benchmarks seen.
-func (r *report) header(title string, m machine, e *env, others string) {
+func (r *report) header(title string, m benchmachine.Machine, e *env, others string) {
 	r.h(2, "%s", title)
 	r.p("Run %s, %s.", e.run, time.Now().UTC().Format(time.RFC3339))
 	r.p("")
@@ -73,7 +76,7 @@ func (r *report) header(title string, m machine, e *env, others string) {
 	r.p("")
 	r.p("Each node: `%s`", e.commandLine("<id>"))
 	r.p("")
-	r.b.WriteString(m.markdown())
+	r.b.WriteString(m.Markdown())
 	r.p("")
 	if others == "" {
 		r.p("No other benchmark (registry-bench, trigger-bench, go test) was running when measuring started.")
@@ -183,7 +186,7 @@ func (r *report) usageTable(e *env, from, to time.Time) {
 		rows = append(rows, []string{g, fmt.Sprintf("%.0f %%", u.cpuPercent), rssMed, rssMax, heap})
 	}
 	rows = append(rows, []string{"everything else on the machine", fmt.Sprintf("%.0f %%", max(0, machineBusy-sum)), "", "", ""})
-	rows = append(rows, []string{"**machine total**", fmt.Sprintf("**%.0f %%** of %d00 %%", machineBusy, ncpu()), "", "", ""})
+	rows = append(rows, []string{"**machine total**", fmt.Sprintf("**%.0f %%** of %d00 %%", machineBusy, runtime.NumCPU()), "", "", ""})
 	r.table([]string{"process (group)", "CPU (100 % = one core)", "RSS median", "RSS max", "Go heap in use, max"}, rows)
 	r.p("CPU from /proc/<pid>/stat (utime+stime) and RSS from the same, sampled every second over %s – %s (%s); PostgreSQL and RabbitMQ are every process named postgres / beam.smp (and its helpers), summed.",
 		from.Format("15:04:05"), to.Format("15:04:05"), to.Sub(from).Round(time.Second))

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	registryv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1"
+	"github.com/cronmesh/cronmesh/libs/benchmachine"
 	"github.com/cronmesh/cronmesh/services/trigger/internal/firing"
 )
 
@@ -45,7 +46,7 @@ func runSustained(ctx context.Context, args []string) error {
 		return err
 	}
 	defer e.close()
-	m := describeMachine(ctx, e.db, e.amqp)
+	m := benchmachine.Describe(ctx, e.db, e.amqp)
 
 	for i := range *nodes {
 		if _, err := e.startNode(ctx, fmt.Sprintf("n%d", i+1)); err != nil {

@@ -1,0 +1,81 @@
+// Package servicemain is the main function of every cronmesh service
+// binary, so that they all behave alike: an optional first argument "serve"
+// (the default) or "migrate", flags that fall back to CRONMESH_<FLAG>
+// environment variables (libs/config), a JSON logger at the configured
+// level, and SIGINT or SIGTERM as the start of a graceful shutdown.
+package servicemain
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/cronmesh/cronmesh/libs/config"
+	"github.com/cronmesh/cronmesh/libs/telemetry"
+)
+
+// Service describes one binary around its configuration type C.
+type Service[C any] struct {
+	// Name is the binary's and the logger's service name.
+	Name string
+	// Register adds C's flags to fs.
+	Register func(c *C, fs *flag.FlagSet)
+	// LogLevel returns the configured log level (config.Common.LogLevel).
+	LogLevel func(c C) string
+	// Serve runs the service until ctx ends (the signal), then shuts it
+	// down and returns.
+	Serve func(ctx context.Context, c C, logger *slog.Logger) error
+	// Migrate, if set, is the "migrate" subcommand: apply the database
+	// migrations and return.
+	Migrate func(ctx context.Context, c C, logger *slog.Logger) error
+}
+
+// Main runs s with the process's arguments, environment and stderr, and
+// exits with status 1, after printing the error, when it fails.
+func Main[C any](s Service[C]) {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := Run(ctx, s, os.Args[1:], os.LookupEnv, os.Stderr)
+	stop()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, s.Name+":", err)
+		os.Exit(1)
+	}
+}
+
+// Run parses args (after an optional "serve" or, when the service has one,
+// "migrate") with environment fallbacks from lookupEnv, builds the logger
+// on stderr and runs the subcommand. Flag errors come back as errors; -h
+// prints the usage and returns flag.ErrHelp.
+func Run[C any](ctx context.Context, s Service[C], args []string, lookupEnv func(string) (string, bool), stderr io.Writer) error {
+	if s.Name == "" || s.Register == nil || s.LogLevel == nil || s.Serve == nil {
+		return errors.New("servicemain: Service needs a Name, Register, LogLevel and Serve")
+	}
+	command := "serve"
+	if len(args) > 0 && (args[0] == "serve" || (args[0] == "migrate" && s.Migrate != nil)) {
+		command, args = args[0], args[1:]
+	}
+	fs := flag.NewFlagSet(s.Name+" "+command, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var cfg C
+	s.Register(&cfg, fs)
+	if err := config.Parse(fs, args, lookupEnv); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected argument %q (subcommands: serve%s)", fs.Arg(0), map[bool]string{true: ", migrate"}[s.Migrate != nil])
+	}
+	logger, err := telemetry.NewLogger(stderr, s.LogLevel(cfg), s.Name)
+	if err != nil {
+		return err
+	}
+	if command == "migrate" {
+		return s.Migrate(ctx, cfg, logger)
+	}
+	return s.Serve(ctx, cfg, logger)
+}

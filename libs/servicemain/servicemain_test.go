@@ -1,0 +1,98 @@
+package servicemain_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"log/slog"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/cronmesh/cronmesh/libs/config"
+	"github.com/cronmesh/cronmesh/libs/servicemain"
+)
+
+type testConfig struct {
+	config.Common
+	Schema string
+}
+
+func service(ran *string, got *testConfig) servicemain.Service[testConfig] {
+	return servicemain.Service[testConfig]{
+		Name: "svc",
+		Register: func(c *testConfig, fs *flag.FlagSet) {
+			c.Common.Register(fs, "127.0.0.1:9999")
+			fs.StringVar(&c.Schema, "schema", "svc", "schema")
+		},
+		LogLevel: func(c testConfig) string { return c.LogLevel },
+		Serve: func(_ context.Context, c testConfig, _ *slog.Logger) error {
+			*ran, *got = "serve", c
+			return nil
+		},
+		Migrate: func(_ context.Context, c testConfig, _ *slog.Logger) error {
+			*ran, *got = "migrate", c
+			return nil
+		},
+	}
+}
+
+func TestRun(t *testing.T) {
+	t.Parallel()
+	env := func(vars map[string]string) func(string) (string, bool) {
+		return func(k string) (string, bool) { v, ok := vars[k]; return v, ok }
+	}
+	tests := []struct {
+		name       string
+		args       []string
+		env        map[string]string
+		ran        string
+		schema     string
+		wantErr    string
+		noMigrates bool
+	}{
+		{"serve by default", nil, nil, "serve", "svc", "", false},
+		{"serve named, flag wins over env", []string{"serve", "--schema", "flag"}, map[string]string{"CRONMESH_SCHEMA": "env"}, "serve", "flag", "", false},
+		{"env fallback", nil, map[string]string{"CRONMESH_SCHEMA": "env"}, "serve", "env", "", false},
+		{"migrate", []string{"migrate", "--schema", "m"}, nil, "migrate", "m", "", false},
+		{"migrate is a stray argument without a Migrate", []string{"migrate"}, nil, "", "", "migrate", true},
+		{"unknown flag", []string{"--nope"}, nil, "", "", "nope", false},
+		{"bad log level", []string{"--log-level", "loud"}, nil, "", "", "loud", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			var ran string
+			var got testConfig
+			s := service(&ran, &got)
+			if tt.noMigrates {
+				s.Migrate = nil
+			}
+			var stderr bytes.Buffer
+			err := servicemain.Run(t.Context(), s, tt.args, env(tt.env), &stderr)
+			if tt.wantErr != "" {
+				require.Error(t, err)
+				require.Contains(t, err.Error()+stderr.String(), tt.wantErr)
+				require.Empty(t, ran)
+				return
+			}
+			require.NoError(t, err)
+			require.Equal(t, tt.ran, ran)
+			require.Equal(t, tt.schema, got.Schema)
+		})
+	}
+}
+
+func TestRunPassesTheServiceError(t *testing.T) {
+	t.Parallel()
+	boom := errors.New("boom")
+	s := servicemain.Service[testConfig]{
+		Name:     "svc",
+		Register: func(c *testConfig, fs *flag.FlagSet) { c.Common.Register(fs, "127.0.0.1:9999") },
+		LogLevel: func(c testConfig) string { return c.LogLevel },
+		Serve:    func(context.Context, testConfig, *slog.Logger) error { return boom },
+	}
+	require.ErrorIs(t, servicemain.Run(t.Context(), s, nil, func(string) (string, bool) { return "", false }, &bytes.Buffer{}), boom)
+	require.Error(t, servicemain.Run(t.Context(), servicemain.Service[testConfig]{Name: "x"}, nil, nil, &bytes.Buffer{}))
+}
