@@ -418,11 +418,19 @@ func (s *Store) evaluate(ctx context.Context, tx pgx.Tx, items []item, now time.
 		for job := range failing {
 			ids = append(ids, job)
 		}
+		// An execution id is derived from (job, nominal time), so the
+		// distinct failed executions of a job are its distinct failed
+		// nominal times: counted newest first along the partial index and
+		// stopped at the largest threshold, the cost stays bounded however
+		// long a job keeps failing. (Counting DISTINCT execution_id read
+		// every failure since the last success: in a storm of jobs that
+		// never recover, each batch got slower than the last.)
 		rows, err := tx.Query(ctx, `
 			SELECT f.id, (SELECT count(*) FROM (
-			        SELECT DISTINCT e.execution_id FROM execution_events e
+			        SELECT DISTINCT e.nominal_time FROM execution_events e
 			        WHERE e.job_id = f.id AND e.failed
 			          AND e.nominal_time > coalesce(j.last_success_nominal, '-infinity')
+			        ORDER BY e.nominal_time DESC
 			        LIMIT $2) c)
 			FROM unnest($1::text[]) AS f(id) LEFT JOIN jobs j ON j.id = f.id`, ids, maxCount(items))
 		if err != nil {
