@@ -22,6 +22,7 @@ import (
 	dispatchv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/dispatch/v1"
 	registryv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1"
 	"github.com/cronmesh/cronmesh/libs/clock"
+	"github.com/cronmesh/cronmesh/libs/ssrfguard"
 )
 
 // Defaults of [Options].
@@ -172,7 +173,7 @@ func New(opts Options) (*Client, error) {
 	dialer := &net.Dialer{
 		Timeout:        dialTimeout,
 		KeepAlive:      30 * time.Second,
-		ControlContext: guard{allowed: allowed}.control,
+		ControlContext: ssrfguard.Guard{Allowed: allowed}.Control,
 	}
 	transport := &http.Transport{
 		Proxy:                  nil,

@@ -21,6 +21,7 @@ import (
 
 	dispatchv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/dispatch/v1"
 	registryv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1"
+	"github.com/cronmesh/cronmesh/libs/ssrfguard"
 	"github.com/cronmesh/cronmesh/libs/webhooksign"
 )
 
@@ -189,7 +190,7 @@ func (c *Client) callHTTP(ctx context.Context, req *dispatchv1.DispatchRequest, 
 // Retryable. The reason never contains the URL (url.Error's prefix is cut:
 // a query may carry a token).
 func (c *Client) classifyError(ctx context.Context, err error, timeout time.Duration) (Outcome, string) {
-	var refused *refusedError
+	var refused *ssrfguard.RefusedError
 	if errors.As(err, &refused) {
 		return permanent("%s", refused.Error()), errTypeRefused
 	}

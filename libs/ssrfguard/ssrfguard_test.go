@@ -1,4 +1,4 @@
-package deliver
+package ssrfguard
 
 import (
 	"context"
@@ -103,9 +103,9 @@ func TestGuardAllows(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			var g guard
+			var g Guard
 			for _, p := range tt.allowed {
-				g.allowed = append(g.allowed, netip.MustParsePrefix(p))
+				g.Allowed = append(g.Allowed, netip.MustParsePrefix(p))
 			}
 			ok, what := g.allows(netip.MustParseAddr(tt.addr))
 			require.Equal(t, tt.want, ok)
@@ -116,7 +116,7 @@ func TestGuardAllows(t *testing.T) {
 
 func TestGuardControl(t *testing.T) {
 	t.Parallel()
-	g := guard{}
+	g := Guard{}
 	tests := []struct {
 		address string
 		want    string // "" means allowed
@@ -131,7 +131,7 @@ func TestGuardControl(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.address, func(t *testing.T) {
 			t.Parallel()
-			err := g.control(context.Background(), "tcp", tt.address, nil)
+			err := g.Control(context.Background(), "tcp", tt.address, nil)
 			if tt.want == "" {
 				require.NoError(t, err)
 				return

@@ -1,4 +1,12 @@
-package deliver
+// Package ssrfguard refuses outgoing connections to addresses a
+// multi-tenant service must not reach on a tenant's behalf: loopback,
+// private, link-local, cloud metadata and other special-purpose ranges,
+// unless an allow-list opens them. It checks the address a socket is about
+// to connect to (a net.Dialer ControlContext hook), after DNS resolution, so
+// a name whose answer changes between a check and the connect (DNS
+// rebinding) cannot get through. The dispatcher guards job targets with it,
+// alerting its webhook channels.
+package ssrfguard
 
 import (
 	"context"
@@ -122,50 +130,53 @@ func embeddedIPv4(addr netip.Addr) (netip.Addr, bool) {
 	return netip.Addr{}, false
 }
 
-// refusedError is what the guard's dial control returns for an address it
-// refuses; Deliver turns it into a Permanent outcome.
-type refusedError struct {
-	addr string
-	what string
+// RefusedError is what the guard's dial control returns for an address it
+// refuses (find it with errors.As): a refusal is final, never worth a retry.
+type RefusedError struct {
+	Addr string
+	What string
 }
 
-func (e *refusedError) Error() string {
-	return fmt.Sprintf("target refused: %s is %s", e.addr, e.what)
+func (e *RefusedError) Error() string {
+	return fmt.Sprintf("target refused: %s is %s", e.Addr, e.What)
 }
 
-// guard is the SSRF check of every outgoing connection.
-type guard struct {
-	allowed []netip.Prefix
+// Guard is the SSRF check of every outgoing connection. The zero Guard
+// allows only public addresses.
+type Guard struct {
+	// Allowed opens these networks even where they are special-purpose
+	// (tests and local development allow loopback).
+	Allowed []netip.Prefix
 }
 
 // allows reports whether connecting to addr is permitted: it is public, or
 // inside an allowed network (tried both as given and unmapped, so allowing
 // 127.0.0.0/8 also allows ::ffff:127.0.0.1).
-func (g guard) allows(addr netip.Addr) (ok bool, what string) {
+func (g Guard) allows(addr netip.Addr) (ok bool, what string) {
 	addr = addr.WithZone("")
 	what = addressClass(addr)
 	if what == "" || what == whatInvalid {
 		return what == "", what
 	}
-	if slices.ContainsFunc(g.allowed, func(p netip.Prefix) bool { return p.Contains(addr) || p.Contains(addr.Unmap()) }) {
+	if slices.ContainsFunc(g.Allowed, func(p netip.Prefix) bool { return p.Contains(addr) || p.Contains(addr.Unmap()) }) {
 		return true, ""
 	}
 	return false, what
 }
 
-// control is the net.Dialer ControlContext hook: it runs after DNS
+// Control is the net.Dialer ControlContext hook: it runs after DNS
 // resolution, for the very address a socket is about to connect to, so a
 // hostname whose answer changes between a check and the connect (DNS
 // rebinding) cannot get through. When a name resolves to several
 // addresses, a refused one fails only its own attempt and the dialer tries
 // the next. An address that does not parse is refused (fail closed).
-func (g guard) control(_ context.Context, _, address string, _ syscall.RawConn) error {
+func (g Guard) Control(_ context.Context, _, address string, _ syscall.RawConn) error {
 	ap, err := netip.ParseAddrPort(address)
 	if err != nil {
-		return &refusedError{addr: address, what: whatInvalid}
+		return &RefusedError{Addr: address, What: whatInvalid}
 	}
 	if ok, what := g.allows(ap.Addr()); !ok {
-		return &refusedError{addr: ap.Addr().String(), what: what}
+		return &RefusedError{Addr: ap.Addr().String(), What: what}
 	}
 	return nil
 }
