@@ -51,7 +51,7 @@ start history bin/history serve --listen 127.0.0.1:8084
 wait_ready history http://127.0.0.1:8084/readyz
 # Alerting needs no SMTP server to start: email channels name their own
 # server when they are created (TestChannel tries one).
-start alerting bin/alerting serve --listen 127.0.0.1:8085
+start alerting bin/alerting serve --listen 127.0.0.1:8085 --allow-networks 127.0.0.0/8,::1/128
 wait_ready alerting http://127.0.0.1:8085/readyz
 
 cat <<BANNER

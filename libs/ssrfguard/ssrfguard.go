@@ -180,3 +180,21 @@ func (g Guard) Control(_ context.Context, _, address string, _ syscall.RawConn) 
 	}
 	return nil
 }
+
+// ParseNetworks parses an allow-list of CIDRs; a bare address is its own
+// /32 or /128. The error names the entry that is neither.
+func ParseNetworks(entries []string) ([]netip.Prefix, error) {
+	out := make([]netip.Prefix, 0, len(entries))
+	for _, s := range entries {
+		if p, err := netip.ParsePrefix(s); err == nil {
+			out = append(out, p.Masked())
+			continue
+		}
+		addr, err := netip.ParseAddr(s)
+		if err != nil {
+			return nil, fmt.Errorf("%q is neither a CIDR nor an address", s)
+		}
+		out = append(out, netip.PrefixFrom(addr, addr.BitLen()))
+	}
+	return out, nil
+}

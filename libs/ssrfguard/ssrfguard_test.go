@@ -140,3 +140,14 @@ func TestGuardControl(t *testing.T) {
 		})
 	}
 }
+
+func TestParseNetworks(t *testing.T) {
+	t.Parallel()
+	got, err := ParseNetworks([]string{"127.0.0.0/8", "::1", "10.1.2.3/8"})
+	require.NoError(t, err)
+	require.Equal(t, []netip.Prefix{
+		netip.MustParsePrefix("127.0.0.0/8"), netip.MustParsePrefix("::1/128"), netip.MustParsePrefix("10.0.0.0/8"),
+	}, got)
+	_, err = ParseNetworks([]string{"localhost"})
+	require.ErrorContains(t, err, `"localhost"`)
+}

@@ -23,6 +23,7 @@ import (
 	"github.com/cronmesh/cronmesh/libs/migrate"
 	"github.com/cronmesh/cronmesh/libs/postgres"
 	"github.com/cronmesh/cronmesh/libs/server"
+	"github.com/cronmesh/cronmesh/libs/ssrfguard"
 	"github.com/cronmesh/cronmesh/libs/telemetry"
 	"github.com/cronmesh/cronmesh/services/alerting/internal/api"
 	"github.com/cronmesh/cronmesh/services/alerting/internal/consume"
@@ -51,6 +52,9 @@ type Config struct {
 	Schema string
 	// SendTimeout bounds one delivery attempt of a notification.
 	SendTimeout time.Duration
+	// AllowNetworks are CIDRs webhook channels may resolve to although
+	// loopback, private or link-local (the SSRF guard, as the dispatcher's).
+	AllowNetworks config.StringList
 	// ExecutionsExchange and ExecutionsQueue: the lifecycle events and
 	// alerting's own durable queue bound to every one ("execution.#").
 	ExecutionsExchange, ExecutionsQueue string
@@ -81,6 +85,7 @@ func (c *Config) Register(fs *flag.FlagSet) {
 	fs.Var(&c.APIKeys, "api-keys", "comma-separated API keys, each namespace=key or namespace=sha256:<hex digest of the key>")
 	fs.StringVar(&c.Schema, "schema", DefaultSchema, "PostgreSQL schema of the alerting tables")
 	fs.DurationVar(&c.SendTimeout, "send-timeout", notify.DefaultTimeout, "bound on one notification delivery attempt (webhook request or SMTP session)")
+	fs.Var(&c.AllowNetworks, "allow-networks", "comma-separated CIDRs that webhook channels may resolve to although loopback, private or link-local (e.g. 127.0.0.0/8,::1/128 for development)")
 	fs.StringVar(&c.ExecutionsExchange, "executions-exchange", DefaultExecutionsExchange, "RabbitMQ topic exchange of execution lifecycle events")
 	fs.StringVar(&c.ExecutionsQueue, "executions-queue", DefaultExecutionsQueue, "alerting's durable queue of execution events")
 	fs.StringVar(&c.JobsExchange, "jobs-exchange", DefaultJobsExchange, "RabbitMQ topic exchange of the registry's job events")
@@ -175,7 +180,11 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger) (_ *App, err erro
 		return nil, err
 	}
 	a.store = store.New(store.Options{Pool: a.pool, Now: cfg.Clock.Now})
-	sender := notify.NewSender(notify.SenderOptions{Timeout: cfg.SendTimeout, Clock: cfg.Clock})
+	allowed, err := ssrfguard.ParseNetworks(cfg.AllowNetworks)
+	if err != nil {
+		return nil, fmt.Errorf("--allow-networks: %w", err)
+	}
+	sender := notify.NewSender(notify.SenderOptions{Timeout: cfg.SendTimeout, Clock: cfg.Clock, AllowedNetworks: allowed})
 	metrics := prometheus.WrapRegistererWith(prometheus.Labels{"service": "alerting"}, a.telemetry.Metrics)
 	a.notifier, err = notify.NewLoop(notify.LoopOptions{
 		Store: a.store, Sender: sender, Clock: cfg.Clock, Poll: cfg.NotifyPoll,

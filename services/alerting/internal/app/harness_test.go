@@ -72,6 +72,9 @@ func startAlerting(t *testing.T, opts ...option) *alerting {
 		APIKeys:     config.StringList{"alpha=" + keyAlpha, "beta=" + keyBeta},
 		Schema:      schema,
 		SendTimeout: 5 * time.Second,
+		// The receivers of these tests listen on loopback, which the SSRF
+		// guard refuses unless allowed (TestWebhookSSRFGuard checks that).
+		AllowNetworks: config.StringList{"127.0.0.0/8", "::1/128"},
 		// One worker: messages are evaluated in publish order, so a test
 		// knows everything before a marker event has been evaluated.
 		Workers:            1,

@@ -12,7 +12,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"net/netip"
 	neturl "net/url"
 	"time"
 
@@ -20,6 +22,7 @@ import (
 
 	alertingv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/alerting/v1"
 	"github.com/cronmesh/cronmesh/libs/clock"
+	"github.com/cronmesh/cronmesh/libs/ssrfguard"
 	"github.com/cronmesh/cronmesh/libs/webhooksign"
 	"github.com/cronmesh/cronmesh/services/alerting/internal/payload"
 	"github.com/cronmesh/cronmesh/services/alerting/internal/store"
@@ -39,8 +42,15 @@ type Sender struct {
 
 // SenderOptions for NewSender.
 type SenderOptions struct {
-	// HTTPClient posts webhooks. Default: a client with Timeout.
+	// HTTPClient posts webhooks. Default: a client with Timeout that dials
+	// through the SSRF guard (libs/ssrfguard) and follows no redirects.
 	HTTPClient *http.Client
+	// AllowedNetworks open the default client's SSRF guard for these
+	// networks (tests and local development allow loopback). A channel's
+	// URL is set by whoever holds the namespace's API key, so without the
+	// guard a tenant could make alerting post to the cluster's internal
+	// services or the cloud metadata endpoint.
+	AllowedNetworks []netip.Prefix
 	// Timeout bounds one attempt. Default DefaultTimeout.
 	Timeout time.Duration
 	// Clock stamps webhook-timestamp. Default clock.Real.
@@ -55,7 +65,15 @@ func NewSender(opts SenderOptions) *Sender {
 	timeout := cmp.Or(opts.Timeout, DefaultTimeout)
 	client := opts.HTTPClient
 	if client == nil {
-		client = &http.Client{Timeout: timeout}
+		dialer := &net.Dialer{Timeout: timeout, ControlContext: ssrfguard.Guard{Allowed: opts.AllowedNetworks}.Control}
+		client = &http.Client{
+			Timeout: timeout,
+			// No proxy: a proxy would connect past the guard.
+			Transport: &http.Transport{DialContext: dialer.DialContext, MaxIdleConnsPerHost: 4, IdleConnTimeout: time.Minute},
+			// A redirect is the receiver's answer, not a new destination:
+			// a 3xx counts as a failed delivery.
+			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+		}
 	}
 	var clk clock.Clock = clock.Real{}
 	if opts.Clock != nil {

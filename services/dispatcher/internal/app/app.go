@@ -23,6 +23,7 @@ import (
 	"github.com/cronmesh/cronmesh/libs/migrate"
 	"github.com/cronmesh/cronmesh/libs/postgres"
 	"github.com/cronmesh/cronmesh/libs/server"
+	"github.com/cronmesh/cronmesh/libs/ssrfguard"
 	"github.com/cronmesh/cronmesh/libs/telemetry"
 	"github.com/cronmesh/cronmesh/services/dispatcher/internal/api"
 	"github.com/cronmesh/cronmesh/services/dispatcher/internal/deliver"
@@ -128,20 +129,11 @@ func (c *Config) fillDefaults() {
 	c.CompletionRetention = cmp.Or(c.CompletionRetention, DefaultCompletionRetention)
 }
 
-// allowedNetworks parses AllowNetworks; a bare address is its own /32 or
-// /128.
+// allowedNetworks parses AllowNetworks (ssrfguard.ParseNetworks).
 func (c *Config) allowedNetworks() ([]netip.Prefix, error) {
-	out := make([]netip.Prefix, 0, len(c.AllowNetworks))
-	for _, s := range c.AllowNetworks {
-		if p, err := netip.ParsePrefix(s); err == nil {
-			out = append(out, p.Masked())
-			continue
-		}
-		addr, err := netip.ParseAddr(s)
-		if err != nil {
-			return nil, fmt.Errorf("--allow-networks: %q is neither a CIDR nor an address", s)
-		}
-		out = append(out, netip.PrefixFrom(addr, addr.BitLen()))
+	out, err := ssrfguard.ParseNetworks(c.AllowNetworks)
+	if err != nil {
+		return nil, fmt.Errorf("--allow-networks: %w", err)
 	}
 	return out, nil
 }

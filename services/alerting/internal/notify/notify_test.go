@@ -1,0 +1,66 @@
+package notify_test
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"sync/atomic"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	alertingv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/alerting/v1"
+	"github.com/cronmesh/cronmesh/services/alerting/internal/notify"
+	"github.com/cronmesh/cronmesh/services/alerting/internal/payload"
+	"github.com/cronmesh/cronmesh/services/alerting/internal/store"
+)
+
+// secret is a valid Standard Webhooks secret (the specification's vector).
+const secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+
+func TestWebhookSSRFGuard(t *testing.T) {
+	t.Parallel()
+	var hits atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hits.Add(1)
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	t.Cleanup(srv.Close)
+	ch := &store.Channel{
+		Def:    &alertingv1.Channel{Kind: &alertingv1.Channel_Webhook{Webhook: &alertingv1.WebhookChannel{Url: srv.URL + "/hook"}}},
+		Secret: secret,
+	}
+	body, err := json.Marshal(&payload.Payload{Type: "channel.test", NotificationID: "ntf_1"})
+	require.NoError(t, err)
+
+	// By default a webhook to a loopback address is refused before any
+	// connection: a tenant must not reach the cluster's own services.
+	guarded := notify.NewSender(notify.SenderOptions{})
+	err = guarded.Send(context.Background(), ch, "ntf_1", body)
+	require.ErrorContains(t, err, "target refused")
+	require.ErrorContains(t, err, "loopback")
+	require.Zero(t, hits.Load(), "the receiver saw nothing")
+
+	// An allow-list opens it (tests, local development).
+	open := notify.NewSender(notify.SenderOptions{AllowedNetworks: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}})
+	require.NoError(t, open.Send(context.Background(), ch, "ntf_1", body))
+	require.Equal(t, int32(1), hits.Load())
+}
+
+func TestWebhookRedirectIsAFailure(t *testing.T) {
+	t.Parallel()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, "http://169.254.169.254/latest/meta-data/", http.StatusFound)
+	}))
+	t.Cleanup(srv.Close)
+	ch := &store.Channel{
+		Def:    &alertingv1.Channel{Kind: &alertingv1.Channel_Webhook{Webhook: &alertingv1.WebhookChannel{Url: srv.URL}}},
+		Secret: secret,
+	}
+	body, err := json.Marshal(&payload.Payload{Type: "channel.test", NotificationID: "ntf_2"})
+	require.NoError(t, err)
+	s := notify.NewSender(notify.SenderOptions{AllowedNetworks: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}})
+	require.ErrorContains(t, s.Send(context.Background(), ch, "ntf_2", body), "HTTP 302")
+}
