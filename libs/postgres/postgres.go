@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+	"time"
 
 	"github.com/exaring/otelpgx"
 	"github.com/jackc/pgx/v5"
@@ -31,6 +32,13 @@ type Options struct {
 	// MaxConns caps the pool; 0 keeps pgx's default (the larger of 4 and
 	// the number of CPUs) or the URL's pool_max_conns.
 	MaxConns int32
+	// IdleInTransactionTimeout, when positive, makes the server end a
+	// session whose transaction stays idle that long
+	// (idle_in_transaction_session_timeout). A process frozen in the
+	// middle of a transaction (SIGSTOP, a VM pause) otherwise keeps its row
+	// locks for as long as its TCP connection lives, and whoever needs
+	// those rows waits with it.
+	IdleInTransactionTimeout time.Duration
 }
 
 // Connect opens a pgxpool traced with otelpgx (spans carry the database
@@ -53,6 +61,9 @@ func Connect(ctx context.Context, opts Options) (*pgxpool.Pool, error) {
 		return nil, fmt.Errorf("postgres: %w", err)
 	}
 	cfg.ConnConfig.RuntimeParams["search_path"] = SearchPath(opts.Schema)
+	if opts.IdleInTransactionTimeout > 0 {
+		cfg.ConnConfig.RuntimeParams["idle_in_transaction_session_timeout"] = strconv.FormatInt(opts.IdleInTransactionTimeout.Milliseconds(), 10)
+	}
 	tp := opts.TracerProvider
 	if tp == nil {
 		tp = noop.NewTracerProvider()

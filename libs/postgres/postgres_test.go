@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -275,4 +276,26 @@ func TestErrorClassifiers(t *testing.T) {
 			require.Equal(t, tt.missingDB, postgres.IsDatabaseMissing(tt.err))
 		})
 	}
+}
+
+func TestConnectIdleInTransactionTimeout(t *testing.T) {
+	t.Parallel()
+	_, schema := pgtest.New(t)
+	pool, err := postgres.Connect(t.Context(), postgres.Options{URL: pgtest.URL(), Schema: schema, MaxConns: 1, IdleInTransactionTimeout: 200 * time.Millisecond})
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	var setting string
+	require.NoError(t, pool.QueryRow(t.Context(), `SHOW idle_in_transaction_session_timeout`).Scan(&setting))
+	require.Equal(t, "200ms", setting)
+
+	// A transaction left idle (its process frozen) is ended by the server,
+	// and with it the locks it held.
+	tx, err := pool.Begin(t.Context())
+	require.NoError(t, err)
+	_, err = tx.Exec(t.Context(), `SELECT 1`)
+	require.NoError(t, err)
+	time.Sleep(time.Second) // the server's timer, not ours, is under test
+	_, err = tx.Exec(t.Context(), `SELECT 1`)
+	require.Error(t, err, "the server ended the idle transaction")
+	_ = tx.Rollback(t.Context())
 }

@@ -157,7 +157,13 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger) (_ *App, err erro
 	// A connection for each commit in flight, relay shard and projection
 	// worker, plus the load and the API. Connections are opened on demand.
 	maxConns := int32(cfg.Commits + store.OutboxShards + projection.DefaultWorkers + 4)
-	a.pool, err = postgres.Connect(ctx, postgres.Options{URL: cfg.PostgresURL, Schema: cfg.Schema, TracerProvider: a.telemetry.TracerProvider, MaxConns: maxConns})
+	// A node frozen inside a firing transaction holds share locks on its
+	// partition rows, and the new owner's claim waits for them: the server
+	// ends such a transaction after a second (firing transactions never
+	// idle; one that did is retried), so a frozen node cannot hold a
+	// takeover past the 5 s promise.
+	a.pool, err = postgres.Connect(ctx, postgres.Options{URL: cfg.PostgresURL, Schema: cfg.Schema, TracerProvider: a.telemetry.TracerProvider,
+		MaxConns: maxConns, IdleInTransactionTimeout: time.Second})
 	if err != nil {
 		return nil, err
 	}
