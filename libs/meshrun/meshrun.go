@@ -82,10 +82,10 @@ type Options struct {
 // Names are the broker objects of one mesh.
 type Names struct {
 	Jobs, Executions, Dispatch, Retry, Dead string // exchanges
-	DispatchQueue, RetryQueue, DeadQueue       string // the dispatcher's queue prefixes and dead-letter queue
-	TriggerJobs, AlertingJobs                  string // job-event queues
-	HistoryExecutions, AlertingExecutions      string // execution-event queues
-	EtcdPrefix                                 string
+	DispatchQueue, RetryQueue, DeadQueue    string // the dispatcher's queue prefixes and dead-letter queue
+	TriggerJobs, AlertingJobs               string // job-event queues
+	HistoryExecutions, AlertingExecutions   string // execution-event queues
+	EtcdPrefix                              string
 }
 
 func namesFor(prefix string) Names {
