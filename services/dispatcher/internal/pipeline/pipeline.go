@@ -495,8 +495,8 @@ func (p *Pipeline) handle(ctx context.Context, priority, queue string, msg *mess
 	case out.Result == deliver.Succeeded:
 		v := p.await(ctx, span, nil, started, event(eventsv1.ExecutionEventKind_EXECUTION_EVENT_KIND_SUCCEEDED, out.Reason))
 		return p.completed(ctx, req, v, true, now)
-	case out.Result != deliver.Permanent && req.Attempt <= MaxRetries(req.RetryPolicy):
-		tier := RetryDelay(p.opts.RetryTiers, req.RetryPolicy, req.Attempt, out.RetryAfter)
+	case out.Result != deliver.Permanent && SeriesAttempt(req) <= MaxRetries(req.RetryPolicy):
+		tier := RetryDelay(p.opts.RetryTiers, req.RetryPolicy, SeriesAttempt(req), out.RetryAfter)
 		span.SetAttributes(attribute.String("cronmesh.dispatch.retry_tier", tier.String()))
 		retry := info
 		retry.retry = tier
@@ -699,7 +699,8 @@ func (p *Pipeline) poison(ctx context.Context, span trace.Span, msg *message.Mes
 }
 
 // validateRequest rejects requests that cannot be delivered nor
-// dead-lettered: ids that are not UUIDs, no namespace, an attempt below 1.
+// dead-lettered: ids that are not UUIDs, no namespace, an attempt below 1
+// or before its series' first attempt.
 // A request without a usable target is not poison: the Deliverer fails it
 // as Permanent, so it lands in the dead-letter store, where an operator
 // sees it and can redrive it with a target override.
@@ -715,6 +716,8 @@ func validateRequest(req *dispatchv1.DispatchRequest) error {
 		return fmt.Errorf("invalid dispatch request %s: no namespace", req.ExecutionId)
 	case req.Attempt < 1:
 		return fmt.Errorf("invalid dispatch request %s: attempt %d", req.ExecutionId, req.Attempt)
+	case req.FirstAttempt > req.Attempt:
+		return fmt.Errorf("invalid dispatch request %s: first attempt %d after attempt %d", req.ExecutionId, req.FirstAttempt, req.Attempt)
 	}
 	return nil
 }
