@@ -356,6 +356,13 @@ func (s *scenario) retriesDeadLetterAlertRedrive(t *testing.T) {
 		resp, err := s.history.GetExecution(ctx, connect.NewRequest(&historyv1.GetExecutionRequest{ExecutionId: execID}))
 		return err == nil && resp.Msg.GetExecution().GetStatus() == historyv1.ExecutionStatus_EXECUTION_STATUS_SUCCEEDED
 	})
+	after, err := s.history.GetExecution(ctx, connect.NewRequest(&historyv1.GetExecutionRequest{ExecutionId: execID}))
+	require.NoError(t, err)
+	require.Len(t, after.Msg.GetAttempts(), attempts+1, "the history keeps the dead attempts and adds the redrive's")
+	last := after.Msg.GetAttempts()[attempts]
+	require.EqualValues(t, attempts+1, last.GetAttempt())
+	require.Equal(t, historyv1.ExecutionStatus_EXECUTION_STATUS_SUCCEEDED, last.GetStatus())
+	require.EqualValues(t, http.StatusOK, last.GetResponseStatus())
 	waitFor(t, 30*time.Second, "the incident to resolve", func() bool {
 		resp, err := s.alerts.GetIncident(ctx, connect.NewRequest(&alertingv1.GetIncidentRequest{Id: incident.GetId()}))
 		return err == nil && resp.Msg.GetIncident().GetState() == alertingv1.IncidentState_INCIDENT_STATE_RESOLVED
