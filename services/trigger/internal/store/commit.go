@@ -561,7 +561,9 @@ func (s *Store) executionHeaders(ctx context.Context, batch trace.Link, jobID st
 	_, span := s.tracer.Start(ctx, "trigger.execution",
 		trace.WithNewRoot(),
 		trace.WithLinks(batch),
-		trace.WithSpanKind(trace.SpanKindProducer),
+		// Internal, not producer: the relay's "publish" span (a child,
+		// through the outbox row's headers) is the send to the broker.
+		trace.WithSpanKind(trace.SpanKindInternal),
 		trace.WithAttributes(
 			attribute.String("cronmesh.execution_id", executionID(jobID, nominal)),
 			attribute.String("cronmesh.job_id", jobID),
