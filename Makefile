@@ -98,7 +98,7 @@ chaos: tools services ## Fault-injection suite: the end-to-end failover and outa
 
 .PHONY: clean
 clean: ## Remove built binaries and installed tools.
-	rm -rf $(BIN) gen/ts/node_modules gen/ts/dist .dev
+	rm -rf $(BIN) gen/ts/node_modules gen/ts/dist gen/ts/dist-test .dev
 
 # The history benchmark is a prerequisite of `bench`, declared here rather
 # than in bench's recipe so that each service's benchmark is its own target.
