@@ -59,6 +59,9 @@ type Result struct {
 	// sorted ascending.
 	Lateness   []time.Duration
 	LateByKind map[workload.Kind][]time.Duration // sorted
+	// LateByTenth is the lateness of the window's slots by tenth of the
+	// window their nominal time falls in, each sorted.
+	LateByTenth [10][]time.Duration
 	// FirstArrival and LastArrival of the window's slots.
 	FirstArrival, LastArrival time.Time
 	// ArrivedInWindow are the deliveries (of any slot) that arrived in
@@ -129,6 +132,8 @@ func Check(in Input) Result {
 			late := at.Sub(t)
 			r.Lateness = append(r.Lateness, late)
 			r.LateByKind[job.Kind] = append(r.LateByKind[job.Kind], late)
+			tenth := min(int(10*t.Sub(in.From)/in.To.Sub(in.From)), 9)
+			r.LateByTenth[tenth] = append(r.LateByTenth[tenth], late)
 			if r.FirstArrival.IsZero() || at.Before(r.FirstArrival) {
 				r.FirstArrival = at
 			}
@@ -141,6 +146,9 @@ func Check(in Input) Result {
 	for k := range r.LateByKind {
 		slices.Sort(r.LateByKind[k])
 	}
+	for i := range r.LateByTenth {
+		slices.Sort(r.LateByTenth[i])
+	}
 	return r
 }
 
@@ -152,4 +160,44 @@ func Quantile(sorted []time.Duration, q float64) time.Duration {
 	}
 	i := int(math.Ceil(q*float64(len(sorted)))) - 1
 	return sorted[min(max(i, 0), len(sorted)-1)]
+}
+
+// Window is the set of execution ids due in a window, to follow how many
+// of them have arrived while a run drains (Check does the full accounting
+// afterwards).
+type Window struct {
+	ids     map[uuid.UUID]int32
+	arrived []bool
+	count   int
+	next    int // deliveries already looked at
+}
+
+// NewWindow computes the execution id of every slot of the plan in
+// [from, to).
+func NewWindow(plan *workload.Plan, jobIDs []string, from, to time.Time) *Window {
+	w := &Window{ids: map[uuid.UUID]int32{}}
+	for i, job := range plan.Jobs {
+		for _, t := range job.Slots(from, to) {
+			w.ids[uuid.MustParse(execid.For(jobIDs[i], t))] = int32(len(w.arrived))
+			w.arrived = append(w.arrived, false)
+		}
+	}
+	return w
+}
+
+// Expected is the number of slots in the window.
+func (w *Window) Expected() int { return len(w.arrived) }
+
+// Observe reads the target's deliveries since the previous call and
+// returns how many of the window's slots have arrived.
+func (w *Window) Observe(t *target.Server) int {
+	ds := t.Since(w.next)
+	for _, d := range ds {
+		if i, ok := w.ids[d.WebhookID]; ok && !w.arrived[i] {
+			w.arrived[i] = true
+			w.count++
+		}
+	}
+	w.next += len(ds)
+	return w.count
 }

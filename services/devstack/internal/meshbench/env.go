@@ -132,17 +132,25 @@ func (e *env) startMesh(ctx context.Context) error {
 	if e.etcd, err = etcdtest.Start(filepath.Join(e.dir, "etcd"), "http://"+addr, quiet); err != nil {
 		return fmt.Errorf("embedded etcd: %w", err)
 	}
+	logDir := filepath.Join(e.dir, "logs")
+	if err := os.MkdirAll(logDir, 0o755); err != nil {
+		return err
+	}
+	binDir, err := filepath.Abs(e.cfg.BinDir)
+	if err != nil {
+		return err
+	}
 	extra := map[string][]string{}
 	for _, svc := range meshrun.Services() {
 		extra[svc] = append([]string{"--pprof"}, e.cfg.ExtraArgs[svc]...)
 	}
-	e.cfg.Log.Info("starting the mesh", "name", e.name, "trigger_nodes", e.cfg.TriggerNodes, "logs", filepath.Join(e.dir, "logs"))
+	e.cfg.Log.Info("starting the mesh", "name", e.name, "trigger_nodes", e.cfg.TriggerNodes, "logs", logDir)
 	e.mesh, err = meshrun.Start(ctx, meshrun.Options{
-		BinDir: e.cfg.BinDir, PostgresURL: e.cfg.PostgresURL, AMQPURL: e.cfg.AMQPURL,
+		BinDir: binDir, PostgresURL: e.cfg.PostgresURL, AMQPURL: e.cfg.AMQPURL,
 		EtcdEndpoints: []string{"http://" + addr}, Name: e.name,
 		APIKeys:      map[string]string{namespace: e.key},
 		TriggerNodes: e.cfg.TriggerNodes, Partitions: e.cfg.Partitions,
-		LogDir: filepath.Join(e.dir, "logs"), LogLevel: "warn", ExtraArgs: extra,
+		LogDir: logDir, LogLevel: "warn", ExtraArgs: extra,
 	})
 	if err != nil {
 		return err

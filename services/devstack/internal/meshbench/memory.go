@@ -93,6 +93,7 @@ func Memory(ctx context.Context, cfg Config, o MemoryOptions) error {
 	from := projected.Truncate(time.Second).Add(5 * time.Second)
 	to := from.Add(o.Duration)
 	e.cfg.Log.Info("running", "from", from.Format("15:04:05"), "to", to.Format("15:04:05"))
+	window := ledger.NewWindow(plan, ids, from, to)
 	if err := sleepUntil(ctx, from); err != nil {
 		return err
 	}
@@ -101,7 +102,11 @@ func Memory(ctx context.Context, cfg Config, o MemoryOptions) error {
 		return err
 	}
 	s1 := e.procs.Snapshot(e.tracked())
-	e.target.WaitQuiet(ctx, 3*time.Second, to.Add(30*time.Second))
+	for time.Now().Before(to.Add(30*time.Second)) && window.Observe(e.target) < window.Expected() {
+		if err := sleep(ctx, time.Second); err != nil {
+			return err
+		}
+	}
 	end := e.procs.Snapshot(e.tracked())
 	aliveErr := e.checkAlive()
 	res := ledger.Check(ledger.Input{Plan: plan, JobIDs: ids, From: from, To: to, SpanFrom: regStart.Truncate(time.Second), Deliveries: e.target.Deliveries()})

@@ -82,6 +82,7 @@ func Sustained(ctx context.Context, cfg Config, o SustainedOptions) error {
 		return err
 	}
 	e.cfg.Log.Info("projected", "after", projected.Sub(regStart).Round(time.Millisecond), "window_in", time.Until(from).Round(time.Second))
+	window := ledger.NewWindow(plan, ids, from, to)
 	if err := sleepUntil(ctx, from); err != nil {
 		return err
 	}
@@ -116,8 +117,17 @@ func Sustained(ctx context.Context, cfg Config, o SustainedOptions) error {
 	s1 := e.procs.Snapshot(e.tracked())
 	busy1, total1 := procstat.MachineBusy()
 	load1 := procstat.LoadAverage()
-	e.cfg.Log.Info("window over; waiting for the last deliveries", "grace", o.Grace)
-	drained := e.target.WaitQuiet(ctx, 5*time.Second, to.Add(o.Grace))
+	e.cfg.Log.Info("window over; waiting for its last slots", "grace", o.Grace)
+	drained := false
+	for time.Now().Before(to.Add(o.Grace)) {
+		if window.Observe(e.target) >= window.Expected() {
+			drained = true
+			break
+		}
+		if err := sleep(ctx, time.Second); err != nil {
+			return err
+		}
+	}
 	end := e.procs.Snapshot(e.tracked())
 	aliveErr := e.checkAlive()
 	var profiles []profile
@@ -158,13 +168,20 @@ func Sustained(ctx context.Context, cfg Config, o SustainedOptions) error {
 		{"duplicate deliveries (extra deliveries of a webhook-id)", num(res.ExtraDeliveries)},
 		{"deliveries matching no scheduled slot of their job", num(res.Unresolved)},
 		{"all deliveries received (whole run)", num(len(deliveries))},
-		{"target quiet 5 s before the grace ended", fmt.Sprint(drained)},
+		{fmt.Sprintf("every slot of the window arrived within the grace (%s)", o.Grace), fmt.Sprint(drained)},
 	})
 	if len(res.MissedSample) > 0 {
 		r.p("Missed by kind: %v; for example %v.", res.MissedKind, res.MissedSample)
 	}
 	r.p("Lateness = arrival at the target − nominal time, first delivery of each slot of the window:")
 	r.table([]string{"kind", "slots", "p50", "p99", "p99.9", "max"}, latenessRows(res))
+	tenthRows := [][]string{}
+	for i, d := range res.LateByTenth {
+		at := from.Add(time.Duration(i) * o.Duration / 10)
+		tenthRows = append(tenthRows, []string{at.UTC().Format("15:04:05"), num(len(d)), ms(ledger.Quantile(d, 0.5)), ms(ledger.Quantile(d, 0.99)), ms(ledger.Quantile(d, 1))})
+	}
+	r.p("By tenth of the window (nominal time):")
+	r.table([]string{"from", "slots", "p50", "p99", "max"}, tenthRows)
 	r.usageTable(e, s0, s1, end)
 	r.ceilingTable(ceil, float64(res.Delivered)/o.Duration.Seconds())
 

@@ -92,6 +92,16 @@ func (s *Server) Deliveries() []Delivery {
 	return append([]Delivery(nil), s.got...)
 }
 
+// Since returns a copy of the deliveries from index i on.
+func (s *Server) Since(i int) []Delivery {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if i >= len(s.got) {
+		return nil
+	}
+	return append([]Delivery(nil), s.got[i:]...)
+}
+
 // WaitQuiet returns once no delivery has arrived for quiet, or at deadline
 // (false), or when ctx ends.
 func (s *Server) WaitQuiet(ctx context.Context, quiet time.Duration, deadline time.Time) bool {
