@@ -87,6 +87,13 @@ func Sustained(ctx context.Context, cfg Config, o SustainedOptions) error {
 		return err
 	}
 	load0 := procstat.LoadAverage()
+	var triggerURLs []string
+	for _, p := range e.mesh.Triggers {
+		triggerURLs = append(triggerURLs, p.URL)
+	}
+	const fireLateness = "trigger_fire_lateness_seconds"
+	h0 := scrapeHistogram(ctx, triggerURLs, fireLateness)
+	var backlogs []backlog
 	s0 := e.procs.Snapshot(e.tracked())
 	busy0, total0 := procstat.MachineBusy()
 	var waitProfiles func() []profile
@@ -109,12 +116,15 @@ func Sustained(ctx context.Context, cfg Config, o SustainedOptions) error {
 		if e.cfg.Profile && waitProfiles == nil && profileAt.Before(next) {
 			next = profileAt
 		}
-		e.cfg.Log.Info("measuring", "delivered", e.target.Count(), "left", time.Until(to).Round(time.Second))
+		b := e.sampleBacklog(ctx)
+		backlogs = append(backlogs, b)
+		e.cfg.Log.Info("measuring", "delivered", e.target.Count(), "outbox", b.outbox, "dispatch_queue", b.dispatch, "left", time.Until(to).Round(time.Second))
 		if err := sleepUntil(ctx, next); err != nil {
 			return err
 		}
 	}
 	s1 := e.procs.Snapshot(e.tracked())
+	h1 := scrapeHistogram(ctx, triggerURLs, fireLateness)
 	busy1, total1 := procstat.MachineBusy()
 	load1 := procstat.LoadAverage()
 	e.cfg.Log.Info("window over; waiting for its last slots", "grace", o.Grace)
@@ -175,6 +185,10 @@ func Sustained(ctx context.Context, cfg Config, o SustainedOptions) error {
 	}
 	r.p("Lateness = arrival at the target − nominal time, first delivery of each slot of the window:")
 	r.table([]string{"kind", "slots", "p50", "p99", "p99.9", "max"}, latenessRows(res))
+	r.p("Where the time goes, over the window: the trigger's own commit lateness (nominal → slot committed to the ledger and outbox, `%s` of the nodes, bucket bounds) p50 %s, p99 %s; slots waiting in the trigger's outbox (committed, not yet published; sampled every 10 s) %s; messages ready in the dispatch queues (published, not yet taken by the dispatcher) %s.",
+		fireLateness, quantileBound(h0, h1, 0.5), quantileBound(h0, h1, 0.99),
+		backlogSummary(backlogs, func(b backlog) int { return b.outbox }), backlogSummary(backlogs, func(b backlog) int { return b.dispatch }))
+	r.p("")
 	tenthRows := [][]string{}
 	for i, d := range res.LateByTenth {
 		at := from.Add(time.Duration(i) * o.Duration / 10)
