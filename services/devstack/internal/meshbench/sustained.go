@@ -17,8 +17,9 @@ type SustainedOptions struct {
 	Duration time.Duration   // the measured window
 	Shares   workload.Shares // nil: workload.DefaultShares
 	// Setup is the time from the first registration to the window's start
-	// (0: 30 s plus 1 s per 1,500 jobs, rounded up to a whole minute so the
-	// window holds whole minutes).
+	// (0: 30 s plus 1 s per 1,000 jobs, the trigger's projection rate seen
+	// on this machine, rounded up to a whole minute so the window holds
+	// whole minutes).
 	Setup time.Duration
 	// Grace is how long after the window deliveries are still awaited
 	// (default 2 min; the wait ends earlier once 5 s pass with none).
@@ -59,7 +60,7 @@ func Sustained(ctx context.Context, cfg Config, o SustainedOptions) error {
 	}
 	setup := o.Setup
 	if setup == 0 {
-		setup = 30*time.Second + time.Duration(len(sizing.Jobs)/1500)*time.Second
+		setup = 30*time.Second + time.Duration(len(sizing.Jobs)/1000)*time.Second
 	}
 	regStart := time.Now()
 	from := regStart.Add(setup).Truncate(time.Minute).Add(time.Minute)
