@@ -170,10 +170,11 @@ func Sustained(ctx context.Context, cfg Config, o SustainedOptions) error {
 		drain = res.LastArrival.Sub(to).Round(time.Millisecond).String()
 	}
 	minRate, maxRate := tenths(deliveries, from, to)
+	rate := float64(res.ArrivedInWindow) / o.Duration.Seconds()
 	r.table([]string{"measure", "value"}, [][]string{
-		{"slots due in the window / delivered / **missed**", fmt.Sprintf("%s / %s / **%s**", num(res.Expected), num(res.Delivered), num(res.Missed))},
-		{"executions/s sustained (slots of the window delivered / window)", fmt.Sprintf("**%.0f/s**", float64(res.Delivered)/o.Duration.Seconds())},
-		{"deliveries arriving in the window / s (per tenth of the window: min – max)", fmt.Sprintf("%.0f/s (%.0f – %.0f)", float64(res.ArrivedInWindow)/o.Duration.Seconds(), minRate, maxRate)},
+		{"slots due in the window / delivered by the end of the grace / **not delivered (missed)**", fmt.Sprintf("%s / %s / **%s**", num(res.Expected), num(res.Delivered), num(res.Missed))},
+		{"**executions/s sustained**: deliveries arriving at the target during the window / s (per tenth of the window: min – max)", fmt.Sprintf("**%.0f/s** (%.0f – %.0f)", rate, minRate, maxRate)},
+		{"slots of the window delivered by the end of the grace / window", fmt.Sprintf("%.0f/s", float64(res.Delivered)/o.Duration.Seconds())},
 		{"last slot of the window arrived after the window's end", drain},
 		{"slots fired twice (their webhook-id delivered more than once)", fmt.Sprintf("**%s**", num(res.DeliveredTwice))},
 		{"duplicate deliveries (extra deliveries of a webhook-id)", num(res.ExtraDeliveries)},
@@ -198,20 +199,19 @@ func Sustained(ctx context.Context, cfg Config, o SustainedOptions) error {
 	r.p("By tenth of the window (nominal time):")
 	r.table([]string{"from", "slots", "p50", "p99", "max"}, tenthRows)
 	r.usageTable(e, s0, s1, end)
-	r.ceilingTable(ceil, float64(res.Delivered)/o.Duration.Seconds())
+	r.ceilingTable(ceil, rate)
 
 	p99 := ledger.Quantile(res.Lateness, 0.99)
 	full := o.Duration >= targetDuration
-	rate := float64(res.Delivered) / o.Duration.Seconds()
 	r.h(3, "Targets")
 	r.table([]string{"target", "measured", "verdict"}, [][]string{
-		{"≥ 3,000 executions/s end to end for 10 minutes (aim 5,000)", fmt.Sprintf("%.0f/s for %s, %s missed", rate, o.Duration, num(res.Missed)), judgeIf(full, rate >= targetRate && res.Missed == 0)},
-		{"p99 lateness < 1 s", ms(p99), judgeIf(full && rate >= targetRate, p99 < targetP99)},
+		{"≥ 3,000 executions/s end to end for 10 minutes (aim 5,000)", fmt.Sprintf("%.0f/s delivered during %s; %s of the window's slots not delivered by the end of the grace", rate, o.Duration, num(res.Missed)), judgeIf(full, rate >= targetRate && res.Missed == 0)},
+		{"p99 lateness < 1 s", latenessVerdictText(res, p99), judgeIf(full && res.Missed == 0, p99 < targetP99)},
 		{"zero missed", num(res.Missed), judge(res.Missed == 0)},
 		{"zero double-fired", num(res.DeliveredTwice), judge(res.DeliveredTwice == 0 && res.Unresolved == 0)},
 	})
-	if !full || rate < targetRate {
-		r.p("(A run shorter than 10 minutes or below 3,000/s does not judge the rate and lateness targets.)")
+	if !full {
+		r.p("(A run shorter than 10 minutes does not judge the rate and lateness targets.)")
 	}
 	if len(profiles) > 0 {
 		r.h(3, "CPU profiles")
@@ -251,4 +251,12 @@ func tenths(ds []target.Delivery, from, to time.Time) (lo, hi float64) {
 		lo, hi = min(lo, float64(c)), max(hi, float64(c))
 	}
 	return lo / step.Seconds(), hi / step.Seconds()
+}
+
+// latenessVerdictText is the p99, or why there is none.
+func latenessVerdictText(res ledger.Result, p99 time.Duration) string {
+	if res.Missed > 0 {
+		return fmt.Sprintf("p99 of the delivered slots %s; %s slots not delivered in time (lateness unbounded)", ms(p99), num(res.Missed))
+	}
+	return ms(p99)
 }
