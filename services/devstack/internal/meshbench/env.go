@@ -73,6 +73,7 @@ type env struct {
 	procs     *procstat.Reader
 	machine   benchmachine.Machine
 	loadStart string
+	started   time.Time
 }
 
 func (c *Config) defaults() {
@@ -97,7 +98,7 @@ func newEnv(ctx context.Context, cfg Config, scenario string) (_ *env, err error
 			e.close()
 		}
 	}()
-	e.loadStart = procstat.LoadAverage()
+	e.loadStart, e.started = procstat.LoadAverage(), time.Now()
 	e.dir = cfg.WorkDir
 	if e.dir == "" {
 		if e.dir, err = os.MkdirTemp("", "mesh-bench-"); err != nil {

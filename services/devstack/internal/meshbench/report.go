@@ -56,7 +56,7 @@ func (r *report) emit(path string) error {
 func (r *report) header(title string, e *env) {
 	r.h(2, title)
 	r.p("Started %s. Command: `%s`. Mesh `%s`: registry, %d trigger nodes, dispatcher, history, alerting (bin/ of `make build`, every service with `--pprof`, log level warn), embedded etcd in the bench process; load average (1, 5, 15 min) at the start: %s.",
-		time.Now().UTC().Format("2006-01-02 15:04 UTC"), e.cfg.Command, e.name, e.cfg.TriggerNodes, e.loadStart)
+		e.started.UTC().Format("2006-01-02 15:04 UTC"), e.cfg.Command, e.name, e.cfg.TriggerNodes, e.loadStart)
 	r.p("")
 	r.p("%s", e.machine.Markdown())
 }
