@@ -57,10 +57,11 @@ lint: tools ## buf lint and format check, go vet on every module, TypeScript typ
 	cd gen/ts && npx --no-install tsc -p tsconfig.json --noEmit
 
 .PHONY: build
-build: ## Build the service binaries and the cronctl CLI into bin/.
+build: ## Build the service binaries, the cronctl CLI and the local-stack tools (devetcd, devecho) into bin/.
 	for svc in $(SERVICES); do go build -o $(BIN)/$$svc ./services/$$svc/cmd/$$svc; done
 	go build -o $(BIN)/cronctl ./services/cronctl/cmd/cronctl
 	go build -o $(BIN)/devetcd ./services/devstack/cmd/devetcd
+	go build -o $(BIN)/devecho ./services/devstack/cmd/devecho
 
 .PHONY: test
 test: tools services lint checkgenerate ## Run every check and test (needs nothing installed by hand).
