@@ -25,6 +25,8 @@
 #
 # Exit status: 0 after Ctrl-C (SIGINT) or SIGTERM; 1 when a port is taken, a
 # binary is missing, a process fails to start or one exits on its own.
+# (Started in the background by another script, it may have SIGINT ignored,
+# which bash cannot trap: stop it with SIGTERM then.)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -179,6 +181,9 @@ demo=$(curl -sS --fail-with-body -H "Authorization: Bearer $DEV_KEY" -H 'Content
   http://127.0.0.1:8081/cronmesh.registry.v1.JobService/CreateJob) || die "could not create the demo job: $demo"
 DEMO_ID=$(grep -o '"id": *"[^"]*"' <<<"$demo" | head -n1 | sed 's/.*"\([^"]*\)"$/\1/')
 [ -n "$DEMO_ID" ] || die "the demo job's id is not in the registry's answer: $demo"
+# A restart finds the job as it was left: say so if someone paused it.
+DEMO_STATE="POSTs to $ECHO_URL/demo"
+grep -q '"paused": *true' <<<"$demo" && DEMO_STATE="is paused (JobService/ResumeJob starts it again)"
 
 case $tracing in
   jaeger) TRACES="Jaeger UI $JAEGER_UI (jaeger on PATH; OTLP 127.0.0.1:4317); trace links: $TRACE_LINK" ;;
@@ -205,7 +210,7 @@ cat <<BANNER
   metrics      /metrics on every service
   API key      $DEV_KEY   (namespace "dev")
 
-  Demo job "demo: every 5 seconds" ($DEMO_ID) POSTs to $ECHO_URL/demo.
+  Demo job "demo: every 5 seconds" ($DEMO_ID) $DEMO_STATE.
   Its history:
     bin/grpcurl -plaintext -H "Authorization: Bearer $DEV_KEY" -d '{"jobId": "$DEMO_ID", "pageSize": 3}' \\
       127.0.0.1:8084 cronmesh.history.v1.HistoryService/ListExecutions

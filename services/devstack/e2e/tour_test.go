@@ -28,6 +28,8 @@ import (
 
 	historyv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/history/v1"
 	"github.com/cronmesh/cronmesh/gen/go/cronmesh/history/v1/historyv1connect"
+	registryv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1"
+	"github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1/registryv1connect"
 	"github.com/cronmesh/cronmesh/libs/pgtest"
 )
 
@@ -87,8 +89,9 @@ func TestTour(t *testing.T) {
 	require.NoError(t, os.Symlink(filepath.Join(root, "bin"), filepath.Join(work, "bin")))
 	devDir := filepath.Join(work, ".dev")
 
-	dev := tourStartDev(t, root, devDir, tourDatabase(t))
-	demoID := dev.await(t, regexp.MustCompile(`Demo job "demo: every 5 seconds" \(([0-9a-f-]{36})\)`))
+	db := tourDatabase(t)
+	dev := tourStartDev(t, root, devDir, db)
+	demoID := dev.await(t, tourDemoRE)
 	t.Logf("dev.sh is up; demo job %s", demoID)
 
 	t.Run("demo job succeeds", func(t *testing.T) {
@@ -126,6 +129,27 @@ func TestTour(t *testing.T) {
 	})
 
 	dev.stop(t)
+
+	// A second `make dev` on the same database and .dev finds the demo job
+	// the first one created instead of adding another.
+	again := tourStartDev(t, root, devDir, db)
+	require.Equal(t, demoID, again.await(t, tourDemoRE), "the restarted dev.sh reports the same demo job")
+	tourOneDemoJob(t)
+	again.stop(t)
+}
+
+// tourDemoRE finds the demo job's id in dev.sh's banner.
+var tourDemoRE = regexp.MustCompile(`Demo job "demo: every 5 seconds" \(([0-9a-f-]{36})\)`)
+
+// tourOneDemoJob checks that the registry holds exactly one demo job.
+func tourOneDemoJob(t *testing.T) {
+	t.Helper()
+	client := registryv1connect.NewJobServiceClient(http.DefaultClient, "http://127.0.0.1:8081")
+	req := connect.NewRequest(&registryv1.ListJobsRequest{Labels: map[string]string{"demo": "dev"}})
+	req.Header().Set("Authorization", "Bearer "+tourKey)
+	resp, err := client.ListJobs(context.Background(), req)
+	require.NoError(t, err)
+	require.Len(t, resp.Msg.GetJobs(), 1, "demo jobs after a restart")
 }
 
 // tourRepoRoot is the repository root, three directories above this file.
