@@ -57,20 +57,23 @@ lint: tools ## buf lint and format check, go vet on every module, TypeScript typ
 	cd gen/ts && npx --no-install tsc -p tsconfig.json --noEmit
 
 .PHONY: build
-build: ## Build the service binaries and the cronctl CLI into bin/.
+build: ## Build the service binaries, the cronctl CLI and the local-stack tools (devetcd, devecho) into bin/.
 	for svc in $(SERVICES); do go build -o $(BIN)/$$svc ./services/$$svc/cmd/$$svc; done
 	go build -o $(BIN)/cronctl ./services/cronctl/cmd/cronctl
 	go build -o $(BIN)/devetcd ./services/devstack/cmd/devetcd
+	go build -o $(BIN)/devecho ./services/devstack/cmd/devecho
 
 .PHONY: test
-test: tools services lint checkgenerate ## Run every check and test (needs nothing installed by hand).
+test: tools services build lint checkgenerate ## Run every check and test (needs nothing installed by hand).
 	@# ./deploy lints and renders the Helm chart with $(HELM) and checks the
 	@# manifests and the Dockerfiles; it runs with the root module below.
 	for dir in $(GO_MODULES); do (cd $$dir && go test -race -count=1 $$(go list ./... | grep -v /e2e)); done
 	go test -run='^$$' -fuzz=FuzzParseCron -fuzztime=$(FUZZTIME) ./libs/schedule
 	@# The end-to-end suites run real processes against the timing promises
 	@# (a slot within 5 s of its time), so they run alone, not beside the
-	@# race-detector suites above competing for the same cores.
+	@# race-detector suites above competing for the same cores. The tour
+	@# test (services/devstack/e2e) runs deploy/local/dev.sh with bin/ from
+	@# `build` and the README's tour with the tools.
 	go test -count=1 -p 1 -timeout 15m $$(go list ./... | grep /e2e)
 
 .PHONY: chart
@@ -86,7 +89,7 @@ bench: tools services build ## Run the benchmarks (see docs/benchmarks.md).
 	deploy/local/bench-alerting.sh
 
 .PHONY: dev
-dev: tools services build ## Run the product locally (prints endpoints and a development API key).
+dev: tools services build ## Run the whole mesh locally with an echo target and a demo job (prints endpoints and a development API key).
 	deploy/local/dev.sh
 
 .PHONY: chaos
