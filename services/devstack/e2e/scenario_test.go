@@ -30,6 +30,7 @@ import (
 	"github.com/cronmesh/cronmesh/gen/go/cronmesh/trigger/v1/triggerv1connect"
 	"github.com/cronmesh/cronmesh/libs/meshrun"
 	"github.com/cronmesh/cronmesh/libs/meshtest"
+	"github.com/cronmesh/cronmesh/libs/smtptest"
 )
 
 const scenarioKey = "scenario-key-0123456789abcdef"
@@ -199,7 +200,7 @@ func (s *scenario) retriesDeadLetterAlertRedrive(t *testing.T) {
 	ctx := t.Context()
 	target := newRecorder(t, http.StatusInternalServerError)
 	alertHook := newRecorder(t, http.StatusNoContent)
-	mailbox := startSMTP(t)
+	mailbox := smtptest.Start(t)
 	label := fmt.Sprintf("retry-%d", time.Now().UnixNano())
 	const displayName = "scenario failing target"
 
@@ -213,7 +214,7 @@ func (s *scenario) retriesDeadLetterAlertRedrive(t *testing.T) {
 	mailCh, err := s.alerts.CreateChannel(ctx, connect.NewRequest(&alertingv1.CreateChannelRequest{Channel: &alertingv1.Channel{
 		DisplayName: "scenario email",
 		Kind: &alertingv1.Channel_Email{Email: &alertingv1.EmailChannel{
-			Host: mailbox.Host, Port: int32(mailbox.Port), Security: alertingv1.SmtpSecurity_SMTP_SECURITY_NONE,
+			Host: mailbox.Host(), Port: int32(mailbox.Port()), Security: alertingv1.SmtpSecurity_SMTP_SECURITY_NONE,
 			Username: mailbox.Username, Password: mailbox.Password,
 			From: "cronmesh@example.test", To: []string{"oncall@example.test"},
 		}},
@@ -332,7 +333,7 @@ func (s *scenario) retriesDeadLetterAlertRedrive(t *testing.T) {
 	require.Equal(t, jobID, opened.Incident.JobID)
 	require.Equal(t, displayName, opened.Incident.JobDisplayName)
 	require.Equal(t, "consecutive_failures", opened.Incident.Kind)
-	openMail := waitEmail(t, mailbox, func(m email) bool { return !strings.Contains(m.Subject, "RESOLVED") })
+	openMail := waitEmail(t, mailbox, func(m smtptest.Message) bool { return !strings.Contains(m.Subject, "RESOLVED") })
 	require.Contains(t, openMail.Subject, displayName)
 	require.Contains(t, openMail.Body, jobID)
 	require.Contains(t, openMail.Body, incident.GetId())
@@ -373,7 +374,7 @@ func (s *scenario) retriesDeadLetterAlertRedrive(t *testing.T) {
 	require.Equal(t, alertingv1.IncidentState_INCIDENT_STATE_RESOLVED, listed.Msg.GetIncidents()[0].GetState())
 	resolved := s.waitNotification(t, alertHook, hookSecret, "incident.resolved", incident.GetId())
 	require.Equal(t, jobID, resolved.Incident.JobID)
-	resolvedMail := waitEmail(t, mailbox, func(m email) bool { return strings.Contains(m.Subject, "RESOLVED") })
+	resolvedMail := waitEmail(t, mailbox, func(m smtptest.Message) bool { return strings.Contains(m.Subject, "RESOLVED") })
 	require.Contains(t, resolvedMail.Subject, displayName)
 	require.Contains(t, resolvedMail.Body, jobID)
 
@@ -460,9 +461,9 @@ func (s *scenario) waitNotification(t *testing.T, hook *recorder, secret, typ, i
 	return found
 }
 
-func waitEmail(t *testing.T, box *smtpServer, match func(email) bool) email {
+func waitEmail(t *testing.T, box *smtptest.Server, match func(smtptest.Message) bool) smtptest.Message {
 	t.Helper()
-	var found email
+	var found smtptest.Message
 	waitFor(t, 30*time.Second, "an alert email", func() bool {
 		for _, m := range box.Messages() {
 			if match(m) {

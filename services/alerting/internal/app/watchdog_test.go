@@ -16,7 +16,7 @@ import (
 	registryv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1"
 	"github.com/cronmesh/cronmesh/libs/amqptest"
 	"github.com/cronmesh/cronmesh/libs/clock"
-	"github.com/cronmesh/cronmesh/services/alerting/internal/smtptest"
+	"github.com/cronmesh/cronmesh/libs/smtptest"
 )
 
 // publishJob publishes a registry job event for an every-minute job of
