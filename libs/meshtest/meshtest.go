@@ -10,7 +10,9 @@ import (
 	"encoding/hex"
 	"os"
 	"path/filepath"
+	"strconv"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -34,6 +36,7 @@ type Binaries struct {
 func (b *Binaries) Dir(t testing.TB) string {
 	t.Helper()
 	b.once.Do(func() {
+		closeInheritedOnExec()
 		b.dir, b.err = os.MkdirTemp("", "cronmesh-mesh-bin-")
 		if b.err == nil {
 			b.err = meshrun.Build(context.Background(), b.dir)
@@ -43,6 +46,24 @@ func (b *Binaries) Dir(t testing.TB) string {
 		t.Fatalf("meshtest: %v", b.err)
 	}
 	return b.dir
+}
+
+// closeInheritedOnExec marks every file descriptor the test process
+// inherited beyond stdin, stdout and stderr close-on-exec. Go opens its own
+// files close-on-exec but passes inherited ones on to every child, so
+// without this a lock file held by `flock` around `go test` reaches the
+// services and, worse, the PostgreSQL or RabbitMQ server a fault-injection
+// test restarts — which then holds the lock for as long as it runs.
+func closeInheritedOnExec() {
+	entries, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return // not Linux: nothing to do that this package knows of
+	}
+	for _, e := range entries {
+		if fd, err := strconv.Atoi(e.Name()); err == nil && fd > 2 {
+			syscall.CloseOnExec(fd)
+		}
+	}
 }
 
 // Remove deletes the built binaries; call it from TestMain after m.Run.
