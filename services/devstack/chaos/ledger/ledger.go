@@ -105,6 +105,18 @@ func (l *Ledger) Counts() (enqueued, delivered int) {
 	return enqueued, len(l.deliveries)
 }
 
+// EnqueuedJobs is how many distinct jobs have had a first attempt enqueued,
+// for waiting until every job fires.
+func (l *Ledger) EnqueuedJobs() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	jobs := map[string]bool{}
+	for s := range l.firsts {
+		jobs[s.Job] = true
+	}
+	return len(jobs)
+}
+
 // Verdict is the outcome of Check.
 type Verdict struct {
 	Slots          int      // expected slots checked
