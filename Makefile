@@ -112,8 +112,8 @@ chaos: tools services ## Fault-injection suites: trigger failover at 10x the job
 	status=0; CRONMESH_CHAOS_JOBS=$(CHAOS_MESH_JOBS) CRONMESH_CHAOS_AFTER=$(CHAOS_AFTER) CRONMESH_CHAOS_OUTAGE=$(CHAOS_OUTAGE) \
 	  CRONMESH_CHAOS_HANG=$(CHAOS_HANG) CRONMESH_CHAOS_SUMMARY=$(CURDIR)/.chaos-summary.md \
 	  go test -count=1 -p 1 -timeout 60m -v ./services/devstack/chaos || status=$$?; \
-	  echo; echo "| scenario | jobs | slots | recovery | max lateness | retries | duplicate deliveries | verdict |"; \
-	  echo "| --- | --- | --- | --- | --- | --- | --- | --- |"; cat .chaos-summary.md 2>/dev/null; exit $$status
+	  echo; echo "| scenario | jobs | slots | recovery | max lateness | retries | republished | duplicate deliveries | verdict |"; \
+	  echo "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"; cat .chaos-summary.md 2>/dev/null; exit $$status
 
 .PHONY: clean
 clean: ## Remove built binaries and installed tools.

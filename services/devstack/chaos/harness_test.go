@@ -180,6 +180,9 @@ func (r *run) finish(scenario string, fault time.Time, settle time.Duration) {
 	r.feedDeliveries()
 	v = r.ledger.Check(r.jobs, r.from, to, fault)
 	t.Logf("%s: %s", scenario, v)
+	if len(v.Republished) > 0 {
+		t.Logf("republished by the outbox relay (same message id), e.g. %v", v.Republished[:min(5, len(v.Republished))])
+	}
 	err := v.Err()
 	if err == nil {
 		err = r.checkConsumers(r.from, to)
@@ -339,7 +342,7 @@ func (r *run) tapOnce(ctx context.Context, queue string, seen map[string]bool, s
 				if err := proto.Unmarshal(d.Body, req); err != nil {
 					r.ledger.Bad(fmt.Sprintf("undecodable dispatch request %q: %v", d.MessageId, err))
 				} else {
-					r.ledger.Enqueued(req, at)
+					r.ledger.Enqueued(req, d.MessageId, at)
 				}
 				seen[d.MessageId] = true
 			}
@@ -447,6 +450,6 @@ func summarize(scenario string, jobs int, v ledger.Verdict, err error) {
 	if err != nil {
 		verdict = "FAIL"
 	}
-	fmt.Fprintf(f, "| %s | %d | %d | %s | %s | %d | %d | %s |\n", scenario, jobs, v.Slots,
-		v.Recovery.Round(100*time.Millisecond), v.MaxLate.Round(100*time.Millisecond), v.Retries, v.Duplicates, verdict)
+	fmt.Fprintf(f, "| %s | %d | %d | %s | %s | %d | %d | %d | %s |\n", scenario, jobs, v.Slots,
+		v.Recovery.Round(100*time.Millisecond), v.MaxLate.Round(100*time.Millisecond), v.Retries, len(v.Republished), v.Duplicates, verdict)
 }

@@ -2,6 +2,10 @@ package chaos_test
 
 import (
 	"context"
+	"io"
+	"net/http"
+	"regexp"
+	"strconv"
 	"os/exec"
 	"strings"
 	"syscall"
@@ -124,8 +128,20 @@ func TestTargetTimeouts(t *testing.T) {
 func TestClockOffset(t *testing.T) {
 	r := start(t, 2)
 	fault := r.steadyThenFault("a trigger node with its clock 10 s ahead joins")
-	_, err := r.mesh.AddTriggerWith(t.Context(), "trigger-skewed", "--clock-offset", "10s")
+	skewed, err := r.mesh.AddTriggerWith(t.Context(), "trigger-skewed", "--clock-offset", "10s")
 	require.NoError(t, err)
+	// The skew was injected and seen: the node corrects its clock by -10 s
+	// (a node that ignored the flag would pass the ledger trivially).
+	resp, err := http.Get(skewed.URL + "/metrics")
+	require.NoError(t, err)
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.NoError(t, err)
+	m := regexp.MustCompile(`(?m)^trigger_clock_correction_seconds\S* (\S+)$`).FindSubmatch(body)
+	require.NotNil(t, m, "the skewed node exports no trigger_clock_correction_seconds")
+	correction, err := strconv.ParseFloat(string(m[1]), 64)
+	require.NoError(t, err)
+	require.InDelta(t, -10, correction, 0.1, "the skewed node's clock correction")
 	r.finish("clock offset +10 s", fault, settle)
 }
 

@@ -31,11 +31,14 @@ func clean(l *ledger.Ledger, late func(job string, sec int) time.Duration) {
 	for _, job := range []string{jobA, jobB} {
 		for sec := range 3 {
 			nominal := t0.Add(time.Duration(sec) * time.Second)
-			l.Enqueued(request(job, nominal, 1), nominal.Add(10*time.Millisecond))
+			l.Enqueued(request(job, nominal, 1), msgID(job, nominal), nominal.Add(10*time.Millisecond))
 			l.Delivered(job, execid.For(job, nominal), nominal.Add(late(job, sec)))
 		}
 	}
 }
+
+// msgID is the AMQP message id of a slot's first attempt.
+func msgID(job string, nominal time.Time) string { return "msg-" + execid.For(job, nominal) }
 
 func onTime(string, int) time.Duration { return 50 * time.Millisecond }
 
@@ -58,13 +61,25 @@ func TestVerdicts(t *testing.T) {
 			l.Delivered(jobA, execid.For(jobA, t0), t0.Add(3*time.Second))
 		}, check: func(t *testing.T, v ledger.Verdict) { require.Equal(t, 1, v.Duplicates) }},
 		{name: "retries are counted, not doubles", extra: func(l *ledger.Ledger) {
-			l.Enqueued(request(jobA, t0, 2), t0.Add(2*time.Second))
-			l.Enqueued(request(jobA, t0, 3), t0.Add(4*time.Second))
+			l.Enqueued(request(jobA, t0, 2), "retry-1", t0.Add(2*time.Second))
+			l.Enqueued(request(jobA, t0, 3), "retry-2", t0.Add(4*time.Second))
 		}, check: func(t *testing.T, v ledger.Verdict) { require.Equal(t, 2, v.Retries) }},
 		{name: "a slot outside the window may arrive", extra: func(l *ledger.Ledger) {
 			at := t0.Add(10 * time.Second)
-			l.Enqueued(request(jobA, at, 1), at)
+			l.Enqueued(request(jobA, at, 1), msgID(jobA, at), at)
 			l.Delivered(jobA, execid.For(jobA, at), at)
+		}},
+		{name: "a slot after the window delivered before the tap read it", extra: func(l *ledger.Ledger) {
+			at := t0.Add(30 * time.Second)
+			l.Delivered(jobB, execid.For(jobB, at), at.Add(100*time.Millisecond))
+		}},
+		{name: "a republished message is counted, not failed", extra: func(l *ledger.Ledger) {
+			l.Enqueued(request(jobA, t0, 1), msgID(jobA, t0), t0.Add(3*time.Second))
+			l.Delivered(jobA, execid.For(jobA, t0), t0.Add(3*time.Second))
+		}, check: func(t *testing.T, v ledger.Verdict) {
+			require.Len(t, v.Republished, 1)
+			require.Empty(t, v.DoubleEnqueued)
+			require.Equal(t, 1, v.Duplicates)
 		}},
 		{name: "a delivery before the nominal time", late: func(job string, sec int) time.Duration {
 			if job == jobB && sec == 1 {
@@ -72,9 +87,9 @@ func TestVerdicts(t *testing.T) {
 			}
 			return 50 * time.Millisecond
 		}, wantErr: "delivered before their nominal time"},
-		{name: "a slot enqueued twice", extra: func(l *ledger.Ledger) {
-			l.Enqueued(request(jobA, t0.Add(time.Second), 1), t0.Add(1200*time.Millisecond))
-		}, wantErr: "1 slots enqueued more than once"},
+		{name: "a slot fired twice", extra: func(l *ledger.Ledger) {
+			l.Enqueued(request(jobA, t0.Add(time.Second), 1), "another message", t0.Add(1200*time.Millisecond))
+		}, wantErr: "1 slots fired twice"},
 		{name: "a delivery with another webhook-id", extra: func(l *ledger.Ledger) {
 			l.Delivered(jobA, "0190f0c4-0000-5000-8000-000000000000", t0.Add(time.Second))
 		}, wantErr: "of no slot"},
@@ -84,11 +99,11 @@ func TestVerdicts(t *testing.T) {
 		{name: "a message with a wrong execution id", extra: func(l *ledger.Ledger) {
 			r := request(jobA, t0.Add(5*time.Second), 1)
 			r.ExecutionId = execid.For(jobA, t0)
-			l.Enqueued(r, t0.Add(5*time.Second))
+			l.Enqueued(r, "m", t0.Add(5*time.Second))
 		}, wantErr: "want " + execid.For(jobA, t0.Add(5*time.Second))},
 		{name: "an early enqueue", extra: func(l *ledger.Ledger) {
 			at := t0.Add(20 * time.Second)
-			l.Enqueued(request(jobA, at, 1), at.Add(-10*time.Second))
+			l.Enqueued(request(jobA, at, 1), msgID(jobA, at), at.Add(-10*time.Second))
 		}, wantErr: "enqueued 10s early"},
 		{name: "late slots set the recovery", late: func(job string, sec int) time.Duration {
 			if sec == 1 {
