@@ -60,8 +60,8 @@ type delivery struct {
 type Ledger struct {
 	mu         sync.Mutex
 	firsts     map[Slot][]enqueue // arrivals at the tap of attempt 1
-	retries    map[Slot]int         // messages of later attempts
-	ids        map[string]Slot      // execution id → slot, of every message seen
+	retries    map[Slot]int       // messages of later attempts
+	ids        map[string]Slot    // execution id → slot, of every message seen
 	deliveries []delivery
 	problems   []string
 }
