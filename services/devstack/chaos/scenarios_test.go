@@ -51,6 +51,7 @@ func TestDispatcherSIGKILL(t *testing.T) {
 	r.target.hold()
 	require.Eventually(t, func() bool { return r.target.held.Load() > 0 }, 10*time.Second, 10*time.Millisecond,
 		"no delivery reached the held target")
+	time.Sleep(500 * time.Millisecond) // more workers' deliveries pile up behind the first
 	fault := r.steadyThenFault("SIGKILL the dispatcher mid-delivery")
 	t.Logf("%d requests held open", r.target.held.Load())
 	r.mesh.Dispatcher.Kill()
