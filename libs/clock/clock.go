@@ -4,6 +4,7 @@ package clock
 
 import (
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -91,3 +92,33 @@ func (f *Fake) Waiters() int {
 	defer f.mu.Unlock()
 	return len(f.waiters)
 }
+
+// Offset is a clock that reads its base shifted by an offset that may be
+// changed while it runs (Set). Durations are the base's: After waits on the
+// base, and two readings of Now subtract to the elapsed time (the offset is
+// added to the monotonic reading as well) unless Set ran between them.
+// The trigger uses it twice: to inject a skewed clock in fault-injection
+// tests, and to correct a node's clock to PostgreSQL's.
+type Offset struct {
+	base   Clock
+	offset atomic.Int64 // nanoseconds
+}
+
+// NewOffset returns base shifted by d.
+func NewOffset(base Clock, d time.Duration) *Offset {
+	o := &Offset{base: base}
+	o.offset.Store(int64(d))
+	return o
+}
+
+// Now returns the base's time plus the offset.
+func (o *Offset) Now() time.Time { return o.base.Now().Add(o.Offset()) }
+
+// After waits d on the base clock.
+func (o *Offset) After(d time.Duration) <-chan time.Time { return o.base.After(d) }
+
+// Offset returns the current offset.
+func (o *Offset) Offset() time.Duration { return time.Duration(o.offset.Load()) }
+
+// Set changes the offset for every later reading.
+func (o *Offset) Set(d time.Duration) { o.offset.Store(int64(d)) }

@@ -177,7 +177,14 @@ func (m *Mesh) LogDir() string { return m.opts.LogDir }
 // AddTrigger starts one more trigger node and waits until it holds its
 // partitions.
 func (m *Mesh) AddTrigger(ctx context.Context, nodeID string) (*Process, error) {
-	p, err := m.start(ctx, nodeID, "trigger", m.triggerArgs(nodeID))
+	return m.AddTriggerWith(ctx, nodeID)
+}
+
+// AddTriggerWith is AddTrigger with flags for this node only, after every
+// other flag (the fault-injection suite gives one node a skewed clock this
+// way); a restart of the node keeps them.
+func (m *Mesh) AddTriggerWith(ctx context.Context, nodeID string, extraArgs ...string) (*Process, error) {
+	p, err := m.start(ctx, nodeID, "trigger", append(m.triggerArgs(nodeID), extraArgs...))
 	if err != nil {
 		return nil, err
 	}

@@ -86,6 +86,9 @@ type Options struct {
 	LogLevel      string
 	ExtraArgs     map[string][]string
 	Env           []string
+	// Etcd is the trigger ring's etcd; nil starts one for the test. A test
+	// that stops and restarts etcd passes its own.
+	Etcd *etcdtest.Cluster
 }
 
 // Start runs a mesh for t from the binaries in bins: its own schemas,
@@ -95,7 +98,10 @@ type Options struct {
 // when t failed, and drops the schemas and broker objects.
 func Start(t testing.TB, bins *Binaries, opts Options) *meshrun.Mesh {
 	t.Helper()
-	etcd := etcdtest.New(t)
+	etcd := opts.Etcd
+	if etcd == nil {
+		etcd = etcdtest.New(t)
+	}
 	logDir := t.TempDir()
 	mesh, err := meshrun.Start(context.Background(), meshrun.Options{
 		BinDir: bins.Dir(t), PostgresURL: pgtest.URL(), AMQPURL: amqptest.URL(), EtcdEndpoints: etcd.Endpoints(),

@@ -31,6 +31,7 @@ import (
 	"github.com/cronmesh/cronmesh/services/trigger/internal/projection"
 	"github.com/cronmesh/cronmesh/services/trigger/internal/retention"
 	"github.com/cronmesh/cronmesh/services/trigger/internal/store"
+	"github.com/cronmesh/cronmesh/services/trigger/internal/timesync"
 )
 
 // Defaults of a trigger node.
@@ -70,6 +71,10 @@ type Config struct {
 	// LedgerRetention and TombstoneRetention: see store.Retention.
 	LedgerRetention    time.Duration
 	TombstoneRetention time.Duration
+	// ClockOffset shifts this node's clock, for fault-injection tests only
+	// (Go programs ignore libfaketime): the node must behave as on a host
+	// whose clock is that far off.
+	ClockOffset time.Duration
 }
 
 // Register adds the trigger's flags to fs.
@@ -92,6 +97,7 @@ func (c *Config) Register(fs *flag.FlagSet) {
 	fs.IntVar(&c.Commits, "commits", firing.DefaultCommits, "firing transactions in flight at once (each on its own PostgreSQL connection)")
 	fs.DurationVar(&c.GroupWait, "group-wait", firing.DefaultGroupWait, "how long slots due while a commit is in flight wait for it before another commit starts for them")
 	fs.DurationVar(&c.LedgerRetention, "ledger-retention", 7*24*time.Hour, "how long a fired slot's ledger row (its exactly-once record, shown by ListSlots) is kept; whole days are dropped")
+	fs.DurationVar(&c.ClockOffset, "clock-offset", 0, "FOR FAULT-INJECTION TESTS ONLY: shift this node's clock by this much, as on a host whose clock is wrong")
 	fs.DurationVar(&c.TombstoneRetention, "tombstone-retention", 7*24*time.Hour, "how long a deleted job's tombstone is kept (an older event of the job delivered later than this could bring it back)")
 }
 
@@ -123,6 +129,7 @@ type App struct {
 	publisher  *broker.Publisher
 	relay      *outbox.Relay
 	retention  *retention.Keeper
+	timesync   *timesync.Syncer
 	server     *server.Server
 	closeOnce  sync.Once
 }
@@ -140,6 +147,15 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger) (_ *App, err erro
 	}
 	logger = logger.With(slog.String("node", cfg.NodeID))
 	a := &App{cfg: cfg, logger: logger}
+	// hostClock is the host's clock (shifted in fault-injection tests);
+	// nodeClock is it corrected to PostgreSQL's by timesync, and is the only
+	// clock the node's parts read.
+	var hostClock clock.Clock = clock.Real{}
+	if cfg.ClockOffset != 0 {
+		logger.Warn("this node's clock is shifted by --clock-offset (fault injection)", "offset", cfg.ClockOffset)
+		hostClock = clock.NewOffset(clock.Real{}, cfg.ClockOffset)
+	}
+	nodeClock := clock.NewOffset(hostClock, 0)
 	defer func() {
 		if err != nil {
 			a.close(context.Background())
@@ -191,8 +207,21 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger) (_ *App, err erro
 		Propagator:         a.telemetry.Propagator,
 		Tracer:             a.telemetry.TracerProvider.Tracer("cronmesh/trigger"),
 		Notify:             func() { a.relay.Notify() },
+		Clock:              nodeClock,
 	})
 	if err != nil {
+		return nil, err
+	}
+	a.timesync, err = timesync.New(timesync.Options{
+		Reference: st, Clock: nodeClock, Local: hostClock,
+		Logger: logger.With(slog.String("component", "timesync")), Metrics: metrics,
+	})
+	if err != nil {
+		return nil, err
+	}
+	// Before anything reads the clock: a node whose host clock is off must
+	// not fire a single slot on it.
+	if _, err := a.timesync.Sync(ctx); err != nil {
 		return nil, err
 	}
 	if err := st.EnsurePartitions(ctx, cfg.Partitions); err != nil {
@@ -210,7 +239,7 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger) (_ *App, err erro
 		Address:    cfg.Advertise,
 		Partitions: cfg.Partitions,
 		LeaseTTL:   cfg.LeaseTTL,
-		Clock:      clock.Real{},
+		Clock:      nodeClock,
 		Logger:     logger.With(slog.String("component", "ring")),
 		Metrics:    metrics,
 	})
@@ -251,7 +280,7 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger) (_ *App, err erro
 	a.engine, err = firing.NewEngine(firing.Options{
 		Store:     st,
 		Ownership: a.ring,
-		Clock:     clock.Real{},
+		Clock:     nodeClock,
 		Logger:    logger.With(slog.String("component", "engine")),
 		Tracer:    a.telemetry.TracerProvider.Tracer("cronmesh/trigger"),
 		Metrics:   metrics,
@@ -268,6 +297,7 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger) (_ *App, err erro
 		Retention:  store.Retention{Ledger: cfg.LedgerRetention, Tombstones: cfg.TombstoneRetention},
 		Logger:     logger.With(slog.String("component", "retention")),
 		Metrics:    metrics,
+		Clock:      nodeClock,
 	})
 	if err != nil {
 		return nil, err
@@ -281,6 +311,7 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger) (_ *App, err erro
 		TracerProvider: a.telemetry.TracerProvider,
 		Propagator:     a.telemetry.Propagator,
 		Metrics:        metrics,
+		Clock:          nodeClock,
 	})
 	if err != nil {
 		return nil, err
@@ -344,6 +375,7 @@ func (a *App) Run(ctx context.Context) error {
 	start("projection", a.projection.Run)
 	start("outbox relay", a.relay.Run)
 	start("retention", a.retention.Run)
+	start("timesync", a.timesync.Run)
 	go func() {
 		select {
 		case <-a.ring.Ready():

@@ -313,3 +313,14 @@ func decodeSpec(spec []byte, id, namespace string, version int64, paused bool) (
 // micros truncates t to PostgreSQL's precision (and UTC), so that a time
 // written and read back compares equal.
 func micros(t time.Time) time.Time { return t.UTC().Truncate(time.Microsecond) }
+
+// ServerTime returns PostgreSQL's clock (clock_timestamp(), not the
+// transaction's start): the reference every node's clock is kept on (see
+// package timesync), since every firing commits here anyway.
+func (s *Store) ServerTime(ctx context.Context) (time.Time, error) {
+	var now time.Time
+	if err := s.pool.QueryRow(ctx, `SELECT clock_timestamp()`).Scan(&now); err != nil {
+		return time.Time{}, fmt.Errorf("read the database clock: %w", err)
+	}
+	return now, nil
+}

@@ -1,0 +1,297 @@
+// Package ledger is the fault-injection suite's independent record of what
+// happened to every (job, nominal second) slot: what the broker was given
+// (read from a tap queue on the dispatch exchange) and what the target
+// received. It trusts nothing the services report about themselves, so a
+// service that loses, doubles or misnames a slot cannot hide it.
+//
+// The rules it checks (Verdict.Err):
+//   - every expected slot was delivered to the target at least once;
+//   - no slot was fired twice: its first attempt reached the dispatch
+//     exchange in one message only (one message id). The trigger's outbox
+//     relay publishes at least once, so a crash between the broker's
+//     confirm and the relay's delete publishes the same message (same
+//     message id) again: that republish is counted (Verdict.Republished)
+//     and reported, not failed, since the dispatcher is where it must be
+//     absorbed;
+//   - every message and every delivery of a slot carries the slot's own
+//     execution id (libs/execid), so duplicates at the target are only ever
+//     duplicates with the same webhook-id;
+//   - nothing was enqueued or delivered before its nominal time by the
+//     real clock.
+package ledger
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	dispatchv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/dispatch/v1"
+	"github.com/cronmesh/cronmesh/libs/execid"
+)
+
+// OnTime is the lateness (first delivery minus nominal time) up to which a
+// delivery counts as on time when the recovery time is measured.
+const OnTime = time.Second
+
+// Slot is one (job, nominal time) slot of an every-second job.
+type Slot struct {
+	Job     string
+	Nominal int64 // unix seconds
+}
+
+func (s Slot) String() string {
+	return fmt.Sprintf("%s@%s", s.Job, time.Unix(s.Nominal, 0).UTC().Format(time.TimeOnly))
+}
+
+// enqueue is one first attempt seen at the tap.
+type enqueue struct {
+	messageID string
+	at        time.Time
+}
+
+type delivery struct {
+	job, webhookID string
+	at             time.Time
+}
+
+// Ledger records enqueues and deliveries; it is safe for concurrent use.
+type Ledger struct {
+	mu         sync.Mutex
+	firsts     map[Slot][]enqueue // arrivals at the tap of attempt 1
+	retries    map[Slot]int       // messages of later attempts
+	ids        map[string]Slot    // execution id → slot, of every message seen
+	deliveries []delivery
+	problems   []string
+}
+
+// New returns an empty ledger.
+func New() *Ledger {
+	return &Ledger{firsts: map[Slot][]enqueue{}, retries: map[Slot]int{}, ids: map[string]Slot{}}
+}
+
+// Enqueued records a dispatch request read from the tap at at (the real
+// clock of the test), in the AMQP message messageID. A first attempt counts
+// towards "fired once"; a retry (attempt > 1) only towards the retry count.
+func (l *Ledger) Enqueued(req *dispatchv1.DispatchRequest, messageID string, at time.Time) {
+	nominal := req.GetNominalTime().AsTime()
+	s := Slot{Job: req.GetJobId(), Nominal: nominal.Unix()}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if want := execid.For(s.Job, nominal); req.GetExecutionId() != want {
+		l.problems = append(l.problems, fmt.Sprintf("%s attempt %d: execution id %s, want %s", s, req.GetAttempt(), req.GetExecutionId(), want))
+	}
+	l.ids[req.GetExecutionId()] = s
+	if req.GetAttempt() <= 1 {
+		l.firsts[s] = append(l.firsts[s], enqueue{messageID: messageID, at: at})
+	} else {
+		l.retries[s]++
+	}
+}
+
+// Delivered records a request the target received for job (the target
+// tells jobs apart by URL) with the given webhook-id header, at at.
+func (l *Ledger) Delivered(job, webhookID string, at time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.deliveries = append(l.deliveries, delivery{job: job, webhookID: webhookID, at: at})
+}
+
+// Bad records a problem found outside the ledger (an undecodable message).
+func (l *Ledger) Bad(problem string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.problems = append(l.problems, problem)
+}
+
+// Counts returns how many first attempts and deliveries were recorded so
+// far, for waiting until the flow settles.
+func (l *Ledger) Counts() (enqueued, delivered int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, f := range l.firsts {
+		enqueued += len(f)
+	}
+	return enqueued, len(l.deliveries)
+}
+
+// EnqueuedJobs is how many distinct jobs have had a first attempt enqueued,
+// for waiting until every job fires.
+func (l *Ledger) EnqueuedJobs() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	jobs := map[string]bool{}
+	for s := range l.firsts {
+		jobs[s.Job] = true
+	}
+	return len(jobs)
+}
+
+// Verdict is the outcome of Check.
+type Verdict struct {
+	Slots          int      // expected slots checked
+	Missing        []string // expected slots never delivered
+	NotEnqueued    []string // expected slots delivered or not, never seen at the broker
+	DoubleEnqueued []string // slots fired twice: first attempts in messages of different ids
+	Republished    []string // slots whose first attempt's message was published again (same id)
+	Early          []string // slots enqueued or delivered before their nominal time
+	Problems       []string // wrong execution ids, deliveries of no known slot
+	Retries        int      // messages of attempts > 1 seen at the broker
+	Duplicates     int      // deliveries beyond the first of a slot (same webhook-id)
+	MaxLate        time.Duration
+	MaxLateSlot    string
+	// Recovery is from the fault to the last first-delivery later than
+	// OnTime: after it every slot arrived on time and the backlog was
+	// gone. Zero when no slot was late.
+	Recovery time.Duration
+}
+
+// Check judges every job's every second in [from, to] (whole seconds), with
+// the fault injected at fault.
+func (l *Ledger) Check(jobs []string, from, to, fault time.Time) Verdict {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var v Verdict
+	v.Problems = slices.Clone(l.problems)
+
+	// Resolve deliveries to slots by webhook-id: the derived id of an
+	// expected slot or of any message seen at the broker.
+	ids := make(map[string]Slot, len(l.ids))
+	for id, s := range l.ids {
+		ids[id] = s
+	}
+	for _, job := range jobs {
+		for sec := from.Unix(); sec <= to.Unix(); sec++ {
+			ids[execid.For(job, time.Unix(sec, 0))] = Slot{Job: job, Nominal: sec}
+		}
+	}
+	first := map[Slot]time.Time{}
+	for _, d := range l.deliveries {
+		s, ok := ids[d.webhookID]
+		if !ok {
+			// A slot after the window whose message the tap has not read
+			// yet (the tap is a consumer like the dispatcher, and may lag
+			// it): any slot of the job up to ten minutes before the
+			// delivery is a real one.
+			s, ok = slotNear(d.job, d.webhookID, d.at)
+		}
+		switch {
+		case !ok:
+			v.Problems = append(v.Problems, fmt.Sprintf("delivery for job %s with webhook-id %q of no slot", d.job, d.webhookID))
+			continue
+		case s.Job != d.job:
+			v.Problems = append(v.Problems, fmt.Sprintf("delivery for job %s with webhook-id %q of slot %s", d.job, d.webhookID, s))
+			continue
+		}
+		if d.at.Before(time.Unix(s.Nominal, 0)) {
+			v.Early = append(v.Early, fmt.Sprintf("%s delivered %s early", s, time.Unix(s.Nominal, 0).Sub(d.at)))
+		}
+		if f, seen := first[s]; !seen || d.at.Before(f) {
+			if seen {
+				v.Duplicates++
+			}
+			first[s] = d.at
+		} else {
+			v.Duplicates++
+		}
+	}
+
+	for s, arrivals := range l.firsts {
+		if len(arrivals) > 1 {
+			messages := map[string]int{}
+			for _, e := range arrivals {
+				messages[e.messageID]++
+			}
+			if len(messages) > 1 {
+				v.DoubleEnqueued = append(v.DoubleEnqueued, fmt.Sprintf("%s in %d messages", s, len(messages)))
+			} else {
+				v.Republished = append(v.Republished, fmt.Sprintf("%s x%d", s, len(arrivals)))
+			}
+		}
+		for _, e := range arrivals {
+			if e.at.Before(time.Unix(s.Nominal, 0)) {
+				v.Early = append(v.Early, fmt.Sprintf("%s enqueued %s early", s, time.Unix(s.Nominal, 0).Sub(e.at)))
+			}
+		}
+	}
+	for _, n := range l.retries {
+		v.Retries += n
+	}
+
+	var lastLate time.Time
+	for _, job := range jobs {
+		for sec := from.Unix(); sec <= to.Unix(); sec++ {
+			s := Slot{Job: job, Nominal: sec}
+			v.Slots++
+			if len(l.firsts[s]) == 0 {
+				v.NotEnqueued = append(v.NotEnqueued, s.String())
+			}
+			at, ok := first[s]
+			if !ok {
+				v.Missing = append(v.Missing, s.String())
+				continue
+			}
+			late := at.Sub(time.Unix(sec, 0))
+			if late > v.MaxLate {
+				v.MaxLate, v.MaxLateSlot = late, s.String()
+			}
+			if late > OnTime && at.After(lastLate) {
+				lastLate = at
+			}
+		}
+	}
+	if lastLate.After(fault) {
+		v.Recovery = lastLate.Sub(fault)
+	}
+	for _, list := range [][]string{v.Missing, v.NotEnqueued, v.DoubleEnqueued, v.Republished, v.Early} {
+		slices.Sort(list)
+	}
+	return v
+}
+
+// Err is nil when the verdict holds every rule of the package doc, else an
+// error naming the first few offending slots of each broken rule.
+func (v Verdict) Err() error {
+	var errs []error
+	for _, rule := range []struct {
+		what  string
+		slots []string
+	}{
+		{"expected slots never delivered", v.Missing},
+		{"expected slots never enqueued", v.NotEnqueued},
+		{"slots fired twice (enqueued in two messages)", v.DoubleEnqueued},
+		{"slots enqueued or delivered before their nominal time", v.Early},
+		{"wrong ids", v.Problems},
+	} {
+		if len(rule.slots) > 0 {
+			errs = append(errs, fmt.Errorf("%d %s: %v", len(rule.slots), rule.what, head(rule.slots)))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// String is a one-line summary for the test log and the summary table.
+func (v Verdict) String() string {
+	return fmt.Sprintf("slots=%d missing=%d not_enqueued=%d fired_twice=%d republished=%d early=%d problems=%d retries=%d duplicate_deliveries=%d max_late=%s recovery=%s",
+		v.Slots, len(v.Missing), len(v.NotEnqueued), len(v.DoubleEnqueued), len(v.Republished), len(v.Early), len(v.Problems), v.Retries, v.Duplicates,
+		v.MaxLate.Round(time.Millisecond), v.Recovery.Round(time.Millisecond))
+}
+
+// slotNear finds the slot of job whose execution id is webhookID among the
+// seconds from ten minutes before at to a second after it.
+func slotNear(job, webhookID string, at time.Time) (Slot, bool) {
+	for sec := at.Unix() + 1; sec >= at.Unix()-600; sec-- {
+		if execid.For(job, time.Unix(sec, 0)) == webhookID {
+			return Slot{Job: job, Nominal: sec}, true
+		}
+	}
+	return Slot{}, false
+}
+
+func head(s []string) []string {
+	if len(s) > 5 {
+		return s[:5]
+	}
+	return s
+}

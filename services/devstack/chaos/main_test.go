@@ -1,0 +1,29 @@
+// Package chaos_test is the fault-injection suite: each test starts the
+// whole mesh (libs/meshtest), fires N every-second jobs at a recording HTTP
+// target, injects one fault mid-run (a SIGKILL, a SIGSTOP past the lease, a
+// restart of RabbitMQ, PostgreSQL or etcd, a hanging target, a skewed
+// clock), keeps the load on after recovery for a bounded window, and then
+// lets the independent ledger (./ledger) judge every slot of the window.
+//
+// `make test` runs a short version (CRONMESH_CHAOS_JOBS=200, short
+// outages); `make chaos` runs it longer and larger and prints the summary
+// table of every scenario's recovery time. The scenarios restart the shared
+// PostgreSQL and RabbitMQ: they run alone (`go test -p 1`, in the
+// end-to-end phase of `make test`), never beside other suites.
+package chaos_test
+
+import (
+	"os"
+	"testing"
+
+	"github.com/cronmesh/cronmesh/libs/meshtest"
+)
+
+// bins are the mesh's binaries, built once for every test of the package.
+var bins = &meshtest.Binaries{}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	bins.Remove()
+	os.Exit(code)
+}

@@ -1,0 +1,183 @@
+package chaos_test
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"os/exec"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// settle bounds how long a scenario waits after the load window for the
+// window's last slots (and retries) to be delivered.
+const settle = 3 * time.Minute
+
+// TestTriggerSIGKILL kills a trigger node: the others take its partitions
+// over within the lease and fire its slots, each once.
+func TestTriggerSIGKILL(t *testing.T) {
+	r := start(t, 3)
+	fault := r.steadyThenFault("SIGKILL trigger-1")
+	r.mesh.Triggers[0].Kill()
+	r.finish("trigger SIGKILL", fault, settle)
+}
+
+// TestTriggerSIGSTOP freezes a trigger node past its lease and resumes it:
+// the others take its partitions over, and the resumed node, fenced, fires
+// nothing twice.
+func TestTriggerSIGSTOP(t *testing.T) {
+	r := start(t, 3)
+	node := r.mesh.Triggers[1]
+	fault := r.steadyThenFault("SIGSTOP trigger-2 past its lease")
+	require.NoError(t, node.Signal(syscall.SIGSTOP))
+	t.Cleanup(func() { _ = node.Signal(syscall.SIGCONT) })
+	time.Sleep(3*2*time.Second + time.Second) // three lease TTLs and a second
+	require.NoError(t, node.Signal(syscall.SIGCONT))
+	r.finish("trigger SIGSTOP past the lease", fault, settle)
+}
+
+// TestDispatcherSIGKILL kills the dispatcher while the target holds
+// requests open, and restarts it: the requests in flight are delivered
+// again, with the same webhook-id.
+func TestDispatcherSIGKILL(t *testing.T) {
+	r := start(t, 2)
+	sleepUntil(r.from.Add(steady))
+	r.target.hold()
+	require.Eventually(t, func() bool { return r.target.held.Load() > 0 }, 10*time.Second, 10*time.Millisecond,
+		"no delivery reached the held target")
+	time.Sleep(500 * time.Millisecond) // more workers' deliveries pile up behind the first
+	fault := r.steadyThenFault("SIGKILL the dispatcher mid-delivery")
+	t.Logf("%d requests held open", r.target.held.Load())
+	r.mesh.Dispatcher.Kill()
+	r.target.release()
+	_, err := r.mesh.Restart(t.Context(), r.mesh.Dispatcher)
+	require.NoError(t, err)
+	r.finish("dispatcher SIGKILL mid-delivery", fault, settle)
+}
+
+// TestHistoryAlertingSIGKILL kills history and alerting, leaves them down
+// for the outage, and restarts them: they catch up from their queues, and
+// the history holds every execution once.
+func TestHistoryAlertingSIGKILL(t *testing.T) {
+	r := start(t, 2)
+	fault := r.steadyThenFault("SIGKILL history and alerting")
+	r.mesh.History.Kill()
+	r.mesh.Alerting.Kill()
+	time.Sleep(r.cfg.outage)
+	_, err := r.mesh.Restart(t.Context(), r.mesh.History)
+	require.NoError(t, err)
+	_, err = r.mesh.Restart(t.Context(), r.mesh.Alerting)
+	require.NoError(t, err)
+	r.finish("history and alerting SIGKILL", fault, settle)
+}
+
+// TestRabbitMQRestart stops the RabbitMQ application for the outage and
+// starts it again: every service reconnects, the triggers' outboxes hold
+// what fired meanwhile, and nothing is lost or enqueued twice.
+func TestRabbitMQRestart(t *testing.T) {
+	r := start(t, 2)
+	fault := r.steadyThenFault("RabbitMQ stop_app")
+	t.Cleanup(func() { rabbitmqctl(t, "start_app") }) // whatever happens
+	rabbitmqctl(t, "stop_app")
+	time.Sleep(r.cfg.outage)
+	rabbitmqctl(t, "start_app")
+	r.finish("RabbitMQ restart", fault, settle)
+}
+
+// TestPostgresRestart stops PostgreSQL for the outage and starts it again.
+func TestPostgresRestart(t *testing.T) {
+	r := start(t, 2)
+	fault := r.steadyThenFault("PostgreSQL stop")
+	t.Cleanup(func() { pgctl(t, "start") }) // whatever happens
+	pgctl(t, "stop")
+	time.Sleep(r.cfg.outage)
+	pgctl(t, "start")
+	r.finish("PostgreSQL restart", fault, settle)
+}
+
+// TestEtcdRestart stops etcd for the outage (longer than the lease) and
+// restarts it: the nodes stop firing when their sessions lapse, take their
+// partitions back afterwards and fire what fell due meanwhile, once.
+func TestEtcdRestart(t *testing.T) {
+	r := start(t, 2)
+	fault := r.steadyThenFault("etcd stop")
+	r.etcd.Stop()
+	time.Sleep(r.cfg.outage)
+	r.etcd.Restart(t)
+	r.finish("etcd restart", fault, settle)
+}
+
+// TestTargetTimeouts makes the target hang past the delivery timeout for
+// the hang period, then answer again: everything is delivered after, by
+// retries.
+func TestTargetTimeouts(t *testing.T) {
+	r := start(t, 2)
+	fault := r.steadyThenFault("the target hangs for " + r.cfg.hang.String())
+	r.target.hang(r.cfg.hang)
+	time.Sleep(r.cfg.hang)
+	r.finish("target timeouts", fault, settle)
+}
+
+// TestClockOffset adds a trigger node whose clock is 10 s ahead: nothing
+// fires before its nominal time by the real clock, nothing twice.
+func TestClockOffset(t *testing.T) {
+	r := start(t, 2)
+	fault := r.steadyThenFault("a trigger node with its clock 10 s ahead joins")
+	skewed, err := r.mesh.AddTriggerWith(t.Context(), "trigger-skewed", "--clock-offset", "10s")
+	require.NoError(t, err)
+	// The skew was injected and seen: the node corrects its clock by -10 s
+	// (a node that ignored the flag would pass the ledger trivially).
+	resp, err := http.Get(skewed.URL + "/metrics")
+	require.NoError(t, err)
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.NoError(t, err)
+	m := regexp.MustCompile(`(?m)^trigger_clock_correction_seconds\S* (\S+)$`).FindSubmatch(body)
+	require.NotNil(t, m, "the skewed node exports no trigger_clock_correction_seconds")
+	correction, err := strconv.ParseFloat(string(m[1]), 64)
+	require.NoError(t, err)
+	require.InDelta(t, -10, correction, 0.1, "the skewed node's clock correction")
+	r.finish("clock offset +10 s", fault, settle)
+}
+
+// rabbitmqctl runs a rabbitmqctl command on the local broker (as root, as
+// `make services` started it).
+func rabbitmqctl(t *testing.T, action string) {
+	t.Helper()
+	command(t, "rabbitmqctl", action)
+	if action == "start_app" {
+		command(t, "rabbitmqctl", "await_startup")
+	}
+}
+
+// pgctl stops or starts the local PostgreSQL cluster.
+func pgctl(t *testing.T, action string) {
+	t.Helper()
+	out, err := exec.Command("ls", "/etc/postgresql").Output()
+	require.NoError(t, err)
+	versions := strings.Fields(string(out))
+	require.NotEmpty(t, versions, "no PostgreSQL cluster in /etc/postgresql")
+	args := []string{"--skip-systemctl-redirect", versions[len(versions)-1], "main", action}
+	if action == "stop" {
+		args = append([]string{"--mode=immediate"}, args...) // a crash, not a polite shutdown
+	}
+	// Starting a running cluster fails: the cleanup's start is then a no-op.
+	if action == "start" && exec.Command("pg_isready", "-q", "-h", "127.0.0.1").Run() == nil {
+		return
+	}
+	command(t, "pg_ctlcluster", args...)
+}
+
+func command(t *testing.T, name string, args ...string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, name, args...).CombinedOutput()
+	require.NoError(t, err, "%s %v: %s", name, args, out)
+}
