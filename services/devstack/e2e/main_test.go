@@ -1,0 +1,20 @@
+// Package e2e_test runs the whole mesh — registry, trigger nodes,
+// dispatcher, history and alerting as real processes (libs/meshtest) — and
+// checks what a user sees end to end.
+package e2e_test
+
+import (
+	"os"
+	"testing"
+
+	"github.com/cronmesh/cronmesh/libs/meshtest"
+)
+
+// bins are the mesh's binaries, built once for every test of the package.
+var bins = &meshtest.Binaries{}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	bins.Remove()
+	os.Exit(code)
+}
