@@ -260,8 +260,8 @@ func testAlerts(t *testing.T, s *stack) {
 	// A job that always fails, at most one retry, and a rule on it.
 	fail := newTarget(t, http.StatusInternalServerError)
 	jobFile := filepath.Join(dir, "job.yaml")
-	require.NoError(t, os.WriteFile(jobFile, []byte("retryPolicy: {maxRetries: 1, initialBackoff: 1s}\n"), 0o600))
-	job := decode[jobJSON](t, s.ok(t, ns, "jobs", "create", "-f", jobFile, "--name", "always-500", "--cron", "0 0 1 1 *", "--url", fail.URL, "-o", "json"))
+	require.NoError(t, os.WriteFile(jobFile, []byte("displayName: always-500\nretryPolicy: {maxRetries: 1, initialBackoff: 1s}\n"), 0o600))
+	job := decode[jobJSON](t, s.ok(t, ns, "jobs", "create", "-f", jobFile, "--cron", "0 0 1 1 *", "--url", fail.URL, "-o", "json"))
 	rule := decode[struct {
 		ID string `json:"id"`
 	}](t, s.ok(t, ns, "alerts", "rules", "create", "--name", "first-failure", "--consecutive-failures", "1", "--job", job.ID, "--channel", ch.ID, "-o", "json"))
@@ -314,7 +314,7 @@ func testAlerts(t *testing.T, s *stack) {
 	require.Len(t, dead.Items, 1)
 	require.Equal(t, 2, dead.Items[0].Attempt)
 	table = s.ok(t, ns, "history", "get", dead.Items[0].ExecutionID)
-	require.Regexp(t, `(?m)^1\s+retrying\s+\S+\s+\S+\s+500\s+1s\s+.+$`, table)
+	require.Regexp(t, `(?m)^1\s+retrying\s+\S+\s+\S+\s+500\s+\d\S*s\s+.+$`, table, "attempt 1 failed, retry scheduled")
 	require.Regexp(t, `(?m)^2\s+dead\s+\S+\s+\S+\s+500\s+-\s+.+$`, table)
 
 	// Acknowledge: still open, now acknowledged; twice is fine.
