@@ -30,6 +30,15 @@
 //     publishes, the others stand by and take over when it stops or its
 //     database connection dies.
 //
+// # Tracing
+//
+// A row written with a W3C trace context in its headers (the trace of the
+// change that wrote it) is published, when [RelayOptions.TracerProvider]
+// is set, under a producer span of that trace carrying the OpenTelemetry
+// messaging attributes, and the message carries the publish span's
+// context: the consumer's span follows the publish, and the time a row
+// waited in the outbox shows in the trace.
+//
 // # Schema and search_path
 //
 // Names in [Schema] and in the queries are unqualified: the pool's

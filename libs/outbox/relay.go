@@ -15,6 +15,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Defaults of [RelayOptions].
@@ -103,6 +105,22 @@ type RelayOptions struct {
 	// for as long as its TCP connection lives, stalling every publish, while
 	// a lease expires after its TTL and a standby takes over.
 	Leadership Leadership
+	// TracerProvider, when set, gives every row whose headers carry a W3C
+	// trace context a producer span "publish <destination>" in that trace,
+	// from the send to the broker's confirm, with the OpenTelemetry
+	// messaging attributes; the message then carries the publish span's
+	// context, so its consumer's span follows the publish. Rows without a
+	// trace context get no span (a root span per untraced row would be
+	// noise). Nil: no spans.
+	TracerProvider trace.TracerProvider
+	// Propagator reads and writes the trace context of the headers.
+	// Default propagation.TraceContext.
+	Propagator propagation.TextMapPropagator
+	// Destination splits a row's routing key (the Watermill topic) into the
+	// exchange and the AMQP routing key the publisher uses, for the span's
+	// messaging.destination.name and routing key attributes. Default: the
+	// topic is both the destination and the routing key.
+	Destination func(topic string) (exchange, routingKey string)
 }
 
 // Leadership elects the single publishing relay by some means other than
@@ -138,6 +156,7 @@ type Relay struct {
 	lockKey    int64
 
 	leadership Leadership
+	tracing    *tracing
 
 	// shards holds one wake-up channel per shard.
 	shards  []chan struct{}
@@ -189,6 +208,7 @@ func NewRelay(opts RelayOptions) (*Relay, error) {
 		lockCheck:  cmp.Or(opts.LockCheckInterval, DefaultLockCheckInterval),
 		lockKey:    opts.LockKey,
 		leadership: opts.Leadership,
+		tracing:    newTracing(opts),
 	}
 	for range cmp.Or(opts.Shards, 1) {
 		r.shards = append(r.shards, make(chan struct{}, 1))
@@ -611,6 +631,7 @@ func (r *Relay) publishLane(ctx, pubCtx context.Context, lane []row) ([]int64, e
 			}
 			msgs[i].SetContext(pubCtx)
 		}
+		spans := r.tracing.start(topics, msgs)
 		var (
 			confirmed int
 			err       error
@@ -620,6 +641,7 @@ func (r *Relay) publishLane(ctx, pubCtx context.Context, lane []row) ([]int64, e
 		} else if err = r.pub.Publish(topics[0], msgs[0]); err == nil {
 			confirmed = 1
 		}
+		spans.end(confirmed, err)
 		for _, rw := range chunk[:confirmed] {
 			ids = append(ids, rw.id)
 		}

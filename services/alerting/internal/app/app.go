@@ -194,16 +194,20 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger) (_ *App, err erro
 	if err != nil {
 		return nil, err
 	}
+	executionsExchange := cmp.Or(cfg.ExecutionsExchange, DefaultExecutionsExchange)
+	executionsQueue := cmp.Or(cfg.ExecutionsQueue, DefaultExecutionsQueue)
 	a.evaluator, err = evaluate.New(evaluate.Options{
 		Store: a.store, Clock: cfg.Clock, Refresh: cfg.RuleRefresh, Queued: a.notifier.Notify, Metrics: metrics,
-		Logger: logger.With(slog.String("component", "evaluate")),
+		Logger:         logger.With(slog.String("component", "evaluate")),
+		TracerProvider: a.telemetry.TracerProvider, Propagator: a.telemetry.Propagator,
+		Exchange: executionsExchange, Queue: executionsQueue,
 	})
 	if err != nil {
 		return nil, err
 	}
 	executions, err := consume.New(consume.Options{
 		Name: "executions", Handler: a.evaluator.Handle, AMQPURL: cfg.AMQPURL,
-		Exchange: cmp.Or(cfg.ExecutionsExchange, DefaultExecutionsExchange), Queue: cmp.Or(cfg.ExecutionsQueue, DefaultExecutionsQueue),
+		Exchange: executionsExchange, Queue: executionsQueue,
 		BindingKey: "execution.#", Workers: cfg.Workers, Prefetch: cfg.Prefetch,
 		TracerProvider: a.telemetry.TracerProvider, Propagator: a.telemetry.Propagator, Logger: logger, Clock: cfg.Clock,
 	})

@@ -16,7 +16,9 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 	"google.golang.org/protobuf/proto"
 
 	eventsv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/events/v1"
@@ -42,12 +44,22 @@ type Options struct {
 	// Metrics, if non-nil, registers the evaluator's metrics.
 	Metrics prometheus.Registerer
 	Logger  *slog.Logger
+	// TracerProvider records, for every event that carries its execution's
+	// trace context, a span "alerting.evaluate" in that trace. Nil: none.
+	TracerProvider trace.TracerProvider
+	// Propagator reads the events' trace context. Default
+	// propagation.TraceContext.
+	Propagator propagation.TextMapPropagator
+	// Exchange and Queue name where the events come from, for the spans'
+	// messaging attributes.
+	Exchange, Queue string
 }
 
 // Evaluator evaluates execution events. Safe for concurrent use.
 type Evaluator struct {
 	opts   Options
 	logger *slog.Logger
+	tracer trace.Tracer
 
 	mu       sync.Mutex
 	set      *rules.Set
@@ -74,8 +86,15 @@ func New(opts Options) (*Evaluator, error) {
 	if opts.Queued == nil {
 		opts.Queued = func() {}
 	}
+	if opts.TracerProvider == nil {
+		opts.TracerProvider = noop.NewTracerProvider()
+	}
+	if opts.Propagator == nil {
+		opts.Propagator = propagation.TraceContext{}
+	}
 	e := &Evaluator{
 		opts: opts, logger: cmp.Or(opts.Logger, slog.New(slog.DiscardHandler)), stale: true,
+		tracer:   opts.TracerProvider.Tracer("github.com/cronmesh/cronmesh/services/alerting/internal/evaluate"),
 		events:   prometheus.NewCounter(prometheus.CounterOpts{Name: "alerting_execution_events_total", Help: "Execution events read."}),
 		relevant: prometheus.NewCounter(prometheus.CounterOpts{Name: "alerting_execution_events_relevant_total", Help: "Execution events some rule looked at."}),
 		dups:     prometheus.NewCounter(prometheus.CounterOpts{Name: "alerting_execution_events_duplicate_total", Help: "Opening events seen before (redeliveries), counted once."}),
@@ -131,7 +150,9 @@ func (e *Evaluator) Handle(ctx context.Context, msg *message.Message) error {
 	if err != nil {
 		return err
 	}
+	start := time.Now()
 	res, err := e.opts.Store.ApplyExecutions(ctx, batch.Events, set, e.opts.Clock.Now())
+	e.eventSpans(ctx, batch.Events, start, err)
 	if err != nil {
 		return err
 	}

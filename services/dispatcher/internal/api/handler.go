@@ -144,8 +144,8 @@ func (h *Handler) ListDeadLetters(ctx context.Context, req *connect.Request[disp
 }
 
 // RedriveDeadLetter implements DispatchService.RedriveDeadLetter: the dead
-// letter's request, as attempt 1 with the same execution id (targets
-// deduplicate on it) and optionally another target, goes to the dispatch
+// letter's request, as the first attempt of a new series with the same
+// execution id (targets deduplicate on it) and optionally another target, goes to the dispatch
 // exchange; the dead letter is deleted once the broker confirmed it.
 func (h *Handler) RedriveDeadLetter(ctx context.Context, req *connect.Request[dispatcherv1.RedriveDeadLetterRequest]) (*connect.Response[dispatcherv1.RedriveDeadLetterResponse], error) {
 	ns, err := namespace(ctx)
@@ -260,12 +260,22 @@ func (h *Handler) publish(ctx context.Context, req *dispatchv1.DispatchRequest) 
 	return nil
 }
 
-// redriven is the request that redrives a dead letter's: attempt 1 of the
-// same execution, with override as the target when given. An HTTP override
-// without a signing secret keeps the original HTTP target's secret.
+// redriven is the request that redrives a dead letter's: a new series of
+// attempts of the same execution (same webhook-id), with override as the
+// target when given. An HTTP override without a signing secret keeps the
+// original HTTP target's secret.
+//
+// The series starts at the attempt after the dead letter's last rather than
+// at 1: history and alerting identify a lifecycle event by (execution_id,
+// attempt, kind), and the history shows an execution's event of the
+// greatest attempt. Starting again at 1 made the redrive's events look
+// like old ones (its SUCCEEDED at attempt 1 lost to the DEAD at attempt 3,
+// so the history kept showing DEAD after a successful redrive).
+// first_attempt makes the retry policy count from the new series' start.
 func redriven(last *dispatchv1.DispatchRequest, override *registryv1.Target) *dispatchv1.DispatchRequest {
 	req := proto.Clone(last).(*dispatchv1.DispatchRequest)
-	req.Attempt = 1
+	req.Attempt = max(last.GetAttempt(), 0) + 1
+	req.FirstAttempt = req.Attempt
 	if override != nil {
 		target := proto.Clone(override).(*registryv1.Target)
 		if h := target.GetHttp(); h != nil && h.SigningSecret == "" {

@@ -38,7 +38,8 @@ func TestRedriven(t *testing.T) {
 			last := &dispatchv1.DispatchRequest{ExecutionId: uuid.NewString(), Attempt: 6, Target: tt.last, Priority: registryv1.Priority_PRIORITY_HIGH}
 			before := proto.Clone(last)
 			got := redriven(last, tt.override)
-			require.EqualValues(t, 1, got.Attempt)
+			require.EqualValues(t, 7, got.Attempt, "attempt numbers go on: events of the redrive are not the old ones'")
+			require.EqualValues(t, 7, got.FirstAttempt, "the retry policy counts from the redrive")
 			require.Equal(t, last.ExecutionId, got.ExecutionId)
 			require.Equal(t, last.Priority, got.Priority)
 			require.True(t, proto.Equal(tt.want, got.Target), "got %v", got.Target)

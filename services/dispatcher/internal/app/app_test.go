@@ -285,8 +285,9 @@ func testDispatchService(t *testing.T, opts ...connect.ClientOption) {
 	require.Len(t, betaList, 1, "namespaces are isolated")
 	require.Equal(t, beta.ExecutionId, betaList[0].ExecutionId)
 
-	// Redrive with an override: attempt 1 of the same execution to the new
-	// URL, signed with the job's secret; the dead letter is gone.
+	// Redrive with an override: the next attempt of the same execution,
+	// the first of a new series, to the new URL, signed with the job's
+	// secret; the dead letter is gone.
 	var deadA1 *dispatcherv1.DeadLetter
 	for _, dl := range listAll(t, alpha, jobA) {
 		if dl.ExecutionId == a1.ExecutionId {
@@ -306,7 +307,8 @@ func testDispatchService(t *testing.T, opts ...connect.ClientOption) {
 		30*time.Second, 10*time.Millisecond)
 	calls := d.target.of(a1.ExecutionId)
 	require.Len(t, calls, 2)
-	require.EqualValues(t, 1, calls[1].Attempt)
+	require.EqualValues(t, deadA1.Attempt+1, calls[1].Attempt, "attempt numbers go on after the dead letter's")
+	require.Equal(t, calls[1].Attempt, calls[1].FirstAttempt, "the redrive starts a series")
 	require.Equal(t, "https://a.example/fixed", calls[1].Target.GetHttp().Url)
 	require.Equal(t, "PUT", calls[1].Target.GetHttp().Method)
 	require.Equal(t, secret, calls[1].Target.GetHttp().SigningSecret, "an override without a secret keeps the job's")

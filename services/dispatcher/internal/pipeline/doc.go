@@ -43,7 +43,11 @@
 //     database outage must not stop delivery, and the dedupe and
 //     cancelling are best-effort while the database is away.
 //  3. Emit STARTED; deliver, in the message's trace (broker.ExtractTrace,
-//     a consumer span with the messaging attributes).
+//     a consumer span with the messaging attributes). Every event is
+//     created under a span of the attempt whose context it carries
+//     (events of many executions share a broker message), and retries and
+//     dead letters are published under producer spans whose context the
+//     message carries, so the next attempt continues the same trace.
 //  4. Succeeded: SUCCEEDED. Retryable while attempt <= max_retries: publish
 //     the request as attempt+1 to the retry exchange with the routing key of
 //     its tier ([RetryDelay]: the policy's backoff, at least the target's

@@ -9,6 +9,10 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/google/uuid"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -16,6 +20,7 @@ import (
 	dispatchv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/dispatch/v1"
 	eventsv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/events/v1"
 	"github.com/cronmesh/cronmesh/libs/broker"
+	"github.com/cronmesh/cronmesh/libs/telemetry"
 	"github.com/cronmesh/cronmesh/services/dispatcher/internal/store"
 )
 
@@ -111,13 +116,66 @@ func (p *Pipeline) publishEvents(ctx context.Context, events []*eventsv1.Executi
 		return fmt.Errorf("encode %d lifecycle events: %w", len(events), err)
 	}
 	msg := message.NewMessage(uuid.Must(uuid.NewV7()).String(), body)
+	key := EventRoutingKey(events[0].GetKind())
+	// A batch send: its span links every event's creation span (each in its
+	// own execution's trace) rather than joining one of them.
+	links := make([]trace.Link, 0, len(events))
+	for _, ev := range events {
+		if sc := trace.SpanContextFromContext(telemetry.ExtractMap(context.Background(), p.opts.Propagator, ev.GetTraceContext())); sc.IsValid() {
+			links = append(links, trace.Link{SpanContext: sc})
+		}
+	}
+	ctx, span := p.tracer.Start(ctx, "publish "+p.opts.ExecutionsExchange,
+		trace.WithNewRoot(),
+		trace.WithLinks(links...),
+		trace.WithSpanKind(trace.SpanKindProducer),
+		trace.WithAttributes(
+			semconv.MessagingSystemRabbitMQ,
+			semconv.MessagingOperationTypeSend,
+			semconv.MessagingOperationName("publish"),
+			semconv.MessagingDestinationName(p.opts.ExecutionsExchange),
+			semconv.MessagingRabbitMQDestinationRoutingKey(key),
+			semconv.MessagingMessageID(msg.UUID),
+			semconv.MessagingMessageBodySize(len(body)),
+			semconv.MessagingBatchMessageCount(len(events)),
+		))
+	defer span.End()
+	broker.InjectTrace(ctx, p.opts.Propagator, msg.Metadata)
 	msg.SetContext(ctx)
-	topic := broker.Route(p.opts.ExecutionsExchange, EventRoutingKey(events[0].GetKind()))
+	topic := broker.Route(p.opts.ExecutionsExchange, key)
 	if err := p.opts.Publisher.Publish(topic, msg); err != nil {
+		span.RecordError(err)
+		span.SetAttributes(semconv.ErrorTypeOther)
+		span.SetStatus(codes.Error, "publish failed")
 		p.metrics.publishFailures.WithLabelValues("events").Inc()
 		return fmt.Errorf("publish %d lifecycle events: %w", len(events), err)
 	}
 	p.metrics.eventBatches.Inc()
 	p.metrics.events.Add(float64(len(events)))
 	return nil
+}
+
+// emit hands ev to the event batcher, first giving it a creation span
+// "create <executions exchange>" in ctx's trace (the attempt's), whose
+// context the event carries: history and alerting continue each event's
+// own execution trace from it, whatever batch it travels in.
+func (p *Pipeline) emit(ctx context.Context, ev *eventsv1.ExecutionEvent) <-chan error {
+	ctx, span := p.tracer.Start(ctx, "create "+p.opts.ExecutionsExchange,
+		trace.WithSpanKind(trace.SpanKindProducer),
+		trace.WithAttributes(
+			semconv.MessagingSystemRabbitMQ,
+			semconv.MessagingOperationTypeCreate,
+			semconv.MessagingOperationName("create"),
+			semconv.MessagingDestinationName(p.opts.ExecutionsExchange),
+			semconv.MessagingMessageID(ev.GetEventId()),
+			attribute.String("cronmesh.event.kind", KindName(ev.GetKind())),
+			attribute.String("cronmesh.execution.id", ev.GetExecutionId()),
+			attribute.Int("cronmesh.attempt", int(ev.GetAttempt())),
+		))
+	span.End()
+	if span.SpanContext().IsValid() {
+		ev.TraceContext = map[string]string{}
+		telemetry.InjectMap(ctx, p.opts.Propagator, ev.TraceContext)
+	}
+	return p.events.submit(ev)
 }

@@ -458,13 +458,13 @@ func (p *Pipeline) handle(ctx context.Context, priority, queue string, msg *mess
 	if isCancelled {
 		p.metrics.cancelled.Inc()
 		span.SetAttributes(attribute.String("cronmesh.dispatch.outcome", "cancelled"))
-		wait := p.events.submit(newEvent(eventsv1.ExecutionEventKind_EXECUTION_EVENT_KIND_CANCELLED, req, p.opts.Clock.Now(), attemptInfo{},
+		wait := p.emit(ctx, newEvent(eventsv1.ExecutionEventKind_EXECUTION_EVENT_KIND_CANCELLED, req, p.opts.Clock.Now(), attemptInfo{},
 			"cancelled through CancelExecution", traceID))
 		return p.await(ctx, span, nil, wait)
 	}
 
 	startTime := p.opts.Clock.Now()
-	started := p.events.submit(newEvent(eventsv1.ExecutionEventKind_EXECUTION_EVENT_KIND_STARTED, req, startTime, attemptInfo{start: startTime}, "", traceID))
+	started := p.emit(ctx, newEvent(eventsv1.ExecutionEventKind_EXECUTION_EVENT_KIND_STARTED, req, startTime, attemptInfo{start: startTime}, "", traceID))
 	p.metrics.inFlight.Inc()
 	begin := time.Now()
 	out := p.deliver(ctx, req)
@@ -488,19 +488,19 @@ func (p *Pipeline) handle(ctx context.Context, priority, queue string, msg *mess
 	now := p.opts.Clock.Now()
 	info := attemptInfo{start: startTime, duration: duration, status: out.StatusCode, excerpt: out.Excerpt}
 	event := func(kind eventsv1.ExecutionEventKind, reason string) <-chan error {
-		return p.events.submit(newEvent(kind, req, now, info, reason, traceID))
+		return p.emit(ctx, newEvent(kind, req, now, info, reason, traceID))
 	}
 
 	switch {
 	case out.Result == deliver.Succeeded:
 		v := p.await(ctx, span, nil, started, event(eventsv1.ExecutionEventKind_EXECUTION_EVENT_KIND_SUCCEEDED, out.Reason))
 		return p.completed(ctx, req, v, true, now)
-	case out.Result != deliver.Permanent && req.Attempt <= MaxRetries(req.RetryPolicy):
-		tier := RetryDelay(p.opts.RetryTiers, req.RetryPolicy, req.Attempt, out.RetryAfter)
+	case out.Result != deliver.Permanent && SeriesAttempt(req) <= MaxRetries(req.RetryPolicy):
+		tier := RetryDelay(p.opts.RetryTiers, req.RetryPolicy, SeriesAttempt(req), out.RetryAfter)
 		span.SetAttributes(attribute.String("cronmesh.dispatch.retry_tier", tier.String()))
 		retry := info
 		retry.retry = tier
-		failed := p.events.submit(newEvent(eventsv1.ExecutionEventKind_EXECUTION_EVENT_KIND_FAILED, req, now, retry,
+		failed := p.emit(ctx, newEvent(eventsv1.ExecutionEventKind_EXECUTION_EVENT_KIND_FAILED, req, now, retry,
 			fmt.Sprintf("%s; retry scheduled: attempt %d in %s", failureReason(out), req.Attempt+1, tier), traceID))
 		err := p.publishRetry(ctx, req, priority, tier)
 		if err == nil {
@@ -606,15 +606,36 @@ func (p *Pipeline) publishDead(ctx context.Context, req *dispatchv1.DispatchRequ
 	return nil
 }
 
-// publish publishes one message with ctx's trace context and waits for its
-// confirm.
+// publish publishes one message under a producer span of ctx's trace,
+// which the message carries (the next attempt's consumer span is its
+// child, across the delay queue: RabbitMQ keeps a message's headers when
+// it dead-letters it), and waits for its confirm.
 func (p *Pipeline) publish(ctx context.Context, topic, id string, body []byte) error {
+	exchange, key := broker.SplitRoute(topic)
+	ctx, span := p.tracer.Start(ctx, "publish "+exchange,
+		trace.WithSpanKind(trace.SpanKindProducer),
+		trace.WithAttributes(
+			semconv.MessagingSystemRabbitMQ,
+			semconv.MessagingOperationTypeSend,
+			semconv.MessagingOperationName("publish"),
+			semconv.MessagingDestinationName(exchange),
+			semconv.MessagingRabbitMQDestinationRoutingKey(key),
+			semconv.MessagingMessageID(id),
+			semconv.MessagingMessageBodySize(len(body)),
+		))
+	defer span.End()
 	ctx, cancel := context.WithTimeout(ctx, p.opts.PublishTimeout)
 	defer cancel()
 	msg := message.NewMessage(id, body)
 	broker.InjectTrace(ctx, p.opts.Propagator, msg.Metadata)
 	msg.SetContext(ctx)
-	return p.opts.Publisher.Publish(topic, msg)
+	if err := p.opts.Publisher.Publish(topic, msg); err != nil {
+		span.RecordError(err)
+		span.SetAttributes(semconv.ErrorTypeOther)
+		span.SetStatus(codes.Error, "publish failed")
+		return err
+	}
+	return nil
 }
 
 // precheck asks whether req's attempt has completed and whether its
@@ -699,7 +720,8 @@ func (p *Pipeline) poison(ctx context.Context, span trace.Span, msg *message.Mes
 }
 
 // validateRequest rejects requests that cannot be delivered nor
-// dead-lettered: ids that are not UUIDs, no namespace, an attempt below 1.
+// dead-lettered: ids that are not UUIDs, no namespace, an attempt below 1
+// or before its series' first attempt.
 // A request without a usable target is not poison: the Deliverer fails it
 // as Permanent, so it lands in the dead-letter store, where an operator
 // sees it and can redrive it with a target override.
@@ -715,6 +737,8 @@ func validateRequest(req *dispatchv1.DispatchRequest) error {
 		return fmt.Errorf("invalid dispatch request %s: no namespace", req.ExecutionId)
 	case req.Attempt < 1:
 		return fmt.Errorf("invalid dispatch request %s: attempt %d", req.ExecutionId, req.Attempt)
+	case req.FirstAttempt > req.Attempt:
+		return fmt.Errorf("invalid dispatch request %s: first attempt %d after attempt %d", req.ExecutionId, req.FirstAttempt, req.Attempt)
 	}
 	return nil
 }

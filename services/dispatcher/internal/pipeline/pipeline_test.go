@@ -163,6 +163,45 @@ func TestRetriesThenDead(t *testing.T) {
 	require.True(t, f2.StartTime.AsTime().After(f1.StartTime.AsTime()))
 }
 
+// TestRedrivenSeriesRetriesAfresh: a redriven request (attempt 4, the
+// first of its series, after a dead letter at attempt 3) gets the policy's
+// retries and backoffs again, numbered on from 4, so its events never
+// repeat the (execution_id, attempt, kind) of the series that died.
+func TestRedrivenSeriesRetriesAfresh(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.startDrainer()
+	f := &fake{fn: func(context.Context, *dispatchv1.DispatchRequest) deliver.Outcome {
+		return deliver.Outcome{Result: deliver.Retryable, StatusCode: 503, Reason: "HTTP 503", Duration: time.Millisecond}
+	}}
+	e.start(f)
+	req := request(registryv1.Priority_PRIORITY_NORMAL, func(r *dispatchv1.DispatchRequest) { r.Attempt, r.FirstAttempt = 4, 4 })
+	e.dispatch(nil, req)
+
+	d6 := e.waitFor(req.ExecutionId, dead, 6)
+	require.Equal(t, "retries exhausted after attempt 6: HTTP 503", d6.Reason)
+	calls := f.of(req.ExecutionId)
+	require.Len(t, calls, 3, "1 + max_retries attempts in the redriven series")
+	for i, c := range calls {
+		require.EqualValues(t, 4+i, c.req.Attempt)
+		require.EqualValues(t, 4, c.req.FirstAttempt, "retries keep the series' start")
+	}
+	// The series' own backoffs: 100 ms, then 200 ms (not the 400 ms and
+	// 800 ms of retries 3 and 4).
+	f4 := e.waitFor(req.ExecutionId, failed, 4)
+	require.Equal(t, "HTTP 503; retry scheduled: attempt 5 in 100ms", f4.Reason)
+	f5 := e.waitFor(req.ExecutionId, failed, 5)
+	require.Equal(t, "HTTP 503; retry scheduled: attempt 6 in 200ms", f5.Reason)
+	require.Equal(t, map[string]int{
+		"started/4": 1, "failed/4": 1, "started/5": 1, "failed/5": 1, "started/6": 1, "failed/6": 1, "dead/6": 1,
+	}, e.events.kinds(req.ExecutionId))
+	require.Eventually(t, func() bool {
+		letters, _, err := e.store.ListDeadLetters(t.Context(), testNamespace, "", 10, store.Cursor{})
+		require.NoError(t, err)
+		return len(letters) == 1 && letters[0].Attempt == 6
+	}, 30*time.Second, 10*time.Millisecond)
+}
+
 // TestPermanentIsDeadAtOnce: a permanent failure is not retried; nor is a
 // Deliverer that panics (the dispatcher survives it).
 func TestPermanentIsDeadAtOnce(t *testing.T) {

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"time"
 
+	dispatchv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/dispatch/v1"
 	registryv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1"
 	"github.com/cronmesh/cronmesh/libs/broker"
 )
@@ -37,6 +38,17 @@ func MaxRetries(policy *registryv1.RetryPolicy) int32 {
 		return DefaultPolicyMaxRetries
 	}
 	return max(policy.GetMaxRetries(), 0)
+}
+
+// SeriesAttempt is req's attempt counted within its series of deliveries
+// (DispatchRequest.first_attempt, 0 read as 1): a slot's own attempts count
+// from 1, a redrive's from the attempt after its dead letter's last. The
+// retry policy applies to it, so a redrive gets the policy's retries and
+// backoffs afresh while its attempt numbers go on, unique within the
+// execution, as the lifecycle events' (execution_id, attempt, kind)
+// identity needs. Never below 1.
+func SeriesAttempt(req *dispatchv1.DispatchRequest) int32 {
+	return max(req.GetAttempt()-max(req.GetFirstAttempt(), 1)+1, 1)
 }
 
 // Backoff is the delay the policy wants between attempt (1-based, the

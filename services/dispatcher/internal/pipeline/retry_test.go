@@ -9,6 +9,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	dispatchv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/dispatch/v1"
 	registryv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1"
 	"github.com/cronmesh/cronmesh/services/dispatcher/internal/pipeline"
 )
@@ -42,6 +43,29 @@ func TestMaxRetries(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			require.Equal(t, tt.want, pipeline.MaxRetries(tt.policy))
+		})
+	}
+}
+
+func TestSeriesAttempt(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name           string
+		attempt, first int32
+		want           int32
+	}{
+		{"a slot's first attempt, first_attempt unset", 1, 0, 1},
+		{"a slot's third attempt", 3, 0, 3},
+		{"first_attempt 1 is the same as unset", 3, 1, 3},
+		{"a redrive's first attempt after a dead letter at 3", 4, 4, 1},
+		{"a redrive's second attempt", 5, 4, 2},
+		{"an invalid first_attempt after attempt counts as 1", 2, 5, 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			got := pipeline.SeriesAttempt(&dispatchv1.DispatchRequest{Attempt: tt.attempt, FirstAttempt: tt.first})
+			require.Equal(t, tt.want, got)
 		})
 	}
 }

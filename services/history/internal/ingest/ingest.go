@@ -179,6 +179,8 @@ type inHand struct {
 	msg    *message.Message
 	span   trace.Span
 	events []store.Event
+	// traced are the events that carry their execution's trace context.
+	traced []tracedEvent
 }
 
 // Run declares the queue, subscribes and ingests until ctx is done; then the
@@ -327,6 +329,9 @@ func (c *Consumer) take(ctx context.Context, msg *message.Message) (inHand, bool
 			continue
 		}
 		h.events = append(h.events, e)
+		if t, ok := c.tracedEvent(ctx, pb); ok {
+			h.traced = append(h.traced, t)
+		}
 	}
 	span.SetAttributes(attribute.Int("messaging.batch.message_count", len(h.events)))
 	return h, true
@@ -347,8 +352,13 @@ func (c *Consumer) write(ctx context.Context, batch []inHand, n int) {
 	if len(batch) == 1 {
 		wctx = trace.ContextWithSpan(wctx, batch[0].span) // one message: the write continues its trace
 	}
-	wctx, span := c.tracer.Start(wctx, "history.write", trace.WithLinks(links...),
-		trace.WithAttributes(attribute.Int("cronmesh.history.events", len(events)), attribute.Int("cronmesh.history.messages", len(batch))))
+	start := time.Now()
+	wctx, span := c.tracer.Start(wctx, "history.write_batch", trace.WithLinks(links...),
+		trace.WithAttributes(
+			semconv.DBSystemNamePostgreSQL,
+			semconv.DBOperationBatchSize(len(events)),
+			attribute.Int("cronmesh.history.events", len(events)),
+			attribute.Int("cronmesh.history.messages", len(batch))))
 	defer span.End()
 	wait := c.opts.Backoff
 	for {
@@ -363,6 +373,7 @@ func (c *Consumer) write(ctx context.Context, batch []inHand, n int) {
 					c.lag.Observe(now.Sub(events[i].OccurTime).Seconds())
 				}
 			}
+			c.eventSpans(batch, span, start, nil)
 			for _, h := range batch {
 				h.msg.Ack()
 				h.span.End()
@@ -376,6 +387,7 @@ func (c *Consumer) write(ctx context.Context, batch []inHand, n int) {
 		case <-c.opts.Clock.After(wait):
 		case <-ctx.Done():
 			span.SetStatus(codes.Error, "write failed; messages requeued at shutdown")
+			c.eventSpans(batch, span, start, err)
 			for _, h := range batch {
 				h.msg.Nack()
 				h.span.End()

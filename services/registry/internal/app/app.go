@@ -141,8 +141,9 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger) (_ *App, err erro
 	if err := applyMigrations(ctx, a.pool, cfg.schema(), logger); err != nil {
 		return nil, err
 	}
+	exchange := cmp.Or(cfg.Exchange, DefaultExchange)
 	a.publisher, err = broker.NewPublisher(broker.PublisherOptions{
-		Config: broker.TopicPublisherConfig(cfg.AMQPURL, cmp.Or(cfg.Exchange, DefaultExchange), cfg.OutboxLanes),
+		Config: broker.TopicPublisherConfig(cfg.AMQPURL, exchange, cfg.OutboxLanes),
 		Logger: logger.With(slog.String("component", "publisher")),
 	})
 	if err != nil {
@@ -155,6 +156,11 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger) (_ *App, err erro
 		Metrics:   prometheus.WrapRegistererWith(prometheus.Labels{"service": "registry"}, a.telemetry.Metrics),
 		Lanes:     cfg.OutboxLanes,
 		LockKey:   outboxLockKey(cfg.schema()),
+		// A job event's row carries the trace of the RPC that changed the
+		// job: its publish is a span of that trace.
+		TracerProvider: a.telemetry.TracerProvider,
+		Propagator:     a.telemetry.Propagator,
+		Destination:    func(key string) (string, string) { return exchange, key },
 	})
 	if err != nil {
 		return nil, err

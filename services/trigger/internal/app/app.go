@@ -230,6 +230,11 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger) (_ *App, err erro
 		// bound by that latency (measured: 3,600 messages/s with one).
 		Shards:     store.OutboxShards,
 		Leadership: ring.Leadership{Ring: a.ring, Name: "outbox-relay"},
+		// Each fired slot's row carries its execution's trace context: the
+		// publish is a span of that trace.
+		TracerProvider: a.telemetry.TracerProvider,
+		Propagator:     a.telemetry.Propagator,
+		Destination:    broker.SplitRoute,
 		// Slots are due within 5 s of their time: after an outage the relay
 		// must notice the broker's return within moments, not 30 s.
 		Backoff:    100 * time.Millisecond,

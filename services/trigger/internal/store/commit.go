@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -425,7 +426,7 @@ func (s *Store) commitMessages(ctx context.Context, advances []firing.Advance, s
 		nominal := micros(slot.Nominal)
 		jobID := canonicalID(a.Due.JobID)
 		if slot.Kind == firing.KindMissed {
-			missed = append(missed, missedEvent(a.Due.Job, jobID, nominal, fireTime, slot.Reason, traceID))
+			missed = append(missed, missedEvent(a.Due.Job, jobID, nominal, fireTime, slot.Reason, traceID, headers))
 			if len(missed) == maxEventsPerMessage {
 				if err := flushMissed(a); err != nil {
 					return nil, err
@@ -483,8 +484,11 @@ func (s *Store) dispatchMessage(job *registryv1.Job, jobID string, version int64
 	}, nil
 }
 
-// missedEvent is the MISSED lifecycle event of a slot recorded missed.
-func missedEvent(job *registryv1.Job, jobID string, nominal, occur time.Time, reason, traceID string) *eventsv1.ExecutionEvent {
+// missedEvent is the MISSED lifecycle event of a slot recorded missed. A
+// missed slot has no execution trace of its own: it carries the commit's
+// (traceID, traceContext), so the history's and alerting's spans of the
+// event join the trace whose id the history shows for it.
+func missedEvent(job *registryv1.Job, jobID string, nominal, occur time.Time, reason, traceID string, traceContext map[string]string) *eventsv1.ExecutionEvent {
 	return &eventsv1.ExecutionEvent{
 		EventId:        uuid.Must(uuid.NewV7()).String(),
 		Kind:           eventsv1.ExecutionEventKind_EXECUTION_EVENT_KIND_MISSED,
@@ -496,6 +500,7 @@ func missedEvent(job *registryv1.Job, jobID string, nominal, occur time.Time, re
 		TriggerKind:    dispatchv1.TriggerKind_TRIGGER_KIND_SCHEDULED,
 		Reason:         reason,
 		TraceId:        traceID,
+		TraceContext:   maps.Clone(traceContext),
 		JobDisplayName: job.GetDisplayName(),
 		JobLabels:      job.GetLabels(),
 	}
@@ -561,7 +566,9 @@ func (s *Store) executionHeaders(ctx context.Context, batch trace.Link, jobID st
 	_, span := s.tracer.Start(ctx, "trigger.execution",
 		trace.WithNewRoot(),
 		trace.WithLinks(batch),
-		trace.WithSpanKind(trace.SpanKindProducer),
+		// Internal, not producer: the relay's "publish" span (a child,
+		// through the outbox row's headers) is the send to the broker.
+		trace.WithSpanKind(trace.SpanKindInternal),
 		trace.WithAttributes(
 			attribute.String("cronmesh.execution_id", executionID(jobID, nominal)),
 			attribute.String("cronmesh.job_id", jobID),

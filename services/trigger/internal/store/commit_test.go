@@ -437,15 +437,18 @@ func TestCommitMissedAndCatchUp(t *testing.T) {
 		require.NotEmpty(t, ev.EventId)
 		ev.EventId = ""
 		want := &eventsv1.ExecutionEvent{
-			Kind:           eventsv1.ExecutionEventKind_EXECUTION_EVENT_KIND_MISSED,
-			ExecutionId:    execid.For(job.Id, slots[i].Nominal),
-			JobId:          job.Id,
-			Namespace:      testNamespace,
-			NominalTime:    timestamppb.New(slots[i].Nominal),
-			OccurTime:      timestamppb.New(fire),
-			TriggerKind:    dispatchv1.TriggerKind_TRIGGER_KIND_SCHEDULED,
-			Reason:         "older than the catch-up window",
-			TraceId:        span.SpanContext().TraceID().String(),
+			Kind:        eventsv1.ExecutionEventKind_EXECUTION_EVENT_KIND_MISSED,
+			ExecutionId: execid.For(job.Id, slots[i].Nominal),
+			JobId:       job.Id,
+			Namespace:   testNamespace,
+			NominalTime: timestamppb.New(slots[i].Nominal),
+			OccurTime:   timestamppb.New(fire),
+			TriggerKind: dispatchv1.TriggerKind_TRIGGER_KIND_SCHEDULED,
+			Reason:      "older than the catch-up window",
+			TraceId:     span.SpanContext().TraceID().String(),
+			// The commit's context: the history's and alerting's spans of
+			// the event join the trace the history shows for the slot.
+			TraceContext:   map[string]string{"traceparent": "00-" + span.SpanContext().TraceID().String() + "-" + span.SpanContext().SpanID().String() + "-01"},
 			JobDisplayName: job.DisplayName,
 			JobLabels:      job.Labels,
 		}

@@ -97,7 +97,10 @@ type DispatchRequest struct {
 	ExecutionId string `protobuf:"bytes,1,opt,name=execution_id,json=executionId,proto3" json:"execution_id,omitempty"`
 	JobId       string `protobuf:"bytes,2,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
 	Namespace   string `protobuf:"bytes,3,opt,name=namespace,proto3" json:"namespace,omitempty"`
-	// 1 for the first attempt.
+	// 1 for the first attempt. Unique within the execution: a redrive goes on
+	// from the dead letter's last attempt (see first_attempt), so that the
+	// lifecycle events of the new series are not taken for duplicates of the
+	// old one by consumers keyed on (execution_id, attempt, kind).
 	Attempt int32 `protobuf:"varint,4,opt,name=attempt,proto3" json:"attempt,omitempty"`
 	// The slot's nominal time (the schedule's time, or a manual run's time).
 	NominalTime *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=nominal_time,json=nominalTime,proto3" json:"nominal_time,omitempty"`
@@ -113,8 +116,14 @@ type DispatchRequest struct {
 	// rules downstream.
 	JobDisplayName string            `protobuf:"bytes,12,opt,name=job_display_name,json=jobDisplayName,proto3" json:"job_display_name,omitempty"`
 	JobLabels      map[string]string `protobuf:"bytes,13,rep,name=job_labels,json=jobLabels,proto3" json:"job_labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// The attempt this series of deliveries began with: 0 (read as 1) for a
+	// slot's own deliveries; for a redrive, the attempt after the dead
+	// letter's last. The retry policy counts from it: attempt - first_attempt
+	// + 1 is the attempt within the series, which decides the backoff and
+	// whether a retry is left. Never greater than attempt.
+	FirstAttempt  int32 `protobuf:"varint,14,opt,name=first_attempt,json=firstAttempt,proto3" json:"first_attempt,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *DispatchRequest) Reset() {
@@ -238,11 +247,18 @@ func (x *DispatchRequest) GetJobLabels() map[string]string {
 	return nil
 }
 
+func (x *DispatchRequest) GetFirstAttempt() int32 {
+	if x != nil {
+		return x.FirstAttempt
+	}
+	return 0
+}
+
 var File_cronmesh_dispatch_v1_dispatch_request_proto protoreflect.FileDescriptor
 
 const file_cronmesh_dispatch_v1_dispatch_request_proto_rawDesc = "" +
 	"\n" +
-	"+cronmesh/dispatch/v1/dispatch_request.proto\x12\x14cronmesh.dispatch.v1\x1a\x1ecronmesh/registry/v1/job.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xd7\x05\n" +
+	"+cronmesh/dispatch/v1/dispatch_request.proto\x12\x14cronmesh.dispatch.v1\x1a\x1ecronmesh/registry/v1/job.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xfc\x05\n" +
 	"\x0fDispatchRequest\x12!\n" +
 	"\fexecution_id\x18\x01 \x01(\tR\vexecutionId\x12\x15\n" +
 	"\x06job_id\x18\x02 \x01(\tR\x05jobId\x12\x1c\n" +
@@ -259,7 +275,8 @@ const file_cronmesh_dispatch_v1_dispatch_request_proto_rawDesc = "" +
 	"jobVersion\x12(\n" +
 	"\x10job_display_name\x18\f \x01(\tR\x0ejobDisplayName\x12S\n" +
 	"\n" +
-	"job_labels\x18\r \x03(\v24.cronmesh.dispatch.v1.DispatchRequest.JobLabelsEntryR\tjobLabels\x1a<\n" +
+	"job_labels\x18\r \x03(\v24.cronmesh.dispatch.v1.DispatchRequest.JobLabelsEntryR\tjobLabels\x12#\n" +
+	"\rfirst_attempt\x18\x0e \x01(\x05R\ffirstAttempt\x1a<\n" +
 	"\x0eJobLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01*\x96\x01\n" +

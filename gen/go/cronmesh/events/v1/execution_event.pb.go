@@ -176,8 +176,13 @@ type ExecutionEvent struct {
 	// For FAILED: whether another attempt is scheduled, and after how long.
 	RetryScheduled bool                 `protobuf:"varint,19,opt,name=retry_scheduled,json=retryScheduled,proto3" json:"retry_scheduled,omitempty"`
 	RetryDelay     *durationpb.Duration `protobuf:"bytes,20,opt,name=retry_delay,json=retryDelay,proto3" json:"retry_delay,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// The W3C trace context (traceparent, tracestate) of the span that
+	// created this event, in the execution's trace. Events of many
+	// executions travel in one broker message, whose headers can hold only
+	// one context: consumers continue each event's trace from here.
+	TraceContext  map[string]string `protobuf:"bytes,21,rep,name=trace_context,json=traceContext,proto3" json:"trace_context,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ExecutionEvent) Reset() {
@@ -350,13 +355,20 @@ func (x *ExecutionEvent) GetRetryDelay() *durationpb.Duration {
 	return nil
 }
 
+func (x *ExecutionEvent) GetTraceContext() map[string]string {
+	if x != nil {
+		return x.TraceContext
+	}
+	return nil
+}
+
 var File_cronmesh_events_v1_execution_event_proto protoreflect.FileDescriptor
 
 const file_cronmesh_events_v1_execution_event_proto_rawDesc = "" +
 	"\n" +
 	"(cronmesh/events/v1/execution_event.proto\x12\x12cronmesh.events.v1\x1a+cronmesh/dispatch/v1/dispatch_request.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"Q\n" +
 	"\x13ExecutionEventBatch\x12:\n" +
-	"\x06events\x18\x01 \x03(\v2\".cronmesh.events.v1.ExecutionEventR\x06events\"\xea\a\n" +
+	"\x06events\x18\x01 \x03(\v2\".cronmesh.events.v1.ExecutionEventR\x06events\"\x86\t\n" +
 	"\x0eExecutionEvent\x12\x19\n" +
 	"\bevent_id\x18\x01 \x01(\tR\aeventId\x12:\n" +
 	"\x04kind\x18\x02 \x01(\x0e2&.cronmesh.events.v1.ExecutionEventKindR\x04kind\x12!\n" +
@@ -382,8 +394,12 @@ const file_cronmesh_events_v1_execution_event_proto_rawDesc = "" +
 	"\x10response_excerpt\x18\x12 \x01(\tR\x0fresponseExcerpt\x12'\n" +
 	"\x0fretry_scheduled\x18\x13 \x01(\bR\x0eretryScheduled\x12:\n" +
 	"\vretry_delay\x18\x14 \x01(\v2\x19.google.protobuf.DurationR\n" +
-	"retryDelay\x1a<\n" +
+	"retryDelay\x12Y\n" +
+	"\rtrace_context\x18\x15 \x03(\v24.cronmesh.events.v1.ExecutionEvent.TraceContextEntryR\ftraceContext\x1a<\n" +
 	"\x0eJobLabelsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a?\n" +
+	"\x11TraceContextEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01*\x85\x02\n" +
 	"\x12ExecutionEventKind\x12$\n" +
@@ -408,32 +424,34 @@ func file_cronmesh_events_v1_execution_event_proto_rawDescGZIP() []byte {
 }
 
 var file_cronmesh_events_v1_execution_event_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_cronmesh_events_v1_execution_event_proto_msgTypes = make([]protoimpl.MessageInfo, 3)
+var file_cronmesh_events_v1_execution_event_proto_msgTypes = make([]protoimpl.MessageInfo, 4)
 var file_cronmesh_events_v1_execution_event_proto_goTypes = []any{
 	(ExecutionEventKind)(0),       // 0: cronmesh.events.v1.ExecutionEventKind
 	(*ExecutionEventBatch)(nil),   // 1: cronmesh.events.v1.ExecutionEventBatch
 	(*ExecutionEvent)(nil),        // 2: cronmesh.events.v1.ExecutionEvent
 	nil,                           // 3: cronmesh.events.v1.ExecutionEvent.JobLabelsEntry
-	(*timestamppb.Timestamp)(nil), // 4: google.protobuf.Timestamp
-	(v1.TriggerKind)(0),           // 5: cronmesh.dispatch.v1.TriggerKind
-	(*durationpb.Duration)(nil),   // 6: google.protobuf.Duration
+	nil,                           // 4: cronmesh.events.v1.ExecutionEvent.TraceContextEntry
+	(*timestamppb.Timestamp)(nil), // 5: google.protobuf.Timestamp
+	(v1.TriggerKind)(0),           // 6: cronmesh.dispatch.v1.TriggerKind
+	(*durationpb.Duration)(nil),   // 7: google.protobuf.Duration
 }
 var file_cronmesh_events_v1_execution_event_proto_depIdxs = []int32{
 	2,  // 0: cronmesh.events.v1.ExecutionEventBatch.events:type_name -> cronmesh.events.v1.ExecutionEvent
 	0,  // 1: cronmesh.events.v1.ExecutionEvent.kind:type_name -> cronmesh.events.v1.ExecutionEventKind
-	4,  // 2: cronmesh.events.v1.ExecutionEvent.nominal_time:type_name -> google.protobuf.Timestamp
-	4,  // 3: cronmesh.events.v1.ExecutionEvent.occur_time:type_name -> google.protobuf.Timestamp
-	5,  // 4: cronmesh.events.v1.ExecutionEvent.trigger_kind:type_name -> cronmesh.dispatch.v1.TriggerKind
-	6,  // 5: cronmesh.events.v1.ExecutionEvent.duration:type_name -> google.protobuf.Duration
+	5,  // 2: cronmesh.events.v1.ExecutionEvent.nominal_time:type_name -> google.protobuf.Timestamp
+	5,  // 3: cronmesh.events.v1.ExecutionEvent.occur_time:type_name -> google.protobuf.Timestamp
+	6,  // 4: cronmesh.events.v1.ExecutionEvent.trigger_kind:type_name -> cronmesh.dispatch.v1.TriggerKind
+	7,  // 5: cronmesh.events.v1.ExecutionEvent.duration:type_name -> google.protobuf.Duration
 	3,  // 6: cronmesh.events.v1.ExecutionEvent.job_labels:type_name -> cronmesh.events.v1.ExecutionEvent.JobLabelsEntry
-	4,  // 7: cronmesh.events.v1.ExecutionEvent.fire_time:type_name -> google.protobuf.Timestamp
-	4,  // 8: cronmesh.events.v1.ExecutionEvent.start_time:type_name -> google.protobuf.Timestamp
-	6,  // 9: cronmesh.events.v1.ExecutionEvent.retry_delay:type_name -> google.protobuf.Duration
-	10, // [10:10] is the sub-list for method output_type
-	10, // [10:10] is the sub-list for method input_type
-	10, // [10:10] is the sub-list for extension type_name
-	10, // [10:10] is the sub-list for extension extendee
-	0,  // [0:10] is the sub-list for field type_name
+	5,  // 7: cronmesh.events.v1.ExecutionEvent.fire_time:type_name -> google.protobuf.Timestamp
+	5,  // 8: cronmesh.events.v1.ExecutionEvent.start_time:type_name -> google.protobuf.Timestamp
+	7,  // 9: cronmesh.events.v1.ExecutionEvent.retry_delay:type_name -> google.protobuf.Duration
+	4,  // 10: cronmesh.events.v1.ExecutionEvent.trace_context:type_name -> cronmesh.events.v1.ExecutionEvent.TraceContextEntry
+	11, // [11:11] is the sub-list for method output_type
+	11, // [11:11] is the sub-list for method input_type
+	11, // [11:11] is the sub-list for extension type_name
+	11, // [11:11] is the sub-list for extension extendee
+	0,  // [0:11] is the sub-list for field type_name
 }
 
 func init() { file_cronmesh_events_v1_execution_event_proto_init() }
@@ -447,7 +465,7 @@ func file_cronmesh_events_v1_execution_event_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cronmesh_events_v1_execution_event_proto_rawDesc), len(file_cronmesh_events_v1_execution_event_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   3,
+			NumMessages:   4,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -56,8 +56,10 @@ type DispatchServiceClient interface {
 	// first, optionally for one job.
 	ListDeadLetters(context.Context, *connect.Request[v1.ListDeadLettersRequest]) (*connect.Response[v1.ListDeadLettersResponse], error)
 	// RedriveDeadLetter delivers a dead letter again as a new attempt
-	// series (attempt 1, the job's retry policy), optionally to an overridden
-	// target: a forced retry with modified parameters. The dead letter is
+	// series (the job's retry policy applies afresh; attempt numbers go on
+	// from the dead letter's last, so the history shows the new attempts
+	// after the old ones), optionally to an overridden target: a forced
+	// retry with modified parameters. The dead letter is
 	// removed once the redrive is on the broker.
 	RedriveDeadLetter(context.Context, *connect.Request[v1.RedriveDeadLetterRequest]) (*connect.Response[v1.RedriveDeadLetterResponse], error)
 	// RedriveDeadLetters redrives every dead letter of a job (or of the
@@ -156,8 +158,10 @@ type DispatchServiceHandler interface {
 	// first, optionally for one job.
 	ListDeadLetters(context.Context, *connect.Request[v1.ListDeadLettersRequest]) (*connect.Response[v1.ListDeadLettersResponse], error)
 	// RedriveDeadLetter delivers a dead letter again as a new attempt
-	// series (attempt 1, the job's retry policy), optionally to an overridden
-	// target: a forced retry with modified parameters. The dead letter is
+	// series (the job's retry policy applies afresh; attempt numbers go on
+	// from the dead letter's last, so the history shows the new attempts
+	// after the old ones), optionally to an overridden target: a forced
+	// retry with modified parameters. The dead letter is
 	// removed once the redrive is on the broker.
 	RedriveDeadLetter(context.Context, *connect.Request[v1.RedriveDeadLetterRequest]) (*connect.Response[v1.RedriveDeadLetterResponse], error)
 	// RedriveDeadLetters redrives every dead letter of a job (or of the

@@ -14,7 +14,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file cronmesh/dispatch/v1/dispatch_request.proto.
  */
 export const file_cronmesh_dispatch_v1_dispatch_request: GenFile = /*@__PURE__*/
-  fileDesc("Citjcm9ubWVzaC9kaXNwYXRjaC92MS9kaXNwYXRjaF9yZXF1ZXN0LnByb3RvEhRjcm9ubWVzaC5kaXNwYXRjaC52MSK5BAoPRGlzcGF0Y2hSZXF1ZXN0EhQKDGV4ZWN1dGlvbl9pZBgBIAEoCRIOCgZqb2JfaWQYAiABKAkSEQoJbmFtZXNwYWNlGAMgASgJEg8KB2F0dGVtcHQYBCABKAUSMAoMbm9taW5hbF90aW1lGAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBItCglmaXJlX3RpbWUYBiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEjcKDHRyaWdnZXJfa2luZBgHIAEoDjIhLmNyb25tZXNoLmRpc3BhdGNoLnYxLlRyaWdnZXJLaW5kEiwKBnRhcmdldBgIIAEoCzIcLmNyb25tZXNoLnJlZ2lzdHJ5LnYxLlRhcmdldBI3CgxyZXRyeV9wb2xpY3kYCSABKAsyIS5jcm9ubWVzaC5yZWdpc3RyeS52MS5SZXRyeVBvbGljeRIwCghwcmlvcml0eRgKIAEoDjIeLmNyb25tZXNoLnJlZ2lzdHJ5LnYxLlByaW9yaXR5EhMKC2pvYl92ZXJzaW9uGAsgASgDEhgKEGpvYl9kaXNwbGF5X25hbWUYDCABKAkSSAoKam9iX2xhYmVscxgNIAMoCzI0LmNyb25tZXNoLmRpc3BhdGNoLnYxLkRpc3BhdGNoUmVxdWVzdC5Kb2JMYWJlbHNFbnRyeRowCg5Kb2JMYWJlbHNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBKpYBCgtUcmlnZ2VyS2luZBIcChhUUklHR0VSX0tJTkRfVU5TUEVDSUZJRUQQABIaChZUUklHR0VSX0tJTkRfU0NIRURVTEVEEAESFwoTVFJJR0dFUl9LSU5EX01BTlVBTBACEhkKFVRSSUdHRVJfS0lORF9CQUNLRklMTBADEhkKFVRSSUdHRVJfS0lORF9DQVRDSF9VUBAEQkVaQ2dpdGh1Yi5jb20vY3Jvbm1lc2gvY3Jvbm1lc2gvZ2VuL2dvL2Nyb25tZXNoL2Rpc3BhdGNoL3YxO2Rpc3BhdGNodjFiBnByb3RvMw", [file_cronmesh_registry_v1_job, file_google_protobuf_timestamp]);
+  fileDesc("Citjcm9ubWVzaC9kaXNwYXRjaC92MS9kaXNwYXRjaF9yZXF1ZXN0LnByb3RvEhRjcm9ubWVzaC5kaXNwYXRjaC52MSLQBAoPRGlzcGF0Y2hSZXF1ZXN0EhQKDGV4ZWN1dGlvbl9pZBgBIAEoCRIOCgZqb2JfaWQYAiABKAkSEQoJbmFtZXNwYWNlGAMgASgJEg8KB2F0dGVtcHQYBCABKAUSMAoMbm9taW5hbF90aW1lGAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBItCglmaXJlX3RpbWUYBiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEjcKDHRyaWdnZXJfa2luZBgHIAEoDjIhLmNyb25tZXNoLmRpc3BhdGNoLnYxLlRyaWdnZXJLaW5kEiwKBnRhcmdldBgIIAEoCzIcLmNyb25tZXNoLnJlZ2lzdHJ5LnYxLlRhcmdldBI3CgxyZXRyeV9wb2xpY3kYCSABKAsyIS5jcm9ubWVzaC5yZWdpc3RyeS52MS5SZXRyeVBvbGljeRIwCghwcmlvcml0eRgKIAEoDjIeLmNyb25tZXNoLnJlZ2lzdHJ5LnYxLlByaW9yaXR5EhMKC2pvYl92ZXJzaW9uGAsgASgDEhgKEGpvYl9kaXNwbGF5X25hbWUYDCABKAkSSAoKam9iX2xhYmVscxgNIAMoCzI0LmNyb25tZXNoLmRpc3BhdGNoLnYxLkRpc3BhdGNoUmVxdWVzdC5Kb2JMYWJlbHNFbnRyeRIVCg1maXJzdF9hdHRlbXB0GA4gASgFGjAKDkpvYkxhYmVsc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEqlgEKC1RyaWdnZXJLaW5kEhwKGFRSSUdHRVJfS0lORF9VTlNQRUNJRklFRBAAEhoKFlRSSUdHRVJfS0lORF9TQ0hFRFVMRUQQARIXChNUUklHR0VSX0tJTkRfTUFOVUFMEAISGQoVVFJJR0dFUl9LSU5EX0JBQ0tGSUxMEAMSGQoVVFJJR0dFUl9LSU5EX0NBVENIX1VQEARCRVpDZ2l0aHViLmNvbS9jcm9ubWVzaC9jcm9ubWVzaC9nZW4vZ28vY3Jvbm1lc2gvZGlzcGF0Y2gvdjE7ZGlzcGF0Y2h2MWIGcHJvdG8z", [file_cronmesh_registry_v1_job, file_google_protobuf_timestamp]);
 
 /**
  * DispatchRequest asks the dispatcher to deliver one attempt of one
@@ -47,7 +47,10 @@ export type DispatchRequest = Message<"cronmesh.dispatch.v1.DispatchRequest"> & 
   namespace: string;
 
   /**
-   * 1 for the first attempt.
+   * 1 for the first attempt. Unique within the execution: a redrive goes on
+   * from the dead letter's last attempt (see first_attempt), so that the
+   * lifecycle events of the new series are not taken for duplicates of the
+   * old one by consumers keyed on (execution_id, attempt, kind).
    *
    * @generated from field: int32 attempt = 4;
    */
@@ -106,6 +109,17 @@ export type DispatchRequest = Message<"cronmesh.dispatch.v1.DispatchRequest"> & 
    * @generated from field: map<string, string> job_labels = 13;
    */
   jobLabels: { [key: string]: string };
+
+  /**
+   * The attempt this series of deliveries began with: 0 (read as 1) for a
+   * slot's own deliveries; for a redrive, the attempt after the dead
+   * letter's last. The retry policy counts from it: attempt - first_attempt
+   * + 1 is the attempt within the series, which decides the backoff and
+   * whether a retry is left. Never greater than attempt.
+   *
+   * @generated from field: int32 first_attempt = 14;
+   */
+  firstAttempt: number;
 };
 
 /**

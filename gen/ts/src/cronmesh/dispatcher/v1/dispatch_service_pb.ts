@@ -310,8 +310,10 @@ export const DispatchService: GenService<{
   },
   /**
    * RedriveDeadLetter delivers a dead letter again as a new attempt
-   * series (attempt 1, the job's retry policy), optionally to an overridden
-   * target: a forced retry with modified parameters. The dead letter is
+   * series (the job's retry policy applies afresh; attempt numbers go on
+   * from the dead letter's last, so the history shows the new attempts
+   * after the old ones), optionally to an overridden target: a forced
+   * retry with modified parameters. The dead letter is
    * removed once the redrive is on the broker.
    *
    * @generated from rpc cronmesh.dispatcher.v1.DispatchService.RedriveDeadLetter

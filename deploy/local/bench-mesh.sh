@@ -1,0 +1,114 @@
+#!/usr/bin/env bash
+# The end-to-end benchmark of the whole mesh (issue 8; part of `make bench`):
+# bin/mesh-bench starts registry, trigger nodes, dispatcher, history and
+# alerting from bin/ (`make build`) on the local PostgreSQL and RabbitMQ with
+# an embedded etcd, each scenario on names of its own (mb_<tag>_<scenario>),
+# and removes them at the end. Every scenario measures the machine's ceiling
+# (RabbitMQ publish+consume with confirms, batched PostgreSQL inserts) first,
+# in the same run, so results read as a ratio. Runs under
+# flock /tmp/cronmesh-heavy.lock so that no other heavy run overlaps it.
+#
+#   sustained  a mix of cron (every second, every minute, on the top-of-minute
+#              second), interval and one-time jobs at BENCH_MESH_RATE
+#              executions/s for BENCH_MESH_DURATION, CPU profiles of every
+#              service in the middle           (10 min window: about 14 min)
+#   burst      BENCH_MESH_BURST_JOBS one-time jobs due on one second (about 4 min)
+#   memory     BENCH_MESH_MEMORY_JOBS jobs in the trigger tier (about 6 min;
+#              about 2 GB of disk while it runs)
+#
+# Environment:
+#   BENCH_MESH_SCENARIOS     subset and order (default: sustained burst memory)
+#   BENCH_MESH_RATE          executions/s of sustained (default 3000)
+#   BENCH_MESH_DURATION      window of sustained (default 10m)
+#   BENCH_MESH_BURST_JOBS    default 100000
+#   BENCH_MESH_MEMORY_JOBS   default 5000000
+#   BENCH_MESH_ARGS          extra flags for every scenario, e.g. "--trigger-nodes 3"
+#   BENCH_OUT                report directory (default bin/bench/mesh-<UTC time>)
+#
+# Exit status: non-zero when a scenario cannot run (a service dies, loading
+# fails, ...); a missed target is reported, not failed.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+
+if [ -z "${BENCH_MESH_LOCKED:-}" ]; then
+  echo "bench-mesh: waiting for /tmp/cronmesh-heavy.lock" >&2
+  exec env BENCH_MESH_LOCKED=1 flock /tmp/cronmesh-heavy.lock "$0" "$@"
+fi
+
+SCENARIOS=${BENCH_MESH_SCENARIOS:-sustained burst memory}
+RATE=${BENCH_MESH_RATE:-3000}
+DURATION=${BENCH_MESH_DURATION:-10m}
+BURST_JOBS=${BENCH_MESH_BURST_JOBS:-100000}
+MEMORY_JOBS=${BENCH_MESH_MEMORY_JOBS:-5000000}
+BENCH_OUT=${BENCH_OUT:-bin/bench/mesh-$(date -u +%Y%m%dT%H%M%SZ)}
+BENCH_MESH_ARGS=${BENCH_MESH_ARGS:-}
+log() { printf 'bench-mesh: %s\n' "$*" >&2; }
+
+for svc in registry trigger dispatcher history alerting; do
+  [ -x "bin/$svc" ] || { log "bin/$svc is missing: run make build"; exit 1; }
+done
+log "building bin/mesh-bench"
+go build -o bin/mesh-bench ./services/devstack/cmd/mesh-bench
+deploy/local/ensure-services.sh
+
+mkdir -p "$BENCH_OUT"
+REPORT=$BENCH_OUT/report.md
+TAG=s$$
+common=(--tag "$TAG" --out "$REPORT" --work-dir "$BENCH_OUT/work")
+# shellcheck disable=SC2206 # BENCH_MESH_ARGS is split on purpose
+extra=($BENCH_MESH_ARGS)
+{
+  printf '# End-to-end benchmark, %s\n\n' "$(date -u '+%Y-%m-%d %H:%M UTC')"
+  printf 'Commit %s%s. Scenarios: %s. Load average before: %s. Machine shared with: whatever else ran (see each scenario'"'"'s load average and CPU table).\n' \
+    "$(git rev-parse --short HEAD 2>/dev/null || echo '?')" "$(git diff --quiet HEAD 2>/dev/null || echo ' (with local changes)')" \
+    "$SCENARIOS" "$(cut -d' ' -f1-3 /proc/loadavg)"
+} >"$REPORT"
+
+bench_pid=
+failed=()
+cleanup() {
+  local rc=$?
+  trap - EXIT INT TERM
+  if [ -n "$bench_pid" ] && kill -0 "$bench_pid" 2>/dev/null; then
+    # mesh-bench stops the mesh and drops its schemas and queues on SIGTERM.
+    kill -TERM "$bench_pid" 2>/dev/null || true
+    wait "$bench_pid" 2>/dev/null || true
+  fi
+  exit "$rc"
+}
+trap cleanup EXIT
+trap 'log "interrupted"; exit 130' INT TERM
+
+run() {
+  local name=$1 limit=$2
+  shift 2
+  log "scenario $name (at most $limit)"
+  set +e
+  timeout --signal=TERM --kill-after=120s "$limit" bin/mesh-bench "$name" "${common[@]}" "$@" "${extra[@]}" >/dev/null &
+  bench_pid=$!
+  wait "$bench_pid"
+  local rc=$?
+  set -e
+  bench_pid=
+  if [ "$rc" != 0 ]; then
+    log "scenario $name FAILED (exit $rc)"
+    failed+=("$name")
+  fi
+}
+
+for scenario in $SCENARIOS; do
+  case $scenario in
+    sustained) run sustained 40m --rate "$RATE" --duration "$DURATION" ;;
+    burst) run burst 20m --jobs "$BURST_JOBS" ;;
+    memory) run memory 40m --jobs "$MEMORY_JOBS" ;;
+    *) log "unknown scenario $scenario"; failed+=("$scenario") ;;
+  esac
+done
+printf '\nLoad average after: %s.\n' "$(cut -d' ' -f1-3 /proc/loadavg)" >>"$REPORT"
+
+log "report: $REPORT (profiles and service logs under $BENCH_OUT/work)"
+grep -E '\*\*(met|missed)\*\*' "$REPORT" | sed 's/\*\*//g' >&2 || true
+if [ "${#failed[@]}" -gt 0 ]; then
+  log "failed scenarios: ${failed[*]}"
+  exit 1
+fi

@@ -1,0 +1,61 @@
+package evaluate
+
+import (
+	"context"
+	"strings"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
+	"go.opentelemetry.io/otel/trace"
+
+	eventsv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/events/v1"
+	"github.com/cronmesh/cronmesh/libs/telemetry"
+)
+
+// eventSpans records, in each event's own execution trace (from the trace
+// context the event carries; events without one get no span), a span
+// "alerting.evaluate" for its evaluation, which ran from start to now in
+// one transaction with the rest of the batch (err nil: committed). The
+// span links to the message's consumer span (from ctx), which holds the
+// transaction's SQL spans; a broker message carries events of many
+// executions, so that span cannot be in all of their traces.
+func (e *Evaluator) eventSpans(ctx context.Context, events []*eventsv1.ExecutionEvent, start time.Time, err error) {
+	end := time.Now()
+	var links []trace.Link
+	if sc := trace.SpanContextFromContext(ctx); sc.IsValid() {
+		links = []trace.Link{{SpanContext: sc}}
+	}
+	for _, ev := range events {
+		if len(ev.GetTraceContext()) == 0 {
+			continue
+		}
+		parent := telemetry.ExtractMap(context.Background(), e.opts.Propagator, ev.GetTraceContext())
+		if !trace.SpanContextFromContext(parent).IsValid() {
+			continue
+		}
+		_, span := e.tracer.Start(parent, "alerting.evaluate",
+			trace.WithSpanKind(trace.SpanKindConsumer),
+			trace.WithTimestamp(start),
+			trace.WithLinks(links...),
+			trace.WithAttributes(
+				semconv.MessagingSystemRabbitMQ,
+				semconv.MessagingOperationTypeProcess,
+				semconv.MessagingOperationName("process"),
+				semconv.MessagingDestinationName(e.opts.Exchange),
+				semconv.MessagingDestinationSubscriptionName(e.opts.Queue),
+				semconv.MessagingMessageID(ev.GetEventId()),
+				attribute.String("cronmesh.execution.id", ev.GetExecutionId()),
+				attribute.String("cronmesh.job.id", ev.GetJobId()),
+				attribute.String("cronmesh.event.kind", strings.ToLower(strings.TrimPrefix(ev.GetKind().String(), "EXECUTION_EVENT_KIND_"))),
+				attribute.Int("cronmesh.attempt", int(ev.GetAttempt())),
+			))
+		if err != nil {
+			span.RecordError(err)
+			span.SetAttributes(semconv.ErrorTypeOther)
+			span.SetStatus(codes.Error, "evaluation failed; the message is redelivered")
+		}
+		span.End(trace.WithTimestamp(end))
+	}
+}

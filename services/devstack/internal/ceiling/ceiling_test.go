@@ -1,0 +1,40 @@
+package ceiling_test
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/cronmesh/cronmesh/libs/amqptest"
+	"github.com/cronmesh/cronmesh/libs/pgtest"
+	"github.com/cronmesh/cronmesh/services/devstack/internal/ceiling"
+)
+
+func TestBrokerMovesMessagesAndCleansUp(t *testing.T) {
+	t.Parallel()
+	name := amqptest.UniqueName(t, "ceiling")
+	r, err := ceiling.Broker(t.Context(), ceiling.BrokerOptions{URL: amqptest.URL(), Name: name, MessageSize: 280, Duration: time.Second, Publishers: 2, InFlight: 32})
+	require.NoError(t, err)
+	require.Positive(t, r.Consumed)
+	require.Positive(t, r.Published)
+	require.Positive(t, r.ConsumedPerSecond())
+	_, err = amqptest.Channel(t).QueueDeclarePassive(name, true, false, false, false, nil)
+	require.Error(t, err, "the queue is deleted afterwards")
+}
+
+func TestDatabaseInsertsBatchesAndDropsItsSchema(t *testing.T) {
+	t.Parallel()
+	pool, _ := pgtest.New(t)
+	schema := fmt.Sprintf("ceiling_%d", time.Now().UnixNano())
+	r, err := ceiling.Database(t.Context(), ceiling.DatabaseOptions{Pool: pool, Schema: schema, Batch: 100, Writers: 2, Duration: time.Second})
+	require.NoError(t, err)
+	require.Positive(t, r.Commits)
+	// Rows and commits are read a moment apart, so a batch may be in one
+	// count and not yet in the other.
+	require.InDelta(t, r.Commits*100, r.Rows, 200, "every row of a batch is new")
+	var n int
+	require.NoError(t, pool.QueryRow(t.Context(), `SELECT count(*) FROM pg_namespace WHERE nspname = $1`, schema).Scan(&n))
+	require.Zero(t, n, "the schema is dropped afterwards")
+}
