@@ -248,6 +248,8 @@ func TestChartDefaults(t *testing.T) {
 	for _, svc := range services {
 		_, ok := env(t, r, svc)["CRONMESH_OTLP_ENDPOINT"]
 		require.Falsef(t, ok, "%s exports spans although no collector is set", svc)
+		_, ok = env(t, r, svc)["CRONMESH_TRACE_LINK_TEMPLATE"]
+		require.Falsef(t, ok, "%s has a trace link template although none is set", svc)
 	}
 
 	secrets := r.kind("Secret")
@@ -347,6 +349,7 @@ func TestChartOptions(t *testing.T) {
 	require.Equal(t, "warn", value(env(t, r, "registry")["CRONMESH_LOG_LEVEL"]))
 	require.Equal(t, "512", value(env(t, r, "trigger")["CRONMESH_PARTITIONS"]))
 	require.Equal(t, "etcd-0.etcd:2379,etcd-1.etcd:2379,etcd-2.etcd:2379", value(env(t, r, "trigger")["CRONMESH_ETCD_ENDPOINTS"]))
+	require.Equal(t, "https://jaeger.example.internal/trace/{trace_id}", value(env(t, r, "history")["CRONMESH_TRACE_LINK_TEMPLATE"]))
 }
 
 // checkWorkloads: every container of every Deployment and StatefulSet has

@@ -13,7 +13,8 @@ import (
 )
 
 // TestCLI runs every command against one real stack; each subtest has its
-// own namespace. At the end no API key may appear in anything printed.
+// own namespace. At the end no API key and no channel secret may appear in
+// anything printed.
 func TestCLI(t *testing.T) {
 	s := startStack(t)
 	t.Run("commands", func(t *testing.T) {
@@ -26,8 +27,10 @@ func TestCLI(t *testing.T) {
 		t.Run("preview", func(t *testing.T) { t.Parallel(); testPreview(t, s) })
 		t.Run("config", func(t *testing.T) { t.Parallel(); testConfig(t, s) })
 		t.Run("usage", func(t *testing.T) { t.Parallel(); testUsage(t, s) })
+		t.Run("history", func(t *testing.T) { t.Parallel(); testHistory(t, s) })
+		t.Run("alerts", func(t *testing.T) { t.Parallel(); testAlerts(t, s) })
 	})
-	s.requireNoKeyPrinted(t)
+	s.requireNoSecretPrinted(t)
 }
 
 type jobJSON struct {

@@ -24,7 +24,8 @@ import (
 	"github.com/cronmesh/cronmesh/services/cronctl/internal/cli"
 )
 
-// binaries holds the real registry, trigger and dispatcher, built once by
+// binaries holds the real registry, trigger, dispatcher, history and
+// alerting, built once by
 // TestMain: the CLI is tested against the services it will talk to, started
 // as processes because their app packages are internal to each service.
 var binaries = map[string]string{}
@@ -35,7 +36,7 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	for _, svc := range []string{"registry", "trigger", "dispatcher"} {
+	for _, svc := range []string{"registry", "trigger", "dispatcher", "history", "alerting"} {
 		binaries[svc] = filepath.Join(dir, svc)
 		build := exec.Command("go", "build", "-o", binaries[svc], "github.com/cronmesh/cronmesh/services/"+svc+"/cmd/"+svc)
 		build.Stdout, build.Stderr = os.Stderr, os.Stderr
@@ -49,19 +50,25 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// stack is a registry, a trigger node and a dispatcher on loopback against
-// real PostgreSQL (a schema each), RabbitMQ (names of their own) and an
-// embedded etcd. Every test uses its own API key, hence its own namespace.
+// stack is a registry, a trigger node, a dispatcher, the history and the
+// alerting service on loopback against real PostgreSQL (a schema each),
+// RabbitMQ (names of their own) and an embedded etcd. Every test uses its
+// own API key, hence its own namespace. Targets and webhook channels are
+// httptest servers on loopback, which the dispatcher and alerting allow.
 type stack struct {
-	registry, trigger, dispatcher string // base URLs
+	registry, trigger, dispatcher, history, alerting string // base URLs
 
 	mu      sync.Mutex
 	outputs []string // everything cronctl printed, for the API key check
 	keys    []string
+	secrets []string // channel secrets given to cronctl, never to be printed
 }
 
+// traceLinkTemplate is the history's --trace-link-template.
+const traceLinkTemplate = "http://127.0.0.1:16686/trace/{trace_id}"
+
 // testKeys are the namespaces' keys; each test takes one.
-var testKeys = []string{"jobs", "apply", "invalid", "dead", "ring", "secret", "etag", "preview"}
+var testKeys = []string{"jobs", "apply", "invalid", "dead", "ring", "secret", "etag", "preview", "history", "alerts"}
 
 func keyOf(namespace string) string { return namespace + "-key-0123456789abcdef" }
 
@@ -75,6 +82,8 @@ func startStack(t *testing.T) *stack {
 	_, regSchema := pgtest.New(t)
 	_, trgSchema := pgtest.New(t)
 	_, dspSchema := pgtest.New(t)
+	_, hstSchema := pgtest.New(t)
+	_, alrSchema := pgtest.New(t)
 	etcd := etcdtest.New(t)
 	jobsX := amqptest.UniqueName(t, "jobs")
 	jobsQ := amqptest.UniqueName(t, "jobsq")
@@ -83,9 +92,11 @@ func startStack(t *testing.T) *stack {
 	executionsX := amqptest.UniqueName(t, "executions")
 	retryX, retryQ := amqptest.UniqueName(t, "retry"), amqptest.UniqueName(t, "retryq")
 	deadX, deadQ := amqptest.UniqueName(t, "dead"), amqptest.UniqueName(t, "deadq")
+	historyQ := amqptest.UniqueName(t, "historyq")
+	alertExecQ, alertJobsQ := amqptest.UniqueName(t, "alertexecq"), amqptest.UniqueName(t, "alertjobsq")
 	t.Cleanup(func() {
 		ch := amqptest.Channel(t)
-		queues := []string{jobsQ, deadQ}
+		queues := []string{jobsQ, deadQ, historyQ, alertExecQ, alertJobsQ}
 		for _, b := range broker.DispatchQueues(dispatchX, dispatchQ) {
 			queues = append(queues, b.Queue)
 		}
@@ -115,6 +126,17 @@ func startStack(t *testing.T) *stack {
 		"--dispatch-exchange", dispatchX, "--dispatch-queue", dispatchQ,
 		"--retry-exchange", retryX, "--retry-queue", retryQ, "--retry-tiers", "1s",
 		"--dead-exchange", deadX, "--dead-queue", deadQ, "--executions-exchange", executionsX,
+		"--allow-networks", "127.0.0.0/8",
+	}, common...))
+	s.history = startProcess(t, "history", append([]string{
+		"serve", "--schema", hstSchema, "--executions-exchange", executionsX, "--queue", historyQ,
+		"--trace-link-template", traceLinkTemplate,
+	}, common...))
+	s.alerting = startProcess(t, "alerting", append([]string{
+		"serve", "--schema", alrSchema,
+		"--executions-exchange", executionsX, "--executions-queue", alertExecQ,
+		"--jobs-exchange", jobsX, "--jobs-queue", alertJobsQ,
+		"--allow-networks", "127.0.0.0/8", "--notify-poll", "200ms", "--notify-backoff", "200ms",
 	}, common...))
 	return s
 }
@@ -187,6 +209,8 @@ func (s *stack) cronctl(t *testing.T, namespace string, extraEnv map[string]stri
 		"CRONMESH_REGISTRY_URL":   s.registry,
 		"CRONMESH_TRIGGER_URL":    s.trigger,
 		"CRONMESH_DISPATCHER_URL": s.dispatcher,
+		"CRONMESH_HISTORY_URL":    s.history,
+		"CRONMESH_ALERTING_URL":   s.alerting,
 		"CRONMESH_API_KEY":        keyOf(namespace),
 	}
 	for k, v := range extraEnv {
@@ -218,14 +242,23 @@ func (s *stack) ok(t *testing.T, namespace string, args ...string) string {
 	return r.stdout
 }
 
-// requireNoKeyPrinted asserts that no API key used appears in anything
-// cronctl printed.
-func (s *stack) requireNoKeyPrinted(t *testing.T) {
+// addSecret records a channel secret that cronctl was given, so that
+// requireNoSecretPrinted checks it never shows up.
+func (s *stack) addSecret(secret string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.secrets = append(s.secrets, secret)
+}
+
+// requireNoSecretPrinted asserts that no API key used and no channel
+// secret given appears in anything cronctl printed.
+func (s *stack) requireNoSecretPrinted(t *testing.T) {
 	t.Helper()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	require.NotEmpty(t, s.outputs)
-	for _, key := range append(s.keys, keyOf("secret")) {
+	require.NotEmpty(t, s.secrets, "the channel tests gave cronctl secrets")
+	for _, key := range append(append(s.keys, keyOf("secret")), s.secrets...) {
 		for _, out := range s.outputs {
 			require.NotContains(t, out, key)
 		}

@@ -122,6 +122,10 @@ Kubernetes into a CRONMESH_* value. Credentials come only from the Secret.
 - name: CRONMESH_ADVERTISE
   value: {{ printf "$(POD_IP):%v" .Values.port | quote }}
 {{- end }}
+{{- with get .Values "traceLinkTemplate" }}
+- name: CRONMESH_TRACE_LINK_TEMPLATE
+  value: {{ . | quote }}
+{{- end }}
 {{- range $name, $key := .Values.secretEnv }}
 - name: {{ $name }}
   valueFrom:

@@ -12,10 +12,13 @@ import (
 	"net/http"
 	"sort"
 	"strings"
+	"time"
 
 	"connectrpc.com/connect"
 
+	"github.com/cronmesh/cronmesh/gen/go/cronmesh/alerting/v1/alertingv1connect"
 	"github.com/cronmesh/cronmesh/gen/go/cronmesh/dispatcher/v1/dispatcherv1connect"
+	"github.com/cronmesh/cronmesh/gen/go/cronmesh/history/v1/historyv1connect"
 	"github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1/registryv1connect"
 	"github.com/cronmesh/cronmesh/gen/go/cronmesh/trigger/v1/triggerv1connect"
 	"github.com/cronmesh/cronmesh/services/cronctl/internal/config"
@@ -47,6 +50,9 @@ type Env struct {
 	HTTPClient *http.Client
 	// ReadFile reads -f files; "-" is Stdin.
 	ReadFile func(string) ([]byte, error)
+	// Now is the current time, for relative times such as --since 1h; nil
+	// means time.Now.
+	Now func() time.Time
 }
 
 // usageError is a wrong invocation: exit 2 with the command's usage.
@@ -69,13 +75,14 @@ type command struct {
 	setup   func(fs *flag.FlagSet) func(ctx context.Context, s *session, args []string) error
 }
 
-// tree is cronctl's command tree. History and alerting commands will be
-// added as groups here when their services' APIs land.
+// tree is cronctl's command tree.
 func tree() *command {
 	return &command{name: "cronctl", subs: []*command{
 		jobsCommand(),
 		{name: "apply", args: "-f FILE", summary: "create or update the jobs a file declares (idempotent; --dry-run shows the diff)", setup: applySetup},
 		deadLettersCommand(),
+		historyCommand(),
+		alertsCommand(),
 		{name: "ring", summary: "the trigger tier's hash ring", subs: []*command{
 			{name: "status", summary: "members and partition owners", setup: ringStatusSetup},
 		}},
@@ -237,7 +244,7 @@ func printGroup(w io.Writer, node *command, path []string) {
 
 // globalFlags are accepted by every command.
 type globalFlags struct {
-	configPath, registryURL, triggerURL, dispatcherURL, apiKey, output, timeout string
+	configPath, registryURL, triggerURL, dispatcherURL, historyURL, alertingURL, apiKey, output, timeout string
 }
 
 func (g *globalFlags) register(fs *flag.FlagSet) {
@@ -245,6 +252,8 @@ func (g *globalFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&g.registryURL, "registry-url", "", "JobService URL (env CRONMESH_REGISTRY_URL; default "+config.DefaultRegistryURL+")")
 	fs.StringVar(&g.triggerURL, "trigger-url", "", "TriggerService URL (env CRONMESH_TRIGGER_URL; default "+config.DefaultTriggerURL+")")
 	fs.StringVar(&g.dispatcherURL, "dispatcher-url", "", "DispatchService URL (env CRONMESH_DISPATCHER_URL; default "+config.DefaultDispatcherURL+")")
+	fs.StringVar(&g.historyURL, "history-url", "", "HistoryService URL (env CRONMESH_HISTORY_URL; default "+config.DefaultHistoryURL+")")
+	fs.StringVar(&g.alertingURL, "alerting-url", "", "AlertService URL (env CRONMESH_ALERTING_URL; default "+config.DefaultAlertingURL+")")
 	fs.StringVar(&g.apiKey, "api-key", "", "API key (prefer env CRONMESH_API_KEY or the config file: flags show in the process list)")
 	fs.StringVar(&g.output, "o", "", "output: table, json or yaml (env CRONMESH_OUTPUT; default table)")
 	fs.StringVar(&g.output, "output", "", "same as -o")
@@ -254,7 +263,7 @@ func (g *globalFlags) register(fs *flag.FlagSet) {
 func (g *globalFlags) flags() config.Flags {
 	return config.Flags{
 		ConfigPath: g.configPath, RegistryURL: g.registryURL, TriggerURL: g.triggerURL,
-		DispatcherURL: g.dispatcherURL, APIKey: g.apiKey, Output: g.output, Timeout: g.timeout,
+		DispatcherURL: g.dispatcherURL, HistoryURL: g.historyURL, AlertingURL: g.alertingURL, APIKey: g.apiKey, Output: g.output, Timeout: g.timeout,
 	}
 }
 
@@ -266,12 +275,20 @@ type session struct {
 	jobs       registryv1connect.JobServiceClient
 	trigger    triggerv1connect.TriggerServiceClient
 	dispatcher dispatcherv1connect.DispatchServiceClient
+	history    historyv1connect.HistoryServiceClient
+	alerts     alertingv1connect.AlertServiceClient
+	// now is the time relative times (--since 1h) count from.
+	now func() time.Time
 }
 
 func newSession(cfg config.Config, env *Env) *session {
 	httpClient := env.HTTPClient
 	if httpClient == nil {
 		httpClient = &http.Client{}
+	}
+	now := env.Now
+	if now == nil {
+		now = time.Now
 	}
 	opts := []connect.ClientOption{connect.WithInterceptors(bearer(cfg.APIKey))}
 	return &session{
@@ -281,6 +298,9 @@ func newSession(cfg config.Config, env *Env) *session {
 		jobs:       registryv1connect.NewJobServiceClient(httpClient, cfg.RegistryURL, opts...),
 		trigger:    triggerv1connect.NewTriggerServiceClient(httpClient, cfg.TriggerURL, opts...),
 		dispatcher: dispatcherv1connect.NewDispatchServiceClient(httpClient, cfg.DispatcherURL, opts...),
+		history:    historyv1connect.NewHistoryServiceClient(httpClient, cfg.HistoryURL, opts...),
+		alerts:     alertingv1connect.NewAlertServiceClient(httpClient, cfg.AlertingURL, opts...),
+		now:        now,
 	}
 }
 
@@ -302,4 +322,15 @@ func exactArgs(args []string, names ...string) error {
 		return usagef("want %d argument(s) (%s), got %d", len(names), strings.Join(names, " "), len(args))
 	}
 	return nil
+}
+
+// mask makes every later output of the command mask secret too (a channel's
+// signing secret or SMTP password that the command read), errors included:
+// Run prints the final error through env.Stderr.
+func (s *session) mask(secret string) {
+	if secret == "" {
+		return
+	}
+	s.env.Stdout, s.env.Stderr = output.NewRedactor(s.env.Stdout, secret), output.NewRedactor(s.env.Stderr, secret)
+	s.out = output.NewPrinter(s.env.Stdout, s.out.Format())
 }

@@ -162,6 +162,7 @@ func configViewSetup(fs *flag.FlagSet) func(context.Context, *session, []string)
 		}
 		rows := [][3]string{
 			{"registryUrl", view.RegistryURL}, {"triggerUrl", view.TriggerURL}, {"dispatcherUrl", view.DispatcherURL},
+			{"historyUrl", view.HistoryURL}, {"alertingUrl", view.AlertingURL},
 			{"apiKey", apiKey}, {"output", view.Output}, {"timeout", view.Timeout},
 		}
 		fmt.Fprintf(s.env.Stdout, "config file: %s\n", file)

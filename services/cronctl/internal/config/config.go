@@ -21,6 +21,8 @@ const (
 	DefaultRegistryURL   = "http://127.0.0.1:8081"
 	DefaultTriggerURL    = "http://127.0.0.1:8082"
 	DefaultDispatcherURL = "http://127.0.0.1:8083"
+	DefaultHistoryURL    = "http://127.0.0.1:8084"
+	DefaultAlertingURL   = "http://127.0.0.1:8085"
 	DefaultOutput        = "table"
 	DefaultTimeout       = 30 * time.Second
 )
@@ -31,6 +33,8 @@ const (
 	EnvRegistryURL   = "CRONMESH_REGISTRY_URL"
 	EnvTriggerURL    = "CRONMESH_TRIGGER_URL"
 	EnvDispatcherURL = "CRONMESH_DISPATCHER_URL"
+	EnvHistoryURL    = "CRONMESH_HISTORY_URL"
+	EnvAlertingURL   = "CRONMESH_ALERTING_URL"
 	EnvAPIKey        = "CRONMESH_API_KEY"
 	EnvOutput        = "CRONMESH_OUTPUT"
 	EnvTimeout       = "CRONMESH_TIMEOUT"
@@ -44,6 +48,8 @@ type Config struct {
 	RegistryURL   string
 	TriggerURL    string
 	DispatcherURL string
+	HistoryURL    string
+	AlertingURL   string
 	// APIKey is sent as "Authorization: Bearer <key>". It is never printed:
 	// String and View redact it, and the CLI's writers mask it.
 	APIKey  string
@@ -61,6 +67,8 @@ type File struct {
 	RegistryURL   string `json:"registryUrl,omitempty"`
 	TriggerURL    string `json:"triggerUrl,omitempty"`
 	DispatcherURL string `json:"dispatcherUrl,omitempty"`
+	HistoryURL    string `json:"historyUrl,omitempty"`
+	AlertingURL   string `json:"alertingUrl,omitempty"`
 	APIKey        string `json:"apiKey,omitempty"`
 	Output        string `json:"output,omitempty"`
 	Timeout       string `json:"timeout,omitempty"`
@@ -73,6 +81,8 @@ type Flags struct {
 	RegistryURL   string
 	TriggerURL    string
 	DispatcherURL string
+	HistoryURL    string
+	AlertingURL   string
 	APIKey        string
 	Output        string
 	Timeout       string
@@ -141,6 +151,8 @@ func Resolve(flags Flags, lookupEnv func(string) (string, bool), home string) (C
 	cfg.RegistryURL = pick("registryUrl", flags.RegistryURL, EnvRegistryURL, file.RegistryURL, DefaultRegistryURL)
 	cfg.TriggerURL = pick("triggerUrl", flags.TriggerURL, EnvTriggerURL, file.TriggerURL, DefaultTriggerURL)
 	cfg.DispatcherURL = pick("dispatcherUrl", flags.DispatcherURL, EnvDispatcherURL, file.DispatcherURL, DefaultDispatcherURL)
+	cfg.HistoryURL = pick("historyUrl", flags.HistoryURL, EnvHistoryURL, file.HistoryURL, DefaultHistoryURL)
+	cfg.AlertingURL = pick("alertingUrl", flags.AlertingURL, EnvAlertingURL, file.AlertingURL, DefaultAlertingURL)
 	cfg.APIKey = pick("apiKey", flags.APIKey, EnvAPIKey, file.APIKey, "")
 	cfg.Output = pick("output", flags.Output, EnvOutput, file.Output, DefaultOutput)
 	timeout := pick("timeout", flags.Timeout, EnvTimeout, file.Timeout, DefaultTimeout.String())
@@ -155,7 +167,8 @@ func Resolve(flags Flags, lookupEnv func(string) (string, bool), home string) (C
 	default:
 		errs = append(errs, fmt.Errorf("output %q (from %s): want table, json or yaml", cfg.Output, cfg.Sources["output"]))
 	}
-	for _, u := range []struct{ key, url string }{{"registryUrl", cfg.RegistryURL}, {"triggerUrl", cfg.TriggerURL}, {"dispatcherUrl", cfg.DispatcherURL}} {
+	for _, u := range []struct{ key, url string }{{"registryUrl", cfg.RegistryURL}, {"triggerUrl", cfg.TriggerURL}, {"dispatcherUrl", cfg.DispatcherURL},
+		{"historyUrl", cfg.HistoryURL}, {"alertingUrl", cfg.AlertingURL}} {
 		if !strings.HasPrefix(u.url, "http://") && !strings.HasPrefix(u.url, "https://") {
 			errs = append(errs, fmt.Errorf("%s %q (from %s): want an http:// or https:// URL", u.key, u.url, cfg.Sources[u.key]))
 		}
@@ -174,6 +187,8 @@ func (c Config) View() File {
 		RegistryURL:   c.RegistryURL,
 		TriggerURL:    c.TriggerURL,
 		DispatcherURL: c.DispatcherURL,
+		HistoryURL:    c.HistoryURL,
+		AlertingURL:   c.AlertingURL,
 		APIKey:        key,
 		Output:        c.Output,
 		Timeout:       cmp.Or(c.Timeout, DefaultTimeout).String(),

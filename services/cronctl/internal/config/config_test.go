@@ -56,9 +56,35 @@ func TestResolveDefaults(t *testing.T) {
 	require.Equal(t, config.DefaultRegistryURL, cfg.RegistryURL)
 	require.Equal(t, config.DefaultTriggerURL, cfg.TriggerURL)
 	require.Equal(t, config.DefaultDispatcherURL, cfg.DispatcherURL)
+	require.Equal(t, "http://127.0.0.1:8084", cfg.HistoryURL, "make dev's history")
+	require.Equal(t, "http://127.0.0.1:8085", cfg.AlertingURL, "make dev's alerting")
 	require.Equal(t, "table", cfg.Output)
 	require.Empty(t, cfg.APIKey)
 	require.Empty(t, cfg.File)
+}
+
+// TestResolveHistoryAndAlerting: the two newer endpoints follow the same
+// precedence as the others.
+func TestResolveHistoryAndAlerting(t *testing.T) {
+	t.Parallel()
+	file := filepath.Join(t.TempDir(), "cronctl.yaml")
+	require.NoError(t, os.WriteFile(file, []byte("historyUrl: http://file:4\nalertingUrl: http://file:5\n"), 0o600))
+	cfg, err := config.Resolve(config.Flags{ConfigPath: file}, nil, "")
+	require.NoError(t, err)
+	require.Equal(t, "http://file:4", cfg.HistoryURL)
+	require.Equal(t, "http://file:5", cfg.AlertingURL)
+	require.Equal(t, config.SourceFile, cfg.Sources["historyUrl"])
+
+	cfg, err = config.Resolve(config.Flags{ConfigPath: file, AlertingURL: "http://flag:5"},
+		envOf(map[string]string{config.EnvHistoryURL: "http://env:4", config.EnvAlertingURL: "http://env:5"}), "")
+	require.NoError(t, err)
+	require.Equal(t, "http://env:4", cfg.HistoryURL)
+	require.Equal(t, config.SourceEnv, cfg.Sources["historyUrl"])
+	require.Equal(t, "http://flag:5", cfg.AlertingURL)
+	require.Equal(t, config.SourceFlag, cfg.Sources["alertingUrl"])
+	view := cfg.View()
+	require.Equal(t, "http://env:4", view.HistoryURL)
+	require.Equal(t, "http://flag:5", view.AlertingURL)
 }
 
 func TestResolveErrors(t *testing.T) {
@@ -76,6 +102,8 @@ func TestResolveErrors(t *testing.T) {
 		{"bad output", config.Flags{Output: "xml"}, "want table, json or yaml"},
 		{"bad timeout", config.Flags{Timeout: "soon"}, "positive Go duration"},
 		{"bad url", config.Flags{RegistryURL: "127.0.0.1:8081"}, "http:// or https://"},
+		{"bad history url", config.Flags{HistoryURL: "127.0.0.1:8084"}, "historyUrl"},
+		{"bad alerting url", config.Flags{AlertingURL: "127.0.0.1:8085"}, "alertingUrl"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

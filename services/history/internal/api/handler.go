@@ -19,6 +19,7 @@ import (
 	"github.com/cronmesh/cronmesh/libs/clock"
 	"github.com/cronmesh/cronmesh/libs/rpcerr"
 	"github.com/cronmesh/cronmesh/services/history/internal/store"
+	"github.com/cronmesh/cronmesh/services/history/internal/tracelink"
 )
 
 // Limits of the API.
@@ -51,13 +52,16 @@ type Options struct {
 	Clock clock.Clock
 	// Logger receives internal errors; nil discards.
 	Logger *slog.Logger
+	// TraceLinks fills each execution's trace_url; nil leaves it empty.
+	TraceLinks *tracelink.Template
 }
 
 // Handler implements historyv1connect.HistoryServiceHandler.
 type Handler struct {
-	store  Store
-	clock  clock.Clock
-	logger *slog.Logger
+	store      Store
+	clock      clock.Clock
+	logger     *slog.Logger
+	traceLinks *tracelink.Template
 }
 
 var _ historyv1connect.HistoryServiceHandler = (*Handler)(nil)
@@ -67,7 +71,7 @@ func NewHandler(opts Options) (*Handler, error) {
 	if opts.Store == nil {
 		return nil, errors.New("api: Store is required")
 	}
-	h := &Handler{store: opts.Store, clock: opts.Clock, logger: cmp.Or(opts.Logger, slog.New(slog.DiscardHandler))}
+	h := &Handler{store: opts.Store, clock: opts.Clock, logger: cmp.Or(opts.Logger, slog.New(slog.DiscardHandler)), traceLinks: opts.TraceLinks}
 	if h.clock == nil {
 		h.clock = clock.Real{}
 	}
@@ -153,6 +157,9 @@ func (h *Handler) ListExecutions(ctx context.Context, req *connect.Request[histo
 	if err != nil {
 		return nil, h.toConnect(ctx, "ListExecutions", err)
 	}
+	for _, e := range list {
+		h.link(e)
+	}
 	return connect.NewResponse(&historyv1.ListExecutionsResponse{Executions: list, NextPageToken: next}), nil
 }
 
@@ -169,6 +176,7 @@ func (h *Handler) GetExecution(ctx context.Context, req *connect.Request[history
 	if err != nil {
 		return nil, h.toConnect(ctx, "GetExecution", err)
 	}
+	h.link(e)
 	return connect.NewResponse(&historyv1.GetExecutionResponse{Execution: e, Attempts: attempts}), nil
 }
 
@@ -205,6 +213,7 @@ func (h *Handler) GetJobStats(ctx context.Context, req *connect.Request[historyv
 	if err != nil {
 		return nil, h.toConnect(ctx, "GetJobStats", err)
 	}
+	h.link(st.LastRun)
 	res := &historyv1.GetJobStatsResponse{
 		LastRun: st.LastRun, Runs: st.Runs, Successes: st.Successes, Failures: st.Failures, Missed: st.Missed,
 		StartTime: timestamppb.New(start), EndTime: timestamppb.New(end),
@@ -213,4 +222,12 @@ func (h *Handler) GetJobStats(ctx context.Context, req *connect.Request[historyv
 		res.DurationP50, res.DurationP95, res.DurationP99 = durationpb.New(*st.P50), durationpb.New(*st.P95), durationpb.New(*st.P99)
 	}
 	return connect.NewResponse(res), nil
+}
+
+// link fills e's trace_url from its trace id. It is computed on every read,
+// never stored, so a changed template applies to the whole history.
+func (h *Handler) link(e *historyv1.Execution) {
+	if e != nil {
+		e.TraceUrl = h.traceLinks.URL(e.GetTraceId())
+	}
 }

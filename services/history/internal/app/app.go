@@ -24,6 +24,7 @@ import (
 	"github.com/cronmesh/cronmesh/services/history/internal/api"
 	"github.com/cronmesh/cronmesh/services/history/internal/ingest"
 	"github.com/cronmesh/cronmesh/services/history/internal/store"
+	"github.com/cronmesh/cronmesh/services/history/internal/tracelink"
 )
 
 // Defaults of the history service.
@@ -54,6 +55,9 @@ type Config struct {
 	Prefetch  int
 	MaxEvents int
 	Linger    time.Duration
+	// TraceLinkTemplate turns trace ids into links in the API's trace_url
+	// (see tracelink.Parse); empty: no links.
+	TraceLinkTemplate string
 }
 
 // Register adds the history service's flags to fs.
@@ -70,6 +74,7 @@ func (c *Config) Register(fs *flag.FlagSet) {
 	fs.IntVar(&c.Prefetch, "ingest-prefetch", ingest.DefaultPrefetch, "AMQP prefetch of each ingest subscription")
 	fs.IntVar(&c.MaxEvents, "ingest-max-events", ingest.DefaultMaxEvents, "events that make a write batch full")
 	fs.DurationVar(&c.Linger, "ingest-linger", ingest.DefaultLinger, "how long a write batch waits to fill")
+	fs.StringVar(&c.TraceLinkTemplate, "trace-link-template", "", "URL of a trace in a tracing UI with {trace_id} in place of the id, e.g. http://127.0.0.1:16686/trace/{trace_id} (Jaeger); fills the API's trace_url; empty: no links")
 }
 
 func (c Config) schema() string { return cmp.Or(c.Schema, DefaultSchema) }
@@ -140,6 +145,10 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger, opts ...Option) (
 	if keys.Len() == 0 {
 		return nil, errors.New("no API keys configured (--api-keys or CRONMESH_API_KEYS): every call would be refused")
 	}
+	traceLinks, err := tracelink.Parse(cfg.TraceLinkTemplate)
+	if err != nil {
+		return nil, fmt.Errorf("--trace-link-template (CRONMESH_TRACE_LINK_TEMPLATE): %w", err)
+	}
 	if cfg.MaintainInterval < 0 {
 		return nil, errors.New("--maintain-interval must not be negative")
 	}
@@ -191,7 +200,7 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger, opts ...Option) (
 	if err != nil {
 		return nil, err
 	}
-	handler, err := api.NewHandler(api.Options{Store: a.store, Clock: a.clock, Logger: logger.With(slog.String("component", "api"))})
+	handler, err := api.NewHandler(api.Options{Store: a.store, Clock: a.clock, Logger: logger.With(slog.String("component", "api")), TraceLinks: traceLinks})
 	if err != nil {
 		return nil, err
 	}

@@ -43,6 +43,9 @@ type history struct {
 	baseURL string
 }
 
+// traceLinks is the trace-link template of every test's service.
+const traceLinks = "http://127.0.0.1:16686/trace/{trace_id}"
+
 func startHistory(t *testing.T) *history {
 	t.Helper()
 	_, schema := pgtest.New(t)
@@ -56,7 +59,8 @@ func startHistory(t *testing.T) *history {
 		Queue:              amqptest.UniqueName(t, "history"),
 		// One message per batch: with the fake clock the linger would
 		// never end, and a full batch is written at once.
-		Workers: 1,
+		Workers:           1,
+		TraceLinkTemplate: traceLinks,
 	}
 	t.Cleanup(func() {
 		ch := amqptest.Channel(t)
@@ -177,6 +181,8 @@ func TestHistoryServiceEndToEnd(t *testing.T) {
 			assert.Equal(t, historyv1.ExecutionStatus_EXECUTION_STATUS_FAILED, first.GetStatus())
 			assert.Equal(t, historyv1.ExecutionStatus_EXECUTION_STATUS_MISSED, list.Msg.GetExecutions()[1].GetStatus())
 			assert.Equal(t, "job was paused", list.Msg.GetExecutions()[1].GetReason())
+			assert.Equal(t, "http://127.0.0.1:16686/trace/"+traceID, first.GetTraceUrl())
+			assert.Empty(t, list.Msg.GetExecutions()[1].GetTraceUrl(), "a missed slot has no trace")
 
 			search, err := alpha.ListExecutions(ctx, connect.NewRequest(&historyv1.ListExecutionsRequest{
 				Query: "LOCKED", TriggerKinds: []dispatchv1.TriggerKind{dispatchv1.TriggerKind_TRIGGER_KIND_MANUAL},
@@ -190,6 +196,7 @@ func TestHistoryServiceEndToEnd(t *testing.T) {
 			require.NoError(t, err)
 			e := got.Msg.GetExecution()
 			assert.Equal(t, traceID, e.GetTraceId())
+			assert.Equal(t, "http://127.0.0.1:16686/trace/"+traceID, e.GetTraceUrl())
 			assert.Equal(t, "report", e.GetJobDisplayName())
 			assert.True(t, e.GetNominalTime().AsTime().Equal(nominal))
 			assert.True(t, e.GetFireTime().AsTime().Equal(nominal.Add(3*time.Millisecond)))
@@ -208,6 +215,7 @@ func TestHistoryServiceEndToEnd(t *testing.T) {
 			assert.EqualValues(t, 1, stats.Msg.GetMissed())
 			assert.Equal(t, 120*time.Millisecond, stats.Msg.GetDurationP99().AsDuration())
 			assert.Equal(t, id, stats.Msg.GetLastRun().GetExecutionId())
+			assert.Equal(t, "http://127.0.0.1:16686/trace/"+traceID, stats.Msg.GetLastRun().GetTraceUrl())
 
 			// Namespace isolation: beta sees none of it.
 			_, err = beta.GetExecution(ctx, connect.NewRequest(&historyv1.GetExecutionRequest{ExecutionId: id}))
@@ -265,6 +273,23 @@ func TestHistoryServiceEndToEnd(t *testing.T) {
 				assert.Equal(t, tc.field, fieldOf(t, tc.call()))
 			}
 		})
+	}
+}
+
+// TestBadTraceLinkTemplate: a template that cannot make links stops the
+// service at start, naming the flag, before it touches anything.
+func TestBadTraceLinkTemplate(t *testing.T) {
+	t.Parallel()
+	for _, tpl := range []string{"http://127.0.0.1:16686/trace/", "127.0.0.1:16686/trace/{trace_id}"} {
+		cfg := app.Config{
+			Common:            config.Common{Listen: "127.0.0.1:0", PostgresURL: pgtest.URL(), AMQPURL: amqptest.URL()},
+			APIKeys:           config.StringList{"alpha=" + keyAlpha},
+			TraceLinkTemplate: tpl,
+		}
+		_, err := app.New(t.Context(), cfg, slog.New(slog.DiscardHandler))
+		require.Error(t, err, tpl)
+		assert.Contains(t, err.Error(), "--trace-link-template")
+		assert.Contains(t, err.Error(), tpl)
 	}
 }
 

@@ -121,10 +121,17 @@ type Execution struct {
 	ResponseExcerpt string `protobuf:"bytes,12,opt,name=response_excerpt,json=responseExcerpt,proto3" json:"response_excerpt,omitempty"`
 	// The latest attempt's error, or why the slot was missed.
 	Reason string `protobuf:"bytes,13,opt,name=reason,proto3" json:"reason,omitempty"`
-	// The W3C trace id (32 hex digits) of the execution's trace.
+	// The W3C trace id (32 hex digits) of the execution's trace; every
+	// attempt is a span of this one trace.
 	TraceId string `protobuf:"bytes,14,opt,name=trace_id,json=traceId,proto3" json:"trace_id,omitempty"`
 	// When the latest event about it happened.
-	UpdateTime    *timestamppb.Timestamp `protobuf:"bytes,15,opt,name=update_time,json=updateTime,proto3" json:"update_time,omitempty"`
+	UpdateTime *timestamppb.Timestamp `protobuf:"bytes,15,opt,name=update_time,json=updateTime,proto3" json:"update_time,omitempty"`
+	// Output only: a link to the execution's trace in a tracing UI, the
+	// service's --trace-link-template with {trace_id} replaced by trace_id
+	// (for example http://127.0.0.1:16686/trace/{trace_id} for Jaeger). Empty
+	// when no template is configured or the trace id is unknown (a missed
+	// slot). Not stored: a changed template applies to every execution.
+	TraceUrl      string `protobuf:"bytes,16,opt,name=trace_url,json=traceUrl,proto3" json:"trace_url,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -262,6 +269,13 @@ func (x *Execution) GetUpdateTime() *timestamppb.Timestamp {
 		return x.UpdateTime
 	}
 	return nil
+}
+
+func (x *Execution) GetTraceUrl() string {
+	if x != nil {
+		return x.TraceUrl
+	}
+	return ""
 }
 
 // Attempt is one delivery of an execution.
@@ -817,7 +831,7 @@ var File_cronmesh_history_v1_history_service_proto protoreflect.FileDescriptor
 
 const file_cronmesh_history_v1_history_service_proto_rawDesc = "" +
 	"\n" +
-	")cronmesh/history/v1/history_service.proto\x12\x13cronmesh.history.v1\x1a+cronmesh/dispatch/v1/dispatch_request.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xbb\x05\n" +
+	")cronmesh/history/v1/history_service.proto\x12\x13cronmesh.history.v1\x1a+cronmesh/dispatch/v1/dispatch_request.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xd8\x05\n" +
 	"\tExecution\x12!\n" +
 	"\fexecution_id\x18\x01 \x01(\tR\vexecutionId\x12\x15\n" +
 	"\x06job_id\x18\x02 \x01(\tR\x05jobId\x12(\n" +
@@ -836,7 +850,8 @@ const file_cronmesh_history_v1_history_service_proto_rawDesc = "" +
 	"\x06reason\x18\r \x01(\tR\x06reason\x12\x19\n" +
 	"\btrace_id\x18\x0e \x01(\tR\atraceId\x12;\n" +
 	"\vupdate_time\x18\x0f \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"updateTime\"\xfb\x02\n" +
+	"updateTime\x12\x1b\n" +
+	"\ttrace_url\x18\x10 \x01(\tR\btraceUrl\"\xfb\x02\n" +
 	"\aAttempt\x12\x18\n" +
 	"\aattempt\x18\x01 \x01(\x05R\aattempt\x12<\n" +
 	"\x06status\x18\x02 \x01(\x0e2$.cronmesh.history.v1.ExecutionStatusR\x06status\x129\n" +
