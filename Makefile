@@ -110,7 +110,7 @@ chaos: tools services ## Fault-injection suites: trigger failover at 10x the job
 	CRONMESH_E2E_JOBS=$(CHAOS_JOBS) go test -count=1 -p 1 -timeout 30m -v -run 'TestFailover|TestBrokerOutage' ./services/trigger/e2e
 	@# Whole mesh (services/devstack/chaos): nine faults, each on its own mesh
 	@# with $(CHAOS_MESH_JOBS) every-second jobs and a ledger of every slot
-	@# (about 20-30 minutes). The table is printed even when a scenario fails.
+	@# (estimated 20-30 minutes, not yet timed at this size; bounded by -timeout). The table is printed even when a scenario fails.
 	rm -f .chaos-summary.md
 	status=0; CRONMESH_CHAOS_JOBS=$(CHAOS_MESH_JOBS) CRONMESH_CHAOS_AFTER=$(CHAOS_AFTER) CRONMESH_CHAOS_OUTAGE=$(CHAOS_OUTAGE) \
 	  CRONMESH_CHAOS_HANG=$(CHAOS_HANG) CRONMESH_CHAOS_SUMMARY=$(CURDIR)/.chaos-summary.md \
