@@ -5,8 +5,10 @@
 package rpcerr
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 
 	"connectrpc.com/connect"
@@ -64,4 +66,31 @@ func IsUnavailable(err error) bool {
 	var netErr net.Error
 	var connectErr *pgconn.ConnectError
 	return errors.As(err, &netErr) || errors.As(err, &connectErr) || pgconn.SafeToRetry(err)
+}
+
+// Infrastructure maps what is left of an error once a handler has mapped
+// its own domain errors: nil stays nil, a *connect.Error passes through, a
+// cancelled or expired context keeps its code, an unreachable dependency is
+// UNAVAILABLE saying that unavailable (e.g. "the job store") may be retried,
+// and anything else is INTERNAL. The details (SQL, hosts) are logged under
+// procedure, never returned. Every service's handler ends its mapping here,
+// so the codes of these cases cannot drift apart between services.
+func Infrastructure(ctx context.Context, logger *slog.Logger, procedure, unavailable string, err error) error {
+	var connectErr *connect.Error
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &connectErr):
+		return err
+	case errors.Is(err, context.Canceled):
+		return connect.NewError(connect.CodeCanceled, context.Canceled)
+	case errors.Is(err, context.DeadlineExceeded):
+		return connect.NewError(connect.CodeDeadlineExceeded, context.DeadlineExceeded)
+	case IsUnavailable(err):
+		logger.WarnContext(ctx, "dependency unavailable", slog.String("procedure", procedure), slog.Any("error", err))
+		return connect.NewError(connect.CodeUnavailable, fmt.Errorf("%s is unavailable; retry later", unavailable))
+	default:
+		logger.ErrorContext(ctx, "request failed", slog.String("procedure", procedure), slog.Any("error", err))
+		return connect.NewError(connect.CodeInternal, errors.New("internal error"))
+	}
 }

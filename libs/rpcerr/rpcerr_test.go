@@ -1,9 +1,11 @@
 package rpcerr_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"testing"
 
@@ -47,4 +49,32 @@ func TestIsUnavailable(t *testing.T) {
 	require.True(t, rpcerr.IsUnavailable(pgErr))
 	require.False(t, rpcerr.IsUnavailable(errors.New("syntax error")))
 	require.False(t, rpcerr.IsUnavailable(pgx.ErrNoRows))
+}
+
+func TestInfrastructure(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	var logged bytes.Buffer
+	logger := slog.New(slog.NewTextHandler(&logged, nil))
+	_, dialErr := net.Dial("tcp", "127.0.0.1:1")
+	require.Error(t, dialErr)
+	own := connect.NewError(connect.CodeAborted, errors.New("etag mismatch"))
+
+	require.NoError(t, rpcerr.Infrastructure(ctx, logger, "/p", "the job store", nil))
+	require.Same(t, own, rpcerr.Infrastructure(ctx, logger, "/p", "the job store", own))
+	for _, tc := range []struct {
+		err  error
+		code connect.Code
+	}{
+		{fmt.Errorf("query: %w", context.Canceled), connect.CodeCanceled},
+		{fmt.Errorf("query: %w", context.DeadlineExceeded), connect.CodeDeadlineExceeded},
+		{fmt.Errorf("query: %w", dialErr), connect.CodeUnavailable},
+		{errors.New("syntax error at or near SELEC"), connect.CodeInternal},
+	} {
+		got := rpcerr.Infrastructure(ctx, logger, "/p", "the job store", tc.err)
+		require.Equal(t, tc.code, connect.CodeOf(got), "%v", tc.err)
+		require.NotContains(t, got.Error(), "SELEC", "details stay in the log")
+	}
+	require.Contains(t, rpcerr.Infrastructure(ctx, logger, "/p", "the job store", dialErr).Error(), "the job store is unavailable; retry later")
+	require.Contains(t, logged.String(), "SELEC", "an internal error is logged with its details")
 }

@@ -34,26 +34,15 @@ func invalid(list []*errdetails.BadRequest_FieldViolation) error {
 // act on. Internal details (SQL, hosts) never cross the wire: they are
 // logged.
 func (h *Handler) toConnect(ctx context.Context, procedure string, err error) error {
-	var connectErr *connect.Error
 	switch {
-	case errors.As(err, &connectErr):
-		return err
 	case errors.Is(err, store.ErrNotFound):
 		return connect.NewError(connect.CodeNotFound, store.ErrNotFound)
 	case errors.Is(err, store.ErrInvalidID):
 		return invalid([]*errdetails.BadRequest_FieldViolation{violation("execution_id", "is not a UUID")})
-	case errors.Is(err, context.Canceled):
-		return connect.NewError(connect.CodeCanceled, context.Canceled)
-	case errors.Is(err, context.DeadlineExceeded):
-		return connect.NewError(connect.CodeDeadlineExceeded, context.DeadlineExceeded)
 	case errors.Is(err, errBroker):
 		h.logger.WarnContext(ctx, "broker unavailable", slog.String("procedure", procedure), slog.Any("error", err))
 		return connect.NewError(connect.CodeUnavailable, errors.New("the message broker is unavailable; nothing was redriven, retry later"))
-	case rpcerr.IsUnavailable(err):
-		h.logger.WarnContext(ctx, "database unavailable", slog.String("procedure", procedure), slog.Any("error", err))
-		return connect.NewError(connect.CodeUnavailable, errors.New("the dead-letter store is unavailable; retry later"))
 	default:
-		h.logger.ErrorContext(ctx, "request failed", slog.String("procedure", procedure), slog.Any("error", err))
-		return connect.NewError(connect.CodeInternal, errors.New("internal error"))
+		return rpcerr.Infrastructure(ctx, h.logger, procedure, "the dead-letter store", err)
 	}
 }

@@ -3,7 +3,6 @@ package api
 import (
 	"context"
 	"errors"
-	"log/slog"
 
 	"connectrpc.com/connect"
 
@@ -14,27 +13,14 @@ import (
 // toConnect maps an error from the store to the Connect code a client can act
 // on. Internal details (SQL, hosts) never cross the wire: they are logged.
 func (h *Handler) toConnect(ctx context.Context, procedure string, err error) error {
-	var connectErr *connect.Error
 	switch {
-	case err == nil:
-		return nil
-	case errors.As(err, &connectErr):
-		return err
 	case errors.Is(err, store.ErrNotFound):
 		return connect.NewError(connect.CodeNotFound, store.ErrNotFound)
 	case errors.Is(err, store.ErrEtagMismatch):
 		return connect.NewError(connect.CodeAborted, store.ErrEtagMismatch)
 	case errors.Is(err, store.ErrRequestIDReused):
 		return connect.NewError(connect.CodeAlreadyExists, err)
-	case errors.Is(err, context.Canceled):
-		return connect.NewError(connect.CodeCanceled, context.Canceled)
-	case errors.Is(err, context.DeadlineExceeded):
-		return connect.NewError(connect.CodeDeadlineExceeded, context.DeadlineExceeded)
-	case rpcerr.IsUnavailable(err):
-		h.logger.WarnContext(ctx, "database unavailable", slog.String("procedure", procedure), slog.Any("error", err))
-		return connect.NewError(connect.CodeUnavailable, errors.New("the job store is unavailable; retry later"))
 	default:
-		h.logger.ErrorContext(ctx, "request failed", slog.String("procedure", procedure), slog.Any("error", err))
-		return connect.NewError(connect.CodeInternal, errors.New("internal error"))
+		return rpcerr.Infrastructure(ctx, h.logger, procedure, "the job store", err)
 	}
 }
