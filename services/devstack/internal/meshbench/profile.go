@@ -3,14 +3,14 @@ package meshbench
 import (
 	"context"
 	"fmt"
-	"io"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/cronmesh/cronmesh/libs/pprofsave"
 )
 
 // profile is one service's CPU profile and its `go tool pprof -top`.
@@ -33,7 +33,7 @@ func (e *env) startProfiles(ctx context.Context, label string, secs int) func() 
 	for i, p := range procs {
 		out[i] = profile{service: p.Name, path: filepath.Join(dir, fmt.Sprintf("%s-%s-cpu.pprof", label, p.Name))}
 		wg.Go(func() {
-			out[i].err = fetch(ctx, fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", p.URL, secs), out[i].path, time.Duration(secs+30)*time.Second)
+			out[i].err = pprofsave.Save(ctx, fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", p.URL, secs), out[i].path, time.Duration(secs+30)*time.Second)
 			if out[i].err == nil {
 				out[i].top, out[i].err = top(ctx, out[i].path)
 			}
@@ -43,32 +43,6 @@ func (e *env) startProfiles(ctx context.Context, label string, secs int) func() 
 		wg.Wait()
 		return out
 	}
-}
-
-func fetch(ctx context.Context, url, path string, timeout time.Duration) error {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("%s: %s", url, resp.Status)
-	}
-	f, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(f, resp.Body); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
 }
 
 // top runs `go tool pprof -top` on a profile, writes the whole output to

@@ -3,8 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"io"
-	"net/http"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -14,6 +12,7 @@ import (
 	"time"
 
 	"github.com/cronmesh/cronmesh/libs/benchmachine"
+	"github.com/cronmesh/cronmesh/libs/pprofsave"
 )
 
 // report is one scenario's Markdown output.
@@ -234,7 +233,7 @@ func profileNodes(ctx context.Context, e *env, name string, seconds int) func() 
 		url := fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", n.addr, seconds)
 		path := filepath.Join(e.c.profileDir, fmt.Sprintf("%s-%s-cpu.pprof", name, n.id))
 		wg.Go(func() {
-			if err := fetch(ctx, url, path, time.Duration(seconds+30)*time.Second); err != nil {
+			if err := pprofsave.Save(ctx, url, path, time.Duration(seconds+30)*time.Second); err != nil {
 				logf("cpu profile of %s: %v", n.id, err)
 			} else {
 				logf("saved %s", path)
@@ -254,36 +253,10 @@ func heapProfiles(ctx context.Context, e *env, name string) {
 			continue
 		}
 		path := filepath.Join(e.c.profileDir, fmt.Sprintf("%s-%s-heap.pprof", name, n.id))
-		if err := fetch(ctx, "http://"+n.addr+"/debug/pprof/heap", path, 30*time.Second); err != nil {
+		if err := pprofsave.Save(ctx, "http://"+n.addr+"/debug/pprof/heap", path, 30*time.Second); err != nil {
 			logf("heap profile of %s: %v", n.id, err)
 		} else {
 			logf("saved %s", path)
 		}
 	}
-}
-
-func fetch(ctx context.Context, url, path string, timeout time.Duration) error {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("%s: %s", url, resp.Status)
-	}
-	f, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(f, resp.Body); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
 }
