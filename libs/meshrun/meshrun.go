@@ -52,7 +52,8 @@ func Build(ctx context.Context, dir string) error {
 }
 
 // Options configure one mesh. BinDir, PostgresURL, AMQPURL, EtcdEndpoints,
-// Name and APIKeys are required.
+// Name, APIKeys and LogDir are required (the caller owns the logs: a test's
+// temporary directory, a benchmark's work directory).
 type Options struct {
 	BinDir        string   // holds the binaries Build wrote
 	PostgresURL   string   // the database every service's schema lives in
@@ -70,7 +71,7 @@ type Options struct {
 	RetryTiers    []time.Duration // dispatcher delay tiers (default 1s, 2s, 4s)
 	OTLPEndpoint  string          // OTLP/gRPC collector for every service; "" keeps tracing off
 	AllowNetworks []string        // networks targets and alert webhooks may reach (default loopback)
-	LogDir        string          // where each process logs (default a new temporary directory)
+	LogDir        string          // where each process logs (name.log)
 	LogLevel      string          // default "info"
 	// ExtraArgs adds flags per service name ("trigger" applies to every
 	// node); a later flag overrides an earlier one, so these override
@@ -117,8 +118,8 @@ type Mesh struct {
 // /readyz (a trigger node is ready once it holds its partitions). On error
 // the processes already started are stopped.
 func Start(ctx context.Context, opts Options) (*Mesh, error) {
-	if opts.BinDir == "" || opts.PostgresURL == "" || opts.AMQPURL == "" || len(opts.EtcdEndpoints) == 0 || opts.Name == "" || len(opts.APIKeys) == 0 {
-		return nil, errors.New("meshrun: BinDir, PostgresURL, AMQPURL, EtcdEndpoints, Name and APIKeys are required")
+	if opts.BinDir == "" || opts.PostgresURL == "" || opts.AMQPURL == "" || len(opts.EtcdEndpoints) == 0 || opts.Name == "" || len(opts.APIKeys) == 0 || opts.LogDir == "" {
+		return nil, errors.New("meshrun: BinDir, PostgresURL, AMQPURL, EtcdEndpoints, Name, APIKeys and LogDir are required")
 	}
 	if strings.Trim(opts.Name, "abcdefghijklmnopqrstuvwxyz0123456789_") != "" {
 		return nil, fmt.Errorf("meshrun: Name %q: only lower-case letters, digits and '_'", opts.Name)
@@ -133,13 +134,6 @@ func Start(ctx context.Context, opts Options) (*Mesh, error) {
 		opts.AllowNetworks = []string{"127.0.0.0/8", "::1/128"}
 	}
 	opts.LogLevel = cmp.Or(opts.LogLevel, "info")
-	if opts.LogDir == "" {
-		dir, err := os.MkdirTemp("", "cronmesh-"+opts.Name+"-")
-		if err != nil {
-			return nil, err
-		}
-		opts.LogDir = dir
-	}
 	m := &Mesh{opts: opts, Names: namesFor(opts.Name), Schemas: map[string]string{}}
 	for _, svc := range Services() {
 		m.Schemas[svc] = opts.Name + "_" + svc
