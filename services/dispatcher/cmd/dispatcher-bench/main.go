@@ -17,6 +17,12 @@
 //	            queue, so it is an upper bound of "message leaving the queue
 //	            to the request reaching the target".
 //
+// The lifecycle events go where they go in a mesh: --event-queues quorum
+// queues (default 2, history's and alerting's) are bound to the executions
+// exchange and drained by consumers in this process. Without them the
+// events would be unroutable and the broker would confirm them at once,
+// which flatters the dispatcher (its acks wait for those confirms).
+//
 // Every name it creates carries --tag; it removes them at the end.
 package main
 
@@ -69,6 +75,7 @@ type options struct {
 	duration       time.Duration
 	logDir         string
 	profile        string
+	eventQueues    int
 }
 
 func main() {
@@ -86,6 +93,7 @@ func main() {
 	fs.DurationVar(&o.duration, "duration", time.Minute, "latency: how long")
 	fs.StringVar(&o.logDir, "log-dir", os.TempDir(), "where the dispatcher's log goes")
 	fs.StringVar(&o.profile, "profile", "", "throughput: save a 10 s CPU profile of the dispatcher here (starts it with --pprof)")
+	fs.IntVar(&o.eventQueues, "event-queues", 2, "quorum queues bound to the executions exchange and drained here, as history and alerting do (0: events are unroutable)")
 	_ = fs.Parse(os.Args[1:])
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -143,6 +151,9 @@ func run(ctx context.Context, o options, cmdline string) (string, error) {
 	// The dispatch queues exist before the dispatcher, so the throughput
 	// scenario can queue its requests first.
 	if err := broker.DeclareQueues(ctx, o.amqpURL, broker.DispatchQueues(e.names["dispatch"], e.names["dispatchq"])...); err != nil {
+		return "", err
+	}
+	if err := e.drainEvents(ctx); err != nil {
 		return "", err
 	}
 	m := benchmachine.Describe(ctx, e.db, e.conn)
@@ -208,6 +219,42 @@ func busySince(busy0, total0 float64) string {
 		return "n/a"
 	}
 	return fmt.Sprintf("%.0f %% of %d cores", 100*(busy-busy0)/(total-total0), runtime.NumCPU())
+}
+
+// eventQueues are the names of the --event-queues queues.
+func (e *env) eventQueues() []string {
+	names := make([]string, e.o.eventQueues)
+	for i := range names {
+		names[i] = fmt.Sprintf("%s.events%d", e.o.tag, i+1)
+	}
+	return names
+}
+
+// drainEvents declares the event queues and consumes them until ctx ends,
+// acknowledging every message, as history and alerting do.
+func (e *env) drainEvents(ctx context.Context) error {
+	for _, q := range e.eventQueues() {
+		if err := broker.DeclareQueues(ctx, e.o.amqpURL, broker.QueueBinding{Exchange: e.names["executions"], Queue: q, BindingKey: "#"}); err != nil {
+			return err
+		}
+		ch, err := e.conn.Channel()
+		if err != nil {
+			return err
+		}
+		if err := ch.Qos(100, 0, false); err != nil {
+			return err
+		}
+		deliveries, err := ch.ConsumeWithContext(ctx, q, "", false, false, false, false, nil)
+		if err != nil {
+			return err
+		}
+		go func() {
+			for d := range deliveries {
+				_ = d.Ack(false)
+			}
+		}()
+	}
+	return nil
 }
 
 // startDispatcher runs the dispatcher and waits until it is ready.
@@ -277,6 +324,9 @@ func (e *env) cleanup() {
 			_, _ = ch.QueueDelete(b.Queue, false, false, false)
 		}
 		_, _ = ch.QueueDelete(e.names["deadq"], false, false, false)
+		for _, q := range e.eventQueues() {
+			_, _ = ch.QueueDelete(q, false, false, false)
+		}
 		for _, x := range []string{"dispatch", "retry", "dead", "executions"} {
 			_ = ch.ExchangeDelete(e.names[x], false, false)
 		}
