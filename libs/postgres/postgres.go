@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+	pgxuuid "github.com/vgarvardt/pgx-google-uuid/v5"
 	metricnoop "go.opentelemetry.io/otel/metric/noop"
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
@@ -74,6 +75,14 @@ func Connect(ctx context.Context, opts Options) (*pgxpool.Pool, error) {
 		// global OpenTelemetry meter provider.
 		otelpgx.WithMeterProvider(metricnoop.NewMeterProvider()),
 	)
+	// google/uuid.UUID is a driver.Valuer that formats a string, which
+	// the server parses back: in the batched statements (arrays of
+	// thousands of ids) that was most of the dispatcher's encoding time.
+	// Registered, it is sent as the 16 binary bytes.
+	cfg.AfterConnect = func(_ context.Context, conn *pgx.Conn) error {
+		pgxuuid.Register(conn.TypeMap())
+		return nil
+	}
 	if opts.MaxConns > 0 {
 		cfg.MaxConns = opts.MaxConns
 	}

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
@@ -298,4 +299,37 @@ func TestConnectIdleInTransactionTimeout(t *testing.T) {
 	_, err = tx.Exec(t.Context(), `SELECT 1`)
 	require.Error(t, err, "the server ended the idle transaction")
 	_ = tx.Rollback(t.Context())
+}
+
+func TestConnectEncodesUUIDs(t *testing.T) {
+	t.Parallel()
+	pool, _ := pgtest.New(t)
+	ids := []uuid.UUID{uuid.New(), uuid.Must(uuid.NewV7()), uuid.Nil}
+	var text []string
+	var back []uuid.UUID
+	var one uuid.UUID
+	require.NoError(t, pool.QueryRow(t.Context(), `SELECT $1::uuid[]::text[], $1::uuid[], $2::uuid`, ids, ids[0]).Scan(&text, &back, &one))
+	require.Equal(t, []string{ids[0].String(), ids[1].String(), ids[2].String()}, text, "the server sees the ids the client sent")
+	require.Equal(t, ids, back)
+	require.Equal(t, ids[0], one)
+	var null uuid.NullUUID
+	require.NoError(t, pool.QueryRow(t.Context(), `SELECT NULL::uuid`).Scan(&null))
+	require.False(t, null.Valid)
+}
+
+// BenchmarkEncodeUUIDArray is the look-up of a batch of 1,000 execution ids
+// by primary key, as the dispatcher and the trigger send them.
+func BenchmarkEncodeUUIDArray(b *testing.B) {
+	pool, _ := pgtest.New(b)
+	ids := make([]uuid.UUID, 1000)
+	for i := range ids {
+		ids[i] = uuid.Must(uuid.NewV7())
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		var n int
+		if err := pool.QueryRow(b.Context(), `SELECT cardinality($1::uuid[])`, ids).Scan(&n); err != nil || n != len(ids) {
+			b.Fatal(n, err)
+		}
+	}
 }
