@@ -96,7 +96,7 @@ func Sustained(ctx context.Context, cfg Config, o SustainedOptions) error {
 	h0 := scrapeHistogram(ctx, triggerURLs, fireLateness)
 	var backlogs []backlog
 	s0 := e.procs.Snapshot(e.tracked())
-	busy0, total0 := procstat.MachineBusy()
+	cpu0 := procstat.ReadMachineCPU()
 	var waitProfiles func() []profile
 	profileAt := from
 	if secs := time.Duration(e.cfg.ProfileSecs) * time.Second; o.Duration > secs {
@@ -126,7 +126,7 @@ func Sustained(ctx context.Context, cfg Config, o SustainedOptions) error {
 	}
 	s1 := e.procs.Snapshot(e.tracked())
 	h1 := scrapeHistogram(ctx, triggerURLs, fireLateness)
-	busy1, total1 := procstat.MachineBusy()
+	cpu1 := procstat.ReadMachineCPU()
 	load1 := procstat.LoadAverage()
 	e.cfg.Log.Info("window over; waiting for its last slots", "grace", o.Grace)
 	drained := false
@@ -150,8 +150,10 @@ func Sustained(ctx context.Context, cfg Config, o SustainedOptions) error {
 
 	var r report
 	r.header(fmt.Sprintf("End to end: sustained, %.0f executions/s planned for %s", o.Rate, o.Duration), e)
-	r.p("Load average at the window's start: %s; at its end: %s. Machine busy over the window (/proc/stat): %.0f %% of 200 %%.",
-		load0, load1, 200*float64(busy1-busy0)/float64(max(total1-total0, 1)))
+	busy, steal := cpu0.Share(cpu1, 2)
+	r.p("Load average at the window's start: %s; at its end: %s. Machine busy over the window (/proc/stat): %.0f %% of 200 %%, "+
+		"of which %.0f %% steal (the hypervisor running other guests; time this machine's processes could not run).",
+		load0, load1, busy, steal)
 	r.h(3, "Workload")
 	counts, exp := plan.Counts(), plan.Expected(from, to)
 	rows := [][]string{}

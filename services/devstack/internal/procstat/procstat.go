@@ -196,25 +196,50 @@ func LoadAverage() string {
 	return strings.Join(f[:3], " ")
 }
 
-// MachineBusy returns busy and total jiffies of all CPUs (/proc/stat), to
-// say how busy the whole machine was over a window.
-func MachineBusy() (busy, total uint64) {
+// MachineCPU is jiffies of all CPUs since boot (/proc/stat), to say how
+// busy the whole machine was over a window.
+type MachineCPU struct {
+	// Busy is every jiffy but idle and iowait, steal included.
+	Busy uint64
+	// Steal is time the hypervisor ran other guests while this machine
+	// wanted to run: a virtual machine's cores are not all its own, and a
+	// benchmark that does not say so overstates what its code costs.
+	Steal uint64
+	Total uint64
+}
+
+// ReadMachineCPU reads /proc/stat (zero when it cannot).
+func ReadMachineCPU() MachineCPU {
 	b, err := os.ReadFile("/proc/stat")
 	if err != nil {
-		return 0, 0
+		return MachineCPU{}
 	}
 	line, _, _ := bytes.Cut(b, []byte("\n"))
 	f := strings.Fields(string(line))
 	if len(f) < 8 || f[0] != "cpu" {
-		return 0, 0
+		return MachineCPU{}
 	}
+	var m MachineCPU
 	var idle uint64
+	// user nice system idle iowait irq softirq steal
 	for i, v := range f[1:min(len(f), 9)] {
 		n, _ := strconv.ParseUint(v, 10, 64)
-		total += n
-		if i == 3 || i == 4 { // idle, iowait
+		m.Total += n
+		switch i {
+		case 3, 4:
 			idle += n
+		case 7:
+			m.Steal = n
 		}
 	}
-	return total - idle, total
+	m.Busy = m.Total - idle
+	return m
+}
+
+// Share is the busy and steal shares, in percent of one core (200 % is
+// two cores), from m to later.
+func (m MachineCPU) Share(later MachineCPU, cores int) (busy, steal float64) {
+	total := float64(max(later.Total-m.Total, 1))
+	scale := 100 * float64(cores) / total
+	return scale * float64(later.Busy-m.Busy), scale * float64(later.Steal-m.Steal)
 }

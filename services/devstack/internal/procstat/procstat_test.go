@@ -28,7 +28,15 @@ func TestSnapshotReadsThisProcess(t *testing.T) {
 	_, ok := r.Read(1 << 30)
 	require.False(t, ok, "no such process")
 	require.NotEqual(t, "unknown", procstat.LoadAverage())
-	busy, total := procstat.MachineBusy()
-	require.Positive(t, total)
-	require.LessOrEqual(t, busy, total)
+	m0 := procstat.ReadMachineCPU()
+	require.Positive(t, m0.Total)
+	require.LessOrEqual(t, m0.Busy, m0.Total)
+	require.LessOrEqual(t, m0.Steal, m0.Busy)
+	spinUntil := time.Now().Add(50 * time.Millisecond)
+	for time.Now().Before(spinUntil) {
+	}
+	busy, steal := m0.Share(procstat.ReadMachineCPU(), 2)
+	require.Positive(t, busy, "this test spun a core")
+	require.LessOrEqual(t, busy, 200.0)
+	require.LessOrEqual(t, steal, busy)
 }
