@@ -93,8 +93,9 @@ type Options struct {
 	// node has in hand, and the batches are filled from them. Default
 	// DefaultWorkers.
 	Workers int
-	// MaxBatch is the most events applied in one transaction. Default
-	// DefaultMaxBatch.
+	// MaxBatch is the most events applied in one transaction, at most
+	// Workers (a batch cannot hold more messages than are in hand).
+	// Default DefaultMaxBatch.
 	MaxBatch int
 	// Batches is how many batches this node applies concurrently, each on
 	// its own database connection. Default DefaultBatches.
@@ -191,7 +192,7 @@ func New(opts Options) (*Consumer, error) {
 	opts.Queue = cmp.Or(opts.Queue, DefaultQueue)
 	opts.BindingKey = cmp.Or(opts.BindingKey, DefaultBindingKey)
 	opts.Workers = cmp.Or(opts.Workers, DefaultWorkers)
-	opts.MaxBatch = cmp.Or(opts.MaxBatch, DefaultMaxBatch)
+	opts.MaxBatch = min(cmp.Or(opts.MaxBatch, DefaultMaxBatch), opts.Workers)
 	opts.Batches = cmp.Or(opts.Batches, DefaultBatches)
 	opts.Linger = cmp.Or(opts.Linger, DefaultLinger)
 	opts.Backoff = cmp.Or(opts.Backoff, DefaultBackoff)
@@ -323,15 +324,15 @@ func (c *Consumer) consume(ctx context.Context, in <-chan *message.Message) {
 			return
 		case first = <-in:
 		}
-		msgs := c.gather(ctx, in, first)
-		if c.apply(ctx, msgs) {
+		requeue := c.apply(ctx, c.gather(ctx, in, first))
+		if requeue == nil {
 			b.reset()
 			continue
 		}
 		// Hold the messages while waiting: this batch pauses instead of
 		// spinning on redeliveries while the database is unwell.
 		c.sleep(ctx, b.next())
-		for _, msg := range msgs {
+		for _, msg := range requeue {
 			msg.Nack()
 		}
 	}
@@ -342,14 +343,14 @@ func (c *Consumer) consume(ctx context.Context, in <-chan *message.Message) {
 // ctx ends; what it gathered is still applied.
 func (c *Consumer) gather(ctx context.Context, in <-chan *message.Message, first *message.Message) []*message.Message {
 	msgs := []*message.Message{first}
+atHand:
 	for len(msgs) < c.opts.MaxBatch {
 		select {
 		case msg := <-in:
 			msgs = append(msgs, msg)
-			continue
 		default:
+			break atHand
 		}
-		break
 	}
 	if len(msgs) == c.opts.MaxBatch {
 		return msgs
@@ -368,8 +369,7 @@ func (c *Consumer) gather(ctx context.Context, in <-chan *message.Message, first
 	return msgs
 }
 
-// inHand is a message of a batch: its consumer span and its event (nil
-// for a poison message, acknowledged at once).
+// inHand is a decoded message of a batch, with its consumer span.
 type inHand struct {
 	msg  *message.Message
 	span trace.Span
@@ -378,9 +378,9 @@ type inHand struct {
 }
 
 // apply applies the batch msgs in one transaction and acknowledges its
-// messages; false means the database failed and none was acknowledged
-// (the caller requeues them).
-func (c *Consumer) apply(ctx context.Context, msgs []*message.Message) bool {
+// messages. If the database failed, it returns the messages it did not
+// acknowledge (all but the undecodable ones), for the caller to requeue.
+func (c *Consumer) apply(ctx context.Context, msgs []*message.Message) []*message.Message {
 	hands := make([]inHand, 0, len(msgs))
 	events := make([]store.Event, 0, len(msgs))
 	for _, msg := range msgs {
@@ -393,7 +393,7 @@ func (c *Consumer) apply(ctx context.Context, msgs []*message.Message) bool {
 		events = append(events, store.Event{Event: h.ev, Trace: h.span.SpanContext()})
 	}
 	if len(hands) == 0 {
-		return true
+		return nil
 	}
 	defer func() {
 		for _, h := range hands {
@@ -421,7 +421,11 @@ func (c *Consumer) apply(ctx context.Context, msgs []*message.Message) bool {
 		}
 		c.logger.WarnContext(ctx, "applying a batch of job events failed; it will be redelivered",
 			slog.Int("events", len(hands)), slog.String("first_message_id", hands[0].msg.UUID), slog.Any("error", err))
-		return false
+		requeue := make([]*message.Message, len(hands))
+		for i, h := range hands {
+			requeue[i] = h.msg
+		}
+		return requeue
 	}
 	for i, h := range hands {
 		c.record(ctx, h, results[i], now)
@@ -429,7 +433,7 @@ func (c *Consumer) apply(ctx context.Context, msgs []*message.Message) bool {
 	for _, h := range hands {
 		h.msg.Ack()
 	}
-	return true
+	return nil
 }
 
 // take starts msg's consumer span and decodes its event; false for a

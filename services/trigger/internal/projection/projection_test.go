@@ -661,6 +661,9 @@ func TestNewValidates(t *testing.T) {
 		{"no store", projection.Options{AMQPURL: amqptest.URL()}},
 		{"no URL", projection.Options{Store: st}},
 		{"negative workers", projection.Options{Store: st, AMQPURL: amqptest.URL(), Workers: -1}},
+		{"negative batch", projection.Options{Store: st, AMQPURL: amqptest.URL(), MaxBatch: -1}},
+		{"negative batches", projection.Options{Store: st, AMQPURL: amqptest.URL(), Batches: -1}},
+		{"negative linger", projection.Options{Store: st, AMQPURL: amqptest.URL(), Linger: -time.Millisecond}},
 	}
 	for _, tt := range tests {
 		_, err := projection.New(tt.opts)
