@@ -13,17 +13,20 @@
 #              evenly over each second (the steady state)  (about 2 min)
 #   burst      100,000 at-jobs due on the same second    (about 2 min)
 #   failover   2 nodes, 1,000 jobs, SIGKILL of one       (about 1 min)
+#   projection 200,000 CREATED job events queued, then one node started:
+#              time until all are in the schema          (about 1 min)
 #   memory     5,000,000 scheduled jobs, one node, 60 s  (about 3 min; 2 GB
 #              of disk while it runs; BENCH_TRIGGER_MEMORY=0 skips it)
 #
 # Environment:
 #   BENCH_TRIGGER_SCENARIOS   subset and order (default: sustained steady burst
-#                             failover memory)
+#                             failover projection memory)
 #   BENCH_TRIGGER_MEMORY      0 leaves the memory scenario out of the default
 #   BENCH_SUSTAINED_JOBS      default 5000
 #   BENCH_SUSTAINED_DURATION  default 60s (10m for the long run)
 #   BENCH_BURST_JOBS          default 100000
 #   BENCH_FAILOVER_JOBS       default 1000
+#   BENCH_PROJECTION_JOBS     default 200000
 #   BENCH_MEMORY_JOBS         default 5000000
 #   BENCH_PROFILE             1 saves CPU and heap profiles of the nodes under
 #                             $BENCH_OUT/profiles and their `go tool pprof -top`
@@ -38,13 +41,14 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 
 BENCH_TRIGGER_MEMORY=${BENCH_TRIGGER_MEMORY:-1}
-default_scenarios="sustained steady burst failover"
+default_scenarios="sustained steady burst failover projection"
 [ "$BENCH_TRIGGER_MEMORY" = 0 ] || default_scenarios="$default_scenarios memory"
 BENCH_TRIGGER_SCENARIOS=${BENCH_TRIGGER_SCENARIOS:-$default_scenarios}
 BENCH_SUSTAINED_JOBS=${BENCH_SUSTAINED_JOBS:-5000}
 BENCH_SUSTAINED_DURATION=${BENCH_SUSTAINED_DURATION:-60s}
 BENCH_BURST_JOBS=${BENCH_BURST_JOBS:-100000}
 BENCH_FAILOVER_JOBS=${BENCH_FAILOVER_JOBS:-1000}
+BENCH_PROJECTION_JOBS=${BENCH_PROJECTION_JOBS:-200000}
 BENCH_MEMORY_JOBS=${BENCH_MEMORY_JOBS:-5000000}
 BENCH_PROFILE=${BENCH_PROFILE:-0}
 BENCH_WAIT_QUIET=${BENCH_WAIT_QUIET:-300s}
@@ -124,6 +128,7 @@ for scenario in $BENCH_TRIGGER_SCENARIOS; do
     steady) run sustained 20m --jobs "$BENCH_SUSTAINED_JOBS" --duration "$BENCH_SUSTAINED_DURATION" --spread 1s ;;
     burst) run burst 20m --jobs "$BENCH_BURST_JOBS" --load-rate 1000 ;;
     failover) run failover 15m --jobs "$BENCH_FAILOVER_JOBS" ;;
+    projection) run projection 20m --backlog --jobs "$BENCH_PROJECTION_JOBS" ;;
     memory) run memory 40m --jobs "$BENCH_MEMORY_JOBS" ;;
     *) log "unknown scenario $scenario"; failed+=("$scenario") ;;
   esac

@@ -9,6 +9,7 @@ import (
 
 	registryv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1"
 	"github.com/cronmesh/cronmesh/libs/benchmachine"
+	"github.com/cronmesh/cronmesh/services/trigger/internal/projection"
 )
 
 // runBurst: B one-time (`at`) jobs all due on the same second T; how long
@@ -163,10 +164,11 @@ func runBurst(ctx context.Context, args []string) error {
 	var r report
 	r.header(fmt.Sprintf("Trigger: burst of %s at-jobs due on the same second, %d node(s)", num(*jobs), *nodes), m, e, others)
 	r.p("")
-	r.p("%s jobs of kind `at`, all at %s (%s after the first publish), loaded by publishing CREATED job events (%d channels): published in %s (%.0f events/s), all projected after %s (**%.0f events/s through the projection**, %d projection workers per node).",
+	r.p("%s jobs of kind `at`, all at %s (%s after the first publish), loaded by publishing CREATED job events (%d channels): published in %s (%.0f events/s), all projected after %s (**%.0f events/s through the projection**; per node %d subscriptions, %d batches of up to %d events in flight).",
 		num(*jobs), due.Format("15:04:05"), lead.Round(time.Second), *publishers,
 		published.Sub(loadStart).Round(time.Millisecond), float64(len(js))/published.Sub(loadStart).Seconds(),
-		loadTime.Round(time.Millisecond), float64(len(js))/loadTime.Seconds(), 4)
+		loadTime.Round(time.Millisecond), float64(len(js))/loadTime.Seconds(),
+		projection.DefaultWorkers, projection.DefaultBatches, projection.DefaultMaxBatch)
 	r.p("")
 	rate := 0.0
 	if last > 0 {

@@ -10,6 +10,7 @@
 //	trigger-bench burst [flags]      B at-jobs due on one second: time until the last arrived
 //	trigger-bench memory [flags]     5,000,000 scheduled jobs on one node: RSS and heap
 //	trigger-bench failover [flags]   2 nodes, SIGKILL one: lateness of its partitions' slots
+//	trigger-bench projection [flags] N CREATED job events: time until all are in the schema
 //	trigger-bench cleanup [flags]    drop leftover bench schemas, queues and exchanges
 //
 // Everything runs on loopback, is bounded in count and time, and is removed
@@ -35,6 +36,7 @@ scenarios:
   burst       at-jobs all due on the same second (default 100,000)
   memory      5,000,000 scheduled jobs on one node: RSS and heap
   failover    2 nodes, SIGKILL one: lateness of the dead node's partitions
+  projection  CREATED job events: time until all are projected (default 200,000)
   cleanup     drop leftover bench schemas (prefix tbench_), queues and exchanges
 
 run "trigger-bench <scenario> -h" for its flags.
@@ -58,6 +60,8 @@ func main() {
 		err = runMemory(ctx, os.Args[2:])
 	case "failover":
 		err = runFailover(ctx, os.Args[2:])
+	case "projection":
+		err = runProjection(ctx, os.Args[2:])
 	case "cleanup":
 		err = runCleanup(ctx, os.Args[2:])
 	case "-h", "--help", "help":

@@ -171,8 +171,8 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger) (_ *App, err erro
 		return nil, err
 	}
 	// A connection for each commit in flight, relay shard and projection
-	// worker, plus the load and the API. Connections are opened on demand.
-	maxConns := int32(cfg.Commits + store.OutboxShards + projection.DefaultWorkers + 4)
+	// batch, plus the load and the API. Connections are opened on demand.
+	maxConns := int32(cfg.Commits + store.OutboxShards + projection.DefaultBatches + 4)
 	// A node frozen inside a firing transaction holds share locks on its
 	// partition rows, and the new owner's claim waits for them: the server
 	// ends such a transaction after a second (firing transactions never

@@ -31,13 +31,22 @@ const (
 	DefaultExchange   = "cronmesh.jobs"
 	DefaultQueue      = "cronmesh.trigger.jobs"
 	DefaultBindingKey = "job.#"
-	DefaultWorkers    = 16
+	// DefaultWorkers subscriptions, each holding one message at a time,
+	// fill DefaultBatches batches of up to DefaultMaxBatch events.
+	DefaultWorkers = 256
+	// DefaultMaxBatch events in one transaction amortise its round trips
+	// and commit while staying a few tens of milliseconds of work.
+	DefaultMaxBatch = 128
+	// DefaultBatches batches in flight: one gathers while another commits.
+	DefaultBatches = 2
+	// DefaultLinger is the longest a message waits for its batch to fill.
+	DefaultLinger     = 10 * time.Millisecond
 	DefaultBackoff    = 100 * time.Millisecond
 	DefaultMaxBackoff = 5 * time.Second
 )
 
-// applyTimeout bounds one Apply: a database that does not answer within it
-// is treated as failing, and the event is requeued.
+// applyTimeout bounds one batch's apply: a database that does not answer
+// within it is treated as failing, and the batch is requeued.
 const applyTimeout = 30 * time.Second
 
 // deliveryLimit is the queue's x-delivery-limit: in effect none. RabbitMQ
@@ -52,11 +61,12 @@ const deliveryLimit = int64(1) << 30
 // tracerName names the consumer's tracer.
 const tracerName = "github.com/cronmesh/cronmesh/services/trigger/internal/projection"
 
-// Applier applies one job event; *store.Store is one. An error wrapping
-// store.ErrInvalidEvent means the event can never be applied; any other
-// error is worth a retry.
+// Applier applies a batch of job events in one transaction; *store.Store is
+// one. It returns one result per event, in order; a result whose Err wraps
+// store.ErrInvalidEvent is an event that can never be applied. An error
+// return means nothing was applied and the whole batch is worth a retry.
 type Applier interface {
-	Apply(ctx context.Context, ev *eventsv1.JobEvent, now time.Time) (store.Applied, error)
+	ApplyBatch(ctx context.Context, events []store.Event, now time.Time) ([]store.Result, error)
 }
 
 // Options for New.
@@ -73,15 +83,26 @@ type Options struct {
 	Queue string
 	// BindingKey binds Queue to Exchange. Default DefaultBindingKey.
 	BindingKey string
-	// Prefetch is the AMQP prefetch of each worker. Default
+	// Prefetch is the AMQP prefetch of each subscription. Default
 	// broker.DefaultPrefetch.
 	Prefetch int
-	// Workers is how many events this node applies concurrently, each on
-	// its own AMQP channel. An apply is four database round trips of
-	// little work each, so throughput comes from having many in flight:
-	// watermill-amqp hands a worker its next message only after the last
-	// one is acknowledged. Default DefaultWorkers.
+	// Workers is the number of subscriptions, each on its own AMQP
+	// channel. watermill-amqp hands a subscription its next message only
+	// after the last one is acknowledged, and a message is acknowledged
+	// only once its batch committed, so Workers is the most messages this
+	// node has in hand, and the batches are filled from them. Default
+	// DefaultWorkers.
 	Workers int
+	// MaxBatch is the most events applied in one transaction, at most
+	// Workers (a batch cannot hold more messages than are in hand).
+	// Default DefaultMaxBatch.
+	MaxBatch int
+	// Batches is how many batches this node applies concurrently, each on
+	// its own database connection. Default DefaultBatches.
+	Batches int
+	// Linger is how long a batch waits for more messages once it holds
+	// every message in hand and fewer than MaxBatch. Default DefaultLinger.
+	Linger time.Duration
 	// TracerProvider makes each message's consumer span. Default: no
 	// tracing.
 	TracerProvider trace.TracerProvider
@@ -97,10 +118,10 @@ type Options struct {
 	// Logger receives poison messages, apply errors and connection trouble.
 	// Nil discards.
 	Logger *slog.Logger
-	// Clock is the time source: apply times, lag, and the waits of the
-	// backoffs. Default clock.Real.
+	// Clock is the time source: apply times, lag, the linger and the waits
+	// of the backoffs. Default clock.Real.
 	Clock clock.Clock
-	// Backoff is the first wait before a failed message is requeued (and
+	// Backoff is the first wait before a failed batch is requeued (and
 	// before connecting again after a failed connect); it doubles up to
 	// MaxBackoff and resets after a success. Defaults DefaultBackoff and
 	// DefaultMaxBackoff.
@@ -164,13 +185,16 @@ func New(opts Options) (*Consumer, error) {
 	if opts.AMQPURL == "" {
 		return nil, errors.New("projection: AMQPURL is required")
 	}
-	if opts.Workers < 0 || opts.Prefetch < 0 || opts.Backoff < 0 || opts.MaxBackoff < 0 {
-		return nil, errors.New("projection: Workers, Prefetch, Backoff and MaxBackoff must not be negative")
+	if opts.Workers < 0 || opts.Prefetch < 0 || opts.MaxBatch < 0 || opts.Batches < 0 || opts.Linger < 0 || opts.Backoff < 0 || opts.MaxBackoff < 0 {
+		return nil, errors.New("projection: Workers, Prefetch, MaxBatch, Batches, Linger, Backoff and MaxBackoff must not be negative")
 	}
 	opts.Exchange = cmp.Or(opts.Exchange, DefaultExchange)
 	opts.Queue = cmp.Or(opts.Queue, DefaultQueue)
 	opts.BindingKey = cmp.Or(opts.BindingKey, DefaultBindingKey)
 	opts.Workers = cmp.Or(opts.Workers, DefaultWorkers)
+	opts.MaxBatch = min(cmp.Or(opts.MaxBatch, DefaultMaxBatch), opts.Workers)
+	opts.Batches = cmp.Or(opts.Batches, DefaultBatches)
+	opts.Linger = cmp.Or(opts.Linger, DefaultLinger)
 	opts.Backoff = cmp.Or(opts.Backoff, DefaultBackoff)
 	opts.MaxBackoff = max(cmp.Or(opts.MaxBackoff, DefaultMaxBackoff), opts.Backoff)
 	if opts.TracerProvider == nil {
@@ -203,12 +227,12 @@ func New(opts Options) (*Consumer, error) {
 // exist, so events published from then on reach this node or another).
 func (c *Consumer) Ready() <-chan struct{} { return c.ready }
 
-// Run connects, subscribes Workers times and applies events until ctx is
-// done, then closes the subscriber and returns nil once every worker has
-// finished the event it was applying (messages delivered after ctx ended
-// are requeued unprocessed). While RabbitMQ is
-// unreachable it retries with backoff; it returns an error only if it cannot
-// build its subscriber configuration at all. Call it once.
+// Run connects, subscribes Workers times and applies events in batches
+// until ctx is done, then closes the subscriber and returns nil once every
+// batch under way is applied and acknowledged (messages delivered after ctx
+// ended are requeued unprocessed). While RabbitMQ is unreachable it retries
+// with backoff; it returns an error only if it cannot build its subscriber
+// configuration at all. Call it once.
 func (c *Consumer) Run(ctx context.Context) error {
 	cfg := broker.TopicSubscriberConfig(c.opts.AMQPURL, c.opts.Exchange, c.opts.Queue, c.opts.BindingKey, c.opts.Prefetch)
 	cfg.Queue.Arguments["x-delivery-limit"] = deliveryLimit
@@ -221,14 +245,32 @@ func (c *Consumer) Run(ctx context.Context) error {
 	}
 	c.readyOnce.Do(func() { close(c.ready) })
 	c.logger.InfoContext(ctx, "consuming job events",
-		slog.String("exchange", c.opts.Exchange), slog.String("queue", c.opts.Queue), slog.Int("workers", len(channels)))
-	var wg sync.WaitGroup
-	for _, ch := range channels {
-		wg.Go(func() { c.consume(ctx, ch) })
-	}
+		slog.String("exchange", c.opts.Exchange), slog.String("queue", c.opts.Queue), slog.Int("workers", len(channels)),
+		slog.Int("max_batch", c.opts.MaxBatch), slog.Int("batches", c.opts.Batches))
+	// Fan in: the subscriptions' messages go to whichever batch gathers.
 	// The channels close when ctx is done (watermill-amqp stops consuming
-	// and closes them); the workers then return.
-	wg.Wait()
+	// and closes them); until then, what arrives after ctx ended is
+	// requeued.
+	in := make(chan *message.Message)
+	var fanIn, batches sync.WaitGroup
+	for _, ch := range channels {
+		fanIn.Go(func() {
+			for msg := range ch {
+				select {
+				case in <- msg:
+				case <-ctx.Done():
+					// Delivered while the subscription shuts down: leave it
+					// to whichever consumer runs next.
+					msg.Nack()
+				}
+			}
+		})
+	}
+	for range c.opts.Batches {
+		batches.Go(func() { c.consume(ctx, in) })
+	}
+	batches.Wait()
+	fanIn.Wait()
 	if err := sub.Close(); err != nil {
 		c.logger.Warn("closing the job event subscriber", slog.Any("error", err))
 	}
@@ -272,30 +314,131 @@ func (c *Consumer) trySubscribe(ctx context.Context, cfg amqp.Config) (message.S
 	return sub, channels, nil
 }
 
-// consume applies the messages of one subscription until it closes.
-func (c *Consumer) consume(ctx context.Context, ch <-chan *message.Message) {
+// consume gathers batches from in and applies them until ctx is done.
+func (c *Consumer) consume(ctx context.Context, in <-chan *message.Message) {
 	b := c.backoff()
-	for msg := range ch {
-		if ctx.Err() != nil {
-			// Delivered while the subscription shuts down: leave it to
-			// whichever consumer runs next.
-			msg.Nack()
-			continue
+	for {
+		var first *message.Message
+		select {
+		case <-ctx.Done():
+			return
+		case first = <-in:
 		}
-		if c.handle(ctx, msg) {
+		requeue := c.apply(ctx, c.gather(ctx, in, first))
+		if requeue == nil {
 			b.reset()
-			msg.Ack()
 			continue
 		}
-		// Hold the message while waiting: this worker pauses instead of
+		// Hold the messages while waiting: this batch pauses instead of
 		// spinning on redeliveries while the database is unwell.
 		c.sleep(ctx, b.next())
-		msg.Nack()
+		for _, msg := range requeue {
+			msg.Nack()
+		}
 	}
 }
 
-// handle processes one message and says whether to acknowledge it.
-func (c *Consumer) handle(ctx context.Context, msg *message.Message) bool {
+// gather returns first and the messages that follow it, up to MaxBatch:
+// those at hand, then those arriving within Linger. It stops early when
+// ctx ends; what it gathered is still applied.
+func (c *Consumer) gather(ctx context.Context, in <-chan *message.Message, first *message.Message) []*message.Message {
+	msgs := []*message.Message{first}
+atHand:
+	for len(msgs) < c.opts.MaxBatch {
+		select {
+		case msg := <-in:
+			msgs = append(msgs, msg)
+		default:
+			break atHand
+		}
+	}
+	if len(msgs) == c.opts.MaxBatch {
+		return msgs
+	}
+	linger := c.opts.Clock.After(c.opts.Linger)
+	for len(msgs) < c.opts.MaxBatch {
+		select {
+		case msg := <-in:
+			msgs = append(msgs, msg)
+		case <-linger:
+			return msgs
+		case <-ctx.Done():
+			return msgs
+		}
+	}
+	return msgs
+}
+
+// inHand is a decoded message of a batch, with its consumer span.
+type inHand struct {
+	msg  *message.Message
+	span trace.Span
+	ev   *eventsv1.JobEvent
+	kind string
+}
+
+// apply applies the batch msgs in one transaction and acknowledges its
+// messages. If the database failed, it returns the messages it did not
+// acknowledge (all but the undecodable ones), for the caller to requeue.
+func (c *Consumer) apply(ctx context.Context, msgs []*message.Message) []*message.Message {
+	hands := make([]inHand, 0, len(msgs))
+	events := make([]store.Event, 0, len(msgs))
+	for _, msg := range msgs {
+		h, ok := c.take(ctx, msg)
+		if !ok {
+			msg.Ack()
+			continue
+		}
+		hands = append(hands, h)
+		events = append(events, store.Event{Event: h.ev, Trace: h.span.SpanContext()})
+	}
+	if len(hands) == 0 {
+		return nil
+	}
+	defer func() {
+		for _, h := range hands {
+			h.span.End()
+		}
+	}()
+	now := c.opts.Clock.Now()
+	// A batch under way finishes even if Run's ctx ends meanwhile (it takes
+	// milliseconds): stopping it halfway would only requeue the events.
+	applyCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), applyTimeout)
+	defer cancel()
+	applyCtx, span := c.batchSpan(applyCtx, hands)
+	defer span.End()
+	results, err := c.opts.Store.ApplyBatch(applyCtx, events, now)
+	if err == nil && len(results) != len(events) {
+		err = fmt.Errorf("the store returned %d results for %d events", len(results), len(events))
+	}
+	if err != nil {
+		c.metrics.errors.Add(float64(len(hands)))
+		span.RecordError(err)
+		span.SetStatus(codes.Error, "apply failed")
+		for _, h := range hands {
+			h.span.RecordError(err)
+			h.span.SetStatus(codes.Error, "apply failed")
+		}
+		c.logger.WarnContext(ctx, "applying a batch of job events failed; it will be redelivered",
+			slog.Int("events", len(hands)), slog.String("first_message_id", hands[0].msg.UUID), slog.Any("error", err))
+		requeue := make([]*message.Message, len(hands))
+		for i, h := range hands {
+			requeue[i] = h.msg
+		}
+		return requeue
+	}
+	for i, h := range hands {
+		c.record(ctx, h, results[i], now)
+	}
+	for _, h := range hands {
+		h.msg.Ack()
+	}
+	return nil
+}
+
+// take starts msg's consumer span and decodes its event; false for a
+// poison message (recorded, its span ended: the caller acknowledges it).
+func (c *Consumer) take(ctx context.Context, msg *message.Message) (inHand, bool) {
 	ctx = broker.ExtractTrace(ctx, c.opts.Propagator, msg.Metadata)
 	ctx, span := c.tracer.Start(ctx, "process "+c.opts.Exchange,
 		trace.WithSpanKind(trace.SpanKindConsumer),
@@ -307,12 +450,11 @@ func (c *Consumer) handle(ctx context.Context, msg *message.Message) bool {
 			semconv.MessagingOperationName("process"),
 			semconv.MessagingMessageID(msg.UUID),
 		))
-	defer span.End()
-
 	ev := &eventsv1.JobEvent{}
 	if err := proto.Unmarshal(msg.Payload, ev); err != nil {
 		c.poison(ctx, span, msg, fmt.Errorf("decode job event: %w", err))
-		return true
+		span.End()
+		return inHand{}, false
 	}
 	kind := kindLabel(ev.Kind)
 	span.SetAttributes(
@@ -320,37 +462,45 @@ func (c *Consumer) handle(ctx context.Context, msg *message.Message) bool {
 		attribute.String("cronmesh.job_event.kind", kind),
 		attribute.Int64("cronmesh.job.version", ev.Version),
 	)
-	now := c.opts.Clock.Now()
-	// An apply under way finishes even if Run's ctx ends meanwhile (it takes
-	// milliseconds): stopping it halfway would only requeue the event.
-	applyCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), applyTimeout)
-	defer cancel()
-	applied, err := c.opts.Store.Apply(applyCtx, ev, now)
-	switch {
-	case errors.Is(err, store.ErrInvalidEvent):
-		c.poison(ctx, span, msg, err)
-		return true
-	case err != nil:
-		c.metrics.errors.Inc()
-		span.RecordError(err)
-		span.SetStatus(codes.Error, "apply failed")
-		c.logger.WarnContext(ctx, "applying a job event failed; it will be redelivered",
-			slog.String("message_id", msg.UUID), slog.String("job_id", ev.GetJob().GetId()), slog.Any("error", err))
-		return false
+	return inHand{msg: msg, span: span, ev: ev, kind: kind}, true
+}
+
+// batchSpan is the span the batch's database work runs in: the message's
+// own consumer span when the batch holds one message, otherwise a span
+// linked to every message's.
+func (c *Consumer) batchSpan(ctx context.Context, hands []inHand) (context.Context, trace.Span) {
+	if len(hands) == 1 {
+		// Ended by apply with the other consumer spans; this one is a
+		// no-op handle to it.
+		return trace.ContextWithSpan(ctx, hands[0].span), noop.Span{}
 	}
-	span.SetAttributes(attribute.String("cronmesh.projection.outcome", applied.String()))
-	switch applied {
+	links := make([]trace.Link, len(hands))
+	for i, h := range hands {
+		links[i] = trace.Link{SpanContext: h.span.SpanContext()}
+	}
+	return c.tracer.Start(ctx, "apply job events", trace.WithLinks(links...),
+		trace.WithAttributes(semconv.DBSystemNamePostgreSQL, semconv.DBOperationBatchSize(len(hands))))
+}
+
+// record counts and traces what the store did with one event. An event
+// the store found invalid is a poison message: acknowledged like the rest.
+func (c *Consumer) record(ctx context.Context, h inHand, res store.Result, now time.Time) {
+	if res.Err != nil {
+		c.poison(trace.ContextWithSpan(ctx, h.span), h.span, h.msg, res.Err)
+		return
+	}
+	h.span.SetAttributes(attribute.String("cronmesh.projection.outcome", res.Applied.String()))
+	switch res.Applied {
 	case store.Upserted, store.Fired:
-		c.metrics.applied.WithLabelValues(kind).Inc()
+		c.metrics.applied.WithLabelValues(h.kind).Inc()
 	case store.Stale:
-		c.metrics.ignored.WithLabelValues(kind, "stale").Inc()
+		c.metrics.ignored.WithLabelValues(h.kind, "stale").Inc()
 	default:
-		c.metrics.ignored.WithLabelValues(kind, applied.String()).Inc()
+		c.metrics.ignored.WithLabelValues(h.kind, res.Applied.String()).Inc()
 	}
-	if occur := ev.GetOccurTime(); occur.IsValid() {
+	if occur := h.ev.GetOccurTime(); occur.IsValid() {
 		c.metrics.lag.Observe(max(now.Sub(occur.AsTime()).Seconds(), 0))
 	}
-	return true
 }
 
 // poison records a message that can never be applied. It is acknowledged:

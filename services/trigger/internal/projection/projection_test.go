@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -55,7 +56,18 @@ type harness struct {
 
 type option func(*projection.Options)
 
+// start runs a consumer on a new harness.
 func start(t *testing.T, opts ...option) *harness {
+	t.Helper()
+	h := newHarness(t)
+	h.run(t, opts...)
+	return h
+}
+
+// newHarness makes the schema, the store, the exchange and the queue (as
+// the consumer declares them, so events can be published before it runs)
+// and the publisher.
+func newHarness(t *testing.T) *harness {
 	t.Helper()
 	pool, schema := pgtest.New(t)
 	migrations, err := store.Migrations()
@@ -81,12 +93,24 @@ func start(t *testing.T, opts ...option) *harness {
 		require.NoError(t, err)
 		require.NoError(t, ch.ExchangeDelete(h.exchange, false, false))
 	})
+	ch := amqptest.Channel(t)
+	require.NoError(t, ch.ExchangeDeclare(h.exchange, "topic", true, false, false, false, nil))
+	_, err = ch.QueueDeclare(h.queue, true, false, false, false,
+		amqp091.Table{"x-queue-type": "quorum", "x-delivery-limit": int64(1) << 30})
+	require.NoError(t, err)
+	require.NoError(t, ch.QueueBind(h.queue, projection.DefaultBindingKey, h.exchange, false, nil))
 	h.pub, err = broker.NewPublisher(broker.PublisherOptions{Config: broker.TopicPublisherConfig(amqptest.URL(), h.exchange, 4)})
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, h.pub.Close()) })
+	return h
+}
 
+// run starts the consumer and waits until it subscribed; it stops at the
+// end of the test.
+func (h *harness) run(t *testing.T, opts ...option) {
+	t.Helper()
 	o := projection.Options{
-		Store:          st,
+		Store:          h.store,
 		AMQPURL:        amqptest.URL(),
 		Exchange:       h.exchange,
 		Queue:          h.queue,
@@ -121,7 +145,15 @@ func start(t *testing.T, opts ...option) *harness {
 			t.Error("Run did not return after its context ended")
 		}
 	})
-	return h
+}
+
+// oneBatch makes the consumer take n messages already queued as one batch:
+// one message per subscription (prefetch 1), a batch as large as them all,
+// and a linger that never runs out before they are all in hand.
+func oneBatch(n int) option {
+	return func(o *projection.Options) {
+		o.Workers, o.Prefetch, o.MaxBatch, o.Batches, o.Linger = n, 1, n, 1, waitFor
+	}
 }
 
 // publish sends payload with routing key key, with the trace context of ctx.
@@ -308,42 +340,62 @@ func TestConsumerPoisonMessages(t *testing.T) {
 	require.Zero(t, q.Messages, "nothing left to redeliver")
 }
 
-// flaky fails the first apply of every event with the database error a
-// cancelled query returns, then applies for real.
-type flaky struct {
-	next  *store.Store
-	mu    sync.Mutex
-	calls map[string]int
+// spy records the batches it applies through next. With failFirst, a
+// batch holding any event it sees for the first time fails whole, with
+// the database error a cancelled query returns.
+type spy struct {
+	next      *store.Store
+	failFirst bool
+	mu        sync.Mutex
+	calls     map[string]int
+	// batches are the event ids of every batch, failed or not.
+	batches [][]string
 }
 
-func (f *flaky) Apply(ctx context.Context, ev *eventsv1.JobEvent, now time.Time) (store.Applied, error) {
+func newSpy(next *store.Store, failFirst bool) *spy {
+	return &spy{next: next, failFirst: failFirst, calls: map[string]int{}}
+}
+
+func (f *spy) ApplyBatch(ctx context.Context, events []store.Event, now time.Time) ([]store.Result, error) {
 	f.mu.Lock()
-	f.calls[ev.EventId]++
-	first := f.calls[ev.EventId] == 1
+	first := false
+	ids := make([]string, len(events))
+	for i, e := range events {
+		ids[i] = e.Event.GetEventId()
+		f.calls[ids[i]]++
+		first = first || f.calls[ids[i]] == 1
+	}
+	f.batches = append(f.batches, ids)
 	f.mu.Unlock()
-	if first {
+	if first && f.failFirst {
 		cancelled, cancel := context.WithCancel(ctx)
 		cancel()
-		_, err := f.next.Apply(cancelled, ev, now)
+		_, err := f.next.ApplyBatch(cancelled, events, now)
 		if err == nil {
-			return 0, errors.New("a cancelled apply succeeded")
+			return nil, errors.New("a cancelled apply succeeded")
 		}
-		return 0, err
+		return nil, err
 	}
-	return f.next.Apply(ctx, ev, now)
+	return f.next.ApplyBatch(ctx, events, now)
 }
 
-func (f *flaky) count(id string) int {
+func (f *spy) count(id string) int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.calls[id]
 }
 
+func (f *spy) recorded() [][]string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.batches)
+}
+
 func TestConsumerRedeliversAfterError(t *testing.T) {
 	t.Parallel()
-	f := &flaky{calls: map[string]int{}}
-	h := start(t, func(o *projection.Options) { o.Store = f })
-	f.next = h.store
+	h := newHarness(t)
+	f := newSpy(h.store, true)
+	h.run(t, func(o *projection.Options) { o.Store = f })
 	job := newJob()
 	ev := event(eventsv1.JobEventKind_JOB_EVENT_KIND_CREATED, job, 1)
 	h.publishEvent(t, t.Context(), ev)
@@ -359,6 +411,151 @@ func TestConsumerRedeliversAfterError(t *testing.T) {
 	_, err = amqptest.Channel(t).QueueDeclare(h.queue, true, false, false, false,
 		amqp091.Table{"x-queue-type": "quorum", "x-delivery-limit": int64(1) << 30})
 	require.NoError(t, err)
+}
+
+func TestConsumerBatchAppliesVersionsInOrder(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	job := newJob()
+	every10 := proto.Clone(job).(*registryv1.Job)
+	every10.Schedule = &registryv1.Schedule{Kind: &registryv1.Schedule_Cron{Cron: "*/10 * * * *"}}
+	v3 := event(eventsv1.JobEventKind_JOB_EVENT_KIND_PAUSED, every10, 3)
+	// Newest first, with a redelivery of v3: one batch, applied in version
+	// order, the newest wins.
+	events := []*eventsv1.JobEvent{
+		event(eventsv1.JobEventKind_JOB_EVENT_KIND_UPDATED, every10, 5),
+		event(eventsv1.JobEventKind_JOB_EVENT_KIND_RESUMED, every10, 4),
+		v3,
+		event(eventsv1.JobEventKind_JOB_EVENT_KIND_UPDATED, every10, 2),
+		event(eventsv1.JobEventKind_JOB_EVENT_KIND_CREATED, job, 1),
+		v3,
+	}
+	for _, ev := range events {
+		h.publishEvent(t, t.Context(), ev)
+	}
+	f := newSpy(h.store, false)
+	h.run(t, oneBatch(len(events)), func(o *projection.Options) { o.Store = f })
+	h.waitMetric(t, float64(len(events)), "projection_lag_seconds")
+
+	require.Len(t, f.recorded(), 1, "one batch")
+	require.Len(t, f.recorded()[0], len(events))
+	st, err := h.store.Job(t.Context(), namespace, job.Id)
+	require.NoError(t, err)
+	require.Equal(t, int64(5), st.Version)
+	require.False(t, st.Paused)
+	require.Equal(t, "*/10 * * * *", st.Job.GetSchedule().GetCron())
+	for kind, want := range map[string]float64{"created": 1, "updated": 2, "paused": 1, "resumed": 1} {
+		require.Equal(t, want, h.metric(t, "projection_events_applied_total", "kind", kind), kind)
+	}
+	require.Equal(t, 1.0, h.metric(t, "projection_events_ignored_total", "kind", "paused", "reason", "stale"))
+	require.Zero(t, h.metric(t, "projection_apply_errors_total"))
+}
+
+func TestConsumerBatchWithPoison(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	good1, good2, badCron := newJob(), newJob(), newJob()
+	badCron.Schedule = &registryv1.Schedule{Kind: &registryv1.Schedule_Cron{Cron: "61 * * * *"}}
+	noJob, err := proto.Marshal(&eventsv1.JobEvent{EventId: "e1", Kind: eventsv1.JobEventKind_JOB_EVENT_KIND_CREATED, Version: 1})
+	require.NoError(t, err)
+	h.publish(t, t.Context(), "job.created", uuid.NewString(), []byte("\xff\xff not a protobuf"))
+	h.publishEvent(t, t.Context(), event(eventsv1.JobEventKind_JOB_EVENT_KIND_CREATED, good1, 1))
+	h.publish(t, t.Context(), "job.created", uuid.NewString(), noJob)
+	h.publishEvent(t, t.Context(), event(eventsv1.JobEventKind_JOB_EVENT_KIND_CREATED, badCron, 1))
+	h.publishEvent(t, t.Context(), event(eventsv1.JobEventKind_JOB_EVENT_KIND_CREATED, good2, 1))
+	f := newSpy(h.store, false)
+	h.run(t, oneBatch(5), func(o *projection.Options) { o.Store = f })
+
+	// The poison messages are acknowledged and dropped; the good events of
+	// their batch are applied, each once.
+	h.waitMetric(t, 2, "projection_events_applied_total", "kind", "created")
+	require.Equal(t, 3.0, h.metric(t, "projection_poison_total"))
+	require.Zero(t, h.metric(t, "projection_apply_errors_total"))
+	require.Len(t, f.recorded(), 1, "one batch")
+	require.Len(t, f.recorded()[0], 4, "the undecodable message never reaches the store")
+	for _, job := range []*registryv1.Job{good1, good2} {
+		_, err := h.store.Job(t.Context(), namespace, job.Id)
+		require.NoError(t, err)
+	}
+	_, err = h.store.Job(t.Context(), namespace, badCron.Id)
+	require.ErrorIs(t, err, store.ErrNotFound)
+	var poisonSpans int
+	require.Eventually(t, func() bool {
+		poisonSpans = 0
+		for _, s := range h.spans.GetSpans() {
+			if s.SpanKind == trace.SpanKindConsumer && s.Status.Description == "poison message" {
+				poisonSpans++
+			}
+		}
+		return poisonSpans == 3
+	}, waitFor, pollEvery, "poison spans: %d", poisonSpans)
+	q, err := amqptest.Channel(t).QueueDeclarePassive(h.queue, true, false, false, false, nil)
+	require.NoError(t, err)
+	require.Zero(t, q.Messages, "nothing left to redeliver")
+}
+
+func TestConsumerBatchDatabaseErrorMidBatch(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	existing := newJob()
+	_, err := h.store.Apply(t.Context(), event(eventsv1.JobEventKind_JOB_EVENT_KIND_CREATED, existing, 1), time.Now())
+	require.NoError(t, err)
+	// The first job row inserted from now on fails its transaction, after
+	// the batch updated the existing job's row: nothing of the batch may
+	// stay, and every message of it must come back.
+	_, err = h.pool.Exec(t.Context(), `
+		CREATE SEQUENCE fail_once;
+		CREATE FUNCTION fail_once() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN
+			IF nextval('fail_once') = 1 THEN
+				RAISE EXCEPTION 'injected failure';
+			END IF;
+			RETURN NEW;
+		END $$;
+		CREATE TRIGGER fail_once BEFORE INSERT ON jobs FOR EACH ROW EXECUTE FUNCTION fail_once();`)
+	require.NoError(t, err)
+
+	renamed := proto.Clone(existing).(*registryv1.Job)
+	renamed.DisplayName = "renamed"
+	run := event(eventsv1.JobEventKind_JOB_EVENT_KIND_RUN_REQUESTED, existing, 2)
+	run.RunRequest = &eventsv1.RunRequest{NominalTime: timestamppb.Now()}
+	created1, created2 := newJob(), newJob()
+	events := []*eventsv1.JobEvent{
+		event(eventsv1.JobEventKind_JOB_EVENT_KIND_UPDATED, renamed, 2),
+		event(eventsv1.JobEventKind_JOB_EVENT_KIND_CREATED, created1, 1),
+		run,
+		event(eventsv1.JobEventKind_JOB_EVENT_KIND_CREATED, created2, 1),
+	}
+	for _, ev := range events {
+		h.publishEvent(t, t.Context(), ev)
+	}
+	f := newSpy(h.store, false)
+	h.run(t, oneBatch(len(events)), func(o *projection.Options) { o.Store = f })
+	h.waitMetric(t, float64(len(events)), "projection_lag_seconds")
+
+	require.Equal(t, float64(len(events)), h.metric(t, "projection_apply_errors_total"), "the whole batch failed once")
+	batches := f.recorded()
+	require.Len(t, batches, 2, "failed, then redelivered whole and applied")
+	require.ElementsMatch(t, batches[0], batches[1])
+	for _, ev := range events {
+		require.Equal(t, 2, f.count(ev.EventId), ev.EventId)
+	}
+	for kind, want := range map[string]float64{"created": 2, "updated": 1, "run_requested": 1} {
+		require.Equal(t, want, h.metric(t, "projection_events_applied_total", "kind", kind), kind)
+	}
+	st, err := h.store.Job(t.Context(), namespace, existing.Id)
+	require.NoError(t, err)
+	require.Equal(t, "renamed", st.Job.DisplayName)
+	for _, job := range []*registryv1.Job{created1, created2} {
+		_, err := h.store.Job(t.Context(), namespace, job.Id)
+		require.NoError(t, err)
+	}
+	slots, _, err := h.store.ListSlots(t.Context(), namespace, existing.Id, 10, time.Time{})
+	require.NoError(t, err)
+	require.Len(t, slots, 1, "the manual slot, once")
+	var outbox int
+	require.NoError(t, h.pool.QueryRow(t.Context(), `SELECT count(*) FROM outbox`).Scan(&outbox))
+	require.Equal(t, 1, outbox)
 }
 
 func TestConsumerContinuesTrace(t *testing.T) {
@@ -464,6 +661,9 @@ func TestNewValidates(t *testing.T) {
 		{"no store", projection.Options{AMQPURL: amqptest.URL()}},
 		{"no URL", projection.Options{Store: st}},
 		{"negative workers", projection.Options{Store: st, AMQPURL: amqptest.URL(), Workers: -1}},
+		{"negative batch", projection.Options{Store: st, AMQPURL: amqptest.URL(), MaxBatch: -1}},
+		{"negative batches", projection.Options{Store: st, AMQPURL: amqptest.URL(), Batches: -1}},
+		{"negative linger", projection.Options{Store: st, AMQPURL: amqptest.URL(), Linger: -time.Millisecond}},
 	}
 	for _, tt := range tests {
 		_, err := projection.New(tt.opts)

@@ -1,17 +1,24 @@
 package store
 
 import (
+	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+	"go.opentelemetry.io/otel/trace"
 
 	eventsv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/events/v1"
 	registryv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1"
 	"github.com/cronmesh/cronmesh/libs/outbox"
+	"github.com/cronmesh/cronmesh/libs/postgres"
 	"github.com/cronmesh/cronmesh/libs/ring"
 	"github.com/cronmesh/cronmesh/services/trigger/internal/firing"
 )
@@ -54,12 +61,14 @@ func (a Applied) String() string {
 	}
 }
 
-// maxApplyAttempts bounds the retries of an upsert that lost the race to
-// create a job row (another consumer inserted it concurrently); the second
-// attempt always finds the row.
+// maxApplyAttempts bounds the retries of a batch that lost a race: an
+// insert found the row another consumer created concurrently (the next
+// attempt reads that row), or PostgreSQL broke a deadlock with another
+// transaction that locks job rows in another order by aborting this one.
 const maxApplyAttempts = 3
 
-// storedJob is what Apply reads of a job row before changing it.
+// storedJob is what the apply reads of a job row before changing it, and
+// the state it holds after each applied event of a batch.
 type storedJob struct {
 	version     int64
 	deleted     bool
@@ -68,12 +77,48 @@ type storedJob struct {
 	lastNominal *time.Time
 }
 
-// Apply projects one registry job event into the store, idempotently: an
-// event is applied only if its version is newer than the stored row's, so a
-// redelivered or overtaken event changes nothing (Stale). Several consumers
-// may apply events of one job concurrently: the row lock orders them and the
-// version decides. now is the consumer's clock: the row's update time, and
-// the fire time of a run request's slot.
+// Event is one job event of a batch given to ApplyBatch.
+type Event struct {
+	// Event is the registry's job event.
+	Event *eventsv1.JobEvent
+	// Trace is the span the event's effects continue: the DispatchRequest
+	// of a run request's manual slot carries it in its headers. When it is
+	// not valid, the span of ApplyBatch's ctx is used.
+	Trace trace.SpanContext
+}
+
+// Result is what ApplyBatch did with one event.
+type Result struct {
+	// Applied is the outcome; 0 when Err is set.
+	Applied Applied
+	// Err, when set, wraps ErrInvalidEvent: the event can never be applied
+	// and changed nothing. The batch's other events are applied.
+	Err error
+}
+
+// Apply projects one registry job event into the store: ApplyBatch of one
+// event, whose trace is the span of ctx. An event that can never be
+// applied returns an error wrapping ErrInvalidEvent; any other error is
+// the database's and worth a retry.
+func (s *Store) Apply(ctx context.Context, ev *eventsv1.JobEvent, now time.Time) (Applied, error) {
+	res, err := s.ApplyBatch(ctx, []Event{{Event: ev}}, now)
+	if err != nil {
+		return 0, err
+	}
+	return res[0].Applied, res[0].Err
+}
+
+// ApplyBatch projects registry job events into the store in one
+// transaction, idempotently: an event is applied only if its version is
+// newer than the job's stored version, so a redelivered or overtaken event
+// changes nothing (Stale). The events of one job within the batch are
+// applied in version order, whatever their order in events, each against
+// the state the one before left (the highest version wins; an equal
+// version after the first is Stale), and only the job's final state is
+// written. Several consumers may apply batches concurrently: the batch
+// locks the rows it reads, in job id order, and the version decides. now
+// is the consumer's clock: the rows' update time, and the fire time of a
+// run request's slot.
 //
 // CREATED, UPDATED, PAUSED and RESUMED store the event's job and its next
 // slot (none while paused). DELETED leaves a tombstone (deleted, no spec, no
@@ -93,96 +138,267 @@ type storedJob struct {
 // and in every case never at or before the newest slot a firing commit
 // recorded (last_nominal), so no slot is fired twice by a schedule change.
 //
-// RUN_REQUESTED does not touch the job row: in one transaction it records
-// the manual slot at the request's nominal time (ON CONFLICT DO NOTHING) and
-// writes its DispatchRequest, built from the event's job, so a run request
-// overtaking the job's CREATED event still fires. A run request for a job
-// the store knows is deleted is dropped (DroppedRun); one already recorded is
-// DuplicateRun.
+// RUN_REQUESTED does not touch the job row: after the batch's job changes,
+// in the same transaction, it records the manual slot at the request's
+// nominal time (ON CONFLICT DO NOTHING) and writes its DispatchRequest,
+// built from the event's job, so a run request overtaking the job's CREATED
+// event still fires. A run request for a job that is deleted (in the store
+// or by a DELETED event of the same batch) is dropped (DroppedRun); one
+// already recorded, or requested twice in the batch, is DuplicateRun.
 //
-// An event that can never be applied returns an error wrapping
-// ErrInvalidEvent; any other error is the database's and worth a retry.
-func (s *Store) Apply(ctx context.Context, ev *eventsv1.JobEvent, now time.Time) (Applied, error) {
-	jobID, err := validateEvent(ev)
-	if err != nil {
-		return 0, err
+// The result has one entry per event, in the order of events. An event that
+// can never be applied gets a Result whose Err wraps ErrInvalidEvent and
+// leaves the others unharmed; an error return is the database's, nothing
+// of the batch was written, and the whole batch is worth a retry.
+func (s *Store) ApplyBatch(ctx context.Context, events []Event, now time.Time) ([]Result, error) {
+	now = micros(now)
+	results := make([]Result, len(events))
+	b := &batch{events: events, results: results, ids: make([]uuid.UUID, len(events))}
+	for i, e := range events {
+		id, err := validateEvent(e.Event)
+		if err != nil {
+			results[i].Err = err
+			continue
+		}
+		b.ids[i] = id
+		b.valid = append(b.valid, i)
 	}
-	if ev.Kind == eventsv1.JobEventKind_JOB_EVENT_KIND_RUN_REQUESTED {
-		return s.applyRun(ctx, ev, jobID, micros(now))
+	if len(b.valid) == 0 {
+		return results, nil
 	}
-	var out Applied
 	for attempt := 1; ; attempt++ {
-		retry := false
+		var fired bool
 		err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 			var err error
-			out, retry, err = s.upsert(ctx, tx, ev, jobID, micros(now))
+			fired, err = s.applyBatch(ctx, tx, b, now)
 			return err
 		})
-		if err != nil {
-			return 0, err
+		if err == nil {
+			if fired {
+				s.notify()
+			}
+			return results, nil
 		}
-		if !retry {
-			return out, nil
+		if !errors.Is(err, errLostRace) && !postgres.IsSerializationFailure(err) {
+			return nil, err
 		}
 		if attempt == maxApplyAttempts {
-			return 0, fmt.Errorf("apply event %s: job %s: row keeps changing under the upsert", ev.GetEventId(), jobID)
+			return nil, fmt.Errorf("apply %d job events: %w (%d attempts)", len(events), err, attempt)
 		}
 	}
 }
 
-// upsert applies a job-changing event in tx. retry reports that the row did
-// not exist when read but did when inserted (a concurrent consumer created
-// it): the caller runs the transaction again, reading that row this time.
-func (s *Store) upsert(ctx context.Context, tx pgx.Tx, ev *eventsv1.JobEvent, jobID uuid.UUID, now time.Time) (Applied, bool, error) {
-	var st storedJob
-	err := tx.QueryRow(ctx, `
-		SELECT version, deleted, paused, next_fire_at, last_nominal FROM jobs WHERE job_id = $1 FOR UPDATE`, jobID).
-		Scan(&st.version, &st.deleted, &st.paused, &st.nextFire, &st.lastNominal)
-	found := err == nil
-	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
-		return 0, false, fmt.Errorf("read job %s: %w", jobID, err)
+// pgUUID is id as pgx encodes it without a detour through its text form
+// (uuid.UUID is a driver.Valuer that returns a string).
+func pgUUID(id uuid.UUID) pgtype.UUID { return pgtype.UUID{Bytes: id, Valid: true} }
+
+func pgUUIDs(ids []uuid.UUID) []pgtype.UUID {
+	out := make([]pgtype.UUID, len(ids))
+	for i, id := range ids {
+		out[i] = pgUUID(id)
 	}
-	if found && st.version >= ev.Version {
-		return Stale, false, nil
+	return out
+}
+
+// errLostRace rolls a batch back: an insert found a row that did not exist
+// when the batch read the rows.
+var errLostRace = errors.New("a job row was created concurrently")
+
+// batch is ApplyBatch's input and output across attempts.
+type batch struct {
+	events  []Event
+	results []Result
+	ids     []uuid.UUID // the job id of each valid event
+	valid   []int       // indexes of the events that passed validation
+}
+
+// jobRows are job rows to write, as column arrays.
+type jobRows struct {
+	ids        []pgtype.UUID
+	namespaces []string
+	partitions []int32
+	versions   []int64
+	deleted    []bool
+	paused     []bool
+	specs      [][]byte
+	next       []pgtype.Timestamptz
+}
+
+func (r *jobRows) add(id uuid.UUID, w *jobWrite) {
+	r.ids = append(r.ids, pgUUID(id))
+	r.namespaces = append(r.namespaces, w.namespace)
+	r.partitions = append(r.partitions, int32(w.partition))
+	r.versions = append(r.versions, w.state.version)
+	r.deleted = append(r.deleted, w.state.deleted)
+	r.paused = append(r.paused, w.state.paused)
+	r.specs = append(r.specs, w.spec)
+	var next pgtype.Timestamptz
+	if w.state.nextFire != nil {
+		next = pgtype.Timestamptz{Time: *w.state.nextFire, Valid: true}
 	}
-	var stored *storedJob
-	if found {
-		stored = &st
-	}
-	job := ev.Job
-	deleted := ev.Kind == eventsv1.JobEventKind_JOB_EVENT_KIND_DELETED
-	paused := job.Paused || ev.Kind == eventsv1.JobEventKind_JOB_EVENT_KIND_PAUSED
-	var next *time.Time
-	spec := []byte{} // a tombstone keeps no definition, and no secret
-	if !deleted {
-		if spec, err = encodeSpec(job); err != nil {
-			return 0, false, err
+	r.next = append(r.next, next)
+}
+
+// jobWrite is the row one applied event leaves.
+type jobWrite struct {
+	state     storedJob
+	namespace string
+	partition int
+	spec      []byte
+}
+
+// applyBatch is one attempt of ApplyBatch in tx; it fills b.results and
+// says whether a manual slot was fired.
+func (s *Store) applyBatch(ctx context.Context, tx pgx.Tx, b *batch, now time.Time) (bool, error) {
+	byJob := map[uuid.UUID][]int{}
+	var runs []int
+	for _, i := range b.valid {
+		b.results[i] = Result{}
+		if b.events[i].Event.Kind == eventsv1.JobEventKind_JOB_EVENT_KIND_RUN_REQUESTED {
+			runs = append(runs, i)
 		}
-		if !paused {
-			if next, err = s.nextFire(ev, stored); err != nil {
-				return 0, false, err
-			}
-		}
+		byJob[b.ids[i]] = append(byJob[b.ids[i]], i)
 	}
-	args := []any{jobID, job.Namespace, ring.Partition(jobID.String(), s.partitions), ev.Version, deleted, paused, spec, next, now}
-	if found {
-		// The row is locked and older: the update cannot miss.
-		if _, err := tx.Exec(ctx, `
-			UPDATE jobs SET namespace = $2, partition = $3, version = $4, deleted = $5, paused = $6,
-				spec = $7, next_fire_at = $8, update_time = $9
-			WHERE job_id = $1 AND version < $4`, args...); err != nil {
-			return 0, false, fmt.Errorf("update job %s: %w", jobID, err)
-		}
-		return Upserted, false, nil
-	}
-	tag, err := tx.Exec(ctx, `
-		INSERT INTO jobs (job_id, namespace, partition, version, deleted, paused, spec, next_fire_at, update_time)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
-		ON CONFLICT (job_id) DO NOTHING`, args...)
+	ids := slices.SortedFunc(maps.Keys(byJob), func(a, b uuid.UUID) int { return bytes.Compare(a[:], b[:]) })
+	state, err := s.lockJobs(ctx, tx, ids)
 	if err != nil {
-		return 0, false, fmt.Errorf("insert job %s: %w", jobID, err)
+		return false, err
 	}
-	return Upserted, tag.RowsAffected() == 0, nil
+
+	// Each job's changes in version order, against the state the previous
+	// one left; only the last applied is written.
+	var updates, inserts jobRows
+	for _, id := range ids {
+		evs := slices.DeleteFunc(slices.Clone(byJob[id]), func(i int) bool {
+			return b.events[i].Event.Kind == eventsv1.JobEventKind_JOB_EVENT_KIND_RUN_REQUESTED
+		})
+		slices.SortStableFunc(evs, func(i, j int) int { return cmp.Compare(b.events[i].Event.Version, b.events[j].Event.Version) })
+		_, found := state[id]
+		var last *jobWrite
+		for _, i := range evs {
+			ev := b.events[i].Event
+			if cur := state[id]; cur != nil && cur.version >= ev.Version {
+				b.results[i].Applied = Stale
+				continue
+			}
+			w, err := s.change(ev, id, state[id])
+			if err != nil {
+				b.results[i].Err = err
+				continue
+			}
+			b.results[i].Applied = Upserted
+			state[id], last = &w.state, w
+		}
+		switch {
+		case last == nil:
+		case found:
+			updates.add(id, last)
+		default:
+			inserts.add(id, last)
+		}
+	}
+	if err := s.writeJobs(ctx, tx, &updates, &inserts, now); err != nil {
+		return false, err
+	}
+	return s.fireRuns(ctx, tx, b, runs, state, now)
+}
+
+// lockJobs reads and locks the rows of ids (sorted, so that concurrent
+// batches lock in one order and cannot deadlock each other). A job without
+// a row is absent from the map.
+func (s *Store) lockJobs(ctx context.Context, tx pgx.Tx, ids []uuid.UUID) (map[uuid.UUID]*storedJob, error) {
+	rows, err := tx.Query(ctx, `
+		SELECT job_id, version, deleted, paused, next_fire_at, last_nominal FROM jobs
+		WHERE job_id = ANY($1::uuid[]) ORDER BY job_id FOR UPDATE`, pgUUIDs(ids))
+	if err != nil {
+		return nil, fmt.Errorf("read %d jobs: %w", len(ids), err)
+	}
+	state := make(map[uuid.UUID]*storedJob, len(ids))
+	var (
+		id pgtype.UUID
+		st storedJob
+	)
+	_, err = pgx.ForEachRow(rows, []any{&id, &st.version, &st.deleted, &st.paused, &st.nextFire, &st.lastNominal}, func() error {
+		row := st
+		state[uuid.UUID(id.Bytes)] = &row
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read %d jobs: %w", len(ids), err)
+	}
+	return state, nil
+}
+
+// change is the row ev leaves on a job whose current state is cur (nil: no
+// row). Its error wraps ErrInvalidEvent.
+func (s *Store) change(ev *eventsv1.JobEvent, id uuid.UUID, cur *storedJob) (*jobWrite, error) {
+	job := ev.Job
+	w := &jobWrite{
+		namespace: job.Namespace,
+		partition: ring.Partition(id.String(), s.partitions),
+		spec:      []byte{}, // a tombstone keeps no definition, and no secret
+		state: storedJob{
+			version: ev.Version,
+			deleted: ev.Kind == eventsv1.JobEventKind_JOB_EVENT_KIND_DELETED,
+			paused:  job.Paused || ev.Kind == eventsv1.JobEventKind_JOB_EVENT_KIND_PAUSED,
+		},
+	}
+	if cur != nil {
+		w.state.lastNominal = cur.lastNominal
+	}
+	if w.state.deleted {
+		return w, nil
+	}
+	spec, err := encodeSpec(job)
+	if err != nil {
+		// Deterministic: a retry would fail the same way.
+		return nil, fmt.Errorf("%w: event %s: %v", ErrInvalidEvent, ev.GetEventId(), err)
+	}
+	w.spec = spec
+	if !w.state.paused {
+		if w.state.nextFire, err = s.nextFire(ev, cur); err != nil {
+			return nil, err
+		}
+	}
+	return w, nil
+}
+
+// writeJobs writes the batch's job rows: updates of the rows it locked,
+// inserts of new ones. An insert that finds a row (another consumer
+// created it since the batch read) returns errLostRace, so the batch is
+// rolled back and read again.
+func (s *Store) writeJobs(ctx context.Context, tx pgx.Tx, updates, inserts *jobRows, now time.Time) error {
+	if len(updates.ids) > 0 {
+		// The rows are locked and older: the updates cannot miss.
+		if _, err := tx.Exec(ctx, `
+			UPDATE jobs SET namespace = u.namespace, partition = u.partition, version = u.version,
+				deleted = u.deleted, paused = u.paused, spec = u.spec, next_fire_at = u.next, update_time = $9
+			FROM unnest($1::uuid[], $2::text[], $3::int[], $4::bigint[], $5::bool[], $6::bool[], $7::bytea[], $8::timestamptz[])
+				AS u(job_id, namespace, partition, version, deleted, paused, spec, next)
+			WHERE jobs.job_id = u.job_id AND jobs.version < u.version`,
+			updates.ids, updates.namespaces, updates.partitions, updates.versions, updates.deleted, updates.paused,
+			updates.specs, updates.next, now); err != nil {
+			return fmt.Errorf("update %d jobs: %w", len(updates.ids), err)
+		}
+	}
+	if len(inserts.ids) > 0 {
+		// In job id order (the arrays are), so that concurrent batches
+		// inserting the same new jobs wait for each other in one order.
+		tag, err := tx.Exec(ctx, `
+			INSERT INTO jobs (job_id, namespace, partition, version, deleted, paused, spec, next_fire_at, update_time)
+			SELECT u.*, $9::timestamptz
+			FROM unnest($1::uuid[], $2::text[], $3::int[], $4::bigint[], $5::bool[], $6::bool[], $7::bytea[], $8::timestamptz[]) AS u
+			ON CONFLICT (job_id) DO NOTHING`,
+			inserts.ids, inserts.namespaces, inserts.partitions, inserts.versions, inserts.deleted, inserts.paused,
+			inserts.specs, inserts.next, now)
+		if err != nil {
+			return fmt.Errorf("insert %d jobs: %w", len(inserts.ids), err)
+		}
+		if int(tag.RowsAffected()) < len(inserts.ids) {
+			return errLostRace
+		}
+	}
+	return nil
 }
 
 // nextFire computes the nominal time of the job's next slot after the event
@@ -220,48 +436,92 @@ func (s *Store) nextFire(ev *eventsv1.JobEvent, stored *storedJob) (*time.Time, 
 	return &next, nil
 }
 
-// applyRun fires a run request's manual slot.
-func (s *Store) applyRun(ctx context.Context, ev *eventsv1.JobEvent, jobID uuid.UUID, now time.Time) (Applied, error) {
-	nominal := micros(ev.GetRunRequest().GetNominalTime().AsTime())
-	job := ev.Job
-	out := Fired
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		var deleted bool
-		err := tx.QueryRow(ctx, `SELECT deleted FROM jobs WHERE job_id = $1`, jobID).Scan(&deleted)
-		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
-			return fmt.Errorf("read job %s: %w", jobID, err)
-		}
-		if deleted {
+// fireRuns records the manual slots of the batch's run requests (runs,
+// indexes into b.events, in arrival order) and writes their
+// DispatchRequests. state is the jobs' state after the batch's changes. It
+// says whether any slot was fired.
+func (s *Store) fireRuns(ctx context.Context, tx pgx.Tx, b *batch, runs []int, state map[uuid.UUID]*storedJob, now time.Time) (bool, error) {
+	type slot struct {
+		id      uuid.UUID
+		nominal int64 // Unix microseconds
+	}
+	var (
+		ids      []uuid.UUID
+		nominals []time.Time
+		execIDs  []string
+		first    = map[slot]int{} // the event that requested each slot
+	)
+	for _, i := range runs {
+		id := b.ids[i]
+		if st := state[id]; st != nil && st.deleted {
 			// A tombstone always has a higher version than any run request
 			// of the job: requests are refused after the delete.
-			out = DroppedRun
-			return nil
+			b.results[i].Applied = DroppedRun
+			continue
 		}
-		execID := executionID(jobID.String(), nominal)
-		tag, err := tx.Exec(ctx, `
-			INSERT INTO ledger (job_id, nominal_time, kind, execution_id, record_time, epoch)
-			VALUES ($1, $2, $3, $4, $5, 0) ON CONFLICT DO NOTHING`,
-			jobID, nominal, int16(firing.KindManual), execID, now)
-		if err != nil {
-			return fmt.Errorf("record manual slot of job %s: %w", jobID, err)
+		nominal := micros(b.events[i].Event.GetRunRequest().GetNominalTime().AsTime())
+		key := slot{id, nominal.UnixMicro()}
+		if _, dup := first[key]; dup {
+			b.results[i].Applied = DuplicateRun
+			continue
 		}
-		if tag.RowsAffected() == 0 {
-			out = DuplicateRun
-			return nil
-		}
-		msg, err := s.dispatchMessage(job, jobID.String(), ev.Version, nominal, now, firing.KindManual, s.traceHeaders(ctx))
-		if err != nil {
-			return err
-		}
-		return outbox.Write(ctx, tx, msg)
-	})
+		first[key] = i
+		ids = append(ids, id)
+		nominals = append(nominals, nominal)
+		execIDs = append(execIDs, executionID(id.String(), nominal))
+	}
+	if len(ids) == 0 {
+		return false, nil
+	}
+	rows, err := tx.Query(ctx, `
+		INSERT INTO ledger (job_id, nominal_time, kind, execution_id, record_time, epoch)
+		SELECT id, nominal, $4, exec, $5, 0
+		FROM unnest($1::uuid[], $2::timestamptz[], $3::uuid[]) AS u(id, nominal, exec)
+		ON CONFLICT DO NOTHING
+		RETURNING job_id, nominal_time`, pgUUIDs(ids), nominals, execIDs, int16(firing.KindManual), now)
 	if err != nil {
-		return 0, err
+		return false, fmt.Errorf("record %d manual slots: %w", len(ids), err)
 	}
-	if out == Fired {
-		s.notify()
+	recorded := map[slot]bool{}
+	var (
+		id      pgtype.UUID
+		nominal time.Time
+	)
+	if _, err := pgx.ForEachRow(rows, []any{&id, &nominal}, func() error {
+		recorded[slot{uuid.UUID(id.Bytes), nominal.UnixMicro()}] = true
+		return nil
+	}); err != nil {
+		return false, fmt.Errorf("record %d manual slots: %w", len(ids), err)
 	}
-	return out, nil
+	var msgs []outbox.Message
+	for _, i := range runs {
+		if b.results[i].Applied != 0 {
+			continue
+		}
+		e := b.events[i]
+		nominal := micros(e.Event.GetRunRequest().GetNominalTime().AsTime())
+		if !recorded[slot{b.ids[i], nominal.UnixMicro()}] {
+			b.results[i].Applied = DuplicateRun
+			continue
+		}
+		tctx := ctx
+		if e.Trace.IsValid() {
+			tctx = trace.ContextWithSpanContext(ctx, e.Trace)
+		}
+		msg, err := s.dispatchMessage(e.Event.Job, b.ids[i].String(), e.Event.Version, nominal, now, firing.KindManual, s.traceHeaders(tctx))
+		if err != nil {
+			return false, err
+		}
+		msgs = append(msgs, msg)
+		b.results[i].Applied = Fired
+	}
+	if len(msgs) == 0 {
+		return false, nil
+	}
+	if err := outbox.Write(ctx, tx, msgs...); err != nil {
+		return false, err
+	}
+	return true, nil
 }
 
 // validateEvent checks what Apply relies on and returns the job id.
