@@ -2,6 +2,8 @@ package pipeline_test
 
 import (
 	"context"
+	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -111,4 +113,62 @@ func TestRedeliveryOfUnfinishedAttempt(t *testing.T) {
 	require.Equal(t, req.ExecutionId, calls[0].req.ExecutionId)
 	require.EqualValues(t, 1, calls[0].req.Attempt)
 	require.Zero(t, metric(t, second.reg, "duplicates_skipped_total"))
+}
+
+// databaseAway is the store with an outage switch: while down, look-ups and
+// records fail as they do when PostgreSQL is restarting.
+type databaseAway struct {
+	*store.Store
+	down atomic.Bool
+}
+
+var errDatabaseAway = errors.New("connection refused (test outage)")
+
+func (d *databaseAway) Check(ctx context.Context, refs []store.CheckRef) ([]store.CheckResult, error) {
+	if d.down.Load() {
+		return nil, errDatabaseAway
+	}
+	return d.Store.Check(ctx, refs)
+}
+
+func (d *databaseAway) RecordCompleted(ctx context.Context, done []store.CompletedAttempt) error {
+	if d.down.Load() {
+		return errDatabaseAway
+	}
+	return d.Store.RecordCompleted(ctx, done)
+}
+
+// TestRedeliveryDuringDatabaseOutage: while PostgreSQL is away the
+// trigger's relay republishes the requests whose outbox rows it could not
+// delete, and the dispatcher can neither look up nor record completions. An
+// attempt completed during the outage is held in memory: its republished
+// copy is not delivered again, and the record is written once the database
+// answers.
+func TestRedeliveryDuringDatabaseOutage(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	db := &databaseAway{Store: e.store}
+	db.down.Store(true)
+	f := &fake{}
+	r := e.start(f, func(o *pipeline.Options) {
+		o.Checks = db
+		o.RecordRetryInterval = 20 * time.Millisecond
+	})
+	req := request(registryv1.Priority_PRIORITY_NORMAL)
+	e.dispatch(nil, req)
+	e.waitFor(req.ExecutionId, succeeded, 1)
+	require.Eventually(t, func() bool { return metric(t, r.reg, "completions_unrecorded") == 1 }, 30*time.Second, 5*time.Millisecond)
+
+	e.dispatch(nil, req) // the relay's second copy, still during the outage
+	require.Eventually(t, func() bool { return metric(t, r.reg, "duplicates_skipped_total") == 1 }, 30*time.Second, 5*time.Millisecond)
+	require.Len(t, f.of(req.ExecutionId), 1, "the copy did not reach the target")
+
+	db.down.Store(false)
+	require.Eventually(t, func() bool { return metric(t, r.reg, "completions_unrecorded") == 0 }, 30*time.Second, 5*time.Millisecond)
+	got, err := e.store.Completed(t.Context(), []store.AttemptRef{{ExecutionID: req.ExecutionId, Attempt: 1}})
+	require.NoError(t, err)
+	require.True(t, got[0], "recorded once the database answered")
+	require.Zero(t, metric(t, r.reg, "completions_unrecorded_dropped_total"))
+	r.stop(t)
+	require.Equal(t, map[string]int{"started/1": 1, "succeeded/1": 1}, e.events.kinds(req.ExecutionId))
 }

@@ -60,8 +60,12 @@
 //  5. Acknowledge only when every message the attempt caused (the retry or
 //     dead letter, and the event batches that carry its events) is
 //     confirmed by the broker, and then the attempt is recorded as
-//     completed (final for success and dead; in batches; a failed record
-//     is logged, and the message acknowledged all the same). Recording
+//     completed (final for success and dead; in batches). A failed record
+//     does not hold the message back: the completion is kept in memory
+//     (bounded, Options.UnrecordedCapacity), where the look-up of step 2
+//     finds it, and recorded again every RecordRetryInterval, because a
+//     database outage is when the trigger's relay republishes (its deletes
+//     failed too) and those copies must not reach the target again. Recording
 //     only after the confirms matters: an attempt recorded but whose retry
 //     was never published would be dropped on redelivery, and lost. An
 //     attempt interrupted mid-delivery is never recorded, so its

@@ -22,6 +22,8 @@ type metrics struct {
 	requeued        prometheus.Counter
 	duplicates      prometheus.Counter
 	recordErrors    prometheus.Counter
+	unrecorded      prometheus.Gauge
+	unrecordedDrops prometheus.Counter
 	all             []prometheus.Collector
 }
 
@@ -82,11 +84,20 @@ func newMetrics() metrics {
 		}),
 		recordErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "completion_record_errors_total",
-			Help: "Completed attempts that could not be recorded (a redelivery of them would be delivered again).",
+			Help: "Failed attempts to record completed attempts (they are held in memory and recorded again; see completions_unrecorded).",
+		}),
+		unrecorded: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "completions_unrecorded",
+			Help: "Completed attempts held in memory because recording them failed; redeliveries of them are still skipped.",
+		}),
+		unrecordedDrops: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "completions_unrecorded_dropped_total",
+			Help: "Completed attempts neither recorded nor held (the in-memory hold was full): a redelivery of them would be delivered again.",
 		}),
 	}
 	m.all = []prometheus.Collector{m.deliveries, m.duration, m.inFlight, m.retries, m.deadLetters, m.cancelled,
-		m.events, m.eventBatches, m.publishFailures, m.poison, m.cancelErrors, m.requeued, m.duplicates, m.recordErrors}
+		m.events, m.eventBatches, m.publishFailures, m.poison, m.cancelErrors, m.requeued, m.duplicates, m.recordErrors,
+		m.unrecorded, m.unrecordedDrops}
 	return m
 }
 

@@ -56,6 +56,9 @@ const (
 	DefaultCancelTimeout   = 2 * time.Second
 	DefaultBackoff         = 100 * time.Millisecond
 	DefaultMaxBackoff      = 5 * time.Second
+	// DefaultRecordRetryInterval: a restarted database is seen within a
+	// second, before most relays have republished.
+	DefaultRecordRetryInterval = time.Second
 )
 
 // tracerName names the pipeline's tracer.
@@ -94,9 +97,16 @@ type Options struct {
 	// execution is not delivered; a redelivered attempt that completed is
 	// acknowledged without being delivered) and told of every attempt once
 	// its consequences are confirmed, before its message is acknowledged.
-	// Best effort: a failed look-up delivers, a failed record is logged.
-	// Nil checks nothing.
+	// Best effort: a failed look-up delivers; a failed record is held in
+	// memory (still deduplicating) and recorded again every
+	// RecordRetryInterval. Nil checks nothing.
 	Checks Checks
+	// UnrecordedCapacity bounds the completions held in memory while they
+	// cannot be recorded. Default DefaultUnrecordedCapacity.
+	UnrecordedCapacity int
+	// RecordRetryInterval is how often held completions are recorded
+	// again. Default DefaultRecordRetryInterval.
+	RecordRetryInterval time.Duration
 
 	// Broker names. Defaults: the Default* constants.
 	DispatchExchange   string
@@ -172,6 +182,7 @@ type Pipeline struct {
 	events    *batcher[*eventsv1.ExecutionEvent]
 	checks    *batcher[*checkQuery]
 	records   *batcher[store.CompletedAttempt]
+	held      *unrecorded
 	ready     chan struct{}
 	readyOnce sync.Once
 }
@@ -194,7 +205,7 @@ func New(opts Options) (*Pipeline, error) {
 		return nil, errors.New("pipeline: Deliverer is required")
 	case opts.Prefetch < 0 || opts.Workers.High < 0 || opts.Workers.Normal < 0 || opts.Workers.Low < 0 ||
 		opts.EventBatch < 0 || opts.EventPublishers < 0 || opts.DrainTimeout < 0 || opts.PublishTimeout < 0 ||
-		opts.CancelTimeout < 0 || opts.Backoff < 0 || opts.MaxBackoff < 0:
+		opts.CancelTimeout < 0 || opts.Backoff < 0 || opts.MaxBackoff < 0 || opts.UnrecordedCapacity < 0 || opts.RecordRetryInterval < 0:
 		return nil, errors.New("pipeline: counts and durations must not be negative")
 	}
 	opts.DispatchExchange = cmp.Or(opts.DispatchExchange, DefaultDispatchExchange)
@@ -228,6 +239,8 @@ func New(opts Options) (*Pipeline, error) {
 	opts.CancelTimeout = cmp.Or(opts.CancelTimeout, DefaultCancelTimeout)
 	opts.Backoff = cmp.Or(opts.Backoff, DefaultBackoff)
 	opts.MaxBackoff = max(cmp.Or(opts.MaxBackoff, DefaultMaxBackoff), opts.Backoff)
+	opts.UnrecordedCapacity = cmp.Or(opts.UnrecordedCapacity, DefaultUnrecordedCapacity)
+	opts.RecordRetryInterval = cmp.Or(opts.RecordRetryInterval, DefaultRecordRetryInterval)
 	if opts.TracerProvider == nil {
 		opts.TracerProvider = noop.NewTracerProvider()
 	}
@@ -249,6 +262,7 @@ func New(opts Options) (*Pipeline, error) {
 		// No linger: the look-up is on the way to the target.
 		p.checks = newBatcher(p.lookUp, 1000, 0, 2, opts.CancelTimeout)
 		p.records = newBatcher(p.recordCompletions, 1000, 0, 2, opts.CancelTimeout)
+		p.held = newUnrecorded(opts.UnrecordedCapacity)
 	}
 	if err := register(opts.Metrics, p.metrics.all); err != nil {
 		return nil, fmt.Errorf("pipeline: %w", err)
@@ -315,6 +329,7 @@ func (p *Pipeline) Run(ctx context.Context) error {
 	if p.checks != nil {
 		batchers.Go(func() { p.checks.run(batchCtx) })
 		batchers.Go(func() { p.records.run(batchCtx) })
+		batchers.Go(func() { p.recordHeld(batchCtx) })
 	}
 	defer func() {
 		stopBatchers()
@@ -645,6 +660,9 @@ func (p *Pipeline) precheck(ctx context.Context, req *dispatchv1.DispatchRequest
 	if p.checks == nil {
 		return false, false
 	}
+	if p.held.covers(req.ExecutionId, req.Attempt) {
+		return true, false
+	}
 	q := &checkQuery{ref: store.CheckRef{Namespace: req.Namespace, ExecutionID: req.ExecutionId, Attempt: req.Attempt}}
 	select {
 	case err := <-p.checks.submit(q):
@@ -670,16 +688,67 @@ func (p *Pipeline) completed(ctx context.Context, req *dispatchv1.DispatchReques
 	if v != ack || p.records == nil {
 		return v
 	}
+	done := store.CompletedAttempt{ExecutionID: req.ExecutionId, Attempt: req.Attempt, Final: final, Time: now}
 	select {
-	case err := <-p.records.submit(store.CompletedAttempt{ExecutionID: req.ExecutionId, Attempt: req.Attempt, Final: final, Time: now}):
+	case err := <-p.records.submit(done):
 		if err != nil {
 			p.metrics.recordErrors.Inc()
-			p.logger.WarnContext(ctx, "recording a completed attempt failed; a redelivery of it would be delivered again",
-				slog.String("execution_id", req.ExecutionId), slog.Any("error", err))
+			p.hold(ctx, done, err)
 		}
 	case <-ctx.Done():
 	}
 	return ack
+}
+
+// hold keeps a completion whose record failed in memory, deduplicating
+// until recordHeld writes it.
+func (p *Pipeline) hold(ctx context.Context, done store.CompletedAttempt, err error) {
+	if p.held.add(done) {
+		p.metrics.unrecorded.Set(float64(p.held.len()))
+		p.logger.DebugContext(ctx, "recording a completed attempt failed; holding it until the database answers",
+			slog.String("execution_id", done.ExecutionID), slog.Any("error", err))
+		return
+	}
+	p.metrics.unrecordedDrops.Inc()
+	p.logger.WarnContext(ctx, "recording a completed attempt failed and the in-memory hold is full; a redelivery of it would be delivered again",
+		slog.String("execution_id", done.ExecutionID), slog.Any("error", err))
+}
+
+// recordHeld records the held completions every RecordRetryInterval until
+// ctx ends, then makes a last attempt bounded by CancelTimeout and says
+// how many are lost.
+func (p *Pipeline) recordHeld(ctx context.Context) {
+	flush := func(ctx context.Context) error {
+		for p.held.len() > 0 {
+			batch := p.held.take(1000)
+			callCtx, cancel := context.WithTimeout(ctx, p.opts.CancelTimeout)
+			err := p.opts.Checks.RecordCompleted(callCtx, batch)
+			cancel()
+			if err != nil {
+				return err
+			}
+			p.held.forget(batch)
+			p.metrics.unrecorded.Set(float64(p.held.len()))
+		}
+		return nil
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			if p.held.len() == 0 {
+				return
+			}
+			if err := flush(context.WithoutCancel(ctx)); err != nil {
+				p.logger.Warn("stopping with completed attempts not recorded; redeliveries of them would be delivered again",
+					slog.Int("completions", p.held.len()), slog.Any("error", err))
+			}
+			return
+		case <-p.opts.Clock.After(p.opts.RecordRetryInterval):
+			if err := flush(ctx); err != nil {
+				p.logger.Debug("recording held completions failed; retrying", slog.Int("completions", p.held.len()), slog.Any("error", err))
+			}
+		}
+	}
 }
 
 // lookUp is the flush of the look-up batcher.
