@@ -396,7 +396,7 @@ func TestWatermillLogger(t *testing.T) {
 	l := WatermillLogger(slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug})))
 	l.Info("hello", watermill.LogFields{"k": "v"})
 	l.With(watermill.LogFields{"w": 1}).Error("failed", fmt.Errorf("boom"), nil)
-	require.Contains(t, buf.String(), "msg=hello k=v")
+	require.Contains(t, buf.String(), "level=DEBUG msg=hello k=v", "Watermill's Info is our Debug")
 	require.Contains(t, buf.String(), "level=ERROR msg=failed w=1 error=boom")
 
 	WatermillLogger(nil).Info("discarded", nil) // must not panic
