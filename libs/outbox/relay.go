@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -122,6 +123,14 @@ type RelayOptions struct {
 	// topic is both the destination and the routing key.
 	Destination func(topic string) (exchange, routingKey string)
 }
+
+// RowIDHeader is the message header holding the outbox row's id. Every
+// publish of one row carries the same id, and distinct rows distinct ids:
+// a consumer (or a test) can tell a row published twice (the relay lost
+// its leadership or crashed between the broker's confirm and the row's
+// delete) from two rows written for the same thing, which the message id
+// alone cannot when it is derived from the content.
+const RowIDHeader = "cronmesh-outbox-row"
 
 // Leadership elects the single publishing relay by some means other than
 // the advisory lock.
@@ -629,6 +638,7 @@ func (r *Relay) publishLane(ctx, pubCtx context.Context, lane []row) ([]int64, e
 			if len(rw.headers) > 0 {
 				msgs[i].Metadata = rw.headers
 			}
+			msgs[i].Metadata.Set(RowIDHeader, strconv.FormatInt(rw.id, 10))
 			msgs[i].SetContext(pubCtx)
 		}
 		spans := r.tracing.start(topics, msgs)

@@ -82,9 +82,13 @@ func TestRelayPublishesRows(t *testing.T) {
 	// exactly the published messages now.
 	got := amqptest.Drain(t, top.queue)
 	require.Len(t, got, len(msgs))
-	byID := map[string]int{}
+	byID, rowIDs := map[string]int{}, map[string]bool{}
 	for i, d := range got {
 		byID[d.MessageId] = i
+		rowID, ok := d.Headers[RowIDHeader].(string)
+		require.True(t, ok, "every message names its outbox row")
+		require.False(t, rowIDs[rowID], "distinct rows, distinct row ids")
+		rowIDs[rowID] = true
 	}
 	for _, m := range msgs {
 		i, ok := byID[m.MessageID]

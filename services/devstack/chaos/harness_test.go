@@ -30,6 +30,7 @@ import (
 	"github.com/cronmesh/cronmesh/libs/etcdtest"
 	"github.com/cronmesh/cronmesh/libs/meshrun"
 	"github.com/cronmesh/cronmesh/libs/meshtest"
+	"github.com/cronmesh/cronmesh/libs/outbox"
 	"github.com/cronmesh/cronmesh/services/devstack/chaos/ledger"
 )
 
@@ -342,7 +343,8 @@ func (r *run) tapOnce(ctx context.Context, queue string, seen map[string]bool, s
 				if err := proto.Unmarshal(d.Body, req); err != nil {
 					r.ledger.Bad(fmt.Sprintf("undecodable dispatch request %q: %v", d.MessageId, err))
 				} else {
-					r.ledger.Enqueued(req, d.MessageId, at)
+					rowID, _ := d.Headers[outbox.RowIDHeader].(string)
+					r.ledger.Enqueued(req, rowID, at)
 				}
 				seen[d.MessageId] = true
 			}

@@ -29,6 +29,7 @@ import (
 	"github.com/cronmesh/cronmesh/libs/amqptest"
 	"github.com/cronmesh/cronmesh/libs/broker"
 	"github.com/cronmesh/cronmesh/libs/etcdtest"
+	"github.com/cronmesh/cronmesh/libs/outbox"
 	"github.com/cronmesh/cronmesh/libs/pgtest"
 )
 
@@ -278,7 +279,8 @@ func (c *cluster) record(ctx context.Context, deliveries <-chan amqp091.Delivery
 				c.received.bad(fmt.Sprintf("undecodable dispatch request %q: %v", d.MessageId, err))
 				continue
 			}
-			c.received.add(req, time.Now())
+			rowID, _ := d.Headers[outbox.RowIDHeader].(string)
+			c.received.add(req, rowID, time.Now())
 		}
 	}
 }

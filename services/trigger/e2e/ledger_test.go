@@ -11,9 +11,14 @@ import (
 
 // ledger is the test's independent record of what reached the dispatch
 // queue: the proof is taken from the queue, not from the trigger's tables.
+// Each message names the outbox row it was published from
+// (outbox.RowIDHeader): a slot in two rows was fired twice; one row
+// arriving twice was republished by the relay (at least once: a relay
+// frozen or killed between the broker's confirm and its delete), which the
+// dispatcher absorbs and which is counted, not failed.
 type ledger struct {
 	mu       sync.Mutex
-	count    map[slotKey]int
+	rows     map[slotKey]map[string]int // arrivals per outbox row
 	arrival  map[slotKey]time.Time
 	problems []string
 }
@@ -24,17 +29,23 @@ type slotKey struct {
 }
 
 func newLedger() *ledger {
-	return &ledger{count: map[slotKey]int{}, arrival: map[slotKey]time.Time{}}
+	return &ledger{rows: map[slotKey]map[string]int{}, arrival: map[slotKey]time.Time{}}
 }
 
-func (l *ledger) add(req *dispatchv1.DispatchRequest, at time.Time) {
+func (l *ledger) add(req *dispatchv1.DispatchRequest, rowID string, at time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	nominal := req.NominalTime.AsTime()
 	k := slotKey{req.JobId, nominal.Unix()}
-	l.count[k]++
+	if l.rows[k] == nil {
+		l.rows[k] = map[string]int{}
+	}
+	l.rows[k][rowID]++
 	if _, seen := l.arrival[k]; !seen {
 		l.arrival[k] = at
+	}
+	if rowID == "" {
+		l.problems = append(l.problems, fmt.Sprintf("job %s at %s: no outbox row id", req.JobId, nominal))
 	}
 	if want := execid.For(req.JobId, nominal); req.ExecutionId != want {
 		l.problems = append(l.problems, fmt.Sprintf("job %s at %s: execution id %s, want %s", req.JobId, nominal, req.ExecutionId, want))
@@ -54,21 +65,25 @@ func (l *ledger) total() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	n := 0
-	for _, c := range l.count {
-		n += c
+	for _, rows := range l.rows {
+		for _, c := range rows {
+			n += c
+		}
 	}
 	return n
 }
 
-// verdict checks every job's every second in [from, to]: each slot must have
-// arrived exactly once. It returns the problems (missing, duplicated) and
-// the lateness (arrival - nominal) of the slots in [lateFrom, to].
+// verdict checks every job's every second in [from, to]: each slot must
+// have been fired once (one outbox row) and have arrived. It returns the
+// problems (missing, fired twice), the republished slots and the lateness
+// (first arrival - nominal) of the slots in [lateFrom, to].
 type verdict struct {
-	slots      int
-	missing    []string
-	duplicated []string
-	maxLate    time.Duration
-	maxLateAt  string
+	slots       int
+	missing     []string
+	firedTwice  []string
+	republished []string
+	maxLate     time.Duration
+	maxLateAt   string
 }
 
 func (l *ledger) check(jobs []string, from, to time.Time, lateFrom time.Time) verdict {
@@ -79,16 +94,23 @@ func (l *ledger) check(jobs []string, from, to time.Time, lateFrom time.Time) ve
 		for s := from.Unix(); s <= to.Unix(); s++ {
 			v.slots++
 			k := slotKey{job, s}
-			switch n := l.count[k]; {
-			case n == 0:
-				v.missing = append(v.missing, fmt.Sprintf("%s@%s", job, time.Unix(s, 0).UTC().Format(time.TimeOnly)))
-			case n > 1:
-				v.duplicated = append(v.duplicated, fmt.Sprintf("%s@%s x%d", job, time.Unix(s, 0).UTC().Format(time.TimeOnly), n))
-			default:
-				if s >= lateFrom.Unix() {
-					if late := l.arrival[k].Sub(time.Unix(s, 0)); late > v.maxLate {
-						v.maxLate, v.maxLateAt = late, time.Unix(s, 0).UTC().Format(time.TimeOnly)
-					}
+			name := fmt.Sprintf("%s@%s", job, time.Unix(s, 0).UTC().Format(time.TimeOnly))
+			rows := l.rows[k]
+			if len(rows) == 0 {
+				v.missing = append(v.missing, name)
+				continue
+			}
+			if len(rows) > 1 {
+				v.firedTwice = append(v.firedTwice, fmt.Sprintf("%s in %d outbox rows", name, len(rows)))
+			}
+			for _, n := range rows {
+				if n > 1 {
+					v.republished = append(v.republished, fmt.Sprintf("%s x%d", name, n))
+				}
+			}
+			if s >= lateFrom.Unix() {
+				if late := l.arrival[k].Sub(time.Unix(s, 0)); late > v.maxLate {
+					v.maxLate, v.maxLateAt = late, time.Unix(s, 0).UTC().Format(time.TimeOnly)
 				}
 			}
 		}

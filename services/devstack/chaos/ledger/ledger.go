@@ -7,12 +7,12 @@
 // The rules it checks (Verdict.Err):
 //   - every expected slot was delivered to the target at least once;
 //   - no slot was fired twice: its first attempt reached the dispatch
-//     exchange in one message only (one message id). The trigger's outbox
-//     relay publishes at least once, so a crash between the broker's
-//     confirm and the relay's delete publishes the same message (same
-//     message id) again: that republish is counted (Verdict.Republished)
-//     and reported, not failed, since the dispatcher is where it must be
-//     absorbed;
+//     exchange from one outbox row only (the relay's outbox.RowIDHeader;
+//     the message id, derived from the slot, cannot tell). The trigger's
+//     outbox relay publishes at least once, so a crash or a freeze between
+//     the broker's confirm and the relay's delete publishes the same row
+//     again: that republish is counted (Verdict.Republished) and reported,
+//     not failed, since the dispatcher is where it must be absorbed;
 //   - every message and every delivery of a slot carries the slot's own
 //     execution id (libs/execid), so duplicates at the target are only ever
 //     duplicates with the same webhook-id;
@@ -47,8 +47,8 @@ func (s Slot) String() string {
 
 // enqueue is one first attempt seen at the tap.
 type enqueue struct {
-	messageID string
-	at        time.Time
+	rowID string // the outbox row it was published from
+	at    time.Time
 }
 
 type delivery struct {
@@ -72,9 +72,11 @@ func New() *Ledger {
 }
 
 // Enqueued records a dispatch request read from the tap at at (the real
-// clock of the test), in the AMQP message messageID. A first attempt counts
-// towards "fired once"; a retry (attempt > 1) only towards the retry count.
-func (l *Ledger) Enqueued(req *dispatchv1.DispatchRequest, messageID string, at time.Time) {
+// clock of the test), published from the outbox row rowID (the message's
+// outbox.RowIDHeader). A first attempt counts towards "fired once", and
+// must come from an outbox row; a retry (attempt > 1) only counts towards
+// the retry count.
+func (l *Ledger) Enqueued(req *dispatchv1.DispatchRequest, rowID string, at time.Time) {
 	nominal := req.GetNominalTime().AsTime()
 	s := Slot{Job: req.GetJobId(), Nominal: nominal.Unix()}
 	l.mu.Lock()
@@ -84,7 +86,10 @@ func (l *Ledger) Enqueued(req *dispatchv1.DispatchRequest, messageID string, at 
 	}
 	l.ids[req.GetExecutionId()] = s
 	if req.GetAttempt() <= 1 {
-		l.firsts[s] = append(l.firsts[s], enqueue{messageID: messageID, at: at})
+		if rowID == "" {
+			l.problems = append(l.problems, fmt.Sprintf("%s: first attempt published without an outbox row id", s))
+		}
+		l.firsts[s] = append(l.firsts[s], enqueue{rowID: rowID, at: at})
 	} else {
 		l.retries[s]++
 	}
@@ -133,8 +138,8 @@ type Verdict struct {
 	Slots          int      // expected slots checked
 	Missing        []string // expected slots never delivered
 	NotEnqueued    []string // expected slots delivered or not, never seen at the broker
-	DoubleEnqueued []string // slots fired twice: first attempts in messages of different ids
-	Republished    []string // slots whose first attempt's message was published again (same id)
+	DoubleEnqueued []string // slots fired twice: first attempts from different outbox rows
+	Republished    []string // slots whose first attempt's outbox row was published again
 	Early          []string // slots enqueued or delivered before their nominal time
 	Problems       []string // wrong execution ids, deliveries of no known slot
 	Retries        int      // messages of attempts > 1 seen at the broker
@@ -201,7 +206,7 @@ func (l *Ledger) Check(jobs []string, from, to, fault time.Time) Verdict {
 		if len(arrivals) > 1 {
 			messages := map[string]int{}
 			for _, e := range arrivals {
-				messages[e.messageID]++
+				messages[e.rowID]++
 			}
 			if len(messages) > 1 {
 				v.DoubleEnqueued = append(v.DoubleEnqueued, fmt.Sprintf("%s in %d messages", s, len(messages)))
@@ -260,7 +265,7 @@ func (v Verdict) Err() error {
 	}{
 		{"expected slots never delivered", v.Missing},
 		{"expected slots never enqueued", v.NotEnqueued},
-		{"slots fired twice (enqueued in two messages)", v.DoubleEnqueued},
+		{"slots fired twice (enqueued from two outbox rows)", v.DoubleEnqueued},
 		{"slots enqueued or delivered before their nominal time", v.Early},
 		{"wrong ids", v.Problems},
 	} {

@@ -31,14 +31,14 @@ func clean(l *ledger.Ledger, late func(job string, sec int) time.Duration) {
 	for _, job := range []string{jobA, jobB} {
 		for sec := range 3 {
 			nominal := t0.Add(time.Duration(sec) * time.Second)
-			l.Enqueued(request(job, nominal, 1), msgID(job, nominal), nominal.Add(10*time.Millisecond))
+			l.Enqueued(request(job, nominal, 1), rowID(job, nominal), nominal.Add(10*time.Millisecond))
 			l.Delivered(job, execid.For(job, nominal), nominal.Add(late(job, sec)))
 		}
 	}
 }
 
-// msgID is the AMQP message id of a slot's first attempt.
-func msgID(job string, nominal time.Time) string { return "msg-" + execid.For(job, nominal) }
+// rowID is the outbox row a slot's first attempt was published from.
+func rowID(job string, nominal time.Time) string { return "row-" + execid.For(job, nominal) }
 
 func onTime(string, int) time.Duration { return 50 * time.Millisecond }
 
@@ -66,15 +66,15 @@ func TestVerdicts(t *testing.T) {
 		}, check: func(t *testing.T, v ledger.Verdict) { require.Equal(t, 2, v.Retries) }},
 		{name: "a slot outside the window may arrive", extra: func(l *ledger.Ledger) {
 			at := t0.Add(10 * time.Second)
-			l.Enqueued(request(jobA, at, 1), msgID(jobA, at), at)
+			l.Enqueued(request(jobA, at, 1), rowID(jobA, at), at)
 			l.Delivered(jobA, execid.For(jobA, at), at)
 		}},
 		{name: "a slot after the window delivered before the tap read it", extra: func(l *ledger.Ledger) {
 			at := t0.Add(30 * time.Second)
 			l.Delivered(jobB, execid.For(jobB, at), at.Add(100*time.Millisecond))
 		}},
-		{name: "a republished message is counted, not failed", extra: func(l *ledger.Ledger) {
-			l.Enqueued(request(jobA, t0, 1), msgID(jobA, t0), t0.Add(3*time.Second))
+		{name: "a republished row is counted, not failed", extra: func(l *ledger.Ledger) {
+			l.Enqueued(request(jobA, t0, 1), rowID(jobA, t0), t0.Add(3*time.Second))
 			l.Delivered(jobA, execid.For(jobA, t0), t0.Add(3*time.Second))
 		}, check: func(t *testing.T, v ledger.Verdict) {
 			require.Len(t, v.Republished, 1)
@@ -88,8 +88,12 @@ func TestVerdicts(t *testing.T) {
 			return 50 * time.Millisecond
 		}, wantErr: "delivered before their nominal time"},
 		{name: "a slot fired twice", extra: func(l *ledger.Ledger) {
-			l.Enqueued(request(jobA, t0.Add(time.Second), 1), "another message", t0.Add(1200*time.Millisecond))
+			l.Enqueued(request(jobA, t0.Add(time.Second), 1), "another row", t0.Add(1200*time.Millisecond))
 		}, wantErr: "1 slots fired twice"},
+		{name: "a first attempt not from the outbox", extra: func(l *ledger.Ledger) {
+			at := t0.Add(20 * time.Second)
+			l.Enqueued(request(jobA, at, 1), "", at)
+		}, wantErr: "without an outbox row id"},
 		{name: "a delivery with another webhook-id", extra: func(l *ledger.Ledger) {
 			l.Delivered(jobA, "0190f0c4-0000-5000-8000-000000000000", t0.Add(time.Second))
 		}, wantErr: "of no slot"},
@@ -103,7 +107,7 @@ func TestVerdicts(t *testing.T) {
 		}, wantErr: "want " + execid.For(jobA, t0.Add(5*time.Second))},
 		{name: "an early enqueue", extra: func(l *ledger.Ledger) {
 			at := t0.Add(20 * time.Second)
-			l.Enqueued(request(jobA, at, 1), msgID(jobA, at), at.Add(-10*time.Second))
+			l.Enqueued(request(jobA, at, 1), rowID(jobA, at), at.Add(-10*time.Second))
 		}, wantErr: "enqueued 10s early"},
 		{name: "late slots set the recovery", late: func(job string, sec int) time.Duration {
 			if sec == 1 {
