@@ -66,6 +66,7 @@ func run(ctx context.Context, scenario string, args []string) error {
 		fs.Float64Var(&o.Rate, "rate", 3000, "executions per second, on average over the window")
 		fs.DurationVar(&o.Duration, "duration", 10*time.Minute, "the measured window")
 		fs.DurationVar(&o.Setup, "setup", 0, "from the first registration to the window (0: estimated from the job count)")
+		fs.DurationVar(&o.Warmup, "warmup", 30*time.Second, "recurring jobs start firing this long before the window (their start_time)")
 		fs.DurationVar(&o.Grace, "grace", 2*time.Minute, "how long deliveries are awaited after the window")
 		if err = parse(fs, args, &cfg, extra); err == nil {
 			err = meshbench.Sustained(ctx, cfg, o)

@@ -68,6 +68,8 @@ type Job struct {
 	Every  time.Duration // Interval
 	Anchor time.Time     // Interval
 	At     time.Time     // OneTime
+	// NotBefore, if set, is the schedule's start_time: no slot before it.
+	NotBefore time.Time
 }
 
 // Shares divide the target rate between the kinds; they need not sum to 1
@@ -88,6 +90,11 @@ type Options struct {
 	Start  time.Time     // the window's first instant; one-time jobs fall in it
 	Window time.Duration // the window's length
 	Shares Shares        // default DefaultShares
+	// FiringFrom, if set, is the first instant recurring jobs may fire
+	// (their schedules' start_time): without it they fire as soon as the
+	// trigger holds them, and the backlog of the setup minutes is still in
+	// the queues when the window starts.
+	FiringFrom time.Time
 }
 
 // Plan is the planned jobs and the window they were sized for.
@@ -122,7 +129,11 @@ func New(opts Options) (*Plan, error) {
 	p := &Plan{Start: opts.Start.UTC(), Window: opts.Window}
 	add := func(n int, job func(i int) Job) {
 		for i := range n {
-			p.Jobs = append(p.Jobs, job(i))
+			j := job(i)
+			if j.Kind != OneTime && !opts.FiringFrom.IsZero() {
+				j.NotBefore = opts.FiringFrom.UTC()
+			}
+			p.Jobs = append(p.Jobs, j)
 		}
 	}
 	add(count(rate(EverySecond)), func(int) Job { return Job{Kind: EverySecond} })
@@ -243,6 +254,9 @@ func (j Job) Schedule() *registryv1.Schedule {
 		}}
 	case OneTime:
 		s.Kind = &registryv1.Schedule_At{At: timestamppb.New(j.At)}
+	}
+	if !j.NotBefore.IsZero() {
+		s.StartTime = timestamppb.New(j.NotBefore)
 	}
 	return s
 }

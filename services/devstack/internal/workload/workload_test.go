@@ -75,3 +75,27 @@ func TestNewRejectsAnEmptyPlan(t *testing.T) {
 	_, err = workload.New(workload.Options{Rate: 0, Start: time.Now(), Window: time.Minute})
 	require.Error(t, err)
 }
+
+func TestFiringFromBoundsRecurringJobs(t *testing.T) {
+	t.Parallel()
+	start := time.Date(2026, 11, 22, 2, 0, 0, 0, time.UTC)
+	firing := start.Add(-30 * time.Second)
+	plan, err := workload.New(workload.Options{Rate: 100, Start: start, Window: time.Minute, FiringFrom: firing})
+	require.NoError(t, err)
+	kinds := map[workload.Kind]bool{}
+	for _, j := range plan.Jobs {
+		kinds[j.Kind] = true
+		s := j.Schedule()
+		if j.Kind == workload.OneTime {
+			require.Nil(t, s.StartTime, "a one-time job is due in the window anyway")
+			continue
+		}
+		require.Equal(t, firing, s.StartTime.AsTime(), "%v", j.Kind)
+		sched, errs := jobspec.Schedule(s, start.Add(-time.Hour))
+		require.Empty(t, errs)
+		next, ok := sched.Next(start.Add(-time.Hour))
+		require.True(t, ok)
+		require.False(t, next.Before(firing), "%v fires from FiringFrom on", j.Kind)
+	}
+	require.Len(t, kinds, len(workload.Kinds()), "every kind planned")
+}
