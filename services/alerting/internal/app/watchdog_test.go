@@ -39,6 +39,12 @@ func (a *alerting) publishJob(t *testing.T, id string, version int64, kind event
 	}
 	body, err := proto.Marshal(ev)
 	require.NoError(t, err)
+	a.publishJobBody(t, body)
+}
+
+// publishJobBody publishes one message to the job event exchange.
+func (a *alerting) publishJobBody(t *testing.T, body []byte) {
+	t.Helper()
 	ch := amqptest.Channel(t)
 	require.NoError(t, ch.Confirm(false))
 	confirm, err := ch.PublishWithDeferredConfirmWithContext(context.Background(), a.cfg.JobsExchange, "job.created", true, false,
