@@ -41,6 +41,9 @@ const (
 	DefaultExecutionsQueue    = "cronmesh.alerting.executions"
 	DefaultJobsExchange       = "cronmesh.jobs"
 	DefaultJobsQueue          = "cronmesh.alerting.jobs"
+	// DefaultJobsWorkers subscriptions fill the job event batches (a
+	// subscription holds one message until its batch commits).
+	DefaultJobsWorkers = 128
 )
 
 // Config is everything the alerting service is told at start.
@@ -64,6 +67,10 @@ type Config struct {
 	// Workers is how many execution event messages are evaluated
 	// concurrently.
 	Workers int
+	// JobsWorkers is how many subscriptions of the job event queue are
+	// held, each with one message in hand, and JobsBatch the most job
+	// events applied in one transaction (at most JobsWorkers).
+	JobsWorkers, JobsBatch int
 	// Prefetch is the AMQP prefetch of each worker.
 	Prefetch int
 	// NotifyPoll, NotifyBackoff and NotifyMaxBackoff pace the notification
@@ -91,6 +98,8 @@ func (c *Config) Register(fs *flag.FlagSet) {
 	fs.StringVar(&c.JobsExchange, "jobs-exchange", DefaultJobsExchange, "RabbitMQ topic exchange of the registry's job events")
 	fs.StringVar(&c.JobsQueue, "jobs-queue", DefaultJobsQueue, "alerting's durable queue of job events")
 	fs.IntVar(&c.Workers, "workers", 2, "execution event messages evaluated concurrently")
+	fs.IntVar(&c.JobsWorkers, "jobs-workers", DefaultJobsWorkers, "subscriptions of the job event queue, each holding one message while its batch gathers")
+	fs.IntVar(&c.JobsBatch, "jobs-batch", consume.DefaultMaxBatch, "most job events applied in one transaction (at most --jobs-workers)")
 	fs.IntVar(&c.Prefetch, "prefetch", 8, "AMQP prefetch per worker")
 	fs.DurationVar(&c.NotifyPoll, "notify-poll", notify.DefaultPoll, "how often the sender looks for due notifications")
 	fs.DurationVar(&c.NotifyBackoff, "notify-backoff", notify.DefaultBackoff, "wait after a notification's first failed attempt (doubles per attempt)")
@@ -222,10 +231,15 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger) (_ *App, err erro
 		return nil, err
 	}
 	jobs, err := consume.New(consume.Options{
-		Name: "jobs", Handler: a.watchdog.HandleJobEvent, AMQPURL: cfg.AMQPURL,
+		Name: "jobs", BatchHandler: a.watchdog.HandleJobEvents, AMQPURL: cfg.AMQPURL,
 		Exchange: cmp.Or(cfg.JobsExchange, DefaultJobsExchange), Queue: cmp.Or(cfg.JobsQueue, DefaultJobsQueue),
-		BindingKey: "job.#", Workers: 1, Prefetch: cfg.Prefetch,
-		TracerProvider: a.telemetry.TracerProvider, Propagator: a.telemetry.Propagator, Logger: logger, Clock: cfg.Clock,
+		BindingKey: "job.#", Workers: cmp.Or(cfg.JobsWorkers, DefaultJobsWorkers), MaxBatch: cfg.JobsBatch, Prefetch: cfg.Prefetch,
+		TracerProvider: a.telemetry.TracerProvider, Propagator: a.telemetry.Propagator, Logger: logger,
+		// The real clock: this consumer's clock paces only the batches'
+		// linger and the retry backoff, and a test's fake clock (which
+		// the watchdog's decisions follow, through the watchdog's own
+		// Clock) would hold every batch until the test moved it.
+		Clock: clock.Real{},
 	})
 	if err != nil {
 		return nil, err

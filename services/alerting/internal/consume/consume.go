@@ -4,6 +4,13 @@
 // it with backoff otherwise. It is the trigger's job-event projection loop
 // (services/trigger/internal/projection) made generic: alerting consumes
 // two exchanges the same way.
+//
+// With a BatchHandler instead of a Handler, the messages of every
+// subscription are gathered into batches of up to MaxBatch (those at hand,
+// then those arriving within Linger) and handed over together, so that one
+// transaction applies them; each message is acknowledged only after its
+// batch was handled, and a batch that failed is requeued whole after a
+// backoff.
 package consume
 
 import (
@@ -19,7 +26,6 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/propagation"
-	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 
@@ -32,6 +38,13 @@ const (
 	DefaultWorkers    = 2
 	DefaultBackoff    = 100 * time.Millisecond
 	DefaultMaxBackoff = 5 * time.Second
+	// DefaultMaxBatch and DefaultBatches apply with a BatchHandler: batches
+	// of up to DefaultMaxBatch messages, DefaultBatches of them handled
+	// concurrently (one gathers while another commits). A batch waits at
+	// most DefaultLinger for more messages.
+	DefaultMaxBatch = 128
+	DefaultBatches  = 2
+	DefaultLinger   = 10 * time.Millisecond
 )
 
 // deliveryLimit is the quorum queue's x-delivery-limit: in effect none (see
@@ -49,23 +62,44 @@ var ErrPoison = errors.New("poison message")
 // Handler processes one message.
 type Handler func(ctx context.Context, msg *message.Message) error
 
+// BatchHandler processes a batch of messages, typically in one
+// transaction. It returns one error per message, in order: nil, or an error
+// wrapping ErrPoison for a message that can never be processed (logged and
+// acknowledged with the rest), or any other error to requeue that message
+// alone. An error return (then the slice is ignored) requeues the whole
+// batch.
+type BatchHandler func(ctx context.Context, msgs []*message.Message) ([]error, error)
+
 // Options for New.
 type Options struct {
 	// Name labels logs and spans ("executions", "jobs").
 	Name string
-	// Handler is required.
-	Handler Handler
+	// Handler or BatchHandler (exactly one) is required.
+	Handler      Handler
+	BatchHandler BatchHandler
 	// AMQPURL, Exchange, Queue and BindingKey are required.
 	AMQPURL, Exchange, Queue, BindingKey string
 	// Prefetch per worker. Default broker.DefaultPrefetch.
 	Prefetch int
-	// Workers is how many messages are handled concurrently, each on its
-	// own AMQP channel. Default DefaultWorkers.
-	Workers        int
-	TracerProvider trace.TracerProvider
-	Propagator     propagation.TextMapPropagator
-	Logger         *slog.Logger
-	Clock          clock.Clock
+	// Workers is how many subscriptions are held, each on its own AMQP
+	// channel, each with one message in hand at a time (watermill-amqp
+	// delivers a subscription's next message once the last one is
+	// acknowledged). With a Handler it is how many messages are handled
+	// concurrently; with a BatchHandler, the batches are filled from the
+	// messages in hand, so it should be at least MaxBatch. Default
+	// DefaultWorkers.
+	Workers int
+	// MaxBatch, Batches and Linger apply with a BatchHandler: the most
+	// messages in a batch (at most Workers), how many batches are handled
+	// concurrently, and how long a batch that holds every message at hand
+	// waits for more. Defaults DefaultMaxBatch, DefaultBatches and
+	// DefaultLinger.
+	MaxBatch, Batches int
+	Linger            time.Duration
+	TracerProvider    trace.TracerProvider
+	Propagator        propagation.TextMapPropagator
+	Logger            *slog.Logger
+	Clock             clock.Clock
 	// Backoff and MaxBackoff space retries of a failing message.
 	Backoff, MaxBackoff time.Duration
 }
@@ -85,13 +119,19 @@ type Consumer struct {
 
 // New validates opts and applies the defaults. It does not connect.
 func New(opts Options) (*Consumer, error) {
-	if opts.Handler == nil || opts.AMQPURL == "" || opts.Exchange == "" || opts.Queue == "" || opts.BindingKey == "" {
-		return nil, errors.New("consume: Handler, AMQPURL, Exchange, Queue and BindingKey are required")
+	if (opts.Handler == nil) == (opts.BatchHandler == nil) {
+		return nil, errors.New("consume: exactly one of Handler and BatchHandler is required")
 	}
-	if opts.Workers < 0 || opts.Prefetch < 0 {
-		return nil, errors.New("consume: Workers and Prefetch must not be negative")
+	if opts.AMQPURL == "" || opts.Exchange == "" || opts.Queue == "" || opts.BindingKey == "" {
+		return nil, errors.New("consume: AMQPURL, Exchange, Queue and BindingKey are required")
+	}
+	if opts.Workers < 0 || opts.Prefetch < 0 || opts.MaxBatch < 0 || opts.Batches < 0 || opts.Linger < 0 {
+		return nil, errors.New("consume: Workers, Prefetch, MaxBatch, Batches and Linger must not be negative")
 	}
 	opts.Workers = cmp.Or(opts.Workers, DefaultWorkers)
+	opts.MaxBatch = min(cmp.Or(opts.MaxBatch, DefaultMaxBatch), opts.Workers)
+	opts.Batches = cmp.Or(opts.Batches, DefaultBatches)
+	opts.Linger = cmp.Or(opts.Linger, DefaultLinger)
 	opts.Backoff = cmp.Or(opts.Backoff, DefaultBackoff)
 	opts.MaxBackoff = max(cmp.Or(opts.MaxBackoff, DefaultMaxBackoff), opts.Backoff)
 	if opts.TracerProvider == nil {
@@ -171,11 +211,15 @@ func (c *Consumer) run(ctx context.Context, cfg amqp.Config) {
 	}
 	c.readyOnce.Do(func() { close(c.ready) })
 	c.logger.Info("consuming", slog.String("exchange", c.opts.Exchange), slog.String("queue", c.opts.Queue), slog.Int("workers", len(channels)))
-	var wg sync.WaitGroup
-	for _, ch := range channels {
-		wg.Go(func() { c.consume(ctx, ch) })
+	if c.opts.BatchHandler != nil {
+		c.consumeBatches(ctx, channels)
+	} else {
+		var wg sync.WaitGroup
+		for _, ch := range channels {
+			wg.Go(func() { c.consume(ctx, ch) })
+		}
+		wg.Wait()
 	}
-	wg.Wait()
 	if err := sub.Close(); err != nil {
 		c.logger.Warn("closing the subscriber", slog.Any("error", err))
 	}
@@ -222,17 +266,7 @@ func (c *Consumer) consume(ctx context.Context, ch <-chan *message.Message) {
 
 // handle runs the handler and says whether to acknowledge.
 func (c *Consumer) handle(ctx context.Context, msg *message.Message) bool {
-	ctx = broker.ExtractTrace(ctx, c.opts.Propagator, msg.Metadata)
-	ctx, span := c.tracer.Start(ctx, "process "+c.opts.Exchange,
-		trace.WithSpanKind(trace.SpanKindConsumer),
-		trace.WithAttributes(
-			semconv.MessagingSystemRabbitMQ,
-			semconv.MessagingDestinationName(c.opts.Exchange),
-			semconv.MessagingDestinationSubscriptionName(c.opts.Queue),
-			semconv.MessagingOperationTypeProcess,
-			semconv.MessagingOperationName("process"),
-			semconv.MessagingMessageID(msg.UUID),
-		))
+	ctx, span := c.startSpan(ctx, msg)
 	defer span.End()
 	// A handler under way finishes even if ctx ends: stopping it halfway
 	// would only requeue the message.

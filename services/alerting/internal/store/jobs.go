@@ -1,10 +1,13 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/google/uuid"
@@ -14,6 +17,7 @@ import (
 	eventsv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/events/v1"
 	registryv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1"
 	"github.com/cronmesh/cronmesh/libs/jobspec"
+	"github.com/cronmesh/cronmesh/libs/postgres"
 	"github.com/cronmesh/cronmesh/libs/schedule"
 	"github.com/cronmesh/cronmesh/services/alerting/internal/rules"
 )
@@ -21,89 +25,312 @@ import (
 // ErrInvalidEvent wraps a job event that can never be applied.
 var ErrInvalidEvent = errors.New("invalid job event")
 
-// JobApplied says what ApplyJobEvent did.
+// JobApplied says what ApplyJobEvents did with an event.
 type JobApplied int
 
-// The outcomes of ApplyJobEvent.
+// The outcomes of ApplyJobEvents.
 const (
-	// JobUpserted: the row holds the event's version now.
+	// JobUpserted: the row holds the event's version now (or a newer
+	// version of the same batch, applied after it).
 	JobUpserted JobApplied = iota + 1
-	// JobStale: the row holds this version or a newer one already.
+	// JobStale: the row holds this version or a newer one already (a
+	// redelivery, or an event overtaken by a newer one).
 	JobStale
 	// JobIgnored: the event does not change a job definition (a run
 	// request).
 	JobIgnored
 )
 
-// ApplyJobEvent applies a registry job event to the jobs table, only if
-// its version is newer than the row's (as the trigger's projection does):
-// a redelivered or overtaken event changes nothing. A deleted job keeps
-// its row, flagged, so that an older event arriving after the delete
-// cannot bring it back. The watchdog's next expected slot is recomputed
-// from the schedule (libs/jobspec, the code the registry and the trigger
-// use) as the first slot after now and after the latest slot seen.
+// JobResult is what ApplyJobEvents did with one event.
+type JobResult struct {
+	// Applied is the outcome; 0 when Err is set.
+	Applied JobApplied
+	// Err, when set, wraps ErrInvalidEvent: the event can never be applied
+	// and changed nothing. The batch's other events are applied.
+	Err error
+}
+
+// maxApplyAttempts bounds the retries of a batch that lost a race: an
+// insert found a row created since the batch read (by another batch, or a
+// placeholder of the evaluator's), or PostgreSQL broke a deadlock by
+// aborting this transaction.
+const maxApplyAttempts = 3
+
+// errLostRace rolls a batch back: an insert found a row that did not exist
+// when the batch read the rows.
+var errLostRace = errors.New("a job row was created concurrently")
+
+// ApplyJobEvent applies one registry job event: ApplyJobEvents of one. An
+// event that can never be applied returns an error wrapping
+// ErrInvalidEvent; any other error is the database's and worth a retry.
 func (s *Store) ApplyJobEvent(ctx context.Context, ev *eventsv1.JobEvent, now time.Time) (JobApplied, error) {
-	if ev.GetKind() == eventsv1.JobEventKind_JOB_EVENT_KIND_RUN_REQUESTED {
-		return JobIgnored, nil
-	}
-	job := ev.GetJob()
-	if job.GetId() == "" || ev.GetVersion() <= 0 {
-		return 0, fmt.Errorf("%w: no job id or no positive version", ErrInvalidEvent)
-	}
-	deleted := ev.GetKind() == eventsv1.JobEventKind_JOB_EVENT_KIND_DELETED
-	created := job.GetCreateTime().AsTime()
-	var schedBytes []byte
-	if job.GetSchedule() != nil {
-		b, err := proto.Marshal(job.GetSchedule())
-		if err != nil {
-			return 0, err
-		}
-		schedBytes = b
-	}
-	labels, err := json.Marshal(job.GetLabels())
+	res, err := s.ApplyJobEvents(ctx, []*eventsv1.JobEvent{ev}, now)
 	if err != nil {
 		return 0, err
 	}
-	var applied JobApplied
-	err = s.inTx(ctx, func(tx pgx.Tx) error {
-		var version int64
-		var seen *time.Time
-		err := tx.QueryRow(ctx, `SELECT version, seen_through FROM jobs WHERE id = $1 FOR UPDATE`, job.GetId()).Scan(&version, &seen)
-		found := err == nil
-		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
-			return err
+	return res[0].Applied, res[0].Err
+}
+
+// ApplyJobEvents applies registry job events to the jobs table in one
+// transaction, each only if its version is newer than the row's (as the
+// trigger's projection does): a redelivered or overtaken event changes
+// nothing (JobStale). The events of one job within the batch are applied
+// in version order, whatever their order in events, each against the state
+// the one before left (the highest version wins; an equal version after the
+// first is JobStale), and only the job's final row is written. A deleted
+// job keeps its row, flagged, so that an older event arriving after the
+// delete cannot bring it back. RUN_REQUESTED events change nothing
+// (JobIgnored). The watchdog's next expected slot is recomputed from the
+// schedule (libs/jobspec, the code the registry and the trigger use) as
+// the first slot after now and after the latest slot seen.
+//
+// Concurrent batches lock the rows they read in id order, so they cannot
+// deadlock each other; a batch that loses a race to create a row is read
+// and applied again.
+//
+// The result has one entry per event, in the order of events. An event that
+// can never be applied (no job id, no positive version, a schedule libs/jobspec
+// refuses when the job would be watched) gets a Result whose Err wraps
+// ErrInvalidEvent and leaves the others unharmed; an error return is the
+// database's, nothing of the batch was written, and the whole batch is
+// worth a retry.
+func (s *Store) ApplyJobEvents(ctx context.Context, events []*eventsv1.JobEvent, now time.Time) ([]JobResult, error) {
+	results := make([]JobResult, len(events))
+	changes := make([]jobChange, 0, len(events))
+	for i, ev := range events {
+		if ev.GetKind() == eventsv1.JobEventKind_JOB_EVENT_KIND_RUN_REQUESTED {
+			results[i].Applied = JobIgnored
+			continue
 		}
-		if found && version >= ev.GetVersion() {
-			applied = JobStale
-			return nil
+		c, err := prepareJobChange(ev)
+		if err != nil {
+			results[i].Err = err
+			continue
 		}
+		c.index = i
+		changes = append(changes, c)
+	}
+	if len(changes) == 0 {
+		return results, nil
+	}
+	for attempt := 1; ; attempt++ {
+		err := s.inTx(ctx, func(tx pgx.Tx) error { return applyJobChanges(ctx, tx, changes, results, now) })
+		if err == nil {
+			return results, nil
+		}
+		if !errors.Is(err, errLostRace) && !postgres.IsSerializationFailure(err) {
+			return nil, err
+		}
+		if attempt == maxApplyAttempts {
+			return nil, fmt.Errorf("apply %d job events: %w (%d attempts)", len(events), err, attempt)
+		}
+	}
+}
+
+// jobChange is an event of a batch, decoded into the row it writes (all
+// but the next slot, which depends on the row it finds).
+type jobChange struct {
+	index       int // in the batch's events
+	id          string
+	namespace   string
+	displayName string
+	labels      string // JSON
+	version     int64
+	deleted     bool
+	paused      bool
+	schedule    []byte // the protobuf Schedule; nil without one
+	created     time.Time
+	// sched computes the next slot when watched; the job is not watched
+	// when deleted, paused, without a schedule, or with schedErr.
+	sched   schedule.Schedule
+	watched bool
+	// schedErr wraps ErrInvalidEvent when libs/jobspec refused a schedule
+	// the job would be watched by. It makes the event invalid only if it
+	// is newer than the row: a stale event is stale, as before batching.
+	schedErr error
+}
+
+// prepareJobChange validates ev and encodes its row. Its error wraps
+// ErrInvalidEvent, except a failure to encode.
+func prepareJobChange(ev *eventsv1.JobEvent) (jobChange, error) {
+	job := ev.GetJob()
+	if job.GetId() == "" || ev.GetVersion() <= 0 {
+		return jobChange{}, fmt.Errorf("%w: no job id or no positive version", ErrInvalidEvent)
+	}
+	c := jobChange{
+		id: job.GetId(), namespace: job.GetNamespace(), displayName: job.GetDisplayName(),
+		version: ev.GetVersion(), deleted: ev.GetKind() == eventsv1.JobEventKind_JOB_EVENT_KIND_DELETED,
+		paused: job.GetPaused(), created: job.GetCreateTime().AsTime(),
+	}
+	if job.GetSchedule() != nil {
+		b, err := proto.Marshal(job.GetSchedule())
+		if err != nil {
+			return jobChange{}, fmt.Errorf("%w: job %s: encode schedule: %v", ErrInvalidEvent, c.id, err)
+		}
+		c.schedule = b
+	}
+	labels, err := json.Marshal(job.GetLabels())
+	if err != nil {
+		return jobChange{}, fmt.Errorf("%w: job %s: encode labels: %v", ErrInvalidEvent, c.id, err)
+	}
+	c.labels = string(labels)
+	if !c.deleted && !c.paused && job.GetSchedule() != nil {
+		sched, errs := jobspec.Schedule(job.GetSchedule(), c.created)
+		if len(errs) > 0 {
+			c.schedErr = fmt.Errorf("%w: job %s: schedule: %v", ErrInvalidEvent, c.id, errs[0])
+		} else {
+			c.sched, c.watched = sched, true
+		}
+	}
+	return c, nil
+}
+
+// storedJobRow is what a batch reads of a job row before changing it.
+type storedJobRow struct {
+	version int64
+	seen    *time.Time
+}
+
+// jobRowArrays are job rows to write, as column arrays.
+type jobRowArrays struct {
+	ids, namespaces, names, labels []string
+	versions                       []int64
+	deleted, paused                []bool
+	schedules                      [][]byte
+	created                        []time.Time
+	next                           []*time.Time
+}
+
+func (r *jobRowArrays) add(c *jobChange, next *time.Time) {
+	r.ids = append(r.ids, c.id)
+	r.namespaces = append(r.namespaces, c.namespace)
+	r.names = append(r.names, c.displayName)
+	r.labels = append(r.labels, c.labels)
+	r.versions = append(r.versions, c.version)
+	r.deleted = append(r.deleted, c.deleted)
+	r.paused = append(r.paused, c.paused)
+	r.schedules = append(r.schedules, c.schedule)
+	r.created = append(r.created, c.created)
+	r.next = append(r.next, next)
+}
+
+func (r *jobRowArrays) args() []any {
+	return []any{r.ids, r.namespaces, r.names, r.labels, r.versions, r.deleted, r.paused, r.schedules, r.created, r.next}
+}
+
+// applyJobChanges is one attempt of ApplyJobEvents in tx; it fills the
+// results of changes.
+func applyJobChanges(ctx context.Context, tx pgx.Tx, changes []jobChange, results []JobResult, now time.Time) error {
+	byJob := map[string][]int{} // indexes into changes
+	for i := range changes {
+		byJob[changes[i].id] = append(byJob[changes[i].id], i)
+	}
+	ids := slices.Sorted(maps.Keys(byJob))
+	stored, err := lockJobRows(ctx, tx, ids)
+	if err != nil {
+		return err
+	}
+	var updates, inserts jobRowArrays
+	for _, id := range ids {
+		evs := byJob[id]
+		slices.SortStableFunc(evs, func(a, b int) int { return cmp.Compare(changes[a].version, changes[b].version) })
+		row, found := stored[id]
+		version, hasVersion := row.version, found
+		var last *jobChange
+		for _, i := range evs {
+			c := &changes[i]
+			results[c.index] = JobResult{}
+			switch {
+			case hasVersion && version >= c.version:
+				results[c.index].Applied = JobStale
+			case c.schedErr != nil:
+				results[c.index].Err = c.schedErr
+			default:
+				results[c.index].Applied = JobUpserted
+				version, hasVersion, last = c.version, true, c
+			}
+		}
+		if last == nil {
+			continue
+		}
+		// Job events do not move seen_through, so the next slot depends
+		// only on the last event, the row's seen_through and now.
 		var next *time.Time
-		if !deleted && !job.GetPaused() && job.GetSchedule() != nil {
-			sched, errs := jobspec.Schedule(job.GetSchedule(), created)
-			if len(errs) > 0 {
-				return fmt.Errorf("%w: job %s: schedule: %v", ErrInvalidEvent, job.GetId(), errs[0])
-			}
+		if last.watched {
 			after := now
-			if seen != nil && seen.After(after) {
-				after = *seen
+			if row.seen != nil && row.seen.After(after) {
+				after = *row.seen
 			}
-			if t, ok := sched.Next(after); ok {
+			if t, ok := last.sched.Next(after); ok {
 				next = &t
 			}
 		}
-		_, err = tx.Exec(ctx, `
-			INSERT INTO jobs (id, namespace, display_name, labels, version, deleted, paused, schedule, create_time, next_slot, check_time)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $10)
-			ON CONFLICT (id) DO UPDATE SET namespace = excluded.namespace, display_name = excluded.display_name,
-			    labels = excluded.labels, version = excluded.version, deleted = excluded.deleted, paused = excluded.paused,
-			    schedule = excluded.schedule, create_time = excluded.create_time,
-			    next_slot = excluded.next_slot, check_time = excluded.check_time`,
-			job.GetId(), job.GetNamespace(), job.GetDisplayName(), labels, ev.GetVersion(), deleted, job.GetPaused(),
-			schedBytes, created, next)
-		applied = JobUpserted
-		return err
+		if found {
+			updates.add(last, next)
+		} else {
+			inserts.add(last, next)
+		}
+	}
+	return writeJobRows(ctx, tx, &updates, &inserts)
+}
+
+// lockJobRows reads and locks the rows of ids (sorted, so that concurrent
+// batches lock in one order and cannot deadlock each other). A job without
+// a row is absent from the map.
+func lockJobRows(ctx context.Context, tx pgx.Tx, ids []string) (map[string]storedJobRow, error) {
+	rows, err := tx.Query(ctx, `SELECT id, version, seen_through FROM jobs WHERE id = ANY($1::text[]) ORDER BY id FOR UPDATE`, ids)
+	if err != nil {
+		return nil, fmt.Errorf("read %d jobs: %w", len(ids), err)
+	}
+	stored := make(map[string]storedJobRow, len(ids))
+	var (
+		id  string
+		row storedJobRow
+	)
+	_, err = pgx.ForEachRow(rows, []any{&id, &row.version, &row.seen}, func() error {
+		stored[id] = row
+		return nil
 	})
-	return applied, err
+	if err != nil {
+		return nil, fmt.Errorf("read %d jobs: %w", len(ids), err)
+	}
+	return stored, nil
+}
+
+// writeJobRows writes a batch's rows: updates of the rows it locked,
+// inserts of new ones (both in id order, as the ids were sorted). An insert
+// that finds a row (created since the batch read) returns errLostRace, so
+// the batch is rolled back and read again.
+func writeJobRows(ctx context.Context, tx pgx.Tx, updates, inserts *jobRowArrays) error {
+	if len(updates.ids) > 0 {
+		// The rows are locked and older: the updates cannot miss.
+		if _, err := tx.Exec(ctx, `
+			UPDATE jobs SET namespace = u.namespace, display_name = u.name, labels = u.labels::jsonb,
+			    version = u.version, deleted = u.deleted, paused = u.paused, schedule = u.schedule,
+			    create_time = u.created, next_slot = u.next, check_time = u.next
+			FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bigint[], $6::bool[], $7::bool[],
+			            $8::bytea[], $9::timestamptz[], $10::timestamptz[])
+			    AS u(id, namespace, name, labels, version, deleted, paused, schedule, created, next)
+			WHERE jobs.id = u.id AND jobs.version < u.version`, updates.args()...); err != nil {
+			return fmt.Errorf("update %d jobs: %w", len(updates.ids), err)
+		}
+	}
+	if len(inserts.ids) > 0 {
+		tag, err := tx.Exec(ctx, `
+			INSERT INTO jobs (id, namespace, display_name, labels, version, deleted, paused, schedule, create_time, next_slot, check_time)
+			SELECT u.id, u.namespace, u.name, u.labels::jsonb, u.version, u.deleted, u.paused, u.schedule, u.created, u.next, u.next
+			FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bigint[], $6::bool[], $7::bool[],
+			            $8::bytea[], $9::timestamptz[], $10::timestamptz[])
+			    AS u(id, namespace, name, labels, version, deleted, paused, schedule, created, next)
+			ON CONFLICT (id) DO NOTHING`, inserts.args()...)
+		if err != nil {
+			return fmt.Errorf("insert %d jobs: %w", len(inserts.ids), err)
+		}
+		if int(tag.RowsAffected()) < len(inserts.ids) {
+			return errLostRace
+		}
+	}
+	return nil
 }
 
 // watched is a job the watchdog looks at.

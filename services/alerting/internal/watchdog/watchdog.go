@@ -108,21 +108,63 @@ func New(opts Options) (*Watchdog, error) {
 	return w, nil
 }
 
-// HandleJobEvent is the consume.Handler of the job event queue.
+// HandleJobEvent is a consume.Handler of the job event queue: one event
+// in one transaction. HandleJobEvents is the batched one.
 func (w *Watchdog) HandleJobEvent(ctx context.Context, msg *message.Message) error {
-	ev := &eventsv1.JobEvent{}
-	if err := proto.Unmarshal(msg.Payload, ev); err != nil {
-		return fmt.Errorf("%w: decode job event: %v", consume.ErrPoison, err)
-	}
-	applied, err := w.opts.Store.ApplyJobEvent(ctx, ev, w.opts.Clock.Now())
-	switch {
-	case errors.Is(err, store.ErrInvalidEvent):
-		return fmt.Errorf("%w: %v", consume.ErrPoison, err)
-	case err != nil:
+	errs, err := w.HandleJobEvents(ctx, []*message.Message{msg})
+	if err != nil {
 		return err
 	}
-	w.jobEvents.WithLabelValues(map[store.JobApplied]string{store.JobUpserted: "upserted", store.JobStale: "stale", store.JobIgnored: "ignored"}[applied]).Inc()
-	return nil
+	return errs[0]
+}
+
+// HandleJobEvents is the consume.BatchHandler of the job event queue: it
+// applies the batch's events in one transaction (store.ApplyJobEvents).
+// A message that does not decode, or whose event the store calls invalid,
+// gets an error wrapping consume.ErrPoison and leaves the others unharmed;
+// a database error fails the whole batch.
+func (w *Watchdog) HandleJobEvents(ctx context.Context, msgs []*message.Message) ([]error, error) {
+	errs := make([]error, len(msgs))
+	events := make([]*eventsv1.JobEvent, 0, len(msgs))
+	index := make([]int, 0, len(msgs)) // events[k] is msgs[index[k]]
+	for i, msg := range msgs {
+		ev := &eventsv1.JobEvent{}
+		if err := proto.Unmarshal(msg.Payload, ev); err != nil {
+			errs[i] = fmt.Errorf("%w: decode job event: %v", consume.ErrPoison, err)
+			continue
+		}
+		events = append(events, ev)
+		index = append(index, i)
+	}
+	if len(events) == 0 {
+		return errs, nil
+	}
+	results, err := w.opts.Store.ApplyJobEvents(ctx, events, w.opts.Clock.Now())
+	if err != nil {
+		return nil, err
+	}
+	for k, res := range results {
+		if res.Err != nil {
+			errs[index[k]] = fmt.Errorf("%w: %v", consume.ErrPoison, res.Err)
+			continue
+		}
+		w.jobEvents.WithLabelValues(jobOutcome(res.Applied)).Inc()
+	}
+	return errs, nil
+}
+
+// jobOutcome labels alerting_job_events_total.
+func jobOutcome(a store.JobApplied) string {
+	switch a {
+	case store.JobUpserted:
+		return "upserted"
+	case store.JobStale:
+		return "stale"
+	case store.JobIgnored:
+		return "ignored"
+	default:
+		return "unknown"
+	}
 }
 
 // Start runs the loop until Stop. Starting twice is a no-op.
