@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
-	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	"go.opentelemetry.io/otel/codes"
@@ -17,89 +15,14 @@ import (
 	"github.com/cronmesh/cronmesh/libs/broker"
 )
 
-// consumeBatches fans the subscriptions' messages in to Batches loops that
-// gather and handle batches, until ctx is done and the subscriptions'
-// channels are closed.
+// consumeBatches hands the subscriptions' messages to handleBatch in
+// batches (broker.ConsumeBatches), until ctx is done and the
+// subscriptions' channels are closed.
 func (c *Consumer) consumeBatches(ctx context.Context, channels []<-chan *message.Message) {
-	in := make(chan *message.Message)
-	var fanIn, batches sync.WaitGroup
-	for _, ch := range channels {
-		fanIn.Go(func() {
-			for msg := range ch {
-				select {
-				case in <- msg:
-				case <-ctx.Done():
-					// Delivered while the subscription shuts down: leave it
-					// to whichever consumer runs next.
-					msg.Nack()
-				}
-			}
-		})
-	}
-	for range c.opts.Batches {
-		batches.Go(func() { c.batchLoop(ctx, in) })
-	}
-	batches.Wait()
-	fanIn.Wait()
-}
-
-// batchLoop gathers batches from in and handles them until ctx is done.
-func (c *Consumer) batchLoop(ctx context.Context, in <-chan *message.Message) {
-	wait := time.Duration(0)
-	for {
-		var first *message.Message
-		select {
-		case <-ctx.Done():
-			return
-		case first = <-in:
-		}
-		requeue := c.handleBatch(ctx, c.gather(ctx, in, first))
-		if len(requeue) == 0 {
-			wait = 0
-			continue
-		}
-		// Hold the messages while waiting, so this loop pauses instead of
-		// spinning on redeliveries while the database is unwell.
-		wait = min(max(2*wait, c.opts.Backoff), c.opts.MaxBackoff)
-		select {
-		case <-ctx.Done():
-		case <-c.opts.Clock.After(wait):
-		}
-		for _, msg := range requeue {
-			msg.Nack()
-		}
-	}
-}
-
-// gather returns first and the messages that follow it, up to MaxBatch:
-// those at hand, then those arriving within Linger. It stops early when
-// ctx ends; what it gathered is still handled.
-func (c *Consumer) gather(ctx context.Context, in <-chan *message.Message, first *message.Message) []*message.Message {
-	msgs := []*message.Message{first}
-atHand:
-	for len(msgs) < c.opts.MaxBatch {
-		select {
-		case msg := <-in:
-			msgs = append(msgs, msg)
-		default:
-			break atHand
-		}
-	}
-	if len(msgs) == c.opts.MaxBatch {
-		return msgs
-	}
-	linger := c.opts.Clock.After(c.opts.Linger)
-	for len(msgs) < c.opts.MaxBatch {
-		select {
-		case msg := <-in:
-			msgs = append(msgs, msg)
-		case <-linger:
-			return msgs
-		case <-ctx.Done():
-			return msgs
-		}
-	}
-	return msgs
+	broker.ConsumeBatches(ctx, channels, broker.BatchOptions{
+		Loops: c.opts.Batches, MaxBatch: c.opts.MaxBatch, Linger: c.opts.Linger,
+		Backoff: c.opts.Backoff, MaxBackoff: c.opts.MaxBackoff, Clock: c.opts.Clock,
+	}, c.handleBatch)
 }
 
 // handleBatch runs the batch handler, acknowledges what it handled (and

@@ -247,30 +247,13 @@ func (c *Consumer) Run(ctx context.Context) error {
 	c.logger.InfoContext(ctx, "consuming job events",
 		slog.String("exchange", c.opts.Exchange), slog.String("queue", c.opts.Queue), slog.Int("workers", len(channels)),
 		slog.Int("max_batch", c.opts.MaxBatch), slog.Int("batches", c.opts.Batches))
-	// Fan in: the subscriptions' messages go to whichever batch gathers.
 	// The channels close when ctx is done (watermill-amqp stops consuming
 	// and closes them); until then, what arrives after ctx ended is
 	// requeued.
-	in := make(chan *message.Message)
-	var fanIn, batches sync.WaitGroup
-	for _, ch := range channels {
-		fanIn.Go(func() {
-			for msg := range ch {
-				select {
-				case in <- msg:
-				case <-ctx.Done():
-					// Delivered while the subscription shuts down: leave it
-					// to whichever consumer runs next.
-					msg.Nack()
-				}
-			}
-		})
-	}
-	for range c.opts.Batches {
-		batches.Go(func() { c.consume(ctx, in) })
-	}
-	batches.Wait()
-	fanIn.Wait()
+	broker.ConsumeBatches(ctx, channels, broker.BatchOptions{
+		Loops: c.opts.Batches, MaxBatch: c.opts.MaxBatch, Linger: c.opts.Linger,
+		Backoff: c.opts.Backoff, MaxBackoff: c.opts.MaxBackoff, Clock: c.opts.Clock,
+	}, c.apply)
 	if err := sub.Close(); err != nil {
 		c.logger.Warn("closing the job event subscriber", slog.Any("error", err))
 	}
@@ -312,61 +295,6 @@ func (c *Consumer) trySubscribe(ctx context.Context, cfg amqp.Config) (message.S
 		channels = append(channels, ch)
 	}
 	return sub, channels, nil
-}
-
-// consume gathers batches from in and applies them until ctx is done.
-func (c *Consumer) consume(ctx context.Context, in <-chan *message.Message) {
-	b := c.backoff()
-	for {
-		var first *message.Message
-		select {
-		case <-ctx.Done():
-			return
-		case first = <-in:
-		}
-		requeue := c.apply(ctx, c.gather(ctx, in, first))
-		if requeue == nil {
-			b.reset()
-			continue
-		}
-		// Hold the messages while waiting: this batch pauses instead of
-		// spinning on redeliveries while the database is unwell.
-		c.sleep(ctx, b.next())
-		for _, msg := range requeue {
-			msg.Nack()
-		}
-	}
-}
-
-// gather returns first and the messages that follow it, up to MaxBatch:
-// those at hand, then those arriving within Linger. It stops early when
-// ctx ends; what it gathered is still applied.
-func (c *Consumer) gather(ctx context.Context, in <-chan *message.Message, first *message.Message) []*message.Message {
-	msgs := []*message.Message{first}
-atHand:
-	for len(msgs) < c.opts.MaxBatch {
-		select {
-		case msg := <-in:
-			msgs = append(msgs, msg)
-		default:
-			break atHand
-		}
-	}
-	if len(msgs) == c.opts.MaxBatch {
-		return msgs
-	}
-	linger := c.opts.Clock.After(c.opts.Linger)
-	for len(msgs) < c.opts.MaxBatch {
-		select {
-		case msg := <-in:
-			msgs = append(msgs, msg)
-		case <-linger:
-			return msgs
-		case <-ctx.Done():
-			return msgs
-		}
-	}
-	return msgs
 }
 
 // inHand is a decoded message of a batch, with its consumer span.
@@ -541,8 +469,6 @@ func (b *backoff) next() time.Duration {
 	}
 	return b.cur
 }
-
-func (b *backoff) reset() { b.cur = 0 }
 
 // kindLabel is the metric label of an event kind: "created", "updated",
 // "deleted", "paused", "resumed", "run_requested" or "unknown".
