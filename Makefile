@@ -106,7 +106,7 @@ dev: tools services build ## Run the whole mesh locally with an echo target and 
 chaos: tools services ## Fault-injection suites: trigger failover at 10x the jobs of `make test`, then every whole-mesh fault with a summary table.
 	@# Trigger tier: SIGKILL, SIGSTOP past the lease and a joining node under
 	@# $(CHAOS_JOBS) every-second jobs, and a 30 s broker outage; every slot
-	@# checked at the queue for exactly-once and the 5 s promise (about 8
+	@# checked at the queue for fired-once and the 5 s promise (about 2
 	@# minutes). Whole mesh (services/devstack/chaos): nine faults, each on its
 	@# own mesh with $(CHAOS_MESH_JOBS) every-second jobs and a ledger of every
 	@# slot. Both suites run whatever the first one says; the table is printed

@@ -315,6 +315,16 @@ func TestConnectEncodesUUIDs(t *testing.T) {
 	var null uuid.NullUUID
 	require.NoError(t, pool.QueryRow(t.Context(), `SELECT NULL::uuid`).Scan(&null))
 	require.False(t, null.Valid)
+
+	// The codec is registered (pgx's own decodes to [16]byte), so a
+	// uuid.UUID parameter is sent as bytes, not through its text Valuer.
+	rows, err := pool.Query(t.Context(), `SELECT $1::uuid`, ids[0])
+	require.NoError(t, err)
+	defer rows.Close()
+	require.True(t, rows.Next())
+	values, err := rows.Values()
+	require.NoError(t, err)
+	require.Equal(t, ids[0], values[0], "decoded as a uuid.UUID")
 }
 
 // BenchmarkEncodeUUIDArray is the look-up of a batch of 1,000 execution ids
