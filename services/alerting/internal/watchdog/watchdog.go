@@ -108,16 +108,6 @@ func New(opts Options) (*Watchdog, error) {
 	return w, nil
 }
 
-// HandleJobEvent is a consume.Handler of the job event queue: one event
-// in one transaction. HandleJobEvents is the batched one.
-func (w *Watchdog) HandleJobEvent(ctx context.Context, msg *message.Message) error {
-	errs, err := w.HandleJobEvents(ctx, []*message.Message{msg})
-	if err != nil {
-		return err
-	}
-	return errs[0]
-}
-
 // HandleJobEvents is the consume.BatchHandler of the job event queue: it
 // applies the batch's events in one transaction (store.ApplyJobEvents).
 // A message that does not decode, or whose event the store calls invalid,
