@@ -25,6 +25,7 @@ import (
 
 	"github.com/cronmesh/cronmesh/libs/amqptest"
 	"github.com/cronmesh/cronmesh/libs/broker"
+	"github.com/cronmesh/cronmesh/libs/postgres"
 )
 
 // These helpers deliberately do not use libs/pgtest: that package is owned
@@ -76,7 +77,7 @@ func connectAdmin(t testing.TB) *pgx.Conn {
 	conn, err := pgx.Connect(ctx, postgresURL())
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == "3D000" { // invalid_catalog_name
-		createDatabase(t)
+		require.NoError(t, postgres.EnsureDatabase(ctx, postgresURL()))
 		conn, err = pgx.Connect(ctx, postgresURL())
 	}
 	if err != nil {
@@ -85,25 +86,6 @@ func connectAdmin(t testing.TB) *pgx.Conn {
 	}
 	t.Cleanup(func() { _ = conn.Close(context.Background()) })
 	return conn
-}
-
-// createDatabase creates the test database through the "postgres" database,
-// tolerating a concurrent creation by another test process.
-func createDatabase(t testing.TB) {
-	t.Helper()
-	cfg, err := pgx.ParseConfig(postgresURL())
-	require.NoError(t, err)
-	name := cfg.Database
-	cfg.Database = "postgres"
-	conn, err := pgx.ConnectConfig(context.Background(), cfg)
-	require.NoError(t, err)
-	defer conn.Close(context.Background())
-	_, err = conn.Exec(context.Background(), "CREATE DATABASE "+pgx.Identifier{name}.Sanitize())
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && pgErr.Code == "42P04" { // duplicate_database
-		return
-	}
-	require.NoError(t, err)
 }
 
 // write commits msgs in one transaction.

@@ -57,9 +57,11 @@ type RelayOptions struct {
 	// Metrics, if non-nil, registers outbox_published_total,
 	// outbox_publish_errors_total, outbox_pending (rows seen by the last
 	// poll of any shard, at most BatchSize), outbox_lag_seconds (age of the
-	// oldest row seen by the last poll of any shard, 0 when none) and outbox_leader (1 while this
-	// relay holds the lock). Labels such as the service name are the
-	// caller's business: wrap with prometheus.WrapRegistererWith.
+	// oldest row seen by the last poll of any shard, 0 when none) and
+	// outbox_leader (1 while this relay holds the lock; always 0 with
+	// Ownership, whose owner shows the partitions it owns). Labels such as
+	// the service name are the caller's business: wrap with
+	// prometheus.WrapRegistererWith.
 	Metrics prometheus.Registerer
 	// BatchSize is the number of rows read per poll. Default 1000.
 	BatchSize int
@@ -92,7 +94,7 @@ type RelayOptions struct {
 	LockCheckInterval time.Duration
 	// Shards splits the outbox into this many independent streams by a hash
 	// of the aggregate id, each read, published and deleted by its own
-	// cycle loop, all under the one leadership. A cycle waits for its
+	// cycle loop, all under the one lock. A cycle waits for its
 	// broker confirms and its DELETE before the next starts, so one loop
 	// carrying many small commits (a trigger firing a steady trickle of
 	// slots) is bound by that latency; shards multiply the cycles in
@@ -100,12 +102,16 @@ type RelayOptions struct {
 	// needs the index of [ShardIndex] with the same count, or every poll
 	// scans the table. Lanes are divided among the shards. Default 1.
 	Shards int
-	// Leadership, when set, replaces the advisory lock. Use it where the
-	// service already keeps a lease-based session (the trigger's etcd ring):
-	// an advisory lock stays held by a frozen process (SIGSTOP, a VM pause)
-	// for as long as its TCP connection lives, stalling every publish, while
-	// a lease expires after its TTL and a standby takes over.
-	Leadership Leadership
+	// Ownership, when set, replaces the advisory lock: instead of one relay
+	// publishing the whole outbox, every relay publishes the rows of the
+	// partitions it owns (the Partition of [Message]), as the trigger's
+	// nodes own partitions of its hash ring. A frozen or dead relay then
+	// stalls only its own partitions, until their ownership moves, rather
+	// than every publish, and a relay on the node that wrote a row is the
+	// one that publishes it, so [Relay.Notify] reaches it. The table needs
+	// [PartitionSchema]. Shards then split the owned partitions among the
+	// cycle loops (partition mod Shards), without [ShardIndex].
+	Ownership Ownership
 	// TracerProvider, when set, gives every row whose headers carry a W3C
 	// trace context a producer span "publish <destination>" in that trace,
 	// from the send to the broker's confirm, with the OpenTelemetry
@@ -132,18 +138,19 @@ type RelayOptions struct {
 // alone cannot when it is derived from the content.
 const RowIDHeader = "cronmesh-outbox-row"
 
-// Leadership elects the single publishing relay by some means other than
-// the advisory lock.
-type Leadership interface {
-	// Campaign blocks until this process leads, runs fn with a context
-	// that ends when leadership is lost, and campaigns again; it returns
-	// when ctx is done.
-	Campaign(ctx context.Context, fn func(ctx context.Context)) error
-	// Valid reports whether leadership is still certain right now (for a
-	// lease: its local deadline has not passed). The relay asks before
-	// every publish, so a leader that resumes from a freeze does not
-	// publish next to the one that replaced it.
-	Valid() bool
+// Ownership tells a partitioned relay which partitions it may publish.
+// Each partition must be owned by at most one relay at a time, and its
+// epoch must change whenever it changes hands (the trigger's ring: the
+// revision of the partition's owner key).
+type Ownership interface {
+	// Owned returns the partitions owned now, each with its epoch.
+	Owned() map[int]int64
+	// Holds reports whether partition p is still owned at epoch right now
+	// (for a lease: its local deadline has not passed). The relay asks
+	// before every chunk it publishes, so a relay that resumes from a
+	// freeze does not publish next to the one that took its partitions
+	// over.
+	Holds(p int, epoch int64) bool
 }
 
 // Relay publishes outbox rows to the broker and deletes them once
@@ -164,8 +171,8 @@ type Relay struct {
 	lockCheck  time.Duration
 	lockKey    int64
 
-	leadership Leadership
-	tracing    *tracing
+	ownership Ownership
+	tracing   *tracing
 
 	// shards holds one wake-up channel per shard.
 	shards  []chan struct{}
@@ -216,7 +223,7 @@ func NewRelay(opts RelayOptions) (*Relay, error) {
 		lockRetry:  cmp.Or(opts.LockRetryInterval, DefaultLockRetryInterval),
 		lockCheck:  cmp.Or(opts.LockCheckInterval, DefaultLockCheckInterval),
 		lockKey:    opts.LockKey,
-		leadership: opts.Leadership,
+		ownership:  opts.Ownership,
 		tracing:    newTracing(opts),
 	}
 	for range cmp.Or(opts.Shards, 1) {
@@ -247,7 +254,8 @@ func (r *Relay) Notify() {
 // unavailable, lock lost) are logged and retried, never returned; Run
 // returns an error only when it is already running on this Relay.
 //
-// Run first takes the advisory lock, waiting while another relay holds it.
+// Run first takes the advisory lock, waiting while another relay holds it
+// (with Ownership there is no lock: it publishes the partitions it owns).
 // As leader it repeats a cycle: read up to BatchSize rows ORDER BY id, split
 // them into lanes by hash(aggregate_id) % Lanes, publish each lane's rows
 // in order (pipelined in chunks of 64 when the Publisher is an
@@ -265,13 +273,10 @@ func (r *Relay) Run(ctx context.Context) error {
 		return errors.New("outbox: Relay.Run is already running")
 	}
 	defer r.running.Store(false)
-	if r.leadership != nil {
-		return r.leadership.Campaign(ctx, func(leadCtx context.Context) {
-			r.log.Info("outbox relay: elected; publishing")
-			r.m.leader.Set(1)
-			defer r.m.leader.Set(0)
-			r.publishShards(leadCtx)
-		})
+	if r.ownership != nil {
+		// Every relay publishes its own partitions: nothing to elect.
+		r.publishShards(ctx)
+		return nil
 	}
 	for {
 		conn := r.acquire(ctx)
@@ -460,6 +465,7 @@ type row struct {
 	payload     []byte
 	headers     map[string]string
 	createdAt   time.Time
+	partition   int // only with Ownership
 }
 
 // selectSQL reads the oldest rows. now() comes along for the lag metric so
@@ -483,9 +489,22 @@ func selectShardSQL(n int) string {
 FROM outbox WHERE ` + shardExpr(n) + ` = $2 ORDER BY id LIMIT $1`
 }
 
+// selectPartitionsSQL is selectSQL for the rows of some partitions, read
+// through the index of [PartitionSchema].
+const selectPartitionsSQL = `SELECT id, aggregate_id, routing_key, message_id, payload, headers, created_at, now(), partition
+FROM outbox WHERE partition = ANY($2) ORDER BY id LIMIT $1`
+
 // cycle publishes one batch of a shard and returns the number of rows read.
 func (r *Relay) cycle(ctx context.Context, shard int) (int, error) {
-	rows, dbNow, err := r.fetch(ctx, shard)
+	var epochs map[int]int64
+	if r.ownership != nil {
+		epochs = r.shardPartitions(shard)
+		if len(epochs) == 0 {
+			r.observe(nil, time.Time{})
+			return 0, nil
+		}
+	}
+	rows, dbNow, err := r.fetch(ctx, shard, epochs)
 	if err != nil {
 		return 0, err
 	}
@@ -493,14 +512,35 @@ func (r *Relay) cycle(ctx context.Context, shard int) (int, error) {
 	if len(rows) == 0 {
 		return 0, nil
 	}
-	confirmed, pubErr := r.publish(ctx, rows)
+	confirmed, pubErr := r.publish(ctx, rows, epochs)
 	delErr := r.delete(ctx, confirmed)
 	return len(rows), errors.Join(pubErr, delErr)
 }
 
-func (r *Relay) fetch(ctx context.Context, shard int) ([]row, time.Time, error) {
+// shardPartitions returns the owned partitions of a shard (partition mod
+// Shards), with their epochs.
+func (r *Relay) shardPartitions(shard int) map[int]int64 {
+	owned := r.ownership.Owned()
+	for p := range owned {
+		if p%len(r.shards) != shard {
+			delete(owned, p)
+		}
+	}
+	return owned
+}
+
+// fetch reads a shard's oldest rows: with Ownership, those of the
+// partitions in epochs.
+func (r *Relay) fetch(ctx context.Context, shard int, epochs map[int]int64) ([]row, time.Time, error) {
 	query, args := selectSQL, []any{r.batchSize}
-	if len(r.shards) > 1 {
+	switch {
+	case r.ownership != nil:
+		partitions := make([]int32, 0, len(epochs))
+		for p := range epochs {
+			partitions = append(partitions, int32(p))
+		}
+		query, args = selectPartitionsSQL, []any{r.batchSize, partitions}
+	case len(r.shards) > 1:
 		query, args = selectShardSQL(len(r.shards)), []any{r.batchSize, shard}
 	}
 	rs, err := r.pool.Query(ctx, query, args...)
@@ -512,7 +552,11 @@ func (r *Relay) fetch(ctx context.Context, shard int) ([]row, time.Time, error) 
 	var dbNow time.Time
 	for rs.Next() {
 		var rw row
-		if err := rs.Scan(&rw.id, &rw.aggregateID, &rw.routingKey, &rw.messageID, &rw.payload, &rw.headers, &rw.createdAt, &dbNow); err != nil {
+		dest := []any{&rw.id, &rw.aggregateID, &rw.routingKey, &rw.messageID, &rw.payload, &rw.headers, &rw.createdAt, &dbNow}
+		if r.ownership != nil {
+			dest = append(dest, &rw.partition)
+		}
+		if err := rs.Scan(dest...); err != nil {
 			return nil, time.Time{}, fmt.Errorf("outbox: scan row: %w", err)
 		}
 		rows = append(rows, rw)
@@ -541,7 +585,9 @@ func (r *Relay) observe(rows []row, dbNow time.Time) {
 }
 
 // publish publishes rows in lanes and returns the ids of confirmed rows.
-func (r *Relay) publish(ctx context.Context, rows []row) ([]int64, error) {
+// With Ownership, epochs are the partitions' epochs when the rows were
+// read.
+func (r *Relay) publish(ctx context.Context, rows []row, epochs map[int]int64) ([]int64, error) {
 	lanes := make([][]row, r.lanes)
 	for _, rw := range rows {
 		i := laneOf(rw.aggregateID, r.lanes)
@@ -579,7 +625,7 @@ func (r *Relay) publish(ctx context.Context, rows []row) ([]int64, error) {
 			continue
 		}
 		wg.Go(func() {
-			ids, err := r.publishLane(ctx, pubCtx, lane)
+			ids, err := r.publishLane(ctx, pubCtx, lane, epochs)
 			mu.Lock()
 			defer mu.Unlock()
 			confirmed = append(confirmed, ids...)
@@ -607,15 +653,15 @@ type InOrderPublisher interface {
 }
 
 // chunkSize bounds the rows a lane publishes per pipelined call, so that a
-// relay that loses its leadership (checked between chunks) stops within
-// one chunk's confirms.
+// relay that loses a partition (checked between chunks) stops within one
+// chunk's confirms.
 const chunkSize = 64
 
 // publishLane publishes one lane's rows in id order, stopping at the first
 // failure so that no row overtakes an earlier row of its aggregate, and
-// before the next chunk once ctx is done or leadership is in doubt. Each
-// publish runs under pubCtx.
-func (r *Relay) publishLane(ctx, pubCtx context.Context, lane []row) ([]int64, error) {
+// before the next chunk once ctx is done or the ownership of one of the
+// chunk's partitions is in doubt. Each publish runs under pubCtx.
+func (r *Relay) publishLane(ctx, pubCtx context.Context, lane []row, epochs map[int]int64) ([]int64, error) {
 	ids := make([]int64, 0, len(lane))
 	batch, pipelined := r.pub.(InOrderPublisher)
 	step := 1
@@ -626,10 +672,10 @@ func (r *Relay) publishLane(ctx, pubCtx context.Context, lane []row) ([]int64, e
 		if ctx.Err() != nil {
 			return ids, nil // stopping, not failing: the rest stays for later
 		}
-		if r.leadership != nil && !r.leadership.Valid() {
-			return ids, nil // another relay may lead by now
-		}
 		chunk := lane[start:min(start+step, len(lane))]
+		if !r.holds(chunk, epochs) {
+			return ids, nil // another relay may own a partition by now
+		}
 		topics := make([]string, len(chunk))
 		msgs := make([]*message.Message, len(chunk))
 		for i, rw := range chunk {
@@ -667,6 +713,26 @@ func (r *Relay) publishLane(ctx, pubCtx context.Context, lane []row) ([]int64, e
 		}
 	}
 	return ids, nil
+}
+
+// holds reports whether the relay still owns the partitions of every row
+// of chunk at the epochs it read them under; always true without
+// Ownership.
+func (r *Relay) holds(chunk []row, epochs map[int]int64) bool {
+	if r.ownership == nil {
+		return true
+	}
+	checked := -1
+	for _, rw := range chunk {
+		if rw.partition == checked {
+			continue
+		}
+		if !r.ownership.Holds(rw.partition, epochs[rw.partition]) {
+			return false
+		}
+		checked = rw.partition
+	}
+	return true
 }
 
 // delete removes confirmed rows. It outlives ctx (bounded by drainTimeout):

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
+	"slices"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -37,6 +39,17 @@ func Schema() string {
 `
 }
 
+// PartitionSchema returns the DDL that adds the partition column, and the
+// index a relay with [RelayOptions.Ownership] reads through, to the table
+// of [Schema], for inclusion in the migrations of a service whose relays
+// own partitions (idempotent). Rows that were there before take
+// partition 0.
+func PartitionSchema() string {
+	return `ALTER TABLE outbox ADD COLUMN IF NOT EXISTS partition integer NOT NULL DEFAULT 0;
+CREATE INDEX IF NOT EXISTS outbox_partition ON outbox (partition, id);
+`
+}
+
 // Message is one outbox row to write.
 type Message struct {
 	// AggregateID is the ordering key: messages of one aggregate (for example
@@ -53,13 +66,18 @@ type Message struct {
 	// Headers become AMQP headers (Watermill metadata), for example the W3C
 	// traceparent written by broker.InjectTrace. May be nil.
 	Headers map[string]string
+	// Partition is the partition whose owner publishes the message, for a
+	// relay with [RelayOptions.Ownership] (the table needs
+	// [PartitionSchema]). Messages of one aggregate must share it. Leave
+	// it 0 for an outbox without partitions.
+	Partition int
 }
 
 // Write inserts msgs into the outbox in the caller's transaction tx, in one
 // COPY, and assigns them increasing ids in argument order. Zero messages
 // return nil without touching tx. A message with an empty AggregateID,
-// RoutingKey or MessageID is rejected (wrapping [ErrInvalidMessage]) before
-// anything is written.
+// RoutingKey or MessageID, or a Partition out of range, is rejected
+// (wrapping [ErrInvalidMessage]) before anything is written.
 //
 // COPY rather than INSERT ... SELECT FROM unnest($1::text[], ...): for 1,000
 // rows it measured about 4.3 ms against 5.2 ms per transaction and allocates
@@ -80,16 +98,26 @@ func Write(ctx context.Context, tx pgx.Tx, msgs ...Message) error {
 			return fmt.Errorf("message %d: %w", i, err)
 		}
 	}
-	// id and created_at take their defaults.
-	_, err := tx.CopyFrom(ctx, pgx.Identifier{"outbox"},
-		[]string{"aggregate_id", "routing_key", "message_id", "payload", "headers"},
+	// id and created_at take their defaults, and so does partition (0)
+	// when no message has another: a table without the column (an outbox
+	// without partitions) takes messages that leave it 0.
+	columns := []string{"aggregate_id", "routing_key", "message_id", "payload", "headers"}
+	partitioned := slices.ContainsFunc(msgs, func(m Message) bool { return m.Partition != 0 })
+	if partitioned {
+		columns = append(columns, "partition")
+	}
+	_, err := tx.CopyFrom(ctx, pgx.Identifier{"outbox"}, columns,
 		pgx.CopyFromSlice(len(msgs), func(i int) ([]any, error) {
 			m := msgs[i]
 			headers, err := headersJSON(m.Headers)
 			if err != nil {
 				return nil, fmt.Errorf("message %d headers: %w", i, err)
 			}
-			return []any{m.AggregateID, m.RoutingKey, m.MessageID, payload(m.Payload), headers}, nil
+			values := []any{m.AggregateID, m.RoutingKey, m.MessageID, payload(m.Payload), headers}
+			if partitioned {
+				values = append(values, int32(m.Partition))
+			}
+			return values, nil
 		}))
 	if err != nil {
 		return fmt.Errorf("outbox: insert %d messages: %w", len(msgs), err)
@@ -99,7 +127,10 @@ func Write(ctx context.Context, tx pgx.Tx, msgs ...Message) error {
 
 func validate(m Message) error {
 	if m.AggregateID == "" || m.RoutingKey == "" || m.MessageID == "" {
-		return fmt.Errorf("id %q: %w", m.MessageID, ErrInvalidMessage)
+		return fmt.Errorf("id %q: AggregateID, RoutingKey and MessageID are required: %w", m.MessageID, ErrInvalidMessage)
+	}
+	if m.Partition < 0 || m.Partition > math.MaxInt32 {
+		return fmt.Errorf("id %q: partition %d is not a non-negative int32: %w", m.MessageID, m.Partition, ErrInvalidMessage)
 	}
 	return nil
 }
@@ -123,5 +154,6 @@ func headersJSON(h map[string]string) (string, error) {
 }
 
 // ErrInvalidMessage is wrapped by the error [Write] returns for a message
-// without an AggregateID, RoutingKey or MessageID.
-var ErrInvalidMessage = errors.New("outbox: AggregateID, RoutingKey and MessageID are required")
+// without an AggregateID, RoutingKey or MessageID, or with a Partition
+// that is negative or beyond int32.
+var ErrInvalidMessage = errors.New("outbox: invalid message")

@@ -47,6 +47,7 @@ func TestWrite(t *testing.T) {
 		},
 		{name: "missing aggregate", msgs: []Message{{RoutingKey: "k", MessageID: "m"}}, wantErr: ErrInvalidMessage},
 		{name: "missing routing key", msgs: []Message{{AggregateID: "a", MessageID: "m"}}, wantErr: ErrInvalidMessage},
+		{name: "negative partition", msgs: []Message{{AggregateID: "a", RoutingKey: "k", MessageID: "m", Partition: -1}}, wantErr: ErrInvalidMessage},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -27,7 +27,7 @@ func runFailover(ctx context.Context, args []string) error {
 	killAfter := fs.Duration("kill-after", 10*time.Second, "SIGKILL this long into the window (plus --kill-offset)")
 	killOffset := fs.Duration("kill-offset", 500*time.Millisecond, "offset of the kill within its second")
 	after := fs.Duration("after", 20*time.Second, "keep firing this long after the kill")
-	victimFlag := fs.String("kill", "leader", "node to kill: leader (the outbox relay's), follower, or a node id (n1, n2, ...)")
+	victimFlag := fs.String("kill", "n1", "node to kill: a node id (n1, n2, ...)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -73,28 +73,20 @@ func runFailover(ctx context.Context, args []string) error {
 	if err := sleepUntil(ctx, killAt.Add(-time.Second)); err != nil {
 		return err
 	}
-	// Who owns what, and who publishes, just before the kill.
+	// Who owns (and so fires and publishes) what, just before the kill.
 	owners, err := partitionOwners(ctx, e)
 	if err != nil {
 		return err
 	}
 	var victim *node
-	leaderOf := func(n *node) bool {
-		v, _ := e.sampler.lastMetric("trigger "+n.id, "outbox_leader")
-		return v == 1
-	}
 	for _, n := range e.nodes {
-		switch {
-		case *victimFlag == "leader" && leaderOf(n), *victimFlag == "follower" && !leaderOf(n), *victimFlag == n.id:
-			if victim == nil {
-				victim = n
-			}
+		if n.id == *victimFlag {
+			victim = n
 		}
 	}
 	if victim == nil {
 		return fmt.Errorf("no node matches --kill %s", *victimFlag)
 	}
-	wasLeader := leaderOf(victim)
 	dead := map[int]bool{}
 	for p, o := range owners {
 		if o == victim.id {
@@ -116,7 +108,7 @@ func runFailover(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	logf("SIGKILLed %s (pid %d, relay leader: %v) owning %d partitions, %d jobs", victim.id, victim.pid(), wasLeader, len(dead), deadJobs)
+	logf("SIGKILLed %s (pid %d) owning %d partitions, %d jobs", victim.id, victim.pid(), len(dead), deadJobs)
 	takeover := make(chan time.Duration, 1)
 	go func() { takeover <- waitTakeover(ctx, e, dead, victim.id, killed, 30*time.Second) }()
 	if err := sleepUntil(ctx, to.Add(6*time.Second)); err != nil {
@@ -157,10 +149,10 @@ func runFailover(ctx context.Context, args []string) error {
 	}
 
 	var r report
-	r.header(fmt.Sprintf("Trigger: failover, %d nodes, %s every-second jobs, SIGKILL of the %s", *nodes, num(*jobs), *victimFlag), m, e, others)
+	r.header(fmt.Sprintf("Trigger: failover, %d nodes, %s every-second jobs, SIGKILL of %s", *nodes, num(*jobs), *victimFlag), m, e, others)
 	r.p("")
-	r.p("Lease TTL %s. %s was SIGKILLed at %s (%s into its second); it was the outbox relay leader: %v. Its partitions and jobs were read from the etcd owner keys (`%spartitions/<p>`) just before the kill; job → partition by ring.Partition(job id, %d).",
-		c.leaseTTL, victim.id, killed.Format("15:04:05.000"), time.Duration(killed.Sub(killed.Truncate(time.Second))).Round(time.Millisecond), wasLeader, e.prefix, c.partitions)
+	r.p("Lease TTL %s. %s was SIGKILLed at %s (%s into its second). Its partitions and jobs were read from the etcd owner keys (`%spartitions/<p>`) just before the kill; job → partition by ring.Partition(job id, %d).",
+		c.leaseTTL, victim.id, killed.Format("15:04:05.000"), time.Duration(killed.Sub(killed.Truncate(time.Second))).Round(time.Millisecond), e.prefix, c.partitions)
 	r.p("")
 	tookS := "not within 30 s"
 	if took > 0 {
@@ -180,7 +172,7 @@ func runFailover(ctx context.Context, args []string) error {
 	r.p("")
 	r.table([]string{"nominal second", "dead node's partitions", "twice", "max lateness", "survivors' partitions", "twice", "max lateness"}, timeline)
 	if chk.duplicated > 0 {
-		r.p("A slot that arrives twice carries the same execution id both times (checked for every message): the ledger committed it once, and the relay published it again after a relay leader died between the broker's confirm and the DELETE of the row (at-least-once, deduplicated downstream by execution id; see docs/architecture.md).")
+		r.p("A slot that arrives twice carries the same execution id both times (checked for every message): the ledger committed it once, and a relay published it again: the dead node's relay died between the broker's confirm and the DELETE of the row, and the new owner of its partition published the row again (at-least-once, deduplicated downstream by execution id; see docs/architecture.md).")
 		r.p("")
 	}
 	r.usageTable(e, from, to)

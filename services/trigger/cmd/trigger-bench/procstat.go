@@ -32,7 +32,6 @@ var wantedMetrics = []string{
 	"go_memstats_sys_bytes",
 	"go_goroutines",
 	"trigger_heap_size",
-	"outbox_leader",
 	"outbox_published_total",
 	"outbox_pending",
 	"trigger_commit_duration_seconds_sum",

@@ -203,20 +203,19 @@ func (r *report) nodeMetricsTable(e *env, from, to time.Time) {
 		sum, _ := e.sampler.metricDelta(g, "trigger_commit_duration_seconds_sum", from, to)
 		slots, _ := e.sampler.metricDelta(g, "trigger_slots_total", from, to)
 		pub, _ := e.sampler.metricDelta(g, "outbox_published_total", from, to)
-		leader, _ := e.sampler.lastMetric(g, "outbox_leader")
 		owned, _ := e.sampler.lastMetric(g, "ring_owned_partitions")
 		mean := ""
 		if cnt > 0 {
 			mean = ms(time.Duration(sum / cnt * float64(time.Second)))
 		}
 		d := to.Sub(from).Seconds()
-		rows = append(rows, []string{n.id, fmt.Sprintf("%.0f", owned), fmt.Sprintf("%.0f", leader), fmt.Sprintf("%.1f", cnt/d), mean,
+		rows = append(rows, []string{n.id, fmt.Sprintf("%.0f", owned), fmt.Sprintf("%.1f", cnt/d), mean,
 			fmt.Sprintf("%.0f", slots/d), fmt.Sprintf("%.0f", pub/d)})
 	}
 	if len(rows) == 0 {
 		return
 	}
-	r.table([]string{"node", "partitions owned", "relay leader", "commits/s", "mean commit", "slots committed/s", "relay published/s"}, rows)
+	r.table([]string{"node", "partitions owned", "commits/s", "mean commit", "slots committed/s", "relay published/s"}, rows)
 }
 
 // profile saves a CPU profile of every live node (in the background) and

@@ -246,8 +246,10 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger) (_ *App, err erro
 	if err != nil {
 		return nil, err
 	}
-	// The relay is elected through the ring's lease rather than an advisory
-	// lock, so a frozen node cannot stall publishing (see outbox.Leadership).
+	// Every node's relay publishes the rows of the partitions it owns, so
+	// a frozen or dead node holds back only its own share, and only until
+	// its partitions move; its commits are published where they were made,
+	// woken by Notify.
 	a.relay, err = outbox.NewRelay(outbox.RelayOptions{
 		Pool:      a.pool,
 		Publisher: a.publisher,
@@ -257,8 +259,8 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger) (_ *App, err erro
 		// Several cycles in flight: one cycle waits for its confirms and its
 		// DELETE, and a steady trickle of small commits would otherwise be
 		// bound by that latency (measured: 3,600 messages/s with one).
-		Shards:     store.OutboxShards,
-		Leadership: ring.Leadership{Ring: a.ring, Name: "outbox-relay"},
+		Shards:    store.OutboxShards,
+		Ownership: a.ring,
 		// Each fired slot's row carries its execution's trace context: the
 		// publish is a span of that trace.
 		TracerProvider: a.telemetry.TracerProvider,
@@ -268,11 +270,12 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger) (_ *App, err erro
 		// must notice the broker's return within moments, not 30 s.
 		Backoff:    100 * time.Millisecond,
 		MaxBackoff: 2 * time.Second,
-		// The elected relay may run on another node than the commit, where
-		// Notify does not reach: it polls, and a poll of an empty shard is
-		// one index probe, so polling often (160 probes/s in all) keeps
-		// other nodes' slots from waiting up to the default 200 ms.
-		PollInterval: 50 * time.Millisecond,
+		// What Notify does not announce is found by polling: rows of
+		// partitions just taken over from another node, and rows written
+		// on another node (a run-now request's slot is written by the node
+		// whose projection took the event, a backfill by the node the API
+		// call reached). A poll of an empty shard is one index probe.
+		PollInterval: 100 * time.Millisecond,
 	})
 	if err != nil {
 		return nil, err

@@ -24,6 +24,7 @@ import (
 	"github.com/cronmesh/cronmesh/libs/broker"
 	"github.com/cronmesh/cronmesh/libs/execid"
 	"github.com/cronmesh/cronmesh/libs/outbox"
+	"github.com/cronmesh/cronmesh/libs/ring"
 	"github.com/cronmesh/cronmesh/services/trigger/internal/firing"
 )
 
@@ -453,7 +454,8 @@ func (s *Store) commitMessages(ctx context.Context, advances []firing.Advance, s
 
 // dispatchMessage is the outbox message of a fired slot: attempt 1 of its
 // execution, to the dispatch exchange with the routing key of the job's
-// priority, ordered per job and deduplicated downstream by execution id.
+// priority, ordered per job and deduplicated downstream by execution id,
+// and published by the relay of the node that owns the job's partition.
 func (s *Store) dispatchMessage(job *registryv1.Job, jobID string, version int64, nominal, fireTime time.Time, kind firing.SlotKind, headers map[string]string) (outbox.Message, error) {
 	execID := executionID(jobID, nominal)
 	req := &dispatchv1.DispatchRequest{
@@ -481,6 +483,7 @@ func (s *Store) dispatchMessage(job *registryv1.Job, jobID string, version int64
 		MessageID:   execID,
 		Payload:     payload,
 		Headers:     headers,
+		Partition:   ring.Partition(jobID, s.partitions),
 	}, nil
 }
 
@@ -514,6 +517,7 @@ func (s *Store) missedMessage(jobID string, events []*eventsv1.ExecutionEvent, h
 	}
 	return outbox.Message{
 		AggregateID: canonicalID(jobID),
+		Partition:   ring.Partition(canonicalID(jobID), s.partitions),
 		RoutingKey:  broker.Route(s.executionsEx, MissedRoutingKey),
 		MessageID:   uuid.Must(uuid.NewV7()).String(),
 		Payload:     payload,

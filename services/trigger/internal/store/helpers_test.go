@@ -3,6 +3,7 @@ package store_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"testing"
 	"time"
 
@@ -18,6 +19,7 @@ import (
 	registryv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1"
 	"github.com/cronmesh/cronmesh/libs/migrate"
 	"github.com/cronmesh/cronmesh/libs/pgtest"
+	"github.com/cronmesh/cronmesh/libs/ring"
 	"github.com/cronmesh/cronmesh/services/trigger/internal/firing"
 	"github.com/cronmesh/cronmesh/services/trigger/internal/store"
 )
@@ -204,15 +206,22 @@ type outboxRow struct {
 	Headers     map[string]string
 }
 
+// outbox returns the outbox rows in id order, after asserting that every
+// row is in its job's partition: the node owning that partition is the one
+// whose relay publishes it.
 func (e *env) outbox(t testing.TB) []outboxRow {
 	t.Helper()
-	rows, err := e.pool.Query(t.Context(), `SELECT aggregate_id, routing_key, message_id, payload, headers FROM outbox ORDER BY id`)
+	rows, err := e.pool.Query(t.Context(), `SELECT aggregate_id, routing_key, message_id, payload, headers, partition FROM outbox ORDER BY id`)
 	require.NoError(t, err)
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (outboxRow, error) {
 		var o outboxRow
 		var headers []byte
-		if err := r.Scan(&o.AggregateID, &o.RoutingKey, &o.MessageID, &o.Payload, &headers); err != nil {
+		var partition int
+		if err := r.Scan(&o.AggregateID, &o.RoutingKey, &o.MessageID, &o.Payload, &headers, &partition); err != nil {
 			return o, err
+		}
+		if want := ring.Partition(o.AggregateID, testPartitions); partition != want {
+			return o, fmt.Errorf("outbox row %s of job %s is in partition %d, not its job's %d", o.MessageID, o.AggregateID, partition, want)
 		}
 		return o, json.Unmarshal(headers, &o.Headers)
 	})

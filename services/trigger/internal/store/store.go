@@ -54,14 +54,19 @@ const (
 //go:embed migrations/*.sql
 var migrationFiles embed.FS
 
-// OutboxShards is the relay's shard count (outbox.RelayOptions.Shards); the
-// migrations index the outbox for it.
+// OutboxShards is the relay's shard count (outbox.RelayOptions.Shards):
+// the cycle loops among which a node's relay splits its partitions.
 const OutboxShards = 8
 
 // outboxMigration is the version at which the shared outbox table joins the
-// trigger's own migrations, and the next the outbox's shard index; no
-// file may take either.
+// trigger's own migrations, and the next the outbox's shard index (no
+// longer read since every node's relay publishes its own partitions, and
+// dropped by outboxPartitionsMigration); no file may take either.
 const outboxMigration = 2
+
+// outboxPartitionsMigration gives every outbox row the partition of its
+// job, so that the node owning the partition publishes it.
+const outboxPartitionsMigration = 5
 
 // Migrations returns the migrations of the trigger schema: its own SQL
 // files and the outbox table.
@@ -76,7 +81,9 @@ func Migrations() ([]migrate.Migration, error) {
 	}
 	return append(files,
 		migrate.New(outboxMigration, "outbox", outbox.Schema()),
-		migrate.New(outboxMigration+1, "outbox_shards", outbox.ShardIndex(OutboxShards)),
+		migrate.New(outboxMigration+1, "outbox_shards", outbox.ShardIndex(8)),
+		migrate.New(outboxPartitionsMigration, "outbox_partitions",
+			outbox.PartitionSchema()+"DROP INDEX IF EXISTS outbox_shard_8;\n"),
 	), nil
 }
 
