@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -70,6 +71,8 @@ func TestFailover(t *testing.T) {
 
 	v := c.received.check(jobs, from, to, from)
 	t.Logf("%d slots checked, max lateness %s (slot %s), %d republished by the relay", v.slots, v.maxLate, v.maxLateAt, len(v.republished))
+	t.Logf("max lateness (s) of each second from %s (kill at +3, stop at +9, join at +18): %s",
+		from.UTC().Format(time.TimeOnly), strings.Join(v.lateness, " "))
 	require.Empty(t, c.received.problems)
 	require.Empty(t, head(v.missing), "%d slots never reached the queue", len(v.missing))
 	require.Empty(t, head(v.firedTwice), "%d slots fired twice", len(v.firedTwice))

@@ -84,12 +84,18 @@ type verdict struct {
 	republished []string
 	maxLate     time.Duration
 	maxLateAt   string
+	// lateness is the max lateness of each nominal second from lateFrom,
+	// "-" where a slot of that second never arrived: a failure that grows
+	// from the first second is the machine's capacity, one that starts at
+	// a fault is the failover.
+	lateness []string
 }
 
 func (l *ledger) check(jobs []string, from, to time.Time, lateFrom time.Time) verdict {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	var v verdict
+	perSecond := map[int64]time.Duration{}
 	for _, job := range jobs {
 		for s := from.Unix(); s <= to.Unix(); s++ {
 			v.slots++
@@ -98,6 +104,7 @@ func (l *ledger) check(jobs []string, from, to time.Time, lateFrom time.Time) ve
 			rows := l.rows[k]
 			if len(rows) == 0 {
 				v.missing = append(v.missing, name)
+				perSecond[s] = -1
 				continue
 			}
 			if len(rows) > 1 {
@@ -109,10 +116,21 @@ func (l *ledger) check(jobs []string, from, to time.Time, lateFrom time.Time) ve
 				}
 			}
 			if s >= lateFrom.Unix() {
-				if late := l.arrival[k].Sub(time.Unix(s, 0)); late > v.maxLate {
+				late := l.arrival[k].Sub(time.Unix(s, 0))
+				if late > v.maxLate {
 					v.maxLate, v.maxLateAt = late, time.Unix(s, 0).UTC().Format(time.TimeOnly)
 				}
+				if worst, ok := perSecond[s]; !ok || (worst >= 0 && late > worst) {
+					perSecond[s] = late
+				}
 			}
+		}
+	}
+	for s := lateFrom.Unix(); s <= to.Unix(); s++ {
+		if late := perSecond[s]; late < 0 {
+			v.lateness = append(v.lateness, "-")
+		} else {
+			v.lateness = append(v.lateness, fmt.Sprintf("%.1f", late.Seconds()))
 		}
 	}
 	return v
