@@ -197,6 +197,13 @@ func Sustained(ctx context.Context, cfg Config, o SustainedOptions) error {
 		fireLateness, quantileBound(h0, h1, 0.5), quantileBound(h0, h1, 0.99),
 		backlogSummary(backlogs, func(b backlog) int { return b.outbox }), backlogSummary(backlogs, func(b backlog) int { return b.dispatch }))
 	r.p("")
+	if st, err := e.measureStages(ctx, from, to, deliveries); err != nil {
+		r.p("The stages could not be read: %v.", err)
+	} else {
+		r.p("The same lateness by stage, from the fire and start times the history recorded for %s of the window's first attempts (%s of them matched a delivery; the history may still be catching up on the rest):",
+			num(st.executions), num(st.matched))
+		r.table([]string{"stage", "p50", "p90", "p99", "max"}, st.rows())
+	}
 	tenthRows := [][]string{}
 	for i, d := range res.LateByTenth {
 		at := from.Add(time.Duration(i) * o.Duration / 10)
