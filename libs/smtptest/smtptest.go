@@ -1,13 +1,21 @@
 // Package smtptest runs a real SMTP server (github.com/emersion/go-smtp) on
 // loopback inside a test process, with AUTH PLAIN, and records the messages
 // it accepts, so tests assert what an email channel actually sent. It can
-// be taken down and brought back on the same port to test retries.
+// be taken down and brought back on the same port to test retries, and can
+// speak STARTTLS or implicit TLS with a certificate of its own.
 package smtptest
 
 import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/base64"
 	"errors"
 	"io"
+	"math/big"
 	"mime"
 	"mime/quotedprintable"
 	"net"
@@ -35,18 +43,46 @@ type Server struct {
 	// Username and Password are the credentials AUTH PLAIN accepts.
 	Username, Password string
 
-	t    testing.TB
-	addr string
+	t        testing.TB
+	addr     string
+	security Security
+	tls      *tls.Config
+	roots    *x509.CertPool
 
 	mu       sync.Mutex
 	messages []Message
 	srv      *smtp.Server
 }
 
-// Start listens on a free loopback port and serves until the test ends.
-func Start(t testing.TB) *Server {
+// Security is how a test server uses TLS.
+type Security int
+
+const (
+	// Plain never speaks TLS.
+	Plain Security = iota
+	// StartTLS offers STARTTLS.
+	StartTLS
+	// ImplicitTLS speaks TLS from the first byte (SMTPS, port 465 in
+	// production).
+	ImplicitTLS
+)
+
+// Start listens on a free loopback port without TLS and serves until the
+// test ends.
+func Start(t testing.TB) *Server { return StartSecure(t, Plain) }
+
+// StartSecure is Start with TLS as security says, on a self-signed
+// certificate for 127.0.0.1 and localhost that RootCAs trusts.
+func StartSecure(t testing.TB, security Security) *Server {
 	t.Helper()
-	s := &Server{t: t, Username: "alerts", Password: "s3cret-smtp-password"}
+	s := &Server{t: t, Username: "alerts", Password: "s3cret-smtp-password", security: security}
+	if security != Plain {
+		cert, roots, err := selfSigned()
+		if err != nil {
+			t.Fatalf("smtptest: certificate: %v", err)
+		}
+		s.tls, s.roots = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}, roots
+	}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatalf("smtptest: listen: %v", err)
@@ -57,11 +93,52 @@ func Start(t testing.TB) *Server {
 	return s
 }
 
+// RootCAs trusts the server's certificate; nil for a Plain server.
+func (s *Server) RootCAs() *x509.CertPool { return s.roots }
+
+// selfSigned makes a certificate for 127.0.0.1 and localhost, valid for a
+// day, and a pool that trusts it.
+func selfSigned() (tls.Certificate, *x509.CertPool, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return tls.Certificate{}, nil, err
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber:          big.NewInt(1),
+		Subject:               pkix.Name{CommonName: "smtptest"},
+		NotBefore:             time.Now().Add(-time.Minute),
+		NotAfter:              time.Now().Add(24 * time.Hour),
+		KeyUsage:              x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
+		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		BasicConstraintsValid: true,
+		IsCA:                  true,
+		DNSNames:              []string{"localhost"},
+		IPAddresses:           []net.IP{net.ParseIP("127.0.0.1")},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		return tls.Certificate{}, nil, err
+	}
+	leaf, err := x509.ParseCertificate(der)
+	if err != nil {
+		return tls.Certificate{}, nil, err
+	}
+	roots := x509.NewCertPool()
+	roots.AddCert(leaf)
+	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key, Leaf: leaf}, roots, nil
+}
+
 func (s *Server) serve(l net.Listener) {
 	srv := smtp.NewServer(smtp.BackendFunc(func(*smtp.Conn) (smtp.Session, error) { return &session{s: s}, nil }))
 	srv.Domain = "localhost"
 	srv.AllowInsecureAuth = true
 	srv.ReadTimeout, srv.WriteTimeout = 10*time.Second, 10*time.Second
+	switch s.security {
+	case StartTLS:
+		srv.TLSConfig = s.tls
+	case ImplicitTLS:
+		l = tls.NewListener(l, s.tls)
+	}
 	s.mu.Lock()
 	s.srv = srv
 	s.mu.Unlock()

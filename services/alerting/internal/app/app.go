@@ -55,7 +55,7 @@ type Config struct {
 	Schema string
 	// SendTimeout bounds one delivery attempt of a notification.
 	SendTimeout time.Duration
-	// AllowNetworks are CIDRs webhook channels may resolve to although
+	// AllowNetworks are CIDRs webhook channels and SMTP hosts may resolve to although
 	// loopback, private or link-local (the SSRF guard, as the dispatcher's).
 	AllowNetworks config.StringList
 	// ExecutionsExchange and ExecutionsQueue: the lifecycle events and
@@ -92,7 +92,7 @@ func (c *Config) Register(fs *flag.FlagSet) {
 	fs.Var(&c.APIKeys, "api-keys", "comma-separated API keys, each namespace=key or namespace=sha256:<hex digest of the key>")
 	fs.StringVar(&c.Schema, "schema", DefaultSchema, "PostgreSQL schema of the alerting tables")
 	fs.DurationVar(&c.SendTimeout, "send-timeout", notify.DefaultTimeout, "bound on one notification delivery attempt (webhook request or SMTP session)")
-	fs.Var(&c.AllowNetworks, "allow-networks", "comma-separated CIDRs that webhook channels may resolve to although loopback, private or link-local (e.g. 127.0.0.0/8,::1/128 for development)")
+	fs.Var(&c.AllowNetworks, "allow-networks", "comma-separated CIDRs that webhook channels and SMTP hosts may resolve to although loopback, private or link-local (e.g. 127.0.0.0/8,::1/128 for development)")
 	fs.StringVar(&c.ExecutionsExchange, "executions-exchange", DefaultExecutionsExchange, "RabbitMQ topic exchange of execution lifecycle events")
 	fs.StringVar(&c.ExecutionsQueue, "executions-queue", DefaultExecutionsQueue, "alerting's durable queue of execution events")
 	fs.StringVar(&c.JobsExchange, "jobs-exchange", DefaultJobsExchange, "RabbitMQ topic exchange of the registry's job events")

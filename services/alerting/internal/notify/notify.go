@@ -8,6 +8,8 @@ import (
 	"bytes"
 	"cmp"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -35,6 +37,8 @@ const DefaultTimeout = 15 * time.Second
 // Sender sends one notification through one channel.
 type Sender struct {
 	client  *http.Client
+	dial    mail.DialContextFunc // SMTP connections, through the SSRF guard
+	roots   *x509.CertPool
 	timeout time.Duration
 	clock   clock.Clock
 	helo    string
@@ -45,12 +49,16 @@ type SenderOptions struct {
 	// HTTPClient posts webhooks. Default: a client with Timeout that dials
 	// through the SSRF guard (libs/ssrfguard) and follows no redirects.
 	HTTPClient *http.Client
-	// AllowedNetworks open the default client's SSRF guard for these
-	// networks (tests and local development allow loopback). A channel's
-	// URL is set by whoever holds the namespace's API key, so without the
-	// guard a tenant could make alerting post to the cluster's internal
-	// services or the cloud metadata endpoint.
+	// AllowedNetworks open the SSRF guard of the default HTTP client and of
+	// every SMTP connection for these networks (tests and local development
+	// allow loopback). A channel's URL or SMTP host is set by whoever holds
+	// the namespace's API key, so without the guard a tenant could make
+	// alerting post to the cluster's internal services or the cloud
+	// metadata endpoint, or talk SMTP at any internal port.
 	AllowedNetworks []netip.Prefix
+	// RootCAs verify SMTP servers' certificates. Default: the system's
+	// (tests and private CAs set it).
+	RootCAs *x509.CertPool
 	// Timeout bounds one attempt. Default DefaultTimeout.
 	Timeout time.Duration
 	// Clock stamps webhook-timestamp. Default clock.Real.
@@ -63,9 +71,9 @@ type SenderOptions struct {
 // NewSender returns a Sender.
 func NewSender(opts SenderOptions) *Sender {
 	timeout := cmp.Or(opts.Timeout, DefaultTimeout)
+	dialer := &net.Dialer{Timeout: timeout, ControlContext: ssrfguard.Guard{Allowed: opts.AllowedNetworks}.Control}
 	client := opts.HTTPClient
 	if client == nil {
-		dialer := &net.Dialer{Timeout: timeout, ControlContext: ssrfguard.Guard{Allowed: opts.AllowedNetworks}.Control}
 		client = &http.Client{
 			Timeout: timeout,
 			// No proxy: a proxy would connect past the guard.
@@ -79,7 +87,7 @@ func NewSender(opts SenderOptions) *Sender {
 	if opts.Clock != nil {
 		clk = opts.Clock
 	}
-	return &Sender{client: client, timeout: timeout, clock: clk, helo: cmp.Or(opts.HELO, "localhost")}
+	return &Sender{client: client, dial: dialer.DialContext, roots: opts.RootCAs, timeout: timeout, clock: clk, helo: cmp.Or(opts.HELO, "localhost")}
 }
 
 // Send delivers one notification: id is its stable webhook-id, body its
@@ -160,14 +168,36 @@ func (s *Sender) email(ctx context.Context, e *alertingv1.EmailChannel, password
 	msg.SetMessageIDWithValue(id + "@cronmesh")
 	msg.SetGenHeader("X-Cronmesh-Notification-Id", id)
 
+	// Every connection goes through the SSRF guard's dialer: go-mail's own
+	// dialer would connect wherever the channel's host resolves.
+	tlsConfig := &tls.Config{ServerName: e.GetHost(), RootCAs: s.roots, MinVersion: tls.VersionTLS12}
 	opts := []mail.Option{
 		mail.WithPort(int(e.GetPort())),
 		mail.WithTimeout(s.timeout),
 		mail.WithHELO(s.helo),
+		mail.WithTLSConfig(tlsConfig),
+		mail.WithDialContextFunc(s.dial),
 	}
 	switch e.GetSecurity() {
 	case alertingv1.SmtpSecurity_SMTP_SECURITY_TLS:
-		opts = append(opts, mail.WithSSL())
+		// Implicit TLS, done here on the guarded connection: go-mail's
+		// WithSSL is ignored once the dialer is ours. With the connection
+		// already encrypted, the opportunistic policy makes go-mail read its
+		// TLS state (so that authentication knows it is encrypted) without
+		// asking for STARTTLS, which an implicit-TLS server does not offer.
+		opts = append(opts, mail.WithTLSPolicy(mail.TLSOpportunistic), mail.WithDialContextFunc(
+			func(ctx context.Context, network, address string) (net.Conn, error) {
+				conn, err := s.dial(ctx, network, address)
+				if err != nil {
+					return nil, err
+				}
+				tlsConn := tls.Client(conn, tlsConfig)
+				if err := tlsConn.HandshakeContext(ctx); err != nil {
+					_ = conn.Close()
+					return nil, err
+				}
+				return tlsConn, nil
+			}))
 	case alertingv1.SmtpSecurity_SMTP_SECURITY_NONE:
 		opts = append(opts, mail.WithTLSPolicy(mail.NoTLS))
 	default:

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	alertingv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/alerting/v1"
+	"github.com/cronmesh/cronmesh/libs/smtptest"
 	"github.com/cronmesh/cronmesh/services/alerting/internal/notify"
 	"github.com/cronmesh/cronmesh/services/alerting/internal/payload"
 	"github.com/cronmesh/cronmesh/services/alerting/internal/store"
@@ -63,4 +64,67 @@ func TestWebhookRedirectIsAFailure(t *testing.T) {
 	require.NoError(t, err)
 	s := notify.NewSender(notify.SenderOptions{AllowedNetworks: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}})
 	require.ErrorContains(t, s.Send(context.Background(), ch, "ntf_2", body), "HTTP 302")
+}
+
+func TestEmailThroughTheSSRFGuardInEverySecurityMode(t *testing.T) {
+	t.Parallel()
+	modes := []struct {
+		name     string
+		server   smtptest.Security
+		security alertingv1.SmtpSecurity
+	}{
+		{"starttls", smtptest.StartTLS, alertingv1.SmtpSecurity_SMTP_SECURITY_STARTTLS},
+		{"implicit tls", smtptest.ImplicitTLS, alertingv1.SmtpSecurity_SMTP_SECURITY_TLS},
+		{"none", smtptest.Plain, alertingv1.SmtpSecurity_SMTP_SECURITY_NONE},
+	}
+	for _, m := range modes {
+		t.Run(m.name, func(t *testing.T) {
+			t.Parallel()
+			srv := smtptest.StartSecure(t, m.server)
+			ch := &store.Channel{
+				Def: &alertingv1.Channel{Kind: &alertingv1.Channel_Email{Email: &alertingv1.EmailChannel{
+					Host: srv.Host(), Port: int32(srv.Port()), Security: m.security,
+					Username: srv.Username, From: "cronmesh@example.com", To: []string{"oncall@example.com"},
+				}}},
+				Secret: srv.Password,
+			}
+			body, err := json.Marshal(&payload.Payload{Type: "channel.test", NotificationID: "ntf_3"})
+			require.NoError(t, err)
+
+			// A tenant's SMTP host on loopback is refused before any
+			// connection, as a webhook's would be.
+			guarded := notify.NewSender(notify.SenderOptions{RootCAs: srv.RootCAs()})
+			err = guarded.Send(context.Background(), ch, "ntf_3", body)
+			require.ErrorContains(t, err, "target refused")
+			require.ErrorContains(t, err, "loopback")
+			require.Empty(t, srv.Messages())
+
+			open := notify.NewSender(notify.SenderOptions{
+				AllowedNetworks: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}, RootCAs: srv.RootCAs(),
+			})
+			require.NoError(t, open.Send(context.Background(), ch, "ntf_3", body))
+			msgs := srv.Messages()
+			require.Len(t, msgs, 1)
+			require.Equal(t, []string{"oncall@example.com"}, msgs[0].To)
+		})
+	}
+}
+
+func TestEmailImplicitTLSVerifiesTheCertificate(t *testing.T) {
+	t.Parallel()
+	srv := smtptest.StartSecure(t, smtptest.ImplicitTLS)
+	ch := &store.Channel{
+		Def: &alertingv1.Channel{Kind: &alertingv1.Channel_Email{Email: &alertingv1.EmailChannel{
+			Host: srv.Host(), Port: int32(srv.Port()), Security: alertingv1.SmtpSecurity_SMTP_SECURITY_TLS,
+			Username: srv.Username, From: "cronmesh@example.com", To: []string{"oncall@example.com"},
+		}}},
+		Secret: srv.Password,
+	}
+	body, err := json.Marshal(&payload.Payload{Type: "channel.test", NotificationID: "ntf_4"})
+	require.NoError(t, err)
+	// Without the server's CA: the handshake we make on the guarded
+	// connection must verify the certificate, as go-mail's would.
+	s := notify.NewSender(notify.SenderOptions{AllowedNetworks: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}})
+	require.ErrorContains(t, s.Send(context.Background(), ch, "ntf_4", body), "certificate")
+	require.Empty(t, srv.Messages())
 }
