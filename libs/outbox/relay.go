@@ -489,10 +489,29 @@ func selectShardSQL(n int) string {
 FROM outbox WHERE ` + shardExpr(n) + ` = $2 ORDER BY id LIMIT $1`
 }
 
-// selectPartitionsSQL is selectSQL for the rows of some partitions, read
-// through the index of [PartitionSchema].
-const selectPartitionsSQL = `SELECT id, aggregate_id, routing_key, message_id, payload, headers, created_at, now(), partition
-FROM outbox WHERE partition = ANY($2) ORDER BY id LIMIT $1`
+// selectOwnedSQL reads up to $1 rows of the partitions in $2, at most $3
+// of each, each partition's in id order (the order that matters: an
+// aggregate lives in one partition), through the index of
+// [PartitionSchema]: one short index range per partition, so a poll reads
+// what it returns, with or without a backlog, and an idle poll is one probe
+// per partition. Measured with 100,000 rows waiting, 32 partitions asked
+// of 256: 1.8 ms for 1,000 rows. The alternatives read more:
+// "partition = ANY($2) ORDER BY id" walks the primary key and drops the
+// other partitions' rows (8-16 ms, 14,794 rows read and dropped for 1,000,
+// and the planner takes that path even past a hash-shard index, so with
+// the partitions shared among nodes and shards a backlog fed on itself);
+// merging one range per partition in id order (UNION ALL) costs 2.7 ms of
+// planning on every idle poll.
+const selectOwnedSQL = `SELECT o.id, o.aggregate_id, o.routing_key, o.message_id, o.payload, o.headers, o.created_at, now(), o.partition
+FROM unnest($2::int[]) AS owned(partition) CROSS JOIN LATERAL (
+    SELECT id, aggregate_id, routing_key, message_id, payload, headers, created_at, partition
+    FROM outbox WHERE outbox.partition = owned.partition ORDER BY id LIMIT $3) AS o
+LIMIT $1`
+
+// minPerPartition is the least a partition may contribute to a batch of an
+// owned shard, so that a lone partition with a backlog (a backfill) still
+// drains in large batches.
+const minPerPartition = 64
 
 // cycle publishes one batch of a shard and returns the number of rows read.
 func (r *Relay) cycle(ctx context.Context, shard int) (int, error) {
@@ -535,11 +554,17 @@ func (r *Relay) fetch(ctx context.Context, shard int, epochs map[int]int64) ([]r
 	query, args := selectSQL, []any{r.batchSize}
 	switch {
 	case r.ownership != nil:
+		// In random order, and each partition capped at its share of the
+		// batch (but minPerPartition), so that under a backlog every
+		// partition gets its turn: the batch is filled partition after
+		// partition.
 		partitions := make([]int32, 0, len(epochs))
 		for p := range epochs {
 			partitions = append(partitions, int32(p))
 		}
-		query, args = selectPartitionsSQL, []any{r.batchSize, partitions}
+		rand.Shuffle(len(partitions), func(i, j int) { partitions[i], partitions[j] = partitions[j], partitions[i] })
+		perPartition := max(r.batchSize/len(partitions), minPerPartition)
+		query, args = selectOwnedSQL, []any{r.batchSize, partitions, perPartition}
 	case len(r.shards) > 1:
 		query, args = selectShardSQL(len(r.shards)), []any{r.batchSize, shard}
 	}

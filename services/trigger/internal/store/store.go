@@ -59,7 +59,7 @@ var migrationFiles embed.FS
 const OutboxShards = 8
 
 // outboxMigration is the version at which the shared outbox table joins the
-// trigger's own migrations, and the next the outbox's shard index (no
+// trigger's own migrations, and the next the outbox's hash-shard index (no
 // longer read since every node's relay publishes its own partitions, and
 // dropped by outboxPartitionsMigration); no file may take either.
 const outboxMigration = 2
