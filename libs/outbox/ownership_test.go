@@ -202,3 +202,25 @@ func TestRelayOwnedQueryReadsEachPartitionsIndexRange(t *testing.T) {
 	require.Contains(t, plan, "on outbox_partition", plan)
 	require.NotContains(t, plan, "Rows Removed by Filter", "no row of another partition is read: %s", plan)
 }
+
+func TestRelayWithOwnershipDrainsOnePartitionsBacklogWithoutWaiting(t *testing.T) {
+	t.Parallel()
+	pool := partitionedPool(t)
+	top := newTopology(t)
+	// Two partitions owned, so each may fill half of a batch of 200; only
+	// one has rows (a backfill), 1,000 of them. A cycle that filled its
+	// partition's share must start the next at once, not wait for a poll.
+	r, _ := newRelay(t, RelayOptions{
+		Pool: pool, Publisher: newPublisher(t, amqptest.URL(), top.exchange),
+		Ownership: newOwnership(map[int]int64{1: 1, 2: 1}), BatchSize: 200, PollInterval: time.Hour,
+	})
+	msgs := seqMessages("backfill", 1, 1000)
+	for i := range msgs {
+		msgs[i].Partition = 1
+	}
+	write(t, pool, msgs...)
+	runRelay(t, r)
+	r.Notify()
+	waitEmpty(t, pool, 20*time.Second)
+	require.Zero(t, checkOrder(t, msgs, amqptest.Drain(t, top.queue)))
+}

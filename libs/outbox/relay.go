@@ -427,7 +427,7 @@ func (r *Relay) publishShards(ctx context.Context) {
 func (r *Relay) publishLoop(ctx context.Context, shard int) {
 	var backoff time.Duration
 	for ctx.Err() == nil {
-		n, err := r.cycle(ctx, shard)
+		more, err := r.cycle(ctx, shard)
 		if ctx.Err() != nil {
 			return
 		}
@@ -443,7 +443,7 @@ func (r *Relay) publishLoop(ctx context.Context, shard int) {
 			continue
 		}
 		backoff = 0
-		if n == r.batchSize {
+		if more {
 			continue // a full batch: more rows are probably waiting
 		}
 		timer := time.NewTimer(r.poll)
@@ -513,27 +513,29 @@ LIMIT $1`
 // drains in large batches.
 const minPerPartition = 64
 
-// cycle publishes one batch of a shard and returns the number of rows read.
-func (r *Relay) cycle(ctx context.Context, shard int) (int, error) {
+// cycle publishes one batch of a shard and reports whether it was full:
+// BatchSize rows or, with Ownership, a partition's whole share, so that
+// more rows are probably waiting.
+func (r *Relay) cycle(ctx context.Context, shard int) (full bool, err error) {
 	var epochs map[int]int64
 	if r.ownership != nil {
 		epochs = r.shardPartitions(shard)
 		if len(epochs) == 0 {
 			r.observe(nil, time.Time{})
-			return 0, nil
+			return false, nil
 		}
 	}
-	rows, dbNow, err := r.fetch(ctx, shard, epochs)
+	rows, full, dbNow, err := r.fetch(ctx, shard, epochs)
 	if err != nil {
-		return 0, err
+		return false, err
 	}
 	r.observe(rows, dbNow)
 	if len(rows) == 0 {
-		return 0, nil
+		return false, nil
 	}
 	confirmed, pubErr := r.publish(ctx, rows, epochs)
 	delErr := r.delete(ctx, confirmed)
-	return len(rows), errors.Join(pubErr, delErr)
+	return full, errors.Join(pubErr, delErr)
 }
 
 // shardPartitions returns the owned partitions of a shard (partition mod
@@ -548,10 +550,11 @@ func (r *Relay) shardPartitions(shard int) map[int]int64 {
 	return owned
 }
 
-// fetch reads a shard's oldest rows: with Ownership, those of the
-// partitions in epochs.
-func (r *Relay) fetch(ctx context.Context, shard int, epochs map[int]int64) ([]row, time.Time, error) {
+// fetch reads a shard's oldest rows (with Ownership, those of the
+// partitions in epochs) and reports whether the batch was full.
+func (r *Relay) fetch(ctx context.Context, shard int, epochs map[int]int64) (_ []row, full bool, dbNow time.Time, _ error) {
 	query, args := selectSQL, []any{r.batchSize}
+	perPartition := 0
 	switch {
 	case r.ownership != nil:
 		// In random order, and each partition capped at its share of the
@@ -563,18 +566,18 @@ func (r *Relay) fetch(ctx context.Context, shard int, epochs map[int]int64) ([]r
 			partitions = append(partitions, int32(p))
 		}
 		rand.Shuffle(len(partitions), func(i, j int) { partitions[i], partitions[j] = partitions[j], partitions[i] })
-		perPartition := max(r.batchSize/len(partitions), minPerPartition)
+		perPartition = max(r.batchSize/len(partitions), minPerPartition)
 		query, args = selectOwnedSQL, []any{r.batchSize, partitions, perPartition}
 	case len(r.shards) > 1:
 		query, args = selectShardSQL(len(r.shards)), []any{r.batchSize, shard}
 	}
 	rs, err := r.pool.Query(ctx, query, args...)
 	if err != nil {
-		return nil, time.Time{}, fmt.Errorf("outbox: read batch: %w", err)
+		return nil, false, time.Time{}, fmt.Errorf("outbox: read batch: %w", err)
 	}
 	defer rs.Close()
 	rows := make([]row, 0, r.batchSize)
-	var dbNow time.Time
+	perOwned := map[int]int{}
 	for rs.Next() {
 		var rw row
 		dest := []any{&rw.id, &rw.aggregateID, &rw.routingKey, &rw.messageID, &rw.payload, &rw.headers, &rw.createdAt, &dbNow}
@@ -582,14 +585,18 @@ func (r *Relay) fetch(ctx context.Context, shard int, epochs map[int]int64) ([]r
 			dest = append(dest, &rw.partition)
 		}
 		if err := rs.Scan(dest...); err != nil {
-			return nil, time.Time{}, fmt.Errorf("outbox: scan row: %w", err)
+			return nil, false, time.Time{}, fmt.Errorf("outbox: scan row: %w", err)
 		}
 		rows = append(rows, rw)
+		if r.ownership != nil {
+			perOwned[rw.partition]++
+			full = full || perOwned[rw.partition] == perPartition
+		}
 	}
 	if err := rs.Err(); err != nil {
-		return nil, time.Time{}, fmt.Errorf("outbox: read batch: %w", err)
+		return nil, false, time.Time{}, fmt.Errorf("outbox: read batch: %w", err)
 	}
-	return rows, dbNow, nil
+	return rows, full || len(rows) == r.batchSize, dbNow, nil
 }
 
 func (r *Relay) observe(rows []row, dbNow time.Time) {
