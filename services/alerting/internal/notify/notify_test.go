@@ -66,6 +66,22 @@ func TestWebhookRedirectIsAFailure(t *testing.T) {
 	require.ErrorContains(t, s.Send(context.Background(), ch, "ntf_2", body), "HTTP 302")
 }
 
+// emailChannel is an email channel to srv with the given security, and a
+// test notification's body.
+func emailChannel(t *testing.T, srv *smtptest.Server, security alertingv1.SmtpSecurity) (*store.Channel, []byte) {
+	t.Helper()
+	ch := &store.Channel{
+		Def: &alertingv1.Channel{Kind: &alertingv1.Channel_Email{Email: &alertingv1.EmailChannel{
+			Host: srv.Host(), Port: int32(srv.Port()), Security: security,
+			Username: srv.Username, From: "cronmesh@example.com", To: []string{"oncall@example.com"},
+		}}},
+		Secret: srv.Password,
+	}
+	body, err := json.Marshal(&payload.Payload{Type: "channel.test", NotificationID: "ntf_3"})
+	require.NoError(t, err)
+	return ch, body
+}
+
 func TestEmailThroughTheSSRFGuardInEverySecurityMode(t *testing.T) {
 	t.Parallel()
 	modes := []struct {
@@ -81,20 +97,12 @@ func TestEmailThroughTheSSRFGuardInEverySecurityMode(t *testing.T) {
 		t.Run(m.name, func(t *testing.T) {
 			t.Parallel()
 			srv := smtptest.StartSecure(t, m.server)
-			ch := &store.Channel{
-				Def: &alertingv1.Channel{Kind: &alertingv1.Channel_Email{Email: &alertingv1.EmailChannel{
-					Host: srv.Host(), Port: int32(srv.Port()), Security: m.security,
-					Username: srv.Username, From: "cronmesh@example.com", To: []string{"oncall@example.com"},
-				}}},
-				Secret: srv.Password,
-			}
-			body, err := json.Marshal(&payload.Payload{Type: "channel.test", NotificationID: "ntf_3"})
-			require.NoError(t, err)
+			ch, body := emailChannel(t, srv, m.security)
 
 			// A tenant's SMTP host on loopback is refused before any
 			// connection, as a webhook's would be.
 			guarded := notify.NewSender(notify.SenderOptions{RootCAs: srv.RootCAs()})
-			err = guarded.Send(context.Background(), ch, "ntf_3", body)
+			err := guarded.Send(context.Background(), ch, "ntf_3", body)
 			require.ErrorContains(t, err, "target refused")
 			require.ErrorContains(t, err, "loopback")
 			require.Empty(t, srv.Messages())
@@ -113,18 +121,10 @@ func TestEmailThroughTheSSRFGuardInEverySecurityMode(t *testing.T) {
 func TestEmailImplicitTLSVerifiesTheCertificate(t *testing.T) {
 	t.Parallel()
 	srv := smtptest.StartSecure(t, smtptest.ImplicitTLS)
-	ch := &store.Channel{
-		Def: &alertingv1.Channel{Kind: &alertingv1.Channel_Email{Email: &alertingv1.EmailChannel{
-			Host: srv.Host(), Port: int32(srv.Port()), Security: alertingv1.SmtpSecurity_SMTP_SECURITY_TLS,
-			Username: srv.Username, From: "cronmesh@example.com", To: []string{"oncall@example.com"},
-		}}},
-		Secret: srv.Password,
-	}
-	body, err := json.Marshal(&payload.Payload{Type: "channel.test", NotificationID: "ntf_4"})
-	require.NoError(t, err)
+	ch, body := emailChannel(t, srv, alertingv1.SmtpSecurity_SMTP_SECURITY_TLS)
 	// Without the server's CA: the handshake we make on the guarded
 	// connection must verify the certificate, as go-mail's would.
 	s := notify.NewSender(notify.SenderOptions{AllowedNetworks: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}})
-	require.ErrorContains(t, s.Send(context.Background(), ch, "ntf_4", body), "certificate")
+	require.ErrorContains(t, s.Send(context.Background(), ch, "ntf_3", body), "certificate")
 	require.Empty(t, srv.Messages())
 }
