@@ -13,10 +13,17 @@ var errBatcherStopped = errors.New("pipeline: batcher stopped")
 // batcher groups items submitted concurrently into one flush call per
 // batch (group commit): a flush starts as soon as one of `parallel` flush
 // slots is free and takes everything queued by then, up to maxBatch; with a
-// linger it first waits up to linger for the batch to fill. So an idle
-// batcher flushes a lone item at once, and a busy one makes large batches
-// out of whatever arrived during the previous flushes. Every submitter
-// learns its own batch's result.
+// linger it first waits until the linger has passed since its first item
+// was submitted, for the batch to fill. So an idle batcher flushes a lone
+// item at once, and a busy one makes large batches out of whatever arrived
+// during the previous flushes. Every submitter learns its own batch's
+// result.
+//
+// Each slot is a long-lived goroutine that gathers and flushes its own
+// batches, one slot gathering at a time (so that slots do not split what
+// lingers): an item goes from its submitter to the goroutine that flushes
+// it with one hand-over, and no goroutine (with a stack that grows on
+// every flush) is started per batch.
 type batcher[T any] struct {
 	flush    func(context.Context, []T) error
 	maxBatch int
@@ -28,10 +35,15 @@ type batcher[T any] struct {
 
 	in      chan pending[T]
 	stopped chan struct{}
+	// gathering is held by the slot gathering the next batch.
+	gathering sync.Mutex
 }
 
 type pending[T any] struct {
 	item T
+	// at is when the item was submitted (set only with a linger): the
+	// linger counts from the first item of a batch.
+	at   time.Time
 	done chan error
 }
 
@@ -55,8 +67,12 @@ func (b *batcher[T]) submit(item T) <-chan error {
 		return done
 	default:
 	}
+	p := pending[T]{item: item, done: done}
+	if b.linger > 0 {
+		p.at = time.Now()
+	}
 	select {
-	case b.in <- pending[T]{item: item, done: done}:
+	case b.in <- p:
 	case <-b.stopped:
 		done <- errBatcherStopped
 	}
@@ -66,71 +82,86 @@ func (b *batcher[T]) submit(item T) <-chan error {
 // run flushes batches until ctx is done, then flushes what is queued, waits
 // for the flushes under way and returns. Call it once.
 func (b *batcher[T]) run(ctx context.Context) {
-	slots := make(chan struct{}, b.parallel)
-	var wg sync.WaitGroup
-	defer func() {
-		wg.Wait()
-		close(b.stopped)
-		// Fail what slipped in while stopping rather than strand it.
-		for {
-			select {
-			case p := <-b.in:
-				p.done <- errBatcherStopped
-			default:
-				return
-			}
-		}
-	}()
-	start := func(batch []pending[T]) {
-		wg.Go(func() {
-			defer func() { <-slots }()
-			items := make([]T, len(batch))
-			for i, p := range batch {
-				items[i] = p.item
-			}
-			fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), b.timeout)
-			err := b.flush(fctx, items)
-			cancel()
-			for _, p := range batch {
-				p.done <- err
+	var slots sync.WaitGroup
+	for range b.parallel {
+		slots.Go(func() {
+			for {
+				batch, ok := b.gather(ctx)
+				if !ok {
+					return
+				}
+				b.flushBatch(ctx, batch)
 			}
 		})
 	}
+	slots.Wait()
+	// ctx is done: flush what is still queued, in parallel batches.
+	for range b.parallel {
+		slots.Go(func() {
+			for batch := b.take(nil); len(batch) > 0; batch = b.take(nil) {
+				b.flushBatch(ctx, batch)
+			}
+		})
+	}
+	slots.Wait()
+	close(b.stopped)
+	// Fail what slipped in while stopping rather than strand it.
 	for {
-		var batch []pending[T]
 		select {
 		case p := <-b.in:
-			batch = append(batch, p)
-		case <-ctx.Done():
-			b.drain(slots, start)
+			p.done <- errBatcherStopped
+		default:
 			return
 		}
-		batch = b.fill(ctx, batch)
-		// Wait for a flush slot, collecting meanwhile.
-	acquire:
-		for {
-			if len(batch) >= b.maxBatch {
-				slots <- struct{}{}
-				break
-			}
-			select {
-			case slots <- struct{}{}:
-				break acquire
-			case p := <-b.in:
-				batch = append(batch, p)
-			}
-		}
-		batch = b.take(batch)
-		start(batch)
 	}
 }
 
-// fill waits up to the linger for batch to fill.
+// gather waits for the next batch, holding the gathering turn: the first
+// item, then (with a linger) what arrives until the linger has passed since
+// it was submitted, then whatever is queued, up to maxBatch. It answers
+// false once ctx is done (what is queued then is left to run's last
+// flushes).
+func (b *batcher[T]) gather(ctx context.Context) ([]pending[T], bool) {
+	b.gathering.Lock()
+	defer b.gathering.Unlock()
+	if ctx.Err() != nil {
+		return nil, false
+	}
+	var first pending[T]
+	select {
+	case first = <-b.in:
+	case <-ctx.Done():
+		return nil, false
+	}
+	return b.take(b.fill(ctx, []pending[T]{first})), true
+}
+
+// flushBatch flushes batch, bounded by the timeout but not by ctx, and
+// answers its submitters.
+func (b *batcher[T]) flushBatch(ctx context.Context, batch []pending[T]) {
+	items := make([]T, len(batch))
+	for i, p := range batch {
+		items[i] = p.item
+	}
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), b.timeout)
+	err := b.flush(fctx, items)
+	cancel()
+	for _, p := range batch {
+		p.done <- err
+	}
+}
+
+// fill waits until the linger has passed since the first item of batch
+// was submitted, for batch to fill.
 func (b *batcher[T]) fill(ctx context.Context, batch []pending[T]) []pending[T] {
 	if b.linger <= 0 {
 		return batch
 	}
-	timer := time.NewTimer(b.linger)
+	wait := time.Until(batch[0].at.Add(b.linger))
+	if wait <= 0 {
+		return batch
+	}
+	timer := time.NewTimer(wait)
 	defer timer.Stop()
 	for len(batch) < b.maxBatch {
 		select {
@@ -156,16 +187,4 @@ func (b *batcher[T]) take(batch []pending[T]) []pending[T] {
 		}
 	}
 	return batch
-}
-
-// drain flushes everything queued, in batches.
-func (b *batcher[T]) drain(slots chan struct{}, start func([]pending[T])) {
-	for {
-		batch := b.take(nil)
-		if len(batch) == 0 {
-			return
-		}
-		slots <- struct{}{}
-		start(batch)
-	}
 }

@@ -96,3 +96,15 @@ func TestBatcherLinger(t *testing.T) {
 	require.NoError(t, <-w4)
 	<-done
 }
+
+// TestBatcherLingerCountsFromSubmit: the linger counts from the first
+// item's submission, so an item that waited for a busy slot longer than
+// the linger is flushed without waiting again.
+func TestBatcherLingerCountsFromSubmit(t *testing.T) {
+	t.Parallel()
+	b := newBatcher(func(context.Context, []int) error { return nil }, 10, time.Hour, 1, time.Minute)
+	old := pending[int]{item: 1, at: time.Now().Add(-2 * time.Hour), done: make(chan error, 1)}
+	// With nothing else queued, a linger counted from now would block for
+	// an hour.
+	require.Equal(t, []pending[int]{old}, b.fill(t.Context(), []pending[int]{old}))
+}
