@@ -63,6 +63,7 @@ type Config struct {
 	DispatchQueue      string
 	ExecutionsExchange string
 	OutboxLanes        int
+	OutboxShards       int
 	Lookahead          time.Duration
 	// Commits is the number of firing transactions in flight at once.
 	Commits int
@@ -93,6 +94,7 @@ func (c *Config) Register(fs *flag.FlagSet) {
 	fs.StringVar(&c.DispatchQueue, "dispatch-queue", "cronmesh.dispatch", "prefix of the per-priority quorum queues the dispatcher consumes (<prefix>.high, .normal, .low; declared by the trigger)")
 	fs.StringVar(&c.ExecutionsExchange, "executions-exchange", "cronmesh.executions", "exchange of execution lifecycle events (execution.missed)")
 	fs.IntVar(&c.OutboxLanes, "outbox-lanes", 64, "messages the outbox relay publishes concurrently (order per job is kept)")
+	fs.IntVar(&c.OutboxShards, "outbox-shards", store.OutboxShards, "read-publish-delete loops of the outbox relay, each publishing its share of the node's partitions")
 	fs.DurationVar(&c.Lookahead, "lookahead", 5*time.Second, "how far ahead slots are loaded into memory")
 	fs.IntVar(&c.Commits, "commits", firing.DefaultCommits, "firing transactions in flight at once (each on its own PostgreSQL connection)")
 	fs.DurationVar(&c.GroupWait, "group-wait", firing.DefaultGroupWait, "how long slots due while a commit is in flight wait for it before another commit starts for them")
@@ -112,6 +114,7 @@ func (c *Config) fillDefaults() {
 	c.Partitions = cmp.Or(c.Partitions, DefaultPartitions)
 	c.LeaseTTL = cmp.Or(c.LeaseTTL, DefaultLeaseTTL)
 	c.Commits = cmp.Or(c.Commits, firing.DefaultCommits)
+	c.OutboxShards = cmp.Or(c.OutboxShards, store.OutboxShards)
 	c.LedgerRetention = cmp.Or(c.LedgerRetention, 7*24*time.Hour)
 	c.TombstoneRetention = cmp.Or(c.TombstoneRetention, 7*24*time.Hour)
 }
@@ -172,7 +175,7 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger) (_ *App, err erro
 	}
 	// A connection for each commit in flight, relay shard and projection
 	// batch, plus the load and the API. Connections are opened on demand.
-	maxConns := int32(cfg.Commits + store.OutboxShards + projection.DefaultBatches + 4)
+	maxConns := int32(cfg.Commits + cfg.OutboxShards + projection.DefaultBatches + 4)
 	// A node frozen inside a firing transaction holds share locks on its
 	// partition rows, and the new owner's claim waits for them: the server
 	// ends such a transaction after a second (firing transactions never
@@ -259,7 +262,7 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger) (_ *App, err erro
 		// Several cycles in flight: one cycle waits for its confirms and its
 		// DELETE, and a steady trickle of small commits would otherwise be
 		// bound by that latency (measured: 3,600 messages/s with one).
-		Shards:    store.OutboxShards,
+		Shards:    cfg.OutboxShards,
 		Ownership: a.ring,
 		// Each fired slot's row carries its execution's trace context: the
 		// publish is a span of that trace.
