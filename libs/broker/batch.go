@@ -44,24 +44,36 @@ type BatchOptions struct {
 // is nacked unhandled, for whichever consumer runs next.
 func ConsumeBatches(ctx context.Context, channels []<-chan *message.Message, opts BatchOptions,
 	handle func(context.Context, []*message.Message) (requeue []*message.Message)) {
-	in := make(chan *message.Message)
-	var fanIn, loops sync.WaitGroup
+	in, fannedIn := FanIn(ctx, channels)
+	var loops sync.WaitGroup
+	for range opts.Loops {
+		loops.Go(func() { batchLoop(ctx, in, opts, handle) })
+	}
+	loops.Wait()
+	fannedIn()
+}
+
+// FanIn merges the messages of several subscriptions into one unbuffered
+// channel. A message that arrives after ctx ended is nacked, for whichever
+// consumer runs next, instead of waiting for a reader that has stopped.
+// wait returns once every channel in channels is closed (watermill-amqp
+// closes them when its subscription's context ends or the subscriber is
+// closed).
+func FanIn(ctx context.Context, channels []<-chan *message.Message) (in <-chan *message.Message, wait func()) {
+	merged := make(chan *message.Message)
+	var wg sync.WaitGroup
 	for _, ch := range channels {
-		fanIn.Go(func() {
+		wg.Go(func() {
 			for msg := range ch {
 				select {
-				case in <- msg:
+				case merged <- msg:
 				case <-ctx.Done():
 					msg.Nack()
 				}
 			}
 		})
 	}
-	for range opts.Loops {
-		loops.Go(func() { batchLoop(ctx, in, opts, handle) })
-	}
-	loops.Wait()
-	fanIn.Wait()
+	return merged, wg.Wait
 }
 
 // batchLoop gathers batches from in and handles them until ctx is done.

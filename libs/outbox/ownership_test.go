@@ -168,7 +168,7 @@ func TestRelayWithOwnershipPublishesOnlyWhileItHolds(t *testing.T) {
 	r, _ := newRelay(t, RelayOptions{Pool: pool, Publisher: pub, Ownership: owner, PollInterval: 10 * time.Millisecond})
 	runRelay(t, r)
 
-	msgs := partitioned(seqMessages("held", 4, 3), 4)
+	msgs := seqMessages("held", 4, 3)
 	for i := range msgs {
 		msgs[i].Partition = 3
 	}

@@ -17,8 +17,9 @@ import (
 // the history records for each: the trigger's fire time (its timer handed
 // the slot to a commit, which then writes the ledger and the outbox) and
 // the dispatcher's start time (the request taken from the queue and
-// checked, the HTTP call about to start). Every clock is this machine's, so the differences are exact to
-// the trigger's clock correction (timesync; about 0 on one host).
+// checked, the HTTP call about to start). Every clock is this machine's,
+// so the differences are exact to the trigger's clock correction
+// (timesync; about 0 on one host).
 type stages struct {
 	executions int             // executions of the window the history holds
 	matched    int             // of those, delivered to the target

@@ -203,24 +203,12 @@ func (c *Consumer) Run(ctx context.Context) error {
 
 	// Fan in: each subscription hands over its next message only after the
 	// previous is acked, so at most Workers messages are in hand.
-	in := make(chan *message.Message)
-	var wg sync.WaitGroup
-	for _, ch := range chans {
-		wg.Go(func() {
-			for msg := range ch {
-				select {
-				case in <- msg:
-				case <-ctx.Done():
-					msg.Nack()
-				}
-			}
-		})
-	}
+	in, fannedIn := broker.FanIn(ctx, chans)
 	c.loop(ctx, in)
 	if err := sub.Close(); err != nil {
 		c.logger.Warn("closing the subscriber", slog.Any("error", err))
 	}
-	wg.Wait()
+	fannedIn()
 	return nil
 }
 

@@ -515,9 +515,10 @@ func (s *Store) missedMessage(jobID string, events []*eventsv1.ExecutionEvent, h
 	if err != nil {
 		return outbox.Message{}, fmt.Errorf("encode missed events of job %s: %w", jobID, err)
 	}
+	id := canonicalID(jobID)
 	return outbox.Message{
-		AggregateID: canonicalID(jobID),
-		Partition:   ring.Partition(canonicalID(jobID), s.partitions),
+		AggregateID: id,
+		Partition:   ring.Partition(id, s.partitions),
 		RoutingKey:  broker.Route(s.executionsEx, MissedRoutingKey),
 		MessageID:   uuid.Must(uuid.NewV7()).String(),
 		Payload:     payload,

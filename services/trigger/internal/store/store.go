@@ -54,15 +54,6 @@ const (
 //go:embed migrations/*.sql
 var migrationFiles embed.FS
 
-// OutboxShards is the default of the relay's shard count
-// (outbox.RelayOptions.Shards, --outbox-shards): the cycle loops among
-// which a node's relay splits its partitions. 4 rather than the 8 one
-// relay for the whole cluster needed: every node runs its own, and in the
-// end-to-end benchmark at 1,000/s (two nodes) 8 loops per node left the
-// dispatcher behind (p50 lateness 11.5 and 17.6 s in two runs) where 4 and
-// 2 did not fall as far (2.4 and 2.3 s).
-const OutboxShards = 4
-
 // outboxMigration is the version at which the shared outbox table joins the
 // trigger's own migrations, and the next the outbox's hash-shard index (no
 // longer read since every node's relay publishes its own partitions, and
