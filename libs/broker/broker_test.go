@@ -277,6 +277,13 @@ func TestMarshaler(t *testing.T) {
 	require.Equal(t, "uuid-1", p.MessageId)
 	require.Equal(t, amqp091.Persistent, p.DeliveryMode)
 
+	// Published on from a redelivery, a message is a first delivery again.
+	msg.Metadata.Set(RedeliveredHeader, "true")
+	republished, err := Marshaler{}.Marshal(msg)
+	require.NoError(t, err)
+	require.NotContains(t, republished.Headers, RedeliveredHeader)
+	delete(msg.Metadata, RedeliveredHeader)
+
 	tests := []struct {
 		name     string
 		delivery amqp091.Delivery
@@ -296,6 +303,18 @@ func TestMarshaler(t *testing.T) {
 			}},
 			wantUUID: "uuid-2",
 			wantMeta: message.Metadata{"x-delivery-count": "3"},
+		},
+		{
+			name:     "the broker's redelivered flag becomes a header",
+			delivery: amqp091.Delivery{MessageId: "m", Redelivered: true},
+			wantUUID: "m",
+			wantMeta: message.Metadata{RedeliveredHeader: "true"},
+		},
+		{
+			name:     "only the broker's flag says redelivered",
+			delivery: amqp091.Delivery{MessageId: "m", Headers: amqp091.Table{RedeliveredHeader: "true"}},
+			wantUUID: "m",
+			wantMeta: message.Metadata{},
 		},
 		{
 			name:     "foreign message without headers takes the message-id",
@@ -339,6 +358,8 @@ func TestQuorumRedeliveryIsConsumable(t *testing.T) {
 	second := receive(t, msgs)
 	require.Equal(t, "redelivered", second.UUID)
 	require.Equal(t, "1", second.Metadata.Get("x-delivery-count"))
+	require.Empty(t, first.Metadata.Get(RedeliveredHeader), "a first delivery")
+	require.Equal(t, "true", second.Metadata.Get(RedeliveredHeader))
 	second.Ack()
 }
 

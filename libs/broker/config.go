@@ -150,7 +150,17 @@ func connectionConfig(amqpURL string) amqp.ConnectionConfig {
 //     integer "x-delivery-count" on redelivery, and dead-lettering adds
 //     "x-death". The default marshaler rejects those deliveries, and
 //     watermill-amqp then nacks and requeues them forever.
+//   - Unmarshal sets [RedeliveredHeader] on a delivery the broker flags as
+//     redelivered, which watermill-amqp does not pass on otherwise; Marshal
+//     drops it, so a message published on from a redelivery is not taken
+//     for one.
 type Marshaler struct{}
+
+// RedeliveredHeader is the metadata key [Marshaler] sets to "true" on a
+// message the broker delivered before (AMQP's redelivered flag: it went
+// to a consumer that did not ack it). A consumer that deduplicates can
+// keep its look-up for such messages and skip it for first deliveries.
+const RedeliveredHeader = "cronmesh-redelivered"
 
 // Marshal converts msg to an AMQP publishing; see [Marshaler].
 func (Marshaler) Marshal(msg *message.Message) (amqp091.Publishing, error) {
@@ -158,6 +168,7 @@ func (Marshaler) Marshal(msg *message.Message) (amqp091.Publishing, error) {
 	if err != nil {
 		return p, err
 	}
+	delete(p.Headers, RedeliveredHeader)
 	p.MessageId = msg.UUID
 	return p, nil
 }
@@ -171,6 +182,11 @@ func (Marshaler) Unmarshal(d amqp091.Delivery) (*message.Message, error) {
 	}
 	if _, ok := headers[amqp.DefaultMessageUUIDHeaderKey]; !ok {
 		headers[amqp.DefaultMessageUUIDHeaderKey] = d.MessageId
+	}
+	if d.Redelivered {
+		headers[RedeliveredHeader] = "true"
+	} else {
+		delete(headers, RedeliveredHeader) // only the broker's flag says so
 	}
 	d.Headers = headers
 	return amqp.DefaultMarshaler{}.Unmarshal(d)

@@ -57,9 +57,11 @@ type RelayOptions struct {
 	// Metrics, if non-nil, registers outbox_published_total,
 	// outbox_publish_errors_total, outbox_pending (rows seen by the last
 	// poll of any shard, at most BatchSize), outbox_lag_seconds (age of the
-	// oldest row seen by the last poll of any shard, 0 when none) and
+	// oldest row seen by the last poll of any shard, 0 when none),
 	// outbox_leader (1 while this relay holds the lock; always 0 with
-	// Ownership, whose owner shows the partitions it owns). Labels such as
+	// Ownership, whose owner shows the partitions it owns) and
+	// outbox_possible_duplicates_total (publishes with
+	// [PossibleDuplicateHeader]). Labels such as
 	// the service name are the caller's business: wrap with
 	// prometheus.WrapRegistererWith.
 	Metrics prometheus.Registerer
@@ -137,6 +139,31 @@ type RelayOptions struct {
 // delete) from two rows written for the same thing, which the message id
 // alone cannot when it is derived from the content.
 const RowIDHeader = "cronmesh-outbox-row"
+
+// PossibleDuplicateHeader is set to "true" on a message the relay cannot
+// rule out having been published before, like MQTT's DUP flag. A consumer
+// that deduplicates by looking up what it already handled needs the
+// look-up only for these (and for the broker's redeliveries); a message
+// without it is a first publish of its row. The relay sets it on a row
+//   - whose publish this relay attempted in a cycle that did not confirm
+//     and delete every row it read (any row up to that cycle's highest id);
+//   - created before this relay began publishing its partition (with
+//     Ownership: before the first read at the partition's current epoch) or
+//     its outbox (without: before the first read after it took the lock,
+//     plus twice LockCheckInterval, the time a former leader may take to
+//     notice it lost the lock): another relay, or this one before a
+//     restart, may have published it;
+//   - published more than [staleAfter] after it was read: the relay may
+//     have been frozen past its ownership between the check and the send.
+//
+// What it cannot see is a freeze between setting the header and the send
+// itself, a window of microseconds.
+const PossibleDuplicateHeader = "cronmesh-possible-duplicate"
+
+// staleAfter is how long after reading a row the relay still publishes it
+// without [PossibleDuplicateHeader]. It is far above a healthy cycle and
+// far below an ownership lease.
+const staleAfter = time.Second
 
 // Ownership tells a partitioned relay which partitions it may publish.
 // Each partition must be owned by at most one relay at a time, and its
@@ -412,22 +439,90 @@ func (r *Relay) closeConn(conn *pgx.Conn) {
 	_ = conn.Close(ctx)
 }
 
-// publishShards runs one publishLoop per shard until ctx is done.
+// publishShards runs one publishLoop per shard until ctx is done. Every
+// call is a new tenure: what the relay knew of earlier publishes is reset.
 func (r *Relay) publishShards(ctx context.Context) {
 	var wg sync.WaitGroup
 	for shard := range r.shards {
-		wg.Go(func() { r.publishLoop(ctx, shard) })
+		wg.Go(func() { r.publishLoop(ctx, shard, newDuplicates()) })
 	}
 	wg.Wait()
+}
+
+// unpartitioned is the tenure key of a relay without Ownership.
+const unpartitioned = -1
+
+// duplicates is one shard loop's record of what may have been published
+// before, for [PossibleDuplicateHeader]. Only its loop uses it.
+type duplicates struct {
+	// tenures holds, per partition, the epoch it is published under and
+	// the database time of the first read at that epoch that returned rows
+	// (zero until then: every row is suspect).
+	tenures map[int]tenure
+	// suspectUpTo is the highest row id read by a cycle that did not
+	// confirm and delete every row it read.
+	suspectUpTo int64
+}
+
+type tenure struct {
+	epoch int64
+	since time.Time
+}
+
+func newDuplicates() *duplicates { return &duplicates{tenures: map[int]tenure{}} }
+
+// mark sets possibleDuplicate on rows read at dbNow; epochs are the
+// partitions asked (nil without Ownership); margin extends a tenure's start.
+func (d *duplicates) mark(rows []row, epochs map[int]int64, dbNow time.Time, margin time.Duration) {
+	keyOf := func(rw *row) int { return rw.partition }
+	if epochs == nil {
+		epochs = map[int]int64{unpartitioned: 0}
+		keyOf = func(*row) int { return unpartitioned }
+	}
+	for p, epoch := range epochs {
+		if t, ok := d.tenures[p]; !ok || t.epoch != epoch {
+			d.tenures[p] = tenure{epoch: epoch}
+		}
+	}
+	for p := range d.tenures {
+		if _, ok := epochs[p]; !ok {
+			delete(d.tenures, p) // gone: a return is a new tenure
+		}
+	}
+	seen := map[int]bool{}
+	for i := range rows {
+		rw := &rows[i]
+		key := keyOf(rw)
+		t := d.tenures[key]
+		rw.possibleDuplicate = rw.id <= d.suspectUpTo || t.since.IsZero() || rw.createdAt.Before(t.since.Add(margin))
+		seen[key] = true
+	}
+	for key := range seen {
+		if t := d.tenures[key]; t.since.IsZero() {
+			t.since = dbNow
+			d.tenures[key] = t
+		}
+	}
+}
+
+// settle records a cycle's outcome: unless every row read was confirmed
+// and deleted, any of them may have reached the broker.
+func (d *duplicates) settle(rows []row, deleted bool, confirmed int) {
+	if deleted && confirmed == len(rows) {
+		return
+	}
+	for _, rw := range rows {
+		d.suspectUpTo = max(d.suspectUpTo, rw.id)
+	}
 }
 
 // publishLoop runs a shard's cycles until ctx is done, backing off after
 // failures and waiting for Notify or PollInterval when the shard has no
 // full batch.
-func (r *Relay) publishLoop(ctx context.Context, shard int) {
+func (r *Relay) publishLoop(ctx context.Context, shard int, dups *duplicates) {
 	var backoff time.Duration
 	for ctx.Err() == nil {
-		more, err := r.cycle(ctx, shard)
+		more, err := r.cycle(ctx, shard, dups)
 		if ctx.Err() != nil {
 			return
 		}
@@ -466,6 +561,8 @@ type row struct {
 	headers     map[string]string
 	createdAt   time.Time
 	partition   int // only with Ownership
+	// possibleDuplicate: see PossibleDuplicateHeader.
+	possibleDuplicate bool
 }
 
 // selectSQL reads the oldest rows. now() comes along for the lag metric so
@@ -516,7 +613,7 @@ const minPerPartition = 64
 // cycle publishes one batch of a shard and reports whether it was full:
 // BatchSize rows or, with Ownership, a partition's whole share, so that
 // more rows are probably waiting.
-func (r *Relay) cycle(ctx context.Context, shard int) (full bool, err error) {
+func (r *Relay) cycle(ctx context.Context, shard int, dups *duplicates) (full bool, err error) {
 	var epochs map[int]int64
 	if r.ownership != nil {
 		epochs = r.shardPartitions(shard)
@@ -529,12 +626,19 @@ func (r *Relay) cycle(ctx context.Context, shard int) (full bool, err error) {
 	if err != nil {
 		return false, err
 	}
+	readAt := time.Now()
 	r.observe(rows, dbNow)
 	if len(rows) == 0 {
 		return false, nil
 	}
-	confirmed, pubErr := r.publish(ctx, rows, epochs)
+	margin := time.Duration(0)
+	if r.ownership == nil {
+		margin = 2 * r.lockCheck
+	}
+	dups.mark(rows, epochs, dbNow, margin)
+	confirmed, pubErr := r.publish(ctx, rows, epochs, readAt)
 	delErr := r.delete(ctx, confirmed)
+	dups.settle(rows, delErr == nil, len(confirmed))
 	return full, errors.Join(pubErr, delErr)
 }
 
@@ -619,7 +723,7 @@ func (r *Relay) observe(rows []row, dbNow time.Time) {
 // publish publishes rows in lanes and returns the ids of confirmed rows.
 // With Ownership, epochs are the partitions' epochs when the rows were
 // read.
-func (r *Relay) publish(ctx context.Context, rows []row, epochs map[int]int64) ([]int64, error) {
+func (r *Relay) publish(ctx context.Context, rows []row, epochs map[int]int64, readAt time.Time) ([]int64, error) {
 	lanes := make([][]row, r.lanes)
 	for _, rw := range rows {
 		i := laneOf(rw.aggregateID, r.lanes)
@@ -657,7 +761,7 @@ func (r *Relay) publish(ctx context.Context, rows []row, epochs map[int]int64) (
 			continue
 		}
 		wg.Go(func() {
-			ids, err := r.publishLane(ctx, pubCtx, lane, epochs)
+			ids, err := r.publishLane(ctx, pubCtx, lane, epochs, readAt)
 			mu.Lock()
 			defer mu.Unlock()
 			confirmed = append(confirmed, ids...)
@@ -692,8 +796,9 @@ const chunkSize = 64
 // publishLane publishes one lane's rows in id order, stopping at the first
 // failure so that no row overtakes an earlier row of its aggregate, and
 // before the next chunk once ctx is done or the ownership of one of the
-// chunk's partitions is in doubt. Each publish runs under pubCtx.
-func (r *Relay) publishLane(ctx, pubCtx context.Context, lane []row, epochs map[int]int64) ([]int64, error) {
+// chunk's partitions is in doubt. Each publish runs under pubCtx. readAt
+// is when the rows were read.
+func (r *Relay) publishLane(ctx, pubCtx context.Context, lane []row, epochs map[int]int64, readAt time.Time) ([]int64, error) {
 	ids := make([]int64, 0, len(lane))
 	batch, pipelined := r.pub.(InOrderPublisher)
 	step := 1
@@ -710,6 +815,7 @@ func (r *Relay) publishLane(ctx, pubCtx context.Context, lane []row, epochs map[
 		}
 		topics := make([]string, len(chunk))
 		msgs := make([]*message.Message, len(chunk))
+		stale := time.Since(readAt) > staleAfter
 		for i, rw := range chunk {
 			topics[i] = rw.routingKey
 			msgs[i] = message.NewMessage(rw.messageID, rw.payload)
@@ -717,6 +823,12 @@ func (r *Relay) publishLane(ctx, pubCtx context.Context, lane []row, epochs map[
 				msgs[i].Metadata = rw.headers
 			}
 			msgs[i].Metadata.Set(RowIDHeader, strconv.FormatInt(rw.id, 10))
+			if rw.possibleDuplicate || stale {
+				msgs[i].Metadata.Set(PossibleDuplicateHeader, "true")
+				r.m.possibleDuplicates.Inc()
+			} else {
+				delete(msgs[i].Metadata, PossibleDuplicateHeader) // written by a producer: not the relay's word
+			}
 			msgs[i].SetContext(pubCtx)
 		}
 		spans := r.tracing.start(topics, msgs)
@@ -812,6 +924,8 @@ type metrics struct {
 	pending   prometheus.Gauge
 	lag       prometheus.Gauge
 	leader    prometheus.Gauge
+	// possibleDuplicates counts publishes with PossibleDuplicateHeader.
+	possibleDuplicates prometheus.Counter
 }
 
 // newMetrics creates the collectors and registers them on reg unless it is
@@ -838,11 +952,15 @@ func newMetrics(reg prometheus.Registerer) (metrics, error) {
 			Name: "outbox_leader",
 			Help: "1 while this relay holds the outbox advisory lock and publishes.",
 		}),
+		possibleDuplicates: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "outbox_possible_duplicates_total",
+			Help: "Publishes marked as possibly published before (a retried cycle, a new tenure, a stale read).",
+		}),
 	}
 	if reg == nil {
 		return m, nil
 	}
-	cs := []prometheus.Collector{m.published, m.errors, m.pending, m.lag, m.leader}
+	cs := []prometheus.Collector{m.published, m.errors, m.pending, m.lag, m.leader, m.possibleDuplicates}
 	for i, c := range cs {
 		if err := reg.Register(c); err != nil {
 			for _, done := range cs[:i] {
