@@ -7,10 +7,12 @@ import (
 	"testing"
 	"time"
 
+	amqp091 "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/require"
 
 	dispatchv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/dispatch/v1"
 	registryv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1"
+	"github.com/cronmesh/cronmesh/libs/outbox"
 	"github.com/cronmesh/cronmesh/services/dispatcher/internal/deliver"
 	"github.com/cronmesh/cronmesh/services/dispatcher/internal/pipeline"
 	"github.com/cronmesh/cronmesh/services/dispatcher/internal/store"
@@ -60,8 +62,8 @@ func TestRedeliveryOfCompletedAttempt(t *testing.T) {
 		require.NoError(t, err)
 		return got[0] && got[1] && got[2]
 	}, 30*time.Second, 5*time.Millisecond)
-	// The relay's second copies.
-	e.dispatch(nil, ok, flaky, gone)
+	// The relay's second copies, which it flags as possibly published before.
+	e.dispatch(possibleDuplicate, ok, flaky, gone)
 	require.Eventually(t, func() bool { return metric(t, r.reg, "duplicates_skipped_total") == 3 }, 30*time.Second, 5*time.Millisecond)
 	e.waitFor(flaky.ExecutionId, succeeded, 2)
 
@@ -113,6 +115,62 @@ func TestRedeliveryOfUnfinishedAttempt(t *testing.T) {
 	require.Equal(t, req.ExecutionId, calls[0].req.ExecutionId)
 	require.EqualValues(t, 1, calls[0].req.Attempt)
 	require.Zero(t, metric(t, second.reg, "duplicates_skipped_total"))
+	require.Zero(t, metric(t, second.reg, "lookups_skipped_total"), "the broker flagged the redelivery: looked up")
+}
+
+// possibleDuplicate are the headers of a request the trigger's relay
+// republished.
+var possibleDuplicate = amqp091.Table{outbox.PossibleDuplicateHeader: "true"}
+
+// countingChecks is the store counting the requests it is asked about.
+type countingChecks struct {
+	*store.Store
+	asked atomic.Int64
+}
+
+func (c *countingChecks) Check(ctx context.Context, refs []store.CheckRef) ([]store.CheckResult, error) {
+	c.asked.Add(int64(len(refs)))
+	return c.Store.Check(ctx, refs)
+}
+
+// TestLookUpOnlyForWhatMayRepeat: the first publish of a slot's first
+// attempt, delivered for the first time, goes to the target without the
+// look-up; a retry, a request the relay flags as possibly published
+// before and one the broker delivered before are looked up.
+func TestLookUpOnlyForWhatMayRepeat(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name    string
+		headers amqp091.Table
+		attempt int32
+		lookUp  bool
+	}{
+		{name: "first publish of attempt 1", attempt: 1},
+		{name: "a retry", attempt: 2, lookUp: true},
+		{name: "flagged by the relay", headers: possibleDuplicate, attempt: 1, lookUp: true},
+		{name: "counted by a quorum queue", headers: amqp091.Table{"x-delivery-count": int64(1)}, attempt: 1, lookUp: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			checks := &countingChecks{Store: e.store}
+			f := &fake{}
+			r := e.start(f, func(o *pipeline.Options) { o.Checks = checks })
+			req := request(registryv1.Priority_PRIORITY_NORMAL, func(r *dispatchv1.DispatchRequest) { r.Attempt = tt.attempt })
+			e.dispatch(tt.headers, req)
+			e.waitFor(req.ExecutionId, succeeded, tt.attempt)
+			r.stop(t)
+			require.Len(t, f.of(req.ExecutionId), 1)
+			if tt.lookUp {
+				require.EqualValues(t, 1, checks.asked.Load())
+				require.Zero(t, metric(t, r.reg, "lookups_skipped_total"))
+			} else {
+				require.Zero(t, checks.asked.Load())
+				require.EqualValues(t, 1, metric(t, r.reg, "lookups_skipped_total"))
+			}
+		})
+	}
 }
 
 // databaseAway is the store with an outage switch: while down, look-ups and
@@ -159,7 +217,7 @@ func TestRedeliveryDuringDatabaseOutage(t *testing.T) {
 	e.waitFor(req.ExecutionId, succeeded, 1)
 	require.Eventually(t, func() bool { return metric(t, r.reg, "completions_unrecorded") == 1 }, 30*time.Second, 5*time.Millisecond)
 
-	e.dispatch(nil, req) // the relay's second copy, still during the outage
+	e.dispatch(possibleDuplicate, req) // the relay's second copy, still during the outage
 	require.Eventually(t, func() bool { return metric(t, r.reg, "duplicates_skipped_total") == 1 }, 30*time.Second, 5*time.Millisecond)
 	require.Len(t, f.of(req.ExecutionId), 1, "the copy did not reach the target")
 

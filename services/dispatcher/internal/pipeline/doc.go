@@ -41,7 +41,12 @@
 //     CANCELLED and acknowledge, without delivering. Both are answered by
 //     one query, batched across workers. A failed look-up delivers: a
 //     database outage must not stop delivery, and the dedupe and
-//     cancelling are best-effort while the database is away.
+//     cancelling are best-effort while the database is away. The look-up
+//     is skipped for what can be neither: attempt 1 (cancelling drops
+//     retries) on its first delivery (no broker.RedeliveredHeader, no
+//     x-delivery-count) of its first publish (no
+//     outbox.PossibleDuplicateHeader, which the relay sets on every row it
+//     may have published before): nearly every message.
 //  3. Emit STARTED; deliver, in the message's trace (broker.ExtractTrace,
 //     a consumer span with the messaging attributes). Every event is
 //     created under a span of the attempt whose context it carries

@@ -21,6 +21,7 @@ type metrics struct {
 	cancelErrors    prometheus.Counter
 	requeued        prometheus.Counter
 	duplicates      prometheus.Counter
+	lookUpsSkipped  prometheus.Counter
 	recordErrors    prometheus.Counter
 	unrecorded      prometheus.Gauge
 	unrecordedDrops prometheus.Counter
@@ -82,6 +83,10 @@ func newMetrics() metrics {
 			Name: "duplicates_skipped_total",
 			Help: "Redelivered dispatch requests not delivered because their attempt (or a later one) had completed.",
 		}),
+		lookUpsSkipped: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "lookups_skipped_total",
+			Help: "Dispatch requests delivered without the completed/cancelled look-up: first publishes of a slot's first attempt, delivered for the first time.",
+		}),
 		recordErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "completion_record_errors_total",
 			Help: "Failed attempts to record completed attempts (they are held in memory and recorded again; see completions_unrecorded).",
@@ -96,7 +101,7 @@ func newMetrics() metrics {
 		}),
 	}
 	m.all = []prometheus.Collector{m.deliveries, m.duration, m.inFlight, m.retries, m.deadLetters, m.cancelled,
-		m.events, m.eventBatches, m.publishFailures, m.poison, m.cancelErrors, m.requeued, m.duplicates, m.recordErrors,
+		m.events, m.eventBatches, m.publishFailures, m.poison, m.cancelErrors, m.requeued, m.duplicates, m.lookUpsSkipped, m.recordErrors,
 		m.unrecorded, m.unrecordedDrops}
 	return m
 }
