@@ -34,6 +34,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"os"
@@ -50,6 +51,8 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 	amqp091 "github.com/rabbitmq/amqp091-go"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -524,6 +527,7 @@ func (e *env) latency(ctx context.Context) (string, error) {
 	start := time.Now()
 	late := 0
 	var b0, t0 float64
+	var delaysBefore map[float64]uint64
 	for i := range warm + total {
 		due := start.Add(time.Duration(i) * interval)
 		if d := time.Until(due); d > 0 {
@@ -541,6 +545,9 @@ func (e *env) latency(ctx context.Context) (string, error) {
 			e.target.arrivals = e.target.arrivals[:0]
 			e.target.mu.Unlock()
 			b0, t0 = cpuTicks()
+			if delaysBefore, err = e.startDelays(); err != nil {
+				return "", err
+			}
 		}
 		if err := p.publish(ctx, i, true); err != nil {
 			return "", err
@@ -553,6 +560,10 @@ func (e *env) latency(ctx context.Context) (string, error) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	p.close()
+	delaysAfter, err := e.startDelays()
+	if err != nil {
+		return "", err
+	}
 	e.target.mu.Lock()
 	lat := slices.Clone(e.target.latencies)
 	e.target.mu.Unlock()
@@ -569,9 +580,70 @@ func (e *env) latency(ctx context.Context) (string, error) {
 	fmt.Fprintf(&b, "| p50 | %s |\n| p90 | %s |\n| p99 | **%s** (target < 5 ms: %s) |\n| p99.9 | %s |\n| max | %s |\n",
 		q(.5).Round(time.Microsecond), q(.9).Round(time.Microsecond), q(.99).Round(time.Microsecond), verdict(q(.99) < 5*time.Millisecond),
 		q(.999).Round(time.Microsecond), lat[len(lat)-1].Round(time.Microsecond))
+	share := "not exported by this dispatcher"
+	if delaysAfter != nil {
+		p50, n := quantileBound(delaysBefore, delaysAfter, .5)
+		p99, _ := quantileBound(delaysBefore, delaysAfter, .99)
+		share = fmt.Sprintf("p50 ≤ %s, p99 ≤ **%s** (%d attempts)", bound(p50), bound(p99), n)
+	}
+	fmt.Fprintf(&b, "| the dispatcher's own share: a worker takes the message → its attempt starts (`delivery_start_delay_seconds`, so a bucket's upper bound; the lower bound of the issue's measure) | %s |\n", share)
 	fmt.Fprintf(&b, "| dispatcher CPU (user+sys) | %s |\n", e.dispatcherCPU())
 	fmt.Fprintf(&b, "| machine CPU busy while measuring (everyone) | %s |\n", busy)
 	return b.String(), nil
+}
+
+// startDelays reads the dispatcher's delivery_start_delay_seconds
+// histogram: the cumulative count of each bucket, by upper bound; nil
+// from a dispatcher without it (an older binary).
+func (e *env) startDelays() (map[float64]uint64, error) {
+	resp, err := http.Get("http://" + e.addr + "/metrics")
+	if err != nil {
+		return nil, fmt.Errorf("read the dispatcher's metrics: %w", err)
+	}
+	defer resp.Body.Close()
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		return nil, fmt.Errorf("parse the dispatcher's metrics: %w", err)
+	}
+	f, ok := families["delivery_start_delay_seconds"]
+	if !ok {
+		return nil, nil
+	}
+	counts := map[float64]uint64{}
+	for _, m := range f.GetMetric() {
+		for _, bucket := range m.GetHistogram().GetBucket() {
+			counts[bucket.GetUpperBound()] += bucket.GetCumulativeCount()
+		}
+		counts[math.Inf(1)] += m.GetHistogram().GetSampleCount()
+	}
+	return counts, nil
+}
+
+// quantileBound returns the least bucket bound below which at least q of
+// the observations made between two readings of a histogram fall, and how
+// many observations there were.
+func quantileBound(before, after map[float64]uint64, q float64) (float64, uint64) {
+	bounds := make([]float64, 0, len(after))
+	for ub := range after {
+		bounds = append(bounds, ub)
+	}
+	slices.Sort(bounds)
+	total := after[math.Inf(1)] - before[math.Inf(1)]
+	for _, ub := range bounds {
+		if float64(after[ub]-before[ub]) >= q*float64(total) {
+			return ub, total
+		}
+	}
+	return math.Inf(1), total
+}
+
+// bound renders a bucket bound in seconds as a duration.
+func bound(seconds float64) string {
+	if math.IsInf(seconds, 1) {
+		return "∞"
+	}
+	return time.Duration(seconds * float64(time.Second)).String()
 }
 
 // saveProfile saves a 10 s CPU profile of the dispatcher to o.profile.

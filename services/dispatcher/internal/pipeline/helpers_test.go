@@ -401,8 +401,8 @@ func (f *fake) count() int {
 	return len(f.calls)
 }
 
-// metric returns the value of the counter or gauge name (summed over its
-// labels) in reg.
+// metric returns the value of the counter or gauge name, or the
+// observation count of the histogram name (summed over its labels) in reg.
 func metric(t testing.TB, reg *prometheus.Registry, name string) float64 {
 	t.Helper()
 	families, err := reg.Gather()
@@ -413,7 +413,8 @@ func metric(t testing.TB, reg *prometheus.Registry, name string) float64 {
 			continue
 		}
 		for _, m := range f.GetMetric() {
-			sum += m.GetCounter().GetValue() + m.GetGauge().GetValue()
+			// A histogram counts as its number of observations.
+			sum += m.GetCounter().GetValue() + m.GetGauge().GetValue() + float64(m.GetHistogram().GetSampleCount())
 		}
 	}
 	return sum

@@ -426,6 +426,7 @@ func (p *Pipeline) consume(ctx, hard context.Context, priority string, s subscri
 // handle processes one dispatch message. ctx is the hard context: it ends
 // only when shutdown interrupts deliveries.
 func (p *Pipeline) handle(ctx context.Context, priority, queue string, msg *message.Message) verdict {
+	taken := time.Now()
 	ctx = broker.ExtractTrace(ctx, p.opts.Propagator, msg.Metadata)
 	ctx, span := p.tracer.Start(ctx, "process "+queue,
 		trace.WithSpanKind(trace.SpanKindConsumer),
@@ -483,6 +484,7 @@ func (p *Pipeline) handle(ctx context.Context, priority, queue string, msg *mess
 	started := p.emit(ctx, newEvent(eventsv1.ExecutionEventKind_EXECUTION_EVENT_KIND_STARTED, req, startTime, attemptInfo{start: startTime}, "", traceID))
 	p.metrics.inFlight.Inc()
 	begin := time.Now()
+	p.metrics.startDelay.Observe(begin.Sub(taken).Seconds())
 	out := p.deliver(ctx, req)
 	elapsed := time.Since(begin)
 	p.metrics.inFlight.Dec()

@@ -80,6 +80,7 @@ func TestSuccess(t *testing.T) {
 	}
 	require.Eventually(t, func() bool { return metric(t, r.reg, "poison_messages_total") == 2 }, 10*time.Second, 5*time.Millisecond)
 	require.EqualValues(t, 3, metric(t, r.reg, "deliveries_total"))
+	require.EqualValues(t, 3, metric(t, r.reg, "delivery_start_delay_seconds"), "one observation per attempt started")
 
 	r.stop(t)
 	for _, p := range []string{"high", "normal", "low"} {
