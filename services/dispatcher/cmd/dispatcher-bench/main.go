@@ -612,10 +612,14 @@ func (e *env) startDelays() (map[float64]uint64, error) {
 	}
 	counts := map[float64]uint64{}
 	for _, m := range f.GetMetric() {
+		infinite := false // the text format lists the +Inf bucket
 		for _, bucket := range m.GetHistogram().GetBucket() {
 			counts[bucket.GetUpperBound()] += bucket.GetCumulativeCount()
+			infinite = infinite || math.IsInf(bucket.GetUpperBound(), 1)
 		}
-		counts[math.Inf(1)] += m.GetHistogram().GetSampleCount()
+		if !infinite {
+			counts[math.Inf(1)] += m.GetHistogram().GetSampleCount()
+		}
 	}
 	return counts, nil
 }
