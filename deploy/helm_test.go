@@ -29,9 +29,9 @@ var (
 var stateless = []string{"registry", "dispatcher", "history", "alerting"}
 
 // helperEnv are the variables besides CRONMESH_* flags a container may get:
-// PGPASSWORD is read by the PostgreSQL driver; the others are only expanded
-// by Kubernetes into a CRONMESH_* value.
-var helperEnv = []string{"PGPASSWORD", "AMQP_PASSWORD", "POD_IP"}
+// PGPASSWORD is read by the PostgreSQL driver, GOMEMLIMIT by the Go runtime;
+// the others are only expanded by Kubernetes into a CRONMESH_* value.
+var helperEnv = []string{"PGPASSWORD", "AMQP_PASSWORD", "POD_IP", "GOMEMLIMIT"}
 
 type (
 	meta struct {
@@ -79,6 +79,9 @@ type (
 			FieldRef        *struct {
 				FieldPath string `yaml:"fieldPath"`
 			} `yaml:"fieldRef"`
+			ResourceFieldRef *struct {
+				Resource string `yaml:"resource"`
+			} `yaml:"resourceFieldRef"`
 		} `yaml:"valueFrom"`
 	}
 	container struct {
@@ -250,6 +253,9 @@ func TestChartDefaults(t *testing.T) {
 		require.Falsef(t, ok, "%s exports spans although no collector is set", svc)
 		_, ok = env(t, r, svc)["CRONMESH_TRACE_LINK_TEMPLATE"]
 		require.Falsef(t, ok, "%s has a trace link template although none is set", svc)
+		limit := env(t, r, svc)["GOMEMLIMIT"].ValueFrom
+		require.NotNilf(t, limit, "%s: the Go runtime knows the memory limit", svc)
+		require.Equal(t, "limits.memory", limit.ResourceFieldRef.Resource)
 	}
 
 	secrets := r.kind("Secret")

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"flag"
 	"log/slog"
+	"runtime/debug"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -95,4 +96,17 @@ func TestRunPassesTheServiceError(t *testing.T) {
 	}
 	require.ErrorIs(t, servicemain.Run(t.Context(), s, nil, func(string) (string, bool) { return "", false }, &bytes.Buffer{}), boom)
 	require.Error(t, servicemain.Run(t.Context(), servicemain.Service[testConfig]{Name: "x"}, nil, nil, &bytes.Buffer{}))
+}
+
+// TestTuneGC changes the process's GC target, so it does not run in
+// parallel; it restores the target it found.
+func TestTuneGC(t *testing.T) {
+	found := debug.SetGCPercent(100)
+	t.Cleanup(func() { debug.SetGCPercent(found) })
+
+	servicemain.TuneGC(func(string) (string, bool) { return "", false })
+	require.Equal(t, servicemain.DefaultGCPercent, debug.SetGCPercent(100), "GOGC unset: the services' default")
+
+	servicemain.TuneGC(func(k string) (string, bool) { return "50", k == "GOGC" })
+	require.Equal(t, 100, debug.SetGCPercent(100), "GOGC set: the runtime applied it, left alone")
 }

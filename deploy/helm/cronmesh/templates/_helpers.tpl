@@ -74,7 +74,7 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 cronmesh.env is a service's environment. Every CRONMESH_* variable is a flag
 of the service (libs/config reads CRONMESH_<FLAG>); the others (PGPASSWORD,
 AMQP_PASSWORD, POD_IP) are read by the PostgreSQL driver or only expanded by
-Kubernetes into a CRONMESH_* value. Credentials come only from the Secret.
+Kubernetes into a CRONMESH_* value, and GOMEMLIMIT by the Go runtime. Credentials come only from the Secret.
 */}}
 {{- define "cronmesh.env" -}}
 {{- $g := .Values.global -}}
@@ -102,6 +102,13 @@ Kubernetes into a CRONMESH_* value. Credentials come only from the Secret.
       key: {{ $g.secrets.keys.amqpPassword }}
 - name: CRONMESH_AMQP_URL
   value: {{ printf "%s://%s:$(AMQP_PASSWORD)@%s:%v/%s" $g.rabbitmq.scheme $g.rabbitmq.user $g.rabbitmq.host $g.rabbitmq.port $g.rabbitmq.vhost | quote }}
+{{- /* The services collect garbage at GOGC 200 (libs/servicemain); the
+limit makes the collector work harder near the container's memory limit
+instead of letting the heap reach it. */}}
+- name: GOMEMLIMIT
+  valueFrom:
+    resourceFieldRef:
+      resource: limits.memory
 {{- if get .Values "etcd" }}
 - name: CRONMESH_ETCD_ENDPOINTS
   value: {{ join "," $g.etcd.endpoints | quote }}
