@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/cronmesh/cronmesh/libs/promhist"
 	"github.com/cronmesh/cronmesh/services/devstack/internal/ledger"
 	"github.com/cronmesh/cronmesh/services/devstack/internal/procstat"
 	"github.com/cronmesh/cronmesh/services/devstack/internal/target"
@@ -97,7 +98,7 @@ func Sustained(ctx context.Context, cfg Config, o SustainedOptions) error {
 		triggerURLs = append(triggerURLs, p.URL)
 	}
 	const fireLateness = "trigger_fire_lateness_seconds"
-	h0 := scrapeHistogram(ctx, triggerURLs, fireLateness)
+	h0, _ := promhist.Scrape(ctx, triggerURLs, fireLateness) // a node that does not answer is left out
 	var backlogs []backlog
 	s0 := e.procs.Snapshot(e.tracked())
 	cpu0 := procstat.ReadMachineCPU()
@@ -129,7 +130,7 @@ func Sustained(ctx context.Context, cfg Config, o SustainedOptions) error {
 		}
 	}
 	s1 := e.procs.Snapshot(e.tracked())
-	h1 := scrapeHistogram(ctx, triggerURLs, fireLateness)
+	h1, _ := promhist.Scrape(ctx, triggerURLs, fireLateness)
 	cpu1 := procstat.ReadMachineCPU()
 	load1 := procstat.LoadAverage()
 	e.cfg.Log.Info("window over; waiting for its last slots", "grace", o.Grace)

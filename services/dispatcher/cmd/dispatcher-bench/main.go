@@ -51,8 +51,6 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 	amqp091 "github.com/rabbitmq/amqp091-go"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -63,6 +61,7 @@ import (
 	"github.com/cronmesh/cronmesh/libs/benchmachine"
 	"github.com/cronmesh/cronmesh/libs/broker"
 	"github.com/cronmesh/cronmesh/libs/execid"
+	"github.com/cronmesh/cronmesh/libs/promhist"
 )
 
 type options struct {
@@ -527,7 +526,7 @@ func (e *env) latency(ctx context.Context) (string, error) {
 	start := time.Now()
 	late := 0
 	var b0, t0 float64
-	var delaysBefore map[float64]uint64
+	var delaysBefore promhist.Histogram
 	for i := range warm + total {
 		due := start.Add(time.Duration(i) * interval)
 		if d := time.Until(due); d > 0 {
@@ -545,7 +544,7 @@ func (e *env) latency(ctx context.Context) (string, error) {
 			e.target.arrivals = e.target.arrivals[:0]
 			e.target.mu.Unlock()
 			b0, t0 = cpuTicks()
-			if delaysBefore, err = e.startDelays(); err != nil {
+			if delaysBefore, err = e.startDelays(ctx); err != nil {
 				return "", err
 			}
 		}
@@ -560,7 +559,7 @@ func (e *env) latency(ctx context.Context) (string, error) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	p.close()
-	delaysAfter, err := e.startDelays()
+	delaysAfter, err := e.startDelays(ctx)
 	if err != nil {
 		return "", err
 	}
@@ -581,10 +580,10 @@ func (e *env) latency(ctx context.Context) (string, error) {
 		q(.5).Round(time.Microsecond), q(.9).Round(time.Microsecond), q(.99).Round(time.Microsecond), verdict(q(.99) < 5*time.Millisecond),
 		q(.999).Round(time.Microsecond), lat[len(lat)-1].Round(time.Microsecond))
 	share := "not exported by this dispatcher"
-	if delaysAfter != nil {
-		p50, n := quantileBound(delaysBefore, delaysAfter, .5)
-		p99, _ := quantileBound(delaysBefore, delaysAfter, .99)
-		share = fmt.Sprintf("p50 ≤ %s, p99 ≤ **%s** (%d attempts)", bound(p50), bound(p99), n)
+	if len(delaysAfter) > 0 {
+		p50, n := promhist.QuantileBound(delaysBefore, delaysAfter, .5)
+		p99, _ := promhist.QuantileBound(delaysBefore, delaysAfter, .99)
+		share = fmt.Sprintf("p50 ≤ %s, p99 ≤ **%s** (%.0f attempts)", bound(p50), bound(p99), n)
 	}
 	fmt.Fprintf(&b, "| the dispatcher's own share: a worker takes the message → its attempt starts (`delivery_start_delay_seconds`, so a bucket's upper bound; the lower bound of the issue's measure) | %s |\n", share)
 	fmt.Fprintf(&b, "| dispatcher CPU (user+sys) | %s |\n", e.dispatcherCPU())
@@ -593,58 +592,14 @@ func (e *env) latency(ctx context.Context) (string, error) {
 }
 
 // startDelays reads the dispatcher's delivery_start_delay_seconds
-// histogram: the cumulative count of each bucket, by upper bound; nil
-// from a dispatcher without it (an older binary).
-func (e *env) startDelays() (map[float64]uint64, error) {
-	resp, err := http.Get("http://" + e.addr + "/metrics")
-	if err != nil {
-		return nil, fmt.Errorf("read the dispatcher's metrics: %w", err)
-	}
-	defer resp.Body.Close()
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	families, err := parser.TextToMetricFamilies(resp.Body)
-	if err != nil {
-		return nil, fmt.Errorf("parse the dispatcher's metrics: %w", err)
-	}
-	f, ok := families["delivery_start_delay_seconds"]
-	if !ok {
-		return nil, nil
-	}
-	counts := map[float64]uint64{}
-	for _, m := range f.GetMetric() {
-		infinite := false // the text format lists the +Inf bucket
-		for _, bucket := range m.GetHistogram().GetBucket() {
-			counts[bucket.GetUpperBound()] += bucket.GetCumulativeCount()
-			infinite = infinite || math.IsInf(bucket.GetUpperBound(), 1)
-		}
-		if !infinite {
-			counts[math.Inf(1)] += m.GetHistogram().GetSampleCount()
-		}
-	}
-	return counts, nil
-}
-
-// quantileBound returns the least bucket bound below which at least q of
-// the observations made between two readings of a histogram fall, and how
-// many observations there were.
-func quantileBound(before, after map[float64]uint64, q float64) (float64, uint64) {
-	bounds := make([]float64, 0, len(after))
-	for ub := range after {
-		bounds = append(bounds, ub)
-	}
-	slices.Sort(bounds)
-	total := after[math.Inf(1)] - before[math.Inf(1)]
-	for _, ub := range bounds {
-		if float64(after[ub]-before[ub]) >= q*float64(total) {
-			return ub, total
-		}
-	}
-	return math.Inf(1), total
+// histogram; empty from a dispatcher without it (an older binary).
+func (e *env) startDelays(ctx context.Context) (promhist.Histogram, error) {
+	return promhist.Scrape(ctx, []string{"http://" + e.addr}, "delivery_start_delay_seconds")
 }
 
 // bound renders a bucket bound in seconds as a duration.
 func bound(seconds float64) string {
-	if math.IsInf(seconds, 1) {
+	if math.IsInf(seconds, 1) || math.IsNaN(seconds) {
 		return "∞"
 	}
 	return time.Duration(seconds * float64(time.Second)).String()

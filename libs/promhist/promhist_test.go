@@ -1,0 +1,70 @@
+package promhist_test
+
+import (
+	"math"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/stretchr/testify/require"
+
+	"github.com/cronmesh/cronmesh/libs/promhist"
+)
+
+// serve exports a histogram with buckets 0.01, 0.1, 1 and one label, as a
+// service does, and returns its base URL and the histogram.
+func serve(t *testing.T) (string, *prometheus.HistogramVec) {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	h := prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "delay_seconds", Help: "h", Buckets: []float64{.01, .1, 1}}, []string{"kind"})
+	reg.MustRegister(h)
+	srv := httptest.NewServer(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	t.Cleanup(srv.Close)
+	return srv.URL, h
+}
+
+func TestScrapeAndQuantileBound(t *testing.T) {
+	t.Parallel()
+	a, ha := serve(t)
+	b, hb := serve(t)
+	ha.WithLabelValues("x").Observe(5) // before the first reading: not counted
+	before, err := promhist.Scrape(t.Context(), []string{a, b}, "delay_seconds")
+	require.NoError(t, err)
+
+	for range 90 {
+		ha.WithLabelValues("x").Observe(.005)
+	}
+	for range 9 {
+		hb.WithLabelValues("y").Observe(.05)
+	}
+	hb.WithLabelValues("x").Observe(3)
+	after, err := promhist.Scrape(t.Context(), []string{a, b}, "delay_seconds")
+	require.NoError(t, err)
+
+	bound, n := promhist.QuantileBound(before, after, .5)
+	require.Equal(t, .01, bound)
+	require.EqualValues(t, 100, n, "summed over label sets and processes, since the first reading")
+	bound, _ = promhist.QuantileBound(before, after, .99)
+	require.Equal(t, .1, bound)
+	bound, _ = promhist.QuantileBound(before, after, 1)
+	require.True(t, math.IsInf(bound, 1), "the last observation is past every finite bucket")
+	require.Equal(t, 1.0, promhist.BelowLast(after))
+}
+
+func TestScrapeWithoutTheHistogramOrTheProcess(t *testing.T) {
+	t.Parallel()
+	a, _ := serve(t)
+	h, err := promhist.Scrape(t.Context(), []string{a}, "absent_seconds")
+	require.NoError(t, err)
+	require.Empty(t, h, "not exported: empty")
+	bound, n := promhist.QuantileBound(h, h, .5)
+	require.True(t, math.IsNaN(bound))
+	require.Zero(t, n)
+
+	gone := httptest.NewServer(http.NotFoundHandler())
+	gone.Close()
+	_, err = promhist.Scrape(t.Context(), []string{gone.URL}, "delay_seconds")
+	require.Error(t, err)
+}
