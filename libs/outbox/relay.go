@@ -449,15 +449,13 @@ func (r *Relay) publishShards(ctx context.Context) {
 	wg.Wait()
 }
 
-// unpartitioned is the tenure key of a relay without Ownership.
-const unpartitioned = -1
-
 // duplicates is one shard loop's record of what may have been published
 // before, for [PossibleDuplicateHeader]. Only its loop uses it.
 type duplicates struct {
-	// tenures holds, per partition, the epoch it is published under and
+	// tenures holds, per partition (0 for a relay without Ownership, whose
+	// rows all read as partition 0), the epoch it is published under and
 	// the database time of the first read at that epoch that returned rows
-	// (zero until then: every row is suspect).
+	// of it; before that read, it has no entry.
 	tenures map[int]tenure
 	// suspectUpTo is the highest row id read by a cycle that did not
 	// confirm and delete every row it read.
@@ -474,34 +472,24 @@ func newDuplicates() *duplicates { return &duplicates{tenures: map[int]tenure{}}
 // mark sets possibleDuplicate on rows read at dbNow; epochs are the
 // partitions asked (nil without Ownership); margin extends a tenure's start.
 func (d *duplicates) mark(rows []row, epochs map[int]int64, dbNow time.Time, margin time.Duration) {
-	keyOf := func(rw *row) int { return rw.partition }
 	if epochs == nil {
-		epochs = map[int]int64{unpartitioned: 0}
-		keyOf = func(*row) int { return unpartitioned }
-	}
-	for p, epoch := range epochs {
-		if t, ok := d.tenures[p]; !ok || t.epoch != epoch {
-			d.tenures[p] = tenure{epoch: epoch}
-		}
+		epochs = map[int]int64{0: 0}
 	}
 	for p := range d.tenures {
-		if _, ok := epochs[p]; !ok {
-			delete(d.tenures, p) // gone: a return is a new tenure
+		if e, ok := epochs[p]; !ok || e != d.tenures[p].epoch {
+			delete(d.tenures, p) // gone or handed over: a return is a new tenure
 		}
 	}
-	seen := map[int]bool{}
 	for i := range rows {
 		rw := &rows[i]
-		key := keyOf(rw)
-		t := d.tenures[key]
-		rw.possibleDuplicate = rw.id <= d.suspectUpTo || t.since.IsZero() || rw.createdAt.Before(t.since.Add(margin))
-		seen[key] = true
-	}
-	for key := range seen {
-		if t := d.tenures[key]; t.since.IsZero() {
-			t.since = dbNow
-			d.tenures[key] = t
+		t, ok := d.tenures[rw.partition]
+		if !ok {
+			// The tenure starts at this read, so every row it returned,
+			// created before it, is suspect.
+			t = tenure{epoch: epochs[rw.partition], since: dbNow}
+			d.tenures[rw.partition] = t
 		}
+		rw.possibleDuplicate = rw.id <= d.suspectUpTo || !rw.createdAt.After(t.since.Add(margin))
 	}
 }
 
