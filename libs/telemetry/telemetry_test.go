@@ -151,10 +151,22 @@ func TestSetup(t *testing.T) {
 				return
 			}
 			require.NoError(t, err)
-			// Spans are sampled even without export, so trace ids exist for logs.
+			// A trace started here is sampled only when it is exported; its
+			// ids exist either way, for logs and outgoing traceparents.
 			_, span := tel.Tracer("").Start(t.Context(), "s")
-			require.True(t, span.SpanContext().IsSampled())
+			require.True(t, span.SpanContext().IsValid())
+			require.Equal(t, tt.opts.OTLPEndpoint != "", span.SpanContext().IsSampled())
+			require.Equal(t, tt.opts.OTLPEndpoint != "", span.IsRecording())
 			span.End()
+			// A caller's sampled trace stays sampled, exported or not, so the
+			// services after this one still see it sampled.
+			parent := trace.ContextWithRemoteSpanContext(t.Context(), trace.NewSpanContext(trace.SpanContextConfig{
+				TraceID: trace.TraceID{1}, SpanID: trace.SpanID{2}, TraceFlags: trace.FlagsSampled, Remote: true,
+			}))
+			_, child := tel.Tracer("").Start(parent, "c")
+			require.True(t, child.SpanContext().IsSampled())
+			require.Equal(t, trace.TraceID{1}, child.SpanContext().TraceID())
+			child.End()
 
 			mfs, err := tel.Metrics.Gather()
 			require.NoError(t, err)
