@@ -22,6 +22,33 @@ import (
 	"github.com/cronmesh/cronmesh/services/trigger/internal/store"
 )
 
+// A job due for several loads is decoded once; a change to it is seen at
+// the next load.
+func TestDueJobsReusesDecodedJobs(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	job := newJob(ts("2030-03-10T10:01:30Z"))
+	e.apply(t, created(job), store.Upserted)
+	load := func() *registryv1.Job {
+		t.Helper()
+		due, err := e.store.DueJobs(t.Context(), allPartitions(), ts("2100-01-01T00:00:00Z"), 10)
+		require.NoError(t, err)
+		require.Len(t, due, 1)
+		return due[0].Job
+	}
+	first := load()
+	require.Same(t, first, load(), "an unchanged job is not decoded again")
+
+	relabeled := proto.Clone(job).(*registryv1.Job)
+	relabeled.Labels["team"] = "infra"
+	e.apply(t, event(kindUpdated, relabeled, 2, ts("2030-03-10T10:02:00Z")), store.Upserted)
+	changed := load()
+	require.NotSame(t, first, changed)
+	require.Equal(t, int64(2), changed.Version)
+	require.Equal(t, "infra", changed.Labels["team"])
+	require.NotEqual(t, "infra", first.Labels["team"], "the earlier load's job is left as it was")
+}
+
 func TestDueJobs(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)

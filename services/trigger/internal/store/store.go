@@ -134,6 +134,8 @@ type Store struct {
 	// (Commit's claim), so that commits at that epoch only check it.
 	claimMu sync.Mutex
 	claimed map[int]int64
+	// decoded holds the jobs DueJobs decoded (see decodedJobs).
+	decoded decodedJobs
 }
 
 // New returns a Store. It fails on a missing Pool or a partition count that
