@@ -51,7 +51,7 @@ func run(ctx context.Context, scenario string, args []string) error {
 	fs.StringVar(&cfg.AMQPURL, "amqp-url", envOr("CRONMESH_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/"), "RabbitMQ")
 	fs.StringVar(&cfg.Tag, "tag", fmt.Sprintf("p%d", os.Getpid()), "names the run's schemas and broker objects (mb_<tag>_<scenario>...)")
 	fs.IntVar(&cfg.TriggerNodes, "trigger-nodes", 2, "trigger processes")
-	fs.IntVar(&cfg.Partitions, "partitions", 0, "ring partitions (0: the mesh's default)")
+	fs.IntVar(&cfg.Partitions, "partitions", 0, "ring partitions (0: the trigger's default, 256)")
 	fs.StringVar(&cfg.Out, "out", "", "append the Markdown report to this file as well as stdout")
 	fs.StringVar(&cfg.WorkDir, "work-dir", "", "logs, etcd data and profiles (default: a temporary directory, removed at the end)")
 	fs.BoolVar(&cfg.Profile, "profile", true, "take a CPU profile of every service and summarise it with go tool pprof -top")

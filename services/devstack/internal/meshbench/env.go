@@ -26,6 +26,7 @@ import (
 	"github.com/cronmesh/cronmesh/libs/etcdtest"
 	"github.com/cronmesh/cronmesh/libs/meshrun"
 	"github.com/cronmesh/cronmesh/libs/postgres"
+	"github.com/cronmesh/cronmesh/libs/ring"
 	"github.com/cronmesh/cronmesh/services/devstack/internal/procstat"
 	"github.com/cronmesh/cronmesh/services/devstack/internal/target"
 	"github.com/cronmesh/cronmesh/services/devstack/internal/workload"
@@ -41,7 +42,7 @@ type Config struct {
 	AMQPURL      string
 	Tag          string // unique per run; prefixes every schema and broker name
 	TriggerNodes int    // default 2
-	Partitions   int    // ring partitions (default meshrun's)
+	Partitions   int    // ring partitions (default ring.DefaultPartitions, the product's)
 	Out          string // append the Markdown report here as well as to stdout
 	WorkDir      string // logs, etcd data and profiles (default a temporary directory)
 	Profile      bool   // take CPU profiles of every service
@@ -78,6 +79,11 @@ type env struct {
 
 func (c *Config) defaults() {
 	c.TriggerNodes = cmp.Or(c.TriggerNodes, 2)
+	// The product's partition count, not meshrun's 16 (which suits tests):
+	// rendezvous hashing splits 16 partitions 5 to 11 between trigger-1 and
+	// trigger-2, so one node fired twice the other's slots; 256 split 113
+	// to 143.
+	c.Partitions = cmp.Or(c.Partitions, ring.DefaultPartitions)
 	c.ProfileSecs = cmp.Or(c.ProfileSecs, 30)
 	c.Callers = cmp.Or(c.Callers, 2)
 	if c.Log == nil {

@@ -55,8 +55,8 @@ func (r *report) emit(path string) error {
 // header is the scenario's title, the command, the machine and the load.
 func (r *report) header(title string, e *env) {
 	r.h(2, title)
-	r.p("Started %s. Command: `%s`. Mesh `%s`: registry, %d trigger nodes, dispatcher, history, alerting (bin/ of `make build`, every service with `--pprof`, log level warn), embedded etcd in the bench process; load average (1, 5, 15 min) at the start: %s.",
-		e.started.UTC().Format("2006-01-02 15:04 UTC"), e.cfg.Command, e.name, e.cfg.TriggerNodes, e.loadStart)
+	r.p("Started %s. Command: `%s`. Mesh `%s`: registry, %d trigger nodes (%d ring partitions), dispatcher, history, alerting (bin/ of `make build`, every service with `--pprof`, log level warn), embedded etcd in the bench process; load average (1, 5, 15 min) at the start: %s.",
+		e.started.UTC().Format("2006-01-02 15:04 UTC"), e.cfg.Command, e.name, e.cfg.TriggerNodes, e.cfg.Partitions, e.loadStart)
 	r.p("")
 	r.p("%s", e.machine.Markdown())
 }
