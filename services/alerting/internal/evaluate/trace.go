@@ -38,19 +38,25 @@ func (e *Evaluator) eventSpans(ctx context.Context, events []*eventsv1.Execution
 		_, span := e.tracer.Start(parent, "alerting.evaluate",
 			trace.WithSpanKind(trace.SpanKindConsumer),
 			trace.WithTimestamp(start),
-			trace.WithLinks(links...),
-			trace.WithAttributes(
-				semconv.MessagingSystemRabbitMQ,
-				semconv.MessagingOperationTypeProcess,
-				semconv.MessagingOperationName("process"),
-				semconv.MessagingDestinationName(e.opts.Exchange),
-				semconv.MessagingDestinationSubscriptionName(e.opts.Queue),
-				semconv.MessagingMessageID(ev.GetEventId()),
-				attribute.String("cronmesh.execution.id", ev.GetExecutionId()),
-				attribute.String("cronmesh.job.id", ev.GetJobId()),
-				attribute.String("cronmesh.event.kind", strings.ToLower(strings.TrimPrefix(ev.GetKind().String(), "EXECUTION_EVENT_KIND_"))),
-				attribute.Int("cronmesh.attempt", int(ev.GetAttempt())),
-			))
+			trace.WithLinks(links...))
+		if !span.IsRecording() {
+			// Unsampled (the usual case without export): the span only
+			// carries ids, so its attributes would be built for nothing.
+			span.End()
+			continue
+		}
+		span.SetAttributes(
+			semconv.MessagingSystemRabbitMQ,
+			semconv.MessagingOperationTypeProcess,
+			semconv.MessagingOperationName("process"),
+			semconv.MessagingDestinationName(e.opts.Exchange),
+			semconv.MessagingDestinationSubscriptionName(e.opts.Queue),
+			semconv.MessagingMessageID(ev.GetEventId()),
+			attribute.String("cronmesh.execution.id", ev.GetExecutionId()),
+			attribute.String("cronmesh.job.id", ev.GetJobId()),
+			attribute.String("cronmesh.event.kind", strings.ToLower(strings.TrimPrefix(ev.GetKind().String(), "EXECUTION_EVENT_KIND_"))),
+			attribute.Int("cronmesh.attempt", int(ev.GetAttempt())),
+		)
 		if err != nil {
 			span.RecordError(err)
 			span.SetAttributes(semconv.ErrorTypeOther)

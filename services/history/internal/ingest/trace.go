@@ -52,21 +52,27 @@ func (c *Consumer) eventSpans(batch []inHand, batchSpan trace.Span, start time.T
 			_, span := c.tracer.Start(ev.parent, "history.write",
 				trace.WithSpanKind(trace.SpanKindConsumer),
 				trace.WithTimestamp(start),
-				trace.WithLinks(link),
-				trace.WithAttributes(
-					semconv.MessagingSystemRabbitMQ,
-					semconv.MessagingOperationTypeProcess,
-					semconv.MessagingOperationName("process"),
-					semconv.MessagingDestinationName(c.opts.Exchange),
-					semconv.MessagingDestinationSubscriptionName(c.opts.Queue),
-					semconv.MessagingMessageID(ev.eventID),
-					semconv.DBSystemNamePostgreSQL,
-					semconv.DBOperationName("INSERT"),
-					semconv.DBCollectionName("executions"),
-					attribute.String("cronmesh.execution.id", ev.executionID),
-					attribute.String("cronmesh.event.kind", ev.kind),
-					attribute.Int("cronmesh.attempt", ev.attempt),
-				))
+				trace.WithLinks(link))
+			if !span.IsRecording() {
+				// Unsampled (the usual case without export): the span only
+				// carries ids, so its attributes would be built for nothing.
+				span.End()
+				continue
+			}
+			span.SetAttributes(
+				semconv.MessagingSystemRabbitMQ,
+				semconv.MessagingOperationTypeProcess,
+				semconv.MessagingOperationName("process"),
+				semconv.MessagingDestinationName(c.opts.Exchange),
+				semconv.MessagingDestinationSubscriptionName(c.opts.Queue),
+				semconv.MessagingMessageID(ev.eventID),
+				semconv.DBSystemNamePostgreSQL,
+				semconv.DBOperationName("INSERT"),
+				semconv.DBCollectionName("executions"),
+				attribute.String("cronmesh.execution.id", ev.executionID),
+				attribute.String("cronmesh.event.kind", ev.kind),
+				attribute.Int("cronmesh.attempt", ev.attempt),
+			)
 			if err != nil {
 				span.RecordError(err)
 				span.SetAttributes(semconv.ErrorTypeOther)
