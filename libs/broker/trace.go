@@ -4,8 +4,24 @@ import (
 	"context"
 
 	"github.com/ThreeDotsLabs/watermill/message"
+	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/propagation"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 )
+
+// ProcessAttributes are the OpenTelemetry messaging attributes of a span
+// that processes one message taken from queue, which is bound to exchange:
+// every consumer span of the mesh carries them (and adds its own).
+func ProcessAttributes(exchange, queue, messageID string) []attribute.KeyValue {
+	return []attribute.KeyValue{
+		semconv.MessagingSystemRabbitMQ,
+		semconv.MessagingDestinationName(exchange),
+		semconv.MessagingDestinationSubscriptionName(queue),
+		semconv.MessagingOperationTypeProcess,
+		semconv.MessagingOperationName("process"),
+		semconv.MessagingMessageID(messageID),
+	}
+}
 
 // InjectTrace writes the trace context of ctx (W3C traceparent and
 // tracestate with a [propagation.TraceContext] propagator) into md, which

@@ -101,12 +101,5 @@ func (c *Consumer) startSpan(ctx context.Context, msg *message.Message) (context
 	ctx = broker.ExtractTrace(ctx, c.opts.Propagator, msg.Metadata)
 	return c.tracer.Start(ctx, "process "+c.opts.Exchange,
 		trace.WithSpanKind(trace.SpanKindConsumer),
-		trace.WithAttributes(
-			semconv.MessagingSystemRabbitMQ,
-			semconv.MessagingDestinationName(c.opts.Exchange),
-			semconv.MessagingDestinationSubscriptionName(c.opts.Queue),
-			semconv.MessagingOperationTypeProcess,
-			semconv.MessagingOperationName("process"),
-			semconv.MessagingMessageID(msg.UUID),
-		))
+		trace.WithAttributes(broker.ProcessAttributes(c.opts.Exchange, c.opts.Queue, msg.UUID)...))
 }

@@ -11,6 +11,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	eventsv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/events/v1"
+	"github.com/cronmesh/cronmesh/libs/broker"
 	"github.com/cronmesh/cronmesh/libs/telemetry"
 )
 
@@ -45,13 +46,8 @@ func (e *Evaluator) eventSpans(ctx context.Context, events []*eventsv1.Execution
 			span.End()
 			continue
 		}
+		span.SetAttributes(broker.ProcessAttributes(e.opts.Exchange, e.opts.Queue, ev.GetEventId())...)
 		span.SetAttributes(
-			semconv.MessagingSystemRabbitMQ,
-			semconv.MessagingOperationTypeProcess,
-			semconv.MessagingOperationName("process"),
-			semconv.MessagingDestinationName(e.opts.Exchange),
-			semconv.MessagingDestinationSubscriptionName(e.opts.Queue),
-			semconv.MessagingMessageID(ev.GetEventId()),
 			attribute.String("cronmesh.execution.id", ev.GetExecutionId()),
 			attribute.String("cronmesh.job.id", ev.GetJobId()),
 			attribute.String("cronmesh.event.kind", strings.ToLower(strings.TrimPrefix(ev.GetKind().String(), "EXECUTION_EVENT_KIND_"))),

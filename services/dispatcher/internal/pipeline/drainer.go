@@ -14,7 +14,6 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/propagation"
-	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 	"google.golang.org/protobuf/proto"
@@ -210,14 +209,7 @@ func (d *Drainer) handle(ctx context.Context, msg *message.Message) bool {
 	ctx = broker.ExtractTrace(ctx, d.opts.Propagator, msg.Metadata)
 	ctx, span := d.tracer.Start(ctx, "process "+d.opts.DeadQueue,
 		trace.WithSpanKind(trace.SpanKindConsumer),
-		trace.WithAttributes(
-			semconv.MessagingSystemRabbitMQ,
-			semconv.MessagingDestinationName(d.opts.DeadExchange),
-			semconv.MessagingDestinationSubscriptionName(d.opts.DeadQueue),
-			semconv.MessagingOperationTypeProcess,
-			semconv.MessagingOperationName("process"),
-			semconv.MessagingMessageID(msg.UUID),
-		))
+		trace.WithAttributes(broker.ProcessAttributes(d.opts.DeadExchange, d.opts.DeadQueue, msg.UUID)...))
 	defer span.End()
 
 	pb := &dispatcherv1.DeadLetter{}

@@ -430,15 +430,8 @@ func (p *Pipeline) handle(ctx context.Context, priority, queue string, msg *mess
 	ctx = broker.ExtractTrace(ctx, p.opts.Propagator, msg.Metadata)
 	ctx, span := p.tracer.Start(ctx, "process "+queue,
 		trace.WithSpanKind(trace.SpanKindConsumer),
-		trace.WithAttributes(
-			semconv.MessagingSystemRabbitMQ,
-			semconv.MessagingDestinationName(p.opts.DispatchExchange),
-			semconv.MessagingDestinationSubscriptionName(queue),
-			semconv.MessagingOperationTypeProcess,
-			semconv.MessagingOperationName("process"),
-			semconv.MessagingMessageID(msg.UUID),
-			semconv.MessagingMessageBodySize(len(msg.Payload)),
-		))
+		trace.WithAttributes(broker.ProcessAttributes(p.opts.DispatchExchange, queue, msg.UUID)...),
+		trace.WithAttributes(semconv.MessagingMessageBodySize(len(msg.Payload))))
 	defer span.End()
 
 	req := &dispatchv1.DispatchRequest{}

@@ -291,13 +291,7 @@ func (c *Consumer) take(ctx context.Context, msg *message.Message) (inHand, bool
 	mctx := broker.ExtractTrace(ctx, c.opts.Propagator, msg.Metadata)
 	_, span := c.tracer.Start(mctx, "process "+c.opts.Queue,
 		trace.WithSpanKind(trace.SpanKindConsumer),
-		trace.WithAttributes(
-			semconv.MessagingSystemRabbitMQ,
-			semconv.MessagingDestinationName(c.opts.Exchange),
-			semconv.MessagingDestinationSubscriptionName(c.opts.Queue),
-			semconv.MessagingOperationTypeProcess,
-			semconv.MessagingMessageID(msg.UUID),
-		))
+		trace.WithAttributes(broker.ProcessAttributes(c.opts.Exchange, c.opts.Queue, msg.UUID)...))
 	var batch eventsv1.ExecutionEventBatch
 	if err := proto.Unmarshal(msg.Payload, &batch); err != nil {
 		c.poison.Inc()

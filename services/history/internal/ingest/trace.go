@@ -11,6 +11,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	eventsv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/events/v1"
+	"github.com/cronmesh/cronmesh/libs/broker"
 	"github.com/cronmesh/cronmesh/libs/telemetry"
 )
 
@@ -59,13 +60,8 @@ func (c *Consumer) eventSpans(batch []inHand, batchSpan trace.Span, start time.T
 				span.End()
 				continue
 			}
+			span.SetAttributes(broker.ProcessAttributes(c.opts.Exchange, c.opts.Queue, ev.eventID)...)
 			span.SetAttributes(
-				semconv.MessagingSystemRabbitMQ,
-				semconv.MessagingOperationTypeProcess,
-				semconv.MessagingOperationName("process"),
-				semconv.MessagingDestinationName(c.opts.Exchange),
-				semconv.MessagingDestinationSubscriptionName(c.opts.Queue),
-				semconv.MessagingMessageID(ev.eventID),
 				semconv.DBSystemNamePostgreSQL,
 				semconv.DBOperationName("INSERT"),
 				semconv.DBCollectionName("executions"),

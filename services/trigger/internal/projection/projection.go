@@ -370,14 +370,7 @@ func (c *Consumer) take(ctx context.Context, msg *message.Message) (inHand, bool
 	ctx = broker.ExtractTrace(ctx, c.opts.Propagator, msg.Metadata)
 	ctx, span := c.tracer.Start(ctx, "process "+c.opts.Exchange,
 		trace.WithSpanKind(trace.SpanKindConsumer),
-		trace.WithAttributes(
-			semconv.MessagingSystemRabbitMQ,
-			semconv.MessagingDestinationName(c.opts.Exchange),
-			semconv.MessagingDestinationSubscriptionName(c.opts.Queue),
-			semconv.MessagingOperationTypeProcess,
-			semconv.MessagingOperationName("process"),
-			semconv.MessagingMessageID(msg.UUID),
-		))
+		trace.WithAttributes(broker.ProcessAttributes(c.opts.Exchange, c.opts.Queue, msg.UUID)...))
 	ev := &eventsv1.JobEvent{}
 	if err := proto.Unmarshal(msg.Payload, ev); err != nil {
 		c.poison(ctx, span, msg, fmt.Errorf("decode job event: %w", err))
