@@ -46,13 +46,12 @@ func (e *Evaluator) eventSpans(ctx context.Context, events []*eventsv1.Execution
 			span.End()
 			continue
 		}
-		span.SetAttributes(broker.ProcessAttributes(e.opts.Exchange, e.opts.Queue, ev.GetEventId())...)
-		span.SetAttributes(
+		span.SetAttributes(append(broker.ProcessAttributes(e.opts.Exchange, e.opts.Queue, ev.GetEventId()),
 			attribute.String("cronmesh.execution.id", ev.GetExecutionId()),
 			attribute.String("cronmesh.job.id", ev.GetJobId()),
 			attribute.String("cronmesh.event.kind", strings.ToLower(strings.TrimPrefix(ev.GetKind().String(), "EXECUTION_EVENT_KIND_"))),
 			attribute.Int("cronmesh.attempt", int(ev.GetAttempt())),
-		)
+		)...)
 		if err != nil {
 			span.RecordError(err)
 			span.SetAttributes(semconv.ErrorTypeOther)

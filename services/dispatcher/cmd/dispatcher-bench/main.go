@@ -67,6 +67,7 @@ import (
 	"github.com/cronmesh/cronmesh/libs/benchmachine"
 	"github.com/cronmesh/cronmesh/libs/broker"
 	"github.com/cronmesh/cronmesh/libs/execid"
+	"github.com/cronmesh/cronmesh/libs/pprofsave"
 	"github.com/cronmesh/cronmesh/libs/promhist"
 )
 
@@ -501,7 +502,7 @@ func (e *env) throughput(ctx context.Context) (string, error) {
 		return "", err
 	}
 	if e.o.profile != "" {
-		go e.saveProfile()
+		go e.saveProfile(ctx)
 	}
 	deadline := time.Now().Add(10 * time.Minute)
 	for e.target.count() < e.o.n && time.Now().Before(deadline) && ctx.Err() == nil {
@@ -606,7 +607,7 @@ func (e *env) latency(ctx context.Context) (string, error) {
 	if len(lat) == 0 {
 		return "", errors.New("no request reached the target")
 	}
-	q := func(f float64) time.Duration { return lat[min(len(lat)-1, int(f*float64(len(lat))))] }
+	q := func(f float64) time.Duration { return quantile(lat, f) }
 	fmt.Fprintf(&b, "Measured: for each request, target arrival time minus the time just before its publish (both in this process, one clock), so it includes the publish and the broker's queueing: an upper bound of the issue's \"message leaving the queue to the request reaching the target\".\n\n")
 	fmt.Fprintf(&b, "| measured | value |\n| --- | --- |\n")
 	fmt.Fprintf(&b, "| requests | %d of %d at %d/s over %s (publishing took %s; %d publishes more than 10 ms behind schedule) |\n",
@@ -615,7 +616,7 @@ func (e *env) latency(ctx context.Context) (string, error) {
 		q(.5).Round(time.Microsecond), q(.9).Round(time.Microsecond), q(.99).Round(time.Microsecond), verdict(q(.99) < 5*time.Millisecond),
 		q(.999).Round(time.Microsecond), lat[len(lat)-1].Round(time.Microsecond))
 	if len(fromQueue) > 0 {
-		fq := func(f float64) time.Duration { return fromQueue[min(len(fromQueue)-1, int(f*float64(len(fromQueue))))] }
+		fq := func(f float64) time.Duration { return quantile(fromQueue, f) }
 		fmt.Fprintf(&b, "| the issue's measure, estimated: the message leaves the queue (its copy reaches the probe consumer) → the request reaches the target | p50 %s, p90 %s, p99 **%s** (target < 5 ms: %s), max %s; %d requests (%d whose copy reached the probe after the target: counted as 0; %d without a copy) |\n",
 			fq(.5).Round(time.Microsecond), fq(.9).Round(time.Microsecond), fq(.99).Round(time.Microsecond), verdict(fq(.99) < 5*time.Millisecond),
 			fromQueue[len(fromQueue)-1].Round(time.Microsecond), len(fromQueue), negative, unprobed)
@@ -718,6 +719,11 @@ func (p *probe) close() {
 	<-p.done
 }
 
+// quantile is the f-quantile of sorted, which is not empty.
+func quantile(sorted []time.Duration, f float64) time.Duration {
+	return sorted[min(len(sorted)-1, int(f*float64(len(sorted))))]
+}
+
 // startDelays reads the dispatcher's delivery_start_delay_seconds
 // histogram; empty from a dispatcher without it (an older binary).
 func (e *env) startDelays(ctx context.Context) (promhist.Histogram, error) {
@@ -733,20 +739,10 @@ func bound(seconds float64) string {
 }
 
 // saveProfile saves a 10 s CPU profile of the dispatcher to o.profile.
-func (e *env) saveProfile() {
-	resp, err := http.Get("http://" + e.addr + "/debug/pprof/profile?seconds=10")
-	if err != nil {
+func (e *env) saveProfile(ctx context.Context) {
+	if err := pprofsave.Save(ctx, "http://"+e.addr+"/debug/pprof/profile?seconds=10", e.o.profile, 40*time.Second); err != nil {
 		fmt.Fprintln(os.Stderr, "profile:", err)
-		return
 	}
-	defer resp.Body.Close()
-	f, err := os.Create(e.o.profile)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "profile:", err)
-		return
-	}
-	defer f.Close()
-	_, _ = io.Copy(f, resp.Body)
 }
 
 // cpuSeconds is the dispatcher's CPU time so far, from /proc; -1 when

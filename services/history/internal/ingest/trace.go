@@ -60,15 +60,14 @@ func (c *Consumer) eventSpans(batch []inHand, batchSpan trace.Span, start time.T
 				span.End()
 				continue
 			}
-			span.SetAttributes(broker.ProcessAttributes(c.opts.Exchange, c.opts.Queue, ev.eventID)...)
-			span.SetAttributes(
+			span.SetAttributes(append(broker.ProcessAttributes(c.opts.Exchange, c.opts.Queue, ev.eventID),
 				semconv.DBSystemNamePostgreSQL,
 				semconv.DBOperationName("INSERT"),
 				semconv.DBCollectionName("executions"),
 				attribute.String("cronmesh.execution.id", ev.executionID),
 				attribute.String("cronmesh.event.kind", ev.kind),
 				attribute.Int("cronmesh.attempt", ev.attempt),
-			)
+			)...)
 			if err != nil {
 				span.RecordError(err)
 				span.SetAttributes(semconv.ErrorTypeOther)
