@@ -106,7 +106,7 @@ func (c *Config) Register(fs *flag.FlagSet) {
 	fs.StringVar(&c.DeadExchange, "dead-exchange", pipeline.DefaultDeadExchange, "exchange of dead letters")
 	fs.StringVar(&c.DeadQueue, "dead-queue", pipeline.DefaultDeadQueue, "queue of dead letters, drained into the dead-letter store")
 	fs.StringVar(&c.ExecutionsExchange, "executions-exchange", pipeline.DefaultExecutionsExchange, "exchange of execution lifecycle events")
-	fs.IntVar(&c.Prefetch, "prefetch", pipeline.DefaultPrefetch, "AMQP prefetch of each dispatch worker")
+	fs.IntVar(&c.Prefetch, "prefetch", pipeline.DefaultPrefetch, "messages each dispatch worker has in hand, each on its own AMQP channel with a prefetch of one")
 	fs.IntVar(&c.HighWorkers, "workers-high", pipeline.DefaultHighWorkers, "concurrent deliveries of high-priority requests")
 	fs.IntVar(&c.NormalWorkers, "workers-normal", pipeline.DefaultNormalWorkers, "concurrent deliveries of normal-priority requests")
 	fs.IntVar(&c.LowWorkers, "workers-low", pipeline.DefaultLowWorkers, "concurrent deliveries of low-priority requests")

@@ -28,18 +28,19 @@ func subscriberConfig(amqpURL, exchange string, prefetch int, bindingKeys map[st
 
 // subscription is one Subscribe call: its messages come one at a time
 // (watermill-amqp hands over the next only after the previous is acked or
-// nacked), so each subscription is one worker.
+// nacked), and with a prefetch of one the broker sends it the next only
+// then too, so a message it holds is never waiting behind another.
 type subscription struct {
 	queue    string
 	messages <-chan *message.Message
 }
 
-// subscribe connects and subscribes workers[queue] times to each queue,
+// subscribe connects and subscribes counts[queue] times to each queue,
 // retrying with backoff until it succeeds or ctx ends (then it returns a
 // nil subscriber).
-func subscribe(ctx context.Context, cfg amqp.Config, workers map[string]int, logger *slog.Logger, clk clock.Clock, b *backoff) (message.Subscriber, []subscription) {
+func subscribe(ctx context.Context, cfg amqp.Config, counts map[string]int, logger *slog.Logger, clk clock.Clock, b *backoff) (message.Subscriber, []subscription) {
 	for {
-		sub, subs, err := trySubscribe(ctx, cfg, workers, logger)
+		sub, subs, err := trySubscribe(ctx, cfg, counts, logger)
 		if err == nil {
 			return sub, subs
 		}
@@ -54,13 +55,13 @@ func subscribe(ctx context.Context, cfg amqp.Config, workers map[string]int, log
 	}
 }
 
-func trySubscribe(ctx context.Context, cfg amqp.Config, workers map[string]int, logger *slog.Logger) (message.Subscriber, []subscription, error) {
+func trySubscribe(ctx context.Context, cfg amqp.Config, counts map[string]int, logger *slog.Logger) (message.Subscriber, []subscription, error) {
 	sub, err := amqp.NewSubscriber(cfg, broker.WatermillLogger(logger))
 	if err != nil {
 		return nil, nil, fmt.Errorf("connect: %w", err)
 	}
 	var subs []subscription
-	for queue, n := range workers {
+	for queue, n := range counts {
 		for range n {
 			ch, err := sub.Subscribe(ctx, queue)
 			if err != nil {

@@ -16,15 +16,21 @@
 // # Concurrency and priorities
 //
 // watermill-amqp hands a subscription's messages over one at a time (the
-// next only after the previous is acked or nacked), so a worker is one
-// subscription, on its own AMQP channel with its own prefetch, handling its
-// messages in turn. Each priority has its own workers (Workers.High,
-// .Normal, .Low): a backlog of low, or low workers stuck on slow targets,
-// never holds up high, whose workers take only high. The bound on
-// concurrent deliveries is the sum of the workers; an idle priority's
-// workers are not lent to another (simple, and the guarantee for high does
-// not depend on a scheduler). Prefetch only hides the broker round trip:
-// a prefetched message waits behind its worker's current target.
+// next only after the previous is acked or nacked), and a message is
+// acknowledged only once its consequences are confirmed and recorded
+// (step 5), which takes longer than the delivery itself. So messages in
+// hand and deliveries are counted apart. Each priority consumes through
+// Workers x Prefetch subscriptions, each on its own AMQP channel with a
+// prefetch of one: a message that has left the queue is always being
+// handled, never queued behind another message's confirms. The deliveries
+// themselves are bounded by the priority's Workers (a slot held from the
+// attempt's start to its outcome): that is the bound on concurrent
+// requests towards the targets, and waiting for a slot is the only wait
+// between a message leaving the queue and its attempt. Each priority has
+// its own subscriptions and slots (Workers.High, .Normal, .Low): a backlog
+// of low, or low deliveries stuck on slow targets, never holds up high,
+// which takes only high. An idle priority's slots are not lent to another
+// (simple, and the guarantee for high does not depend on a scheduler).
 //
 // # One message
 //

@@ -77,8 +77,8 @@ type Checks interface {
 	RecordCompleted(ctx context.Context, done []store.CompletedAttempt) error
 }
 
-// Workers is how many messages of each priority are handled at once: each
-// worker is one subscription (one AMQP channel) of its priority's queue.
+// Workers is how many deliveries of each priority are made at once: the
+// bound on concurrent requests towards the targets of that priority.
 type Workers struct {
 	High, Normal, Low int
 }
@@ -123,8 +123,10 @@ type Options struct {
 	// keeps its TTL: change a tier by adding a new one.
 	RetryTiers []time.Duration
 
-	// Prefetch is the AMQP prefetch of each worker. Default
-	// DefaultPrefetch.
+	// Prefetch is how many messages each worker has in hand: a priority
+	// consumes through Workers x Prefetch subscriptions, each an AMQP
+	// channel with a prefetch of one (see the package documentation).
+	// Default DefaultPrefetch.
 	Prefetch int
 	// Workers per priority; a zero field takes its default
 	// (DefaultHighWorkers, DefaultNormalWorkers, DefaultLowWorkers).
@@ -176,10 +178,14 @@ type Options struct {
 // Pipeline consumes dispatch requests and delivers them. Create with New,
 // start with Run.
 type Pipeline struct {
-	opts      Options
-	tracer    trace.Tracer
-	logger    *slog.Logger
-	metrics   metrics
+	opts    Options
+	tracer  trace.Tracer
+	logger  *slog.Logger
+	metrics metrics
+	// slots bounds the concurrent deliveries of each priority (by
+	// priority name): a token is held from the attempt's start to its
+	// outcome, not while its consequences are confirmed and recorded.
+	slots     map[string]chan struct{}
 	events    *batcher[*eventsv1.ExecutionEvent]
 	checks    *batcher[*checkQuery]
 	records   *batcher[store.CompletedAttempt]
@@ -256,7 +262,12 @@ func New(opts Options) (*Pipeline, error) {
 		tracer:  opts.TracerProvider.Tracer(tracerName),
 		logger:  cmp.Or(opts.Logger, slog.New(slog.DiscardHandler)),
 		metrics: newMetrics(),
-		ready:   make(chan struct{}),
+		slots: map[string]chan struct{}{
+			"high":   make(chan struct{}, opts.Workers.High),
+			"normal": make(chan struct{}, opts.Workers.Normal),
+			"low":    make(chan struct{}, opts.Workers.Low),
+		},
+		ready: make(chan struct{}),
 	}
 	p.events = newBatcher(p.publishEvents, opts.EventBatch, opts.EventLinger, opts.EventPublishers, opts.PublishTimeout)
 	if opts.Checks != nil {
@@ -338,25 +349,24 @@ func (p *Pipeline) Run(ctx context.Context) error {
 	}()
 
 	o := p.opts
-	workers, bindingKeys, priorities := map[string]int{}, map[string]string{}, map[string]string{}
-	for _, pw := range []struct {
-		name string
-		n    int
-	}{{"high", o.Workers.High}, {"normal", o.Workers.Normal}, {"low", o.Workers.Low}} {
-		q := broker.DispatchQueue(o.DispatchQueue, pw.name)
-		workers[q], bindingKeys[q], priorities[q] = pw.n, "#."+broker.DispatchRoutingKey(pw.name), pw.name
+	subscriptions, bindingKeys, priorities := map[string]int{}, map[string]string{}, map[string]string{}
+	for name, slots := range p.slots {
+		q := broker.DispatchQueue(o.DispatchQueue, name)
+		subscriptions[q] = cap(slots) * o.Prefetch
+		bindingKeys[q], priorities[q] = "#."+broker.DispatchRoutingKey(name), name
 	}
-	cfg := subscriberConfig(o.AMQPURL, o.DispatchExchange, o.Prefetch, bindingKeys)
+	cfg := subscriberConfig(o.AMQPURL, o.DispatchExchange, 1, bindingKeys)
 	if err := cfg.ValidateSubscriber(); err != nil {
 		return fmt.Errorf("pipeline: subscriber config: %w", err)
 	}
-	sub, subs := subscribe(ctx, cfg, workers, p.logger, o.Clock, newBackoff(o.Backoff, o.MaxBackoff))
+	sub, subs := subscribe(ctx, cfg, subscriptions, p.logger, o.Clock, newBackoff(o.Backoff, o.MaxBackoff))
 	if sub == nil {
 		return nil // ctx ended before the broker could be reached
 	}
 	p.readyOnce.Do(func() { close(p.ready) })
 	p.logger.InfoContext(ctx, "consuming dispatch requests",
-		slog.String("exchange", o.DispatchExchange), slog.Int("workers", len(subs)))
+		slog.String("exchange", o.DispatchExchange), slog.Int("subscriptions", len(subs)),
+		slog.Int("workers", o.Workers.High+o.Workers.Normal+o.Workers.Low))
 
 	workersDone := make(chan struct{})
 	go func() {
@@ -473,6 +483,15 @@ func (p *Pipeline) handle(ctx context.Context, priority, queue string, msg *mess
 		return p.await(ctx, span, nil, wait)
 	}
 
+	// A delivery slot of the priority, held until the outcome is known:
+	// the bound on concurrent requests towards targets. Waiting for one is
+	// the only wait between taking a message and starting its attempt.
+	slots := p.slots[priority]
+	select {
+	case slots <- struct{}{}:
+	case <-ctx.Done():
+		return requeueNow
+	}
 	startTime := p.opts.Clock.Now()
 	started := p.emit(ctx, newEvent(eventsv1.ExecutionEventKind_EXECUTION_EVENT_KIND_STARTED, req, startTime, attemptInfo{start: startTime}, "", traceID))
 	p.metrics.inFlight.Inc()
@@ -481,6 +500,7 @@ func (p *Pipeline) handle(ctx context.Context, priority, queue string, msg *mess
 	out := p.deliver(ctx, req)
 	elapsed := time.Since(begin)
 	p.metrics.inFlight.Dec()
+	<-slots
 	if ctx.Err() != nil {
 		// Shutdown interrupted the attempt: its result says nothing about
 		// the target. Requeued, it is attempted again by the next

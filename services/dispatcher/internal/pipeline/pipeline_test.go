@@ -3,6 +3,7 @@ package pipeline_test
 import (
 	"context"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -318,6 +319,63 @@ func TestHighIsNotStarved(t *testing.T) {
 	require.EqualValues(t, 2, lowInFlight.Load(), "no low request got through meanwhile")
 	require.Greater(t, e.queueDepth(e.dispatchQueue("low")), 150, "the low backlog is still there")
 	close(release)
+}
+
+// blockingRecords is a store whose RecordCompleted waits for release (or
+// its context): the message of an attempt whose record waits is delivered
+// but not yet acknowledged.
+type blockingRecords struct {
+	pipeline.Checks
+	once    sync.Once
+	entered chan struct{} // closed by the first RecordCompleted
+	release chan struct{}
+}
+
+func (b *blockingRecords) RecordCompleted(ctx context.Context, done []store.CompletedAttempt) error {
+	b.once.Do(func() { close(b.entered) })
+	select {
+	case <-b.release:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return b.Checks.RecordCompleted(ctx, done)
+}
+
+// TestNextMessageDoesNotWaitForTheAck: with one normal worker, a message
+// whose delivery is over but whose completion is still being recorded (so
+// it is not acknowledged yet) does not hold up the next message, which is
+// delivered meanwhile. The time from leaving the queue to the target must
+// not include another message's confirms and record.
+func TestNextMessageDoesNotWaitForTheAck(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	checks := &blockingRecords{Checks: e.store, entered: make(chan struct{}), release: make(chan struct{})}
+	var delivered atomic.Int32
+	f := &fake{fn: func(context.Context, *dispatchv1.DispatchRequest) deliver.Outcome {
+		delivered.Add(1)
+		return deliver.Outcome{Result: deliver.Succeeded, StatusCode: 200}
+	}}
+	e.start(f, func(o *pipeline.Options) {
+		o.Workers = pipeline.Workers{High: 1, Normal: 1, Low: 1}
+		o.Prefetch = 2
+		o.Checks = checks
+		o.CancelTimeout = time.Minute // the record waits for release, not for its timeout
+	})
+
+	first := request(registryv1.Priority_PRIORITY_NORMAL)
+	e.dispatch(nil, first)
+	select {
+	case <-checks.entered:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the first attempt was not recorded")
+	}
+	second := request(registryv1.Priority_PRIORITY_NORMAL)
+	e.dispatch(nil, second)
+	require.Eventually(t, func() bool { return delivered.Load() == 2 }, 30*time.Second, 5*time.Millisecond,
+		"the second message is delivered while the first one's completion is being recorded")
+	close(checks.release)
+	e.waitFor(first.ExecutionId, succeeded, 1)
+	e.waitFor(second.ExecutionId, succeeded, 1)
 }
 
 // TestShutdown: stopping the pipeline mid-delivery either lets the
