@@ -89,7 +89,7 @@ func writeUnnest(ctx context.Context, tx pgx.Tx, msgs []Message) error {
 		if err := validate(m); err != nil {
 			return fmt.Errorf("message %d: %w", i, err)
 		}
-		h, err := headersJSON(m.Headers)
+		h, err := headersJSON(m.Headers, m.DueAt)
 		if err != nil {
 			return err
 		}

@@ -39,6 +39,16 @@
 // context: the consumer's span follows the publish, and the time a row
 // waited in the outbox shows in the trace.
 //
+// # Due times
+//
+// A message written with a [Message.DueAt], the moment what it announces
+// was due (the trigger's: a slot's firing time), is timed where a promise
+// like "published within 100 ms of its time" is kept: when the broker
+// confirms it, the relay observes the confirm time minus the due time in
+// outbox_due_to_confirm_seconds (see [RelayOptions.Metrics] and
+// [RelayOptions.Now]). The due time travels in the row's headers, so the
+// table has no column for it, and the relay removes it before publishing.
+//
 // # Schema and search_path
 //
 // Names in [Schema] and in the queries are unqualified: the pool's

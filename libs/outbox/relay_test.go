@@ -428,3 +428,97 @@ func TestRelayShardQueryUsesTheShardIndex(t *testing.T) {
 	require.NoError(t, err)
 	require.Contains(t, strings.Join(lines, "\n"), "outbox_shard_8", "the shard query must match the index expression")
 }
+
+// dueHistogram reads outbox_due_to_confirm_seconds from reg: its count,
+// sum and cumulative count by upper bound.
+func dueHistogram(t testing.TB, reg *prometheus.Registry) (count uint64, sum float64, le map[float64]uint64) {
+	t.Helper()
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	for _, mf := range mfs {
+		if mf.GetName() != "outbox_due_to_confirm_seconds" {
+			continue
+		}
+		h := mf.GetMetric()[0].GetHistogram()
+		le = map[float64]uint64{}
+		for _, b := range h.GetBucket() {
+			le[b.GetUpperBound()] = b.GetCumulativeCount()
+		}
+		return h.GetSampleCount(), h.GetSampleSum(), le
+	}
+	t.Fatal("outbox_due_to_confirm_seconds not registered")
+	return 0, 0, nil
+}
+
+func TestRelayMeasuresDueToConfirm(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		// pipelined: the publisher is an InOrderPublisher (one chunk for
+		// the lane); otherwise each row is its own confirmed publish.
+		pipelined bool
+	}{
+		{name: "pipelined", pipelined: true},
+		{name: "one publish at a time"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			pool := testPool(t)
+			top := newTopology(t)
+			var pub message.Publisher = newPublisher(t, amqptest.URL(), top.exchange)
+			if !tt.pipelined {
+				pub = &fakePublisher{next: pub}
+			}
+			// The confirms happen at confirmed on the injected clock,
+			// whatever the wall clock says.
+			confirmed := time.Date(2031, 5, 6, 7, 8, 9, 0, time.UTC)
+			var nowCalls atomic.Int64
+			r, reg := newRelay(t, RelayOptions{Pool: pool, Publisher: pub, Now: func() time.Time {
+				nowCalls.Add(1)
+				return confirmed
+			}})
+
+			// One aggregate, so one lane publishes all rows in order.
+			msg := func(id string, due time.Time) Message {
+				return Message{AggregateID: "job-1", RoutingKey: "dispatch.normal", MessageID: id, DueAt: due,
+					Headers: map[string]string{"x-tenant": "t1"}}
+			}
+			write(t, pool,
+				msg("late-40ms", confirmed.Add(-40*time.Millisecond)),
+				msg("no-due", time.Time{}),
+				msg("late-3s", confirmed.Add(-3*time.Second)),
+				msg("early", confirmed.Add(time.Second)), // a clock corrected backwards
+			)
+			// Not written by Write: a malformed value is dropped, not
+			// observed, and does not stop the publish.
+			_, err := pool.Exec(t.Context(), `INSERT INTO outbox (aggregate_id, routing_key, message_id, payload, headers)
+				VALUES ('job-1', 'dispatch.normal', 'malformed', '', jsonb_build_object($1::text, 'soon', 'x-tenant', 't1'))`, DueAtHeader)
+			require.NoError(t, err)
+
+			stop := runRelay(t, r)
+			// A row is deleted after its confirm was observed.
+			waitEmpty(t, pool, 10*time.Second)
+			stop()
+			got := amqptest.Drain(t, top.queue)
+			require.Len(t, got, 5)
+			for _, d := range got {
+				require.NotContains(t, d.Headers, DueAtHeader, "message %s: the due time is the relay's, not the consumer's", d.MessageId)
+				require.Equal(t, "t1", d.Headers["x-tenant"], "message %s keeps its own headers", d.MessageId)
+			}
+
+			count, sum, le := dueHistogram(t, reg)
+			require.EqualValues(t, 3, count, "the rows with a valid due time, each once")
+			require.InDelta(t, 3.04, sum, 1e-9, "0.04 s + 3 s + 0 for the early one")
+			require.EqualValues(t, 1, le[.001], "the early row observes 0")
+			require.EqualValues(t, 2, le[.05])
+			require.EqualValues(t, 2, le[2.5])
+			require.EqualValues(t, 3, le[5])
+			if tt.pipelined {
+				require.EqualValues(t, 1, nowCalls.Load(), "the clock is read once per confirmed chunk")
+			} else {
+				require.EqualValues(t, 3, nowCalls.Load(), "once per confirm of a row with a due time")
+			}
+		})
+	}
+}

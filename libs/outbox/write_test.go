@@ -3,6 +3,7 @@ package outbox
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -48,6 +49,30 @@ func TestWrite(t *testing.T) {
 		{name: "missing aggregate", msgs: []Message{{RoutingKey: "k", MessageID: "m"}}, wantErr: ErrInvalidMessage},
 		{name: "missing routing key", msgs: []Message{{AggregateID: "a", MessageID: "m"}}, wantErr: ErrInvalidMessage},
 		{name: "negative partition", msgs: []Message{{AggregateID: "a", RoutingKey: "k", MessageID: "m", Partition: -1}}, wantErr: ErrInvalidMessage},
+		{
+			name: "due times go into the headers as Unix nanoseconds",
+			msgs: []Message{
+				{AggregateID: "job-1", RoutingKey: "dispatch.normal", MessageID: "m1", DueAt: time.Unix(1_900_000_000, 123_456_789)},
+				{AggregateID: "job-1", RoutingKey: "dispatch.normal", MessageID: "m2", DueAt: time.Unix(1_900_000_001, 0),
+					Headers: map[string]string{"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", "x-q": `"\`}},
+			},
+			want: []stored{
+				{"job-1", "dispatch.normal", "m1", []byte{}, map[string]string{DueAtHeader: "1900000000123456789"}},
+				{"job-1", "dispatch.normal", "m2", []byte{}, map[string]string{
+					"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", "x-q": `"\`, DueAtHeader: "1900000001000000000",
+				}},
+			},
+		},
+		{
+			name:    "the due time's header is reserved",
+			msgs:    []Message{{AggregateID: "a", RoutingKey: "k", MessageID: "m", Headers: map[string]string{DueAtHeader: "1"}}},
+			wantErr: ErrInvalidMessage,
+		},
+		{
+			name:    "due time beyond Unix nanoseconds",
+			msgs:    []Message{{AggregateID: "a", RoutingKey: "k", MessageID: "m", DueAt: time.Date(2300, 1, 1, 0, 0, 0, 0, time.UTC)}},
+			wantErr: ErrInvalidMessage,
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

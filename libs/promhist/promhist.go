@@ -88,6 +88,21 @@ func QuantileBound(before, after Histogram, q float64) (bound, count float64) {
 	return last, count
 }
 
+// ShareAtMost returns the share of the observations made between the
+// readings before and after that were at most bound, and how many there
+// were. Exact, unlike a quantile, when bound is one of the histogram's
+// bucket bounds (a target such as "99 % within 100 ms" read off the 0.1
+// bucket); for any other bound, and with no observations, the share is
+// NaN.
+func ShareAtMost(before, after Histogram, bound float64) (share, count float64) {
+	count = after[math.Inf(1)] - before[math.Inf(1)] // every histogram has the +Inf bucket
+	atMost, ok := after[bound]
+	if !ok || count <= 0 {
+		return math.NaN(), count
+	}
+	return (atMost - before[bound]) / count, count
+}
+
 // BelowLast returns the highest finite bound of h: what a quantile in the
 // +Inf bucket is known to exceed. NaN when h has no finite bound.
 func BelowLast(h Histogram) float64 {

@@ -68,3 +68,46 @@ func TestScrapeWithoutTheHistogramOrTheProcess(t *testing.T) {
 	_, err = promhist.Scrape(t.Context(), []string{gone.URL}, "delay_seconds")
 	require.Error(t, err)
 }
+
+func TestShareAtMost(t *testing.T) {
+	t.Parallel()
+	a, ha := serve(t)
+	b, hb := serve(t)
+	ha.WithLabelValues("x").Observe(.5) // before the first reading: not counted
+	before, err := promhist.Scrape(t.Context(), []string{a, b}, "delay_seconds")
+	require.NoError(t, err)
+	for range 196 {
+		ha.WithLabelValues("x").Observe(.05)
+	}
+	hb.WithLabelValues("y").Observe(.1) // a bucket's bound is within it
+	hb.WithLabelValues("y").Observe(.2)
+	hb.WithLabelValues("y").Observe(.3)
+	hb.WithLabelValues("x").Observe(5)
+	after, err := promhist.Scrape(t.Context(), []string{a, b}, "delay_seconds")
+	require.NoError(t, err)
+
+	tests := []struct {
+		name  string
+		bound float64
+		want  float64
+	}{
+		{"first bucket", .01, 0},
+		{"a middle bucket", .1, .985},
+		{"the last finite bucket", 1, .995},
+		{"+Inf", math.Inf(1), 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			share, n := promhist.ShareAtMost(before, after, tt.bound)
+			require.InDelta(t, tt.want, share, 1e-12)
+			require.EqualValues(t, 200, n)
+		})
+	}
+	share, n := promhist.ShareAtMost(before, after, .5)
+	require.True(t, math.IsNaN(share), "not a bucket's bound: unknown")
+	require.EqualValues(t, 200, n)
+	share, n = promhist.ShareAtMost(after, after, .1)
+	require.True(t, math.IsNaN(share), "no observations")
+	require.Zero(t, n)
+}

@@ -90,6 +90,7 @@ func runBurst(ctx context.Context, args []string) error {
 	if err := sleepUntil(ctx, due.Add(-2*time.Second)); err != nil {
 		return err
 	}
+	confirmed := readConfirms(ctx, e)
 	var waitProfile func()
 	if c.profileDir != "" {
 		waitProfile = profileNodes(ctx, e, fmt.Sprintf("burst-%d-fire", *jobs), 15)
@@ -114,6 +115,7 @@ func runBurst(ctx context.Context, args []string) error {
 	}
 	rec.waitDrained(ctx, 2*time.Second, 10*time.Second)
 	end := time.Now()
+	confirmed.end(ctx, e)
 	if waitProfile != nil {
 		waitProfile()
 	}
@@ -180,10 +182,11 @@ func runBurst(ctx context.Context, args []string) error {
 		{"first arrival after the due second", secs(first)},
 		{"**last arrival after the due second**", "**" + secs(last) + "**"},
 		{"last commit (fire_time) after the due second", secs(lastCommit)},
+		{"last broker confirm after the due second (trigger's histogram, bucket bound)", confirmed.bound(1, secs)},
 		{"rate (slots / time to the last arrival)", fmt.Sprintf("%.0f slots/s", rate)},
 		{"missing / duplicated", fmt.Sprintf("%d / %d", chk.missing, chk.duplicated)},
 	})
-	r.latenessTable(arrive, commit)
+	r.latenessTable(arrive, commit, confirmed)
 	r.p("Committed and arrived per half second after the due second:")
 	r.p("")
 	r.table([]string{"after the due second", "committed", "committed, cumulative", "arrived", "arrived, cumulative"}, timeline)

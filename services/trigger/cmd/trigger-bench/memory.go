@@ -153,7 +153,7 @@ func runMemory(ctx context.Context, args []string) error {
 	r.p("Firing meanwhile (%s every-second jobs, nominal %s – %s): %s slots arrived, missing %d, duplicated %d.",
 		num(*firing), from.Format("15:04:05"), to.Format("15:04:05"), num(len(arr)), chk.missing, chk.duplicated)
 	r.p("")
-	r.latenessTable(arrive, commit)
+	r.latenessTable(arrive, commit, nil)
 	r.usageTable(e, from, to)
 	r.h(3, "Targets")
 	r.table([]string{"target", "measured", "verdict"}, [][]string{

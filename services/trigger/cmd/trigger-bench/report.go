@@ -143,12 +143,22 @@ func met(ok bool) string {
 	return "**MISSED**"
 }
 
-// latenessTable writes the arrival and commit lateness distributions.
-func (r *report) latenessTable(arrive, commit dist) {
-	r.table([]string{"lateness", "slots", "p50", "p90", "p99", "p99.9", "max"}, [][]string{
+// latenessTable writes the arrival and commit lateness distributions and,
+// unless confirmed is nil, the nodes' own nominal → broker confirm with
+// its note.
+func (r *report) latenessTable(arrive, commit dist, confirmed *confirms) {
+	rows := [][]string{
 		{"arrival at the consumer − nominal", num(arrive.n), ms(arrive.p50), ms(arrive.p90), ms(arrive.p99), ms(arrive.p999), ms(arrive.max)},
 		{"commit (fire_time) − nominal", num(commit.n), ms(commit.p50), ms(commit.p90), ms(commit.p99), ms(commit.p999), ms(commit.max)},
-	})
+	}
+	if c := confirmed; c != nil {
+		rows = append(rows, []string{"nominal → broker confirm (trigger's histogram, bucket bound)", num(c.count()),
+			c.bound(.5, ms), c.bound(.9, ms), c.bound(.99, ms), c.bound(.999, ms), c.bound(1, ms)})
+	}
+	r.table([]string{"lateness", "slots", "p50", "p90", "p99", "p99.9", "max"}, rows)
+	if confirmed != nil {
+		r.confirmsNote(confirmed)
+	}
 }
 
 // usageTable writes every process group's CPU and memory over [from, to].

@@ -288,6 +288,10 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger) (_ *App, err erro
 		// call reached). An idle poll is one index probe per partition of
 		// the loop.
 		PollInterval: 100 * time.Millisecond,
+		// outbox_due_to_confirm_seconds times each fired slot's confirm
+		// from its firing time on the clock the engine fires and
+		// measures trigger_fire_lateness_seconds by.
+		Now: nodeClock.Now,
 	})
 	if err != nil {
 		return nil, err

@@ -26,6 +26,7 @@ import (
 	"github.com/cronmesh/cronmesh/libs/config"
 	"github.com/cronmesh/cronmesh/libs/etcdtest"
 	"github.com/cronmesh/cronmesh/libs/pgtest"
+	"github.com/cronmesh/cronmesh/libs/promhist"
 	"github.com/cronmesh/cronmesh/services/trigger/internal/app"
 )
 
@@ -166,6 +167,13 @@ func TestTriggerService(t *testing.T) {
 			require.Positive(t, slots[0].Epoch)
 		})
 	}
+
+	// The fired slots' confirms are timed from their firing time.
+	require.Eventually(t, func() bool {
+		h, err := promhist.Scrape(ctx, []string{n.baseURL}, "outbox_due_to_confirm_seconds")
+		_, confirmed := promhist.QuantileBound(promhist.Histogram{}, h, .5)
+		return err == nil && confirmed > 0
+	}, 10*time.Second, 100*time.Millisecond, "no fired slot's confirm in outbox_due_to_confirm_seconds")
 
 	client := n.client(key)
 	// Backfill the minute before the job existed: every second fires once,

@@ -122,6 +122,15 @@ func spreadOf(d Due) time.Duration {
 	return SpreadOffset(d.JobID, d.Job.GetSpreadWindow().AsDuration())
 }
 
+// FiringTime is when d's slot at nominal is due to fire: nominal plus the
+// job's spread offset, the instant the engine aims at and
+// trigger_fire_lateness_seconds measures from. The store stamps it on the
+// slot's dispatch message, so that the relay's confirm lateness measures
+// from the same instant.
+func (d Due) FiringTime(nominal time.Time) time.Time {
+	return nominal.Add(spreadOf(d))
+}
+
 // plan is Plan with the schedule already converted.
 func (p Planner) plan(d Due, sched schedule.Schedule, now time.Time) Advance {
 	tolerance, maxSlots := p.OnTimeTolerance, p.MaxSlots

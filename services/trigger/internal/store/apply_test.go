@@ -16,6 +16,7 @@ import (
 	eventsv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/events/v1"
 	registryv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1"
 	"github.com/cronmesh/cronmesh/libs/execid"
+	"github.com/cronmesh/cronmesh/libs/outbox"
 	"github.com/cronmesh/cronmesh/libs/ring"
 	"github.com/cronmesh/cronmesh/services/trigger/internal/firing"
 	"github.com/cronmesh/cronmesh/services/trigger/internal/store"
@@ -254,6 +255,7 @@ func TestApplyRunRequested(t *testing.T) {
 	require.Equal(t, nominal, req.NominalTime.AsTime())
 	require.Equal(t, int32(1), req.Attempt)
 	require.Equal(t, "whsec_c2VjcmV0c2VjcmV0c2VjcmV0c2VjcmV0", req.Target.GetHttp().GetSigningSecret())
+	require.NotContains(t, rows[0].Headers, outbox.DueAtHeader, "a run-now is not the firing promise")
 	require.Len(t, e.notified, 1)
 
 	// The job row is untouched by a run request.

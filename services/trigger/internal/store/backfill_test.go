@@ -11,6 +11,7 @@ import (
 	dispatchv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/dispatch/v1"
 	"github.com/cronmesh/cronmesh/libs/clock"
 	"github.com/cronmesh/cronmesh/libs/execid"
+	"github.com/cronmesh/cronmesh/libs/outbox"
 	"github.com/cronmesh/cronmesh/services/trigger/internal/firing"
 	"github.com/cronmesh/cronmesh/services/trigger/internal/store"
 )
@@ -72,6 +73,7 @@ func TestBackfill(t *testing.T) {
 	require.Equal(t, ts("2030-03-10T02:00:00Z"), req.NominalTime.AsTime())
 	require.Equal(t, execid.For(job.Id, req.NominalTime.AsTime()), rows[0].MessageID)
 	require.Equal(t, testDispatch+"|dispatch.high", rows[0].RoutingKey)
+	require.NotContains(t, rows[0].Headers, outbox.DueAtHeader, "a backfill is not the firing promise")
 
 	// An overlapping range fires only what the ledger lacks; skipped slots
 	// cost no rate.

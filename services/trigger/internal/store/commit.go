@@ -149,11 +149,12 @@ type decodedJob struct {
 //     stamped with fireTime and the partition's epoch; slots already there
 //     are counted in Duplicates and not published again.
 //  4. One outbox message per new ledger row: a DispatchRequest (attempt 1,
-//     execution id from (job, nominal), routed by priority) for a fired
-//     slot; for missed slots, one ExecutionEventBatch per job (up to 500
-//     MISSED events each; many events in one message is the budget rule of
-//     the design) routed "execution.missed". Headers carry ctx's trace
-//     context (the engine's firing span).
+//     execution id from (job, nominal), routed by priority, due at the
+//     slot's firing time, Due.FiringTime) for a fired slot; for missed
+//     slots, one ExecutionEventBatch per job (up to 500 MISSED events
+//     each; many events in one message is the budget rule of the design)
+//     routed "execution.missed". Headers carry ctx's trace context (the
+//     engine's firing span).
 //
 // On any error nothing is committed and the error is returned; the result
 // is then empty. Notify is called after a commit that wrote messages.
@@ -480,6 +481,12 @@ func (s *Store) commitMessages(ctx context.Context, advances []firing.Advance, s
 			if err != nil {
 				return nil, err
 			}
+			if slot.Kind == firing.KindScheduled || slot.Kind == firing.KindCatchUp {
+				// The firing promise: the relay times the broker's
+				// confirm from the slot's firing time (the unrounded
+				// nominal, as the engine's fire lateness).
+				msg.DueAt = a.Due.FiringTime(slot.Nominal)
+			}
 			msgs = append(msgs, msg)
 		}
 		if i == len(refs)-1 || refs[i+1].advance != ref.advance {
@@ -495,6 +502,13 @@ func (s *Store) commitMessages(ctx context.Context, advances []firing.Advance, s
 // execution, to the dispatch exchange with the routing key of the job's
 // priority, ordered per job and deduplicated downstream by execution id,
 // and published by the relay of the node that owns the job's partition.
+// Its DueAt is left zero: Commit sets it for scheduled and catch-up slots,
+// whose firing time is the promise the relay's
+// outbox_due_to_confirm_seconds measures. Run-now and backfill slots keep
+// none: a run-now's nominal time is when the registry took the request,
+// so its lateness would time the event's way to the projection, and a
+// backfill's slots were due long ago by design; neither says anything of
+// the firing promise.
 func (s *Store) dispatchMessage(job *registryv1.Job, jobID string, version int64, nominal, fireTime time.Time, kind firing.SlotKind, headers map[string]string) (outbox.Message, error) {
 	execID := executionID(jobID, nominal)
 	req := &dispatchv1.DispatchRequest{

@@ -3,6 +3,7 @@ package store_test
 import (
 	"context"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
 
@@ -12,12 +13,14 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	dispatchv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/dispatch/v1"
 	eventsv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/events/v1"
 	registryv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1"
 	"github.com/cronmesh/cronmesh/libs/execid"
+	"github.com/cronmesh/cronmesh/libs/outbox"
 	"github.com/cronmesh/cronmesh/services/trigger/internal/firing"
 	"github.com/cronmesh/cronmesh/services/trigger/internal/store"
 )
@@ -487,6 +490,38 @@ func TestCommitMissedAndCatchUp(t *testing.T) {
 		require.Equal(t, kind, req.TriggerKind)
 		require.Equal(t, slots[2+i].Nominal, req.NominalTime.AsTime())
 		require.Equal(t, rows[1+i].MessageID, req.ExecutionId)
+	}
+}
+
+// A fired slot's message is due at the slot's firing time, nominal plus
+// the job's spread offset, the instant the fire lateness counts from: the
+// relay times the broker's confirm from it. A missed slot's carries none.
+func TestCommitDueAtFiringTime(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	const window = 30 * time.Second
+	job, d := e.setup(t, func(j *registryv1.Job) {
+		j.Id = "0190d6c8-6f1e-7c2a-9d51-3b8f2a4e6c10"
+		j.SpreadWindow = durationpb.New(window)
+	})
+	spread := firing.SpreadOffset(job.Id, window)
+	require.NotZero(t, spread, "an id whose offset tells the firing time from the nominal time")
+	slots := []firing.Slot{
+		{Nominal: d.NextFire, Kind: firing.KindMissed, Reason: "older than the catch-up window"},
+		{Nominal: d.NextFire.Add(5 * time.Minute), Kind: firing.KindCatchUp},
+		{Nominal: d.NextFire.Add(10 * time.Minute), Kind: firing.KindScheduled},
+	}
+	fire := slots[2].Nominal.Add(spread + 20*time.Millisecond)
+	_, err := e.store.Commit(t.Context(), fences(1), []firing.Advance{{Due: d, Slots: slots, To: d.NextFire.Add(15 * time.Minute)}}, fire)
+	require.NoError(t, err)
+
+	rows := e.outbox(t)
+	require.Len(t, rows, 3)
+	require.Equal(t, testExecutions+"|execution.missed", rows[0].RoutingKey)
+	require.NotContains(t, rows[0].Headers, outbox.DueAtHeader, "missed slots are not dispatched")
+	for i, row := range rows[1:] {
+		firingTime := slots[1+i].Nominal.Add(spread)
+		require.Equal(t, strconv.FormatInt(firingTime.UnixNano(), 10), row.Headers[outbox.DueAtHeader], "slot %d", 1+i)
 	}
 }
 
