@@ -175,8 +175,12 @@ func runSustained(ctx context.Context, args []string) error {
 	r.table([]string{"target", "measured", "verdict"}, [][]string{
 		{"≥ 5,000 slots/s sustained, nominal → broker-confirmed", fmt.Sprintf("%.0f slots/s of %s due, %d missing", rate, num(*jobs), chk.missing),
 			judge(*jobs >= targetSlotsPerSecond, rate >= targetSlotsPerSecond && chk.missing == 0)},
-		{"p99 lateness < 100 ms in steady state", "p99 " + ms(arrive.p99) + " (arrival), " + ms(commit.p99) + " (commit); " +
-			"broker confirm: p99 " + confirmed.bound(.99, ms) + ", " + confirmed.withinText() + " (trigger's histogram)", met(arrive.p99 < targetP99 && arrive.n > 0)},
+		// Judged on the issue's own measure, nominal → broker-confirmed:
+		// the share of the trigger's histogram within the 100 ms bucket is
+		// exact, while arrival at the bench's consumer comes later and is
+		// shown as the upper bound it is.
+		{"p99 lateness < 100 ms in steady state, nominal → broker-confirmed", "broker confirm: " + confirmed.withinText() + ", p99 " + confirmed.bound(.99, ms) +
+			" (trigger's histogram); upper bound, arrival at the consumer: p99 " + ms(arrive.p99) + "; commit p99 " + ms(commit.p99), met(confirmed.within() >= .99)},
 		{"no duplicate", num(chk.duplicated), met(chk.duplicated == 0)},
 	})
 	if *jobs < targetSlotsPerSecond {
