@@ -419,10 +419,10 @@ func (r *run) onLoaded(ctx context.Context, res loadResult) {
 		held := r.heap.get(d.JobID)
 		switch {
 		case held == nil:
-			r.heap.push(&entry{due: d, fireAt: d.NextFire.Add(spreadOf(d))})
+			r.heap.push(&entry{due: d, fireAt: d.FiringTime(d.NextFire)})
 		case newer(d, held.due):
 			held.due = d
-			held.fireAt = d.NextFire.Add(spreadOf(d))
+			held.fireAt = d.FiringTime(d.NextFire)
 			held.schedSet = false
 			r.heap.fix(held.index)
 		}
