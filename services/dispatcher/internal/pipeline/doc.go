@@ -98,8 +98,9 @@
 //
 // # Shutdown
 //
-// When Run's context ends the workers stop taking messages (what is
-// prefetched returns to the queue); deliveries under way get DrainTimeout
+// When Run's context ends the subscriptions stop taking messages (what
+// the broker has sent but no subscription has taken returns to the
+// queue); deliveries under way get DrainTimeout
 // to finish and to have their consequences confirmed. Past it they are
 // interrupted (their context ends), their outcome is ignored and their
 // messages are requeued: an interrupted attempt says nothing about the
