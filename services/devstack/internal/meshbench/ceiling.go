@@ -2,7 +2,6 @@ package meshbench
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	"github.com/google/uuid"
@@ -11,18 +10,16 @@ import (
 
 	dispatchv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/dispatch/v1"
 	registryv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1"
+	"github.com/cronmesh/cronmesh/libs/ceiling"
 	"github.com/cronmesh/cronmesh/libs/execid"
-	"github.com/cronmesh/cronmesh/services/devstack/internal/ceiling"
 	"github.com/cronmesh/cronmesh/services/devstack/internal/workload"
 )
 
 // ceilings are the machine's raw rates measured in this run.
 type ceilings struct {
-	broker      ceiling.BrokerResult
-	database    ceiling.DatabaseResult
-	messageSize int
-	skipped     bool
-	err         error
+	machine ceiling.Machine
+	skipped bool
+	err     error
 }
 
 // dispatchRequestSize is the encoded size of a DispatchRequest for a
@@ -48,22 +45,13 @@ func dispatchRequestSize(targetURL string) int {
 // measureCeilings runs both ceilings one after the other, before the mesh
 // starts, so that neither competes with the other or with the mesh.
 func (e *env) measureCeilings(ctx context.Context) ceilings {
-	c := ceilings{messageSize: dispatchRequestSize(e.target.URL + "/j/123456")}
 	if e.cfg.Ceiling < 0 {
-		c.skipped = true
-		return c
+		return ceilings{skipped: true}
 	}
-	e.cfg.Log.Info("ceiling: RabbitMQ publish+consume with confirms", "message_bytes", c.messageSize)
-	c.broker, c.err = ceiling.Broker(ctx, ceiling.BrokerOptions{
-		URL: e.cfg.AMQPURL, Name: e.name + ".ceiling", MessageSize: c.messageSize, Duration: e.cfg.Ceiling,
+	size := dispatchRequestSize(e.target.URL + "/j/123456")
+	e.cfg.Log.Info("ceiling: RabbitMQ publish+consume with confirms, then PostgreSQL batched inserts", "message_bytes", size)
+	m, err := ceiling.Measure(ctx, ceiling.Options{
+		AMQPURL: e.cfg.AMQPURL, Pool: e.db, Name: e.name, MessageSize: size, Duration: e.cfg.Ceiling,
 	})
-	if c.err != nil {
-		return c
-	}
-	e.cfg.Log.Info("ceiling: PostgreSQL batched inserts")
-	c.database, c.err = ceiling.Database(ctx, ceiling.DatabaseOptions{Pool: e.db, Schema: e.name + "_ceiling", Duration: e.cfg.Ceiling})
-	if c.err != nil {
-		c.err = fmt.Errorf("database ceiling: %w", c.err)
-	}
-	return c
+	return ceilings{machine: m, err: err}
 }

@@ -72,21 +72,8 @@ func (r *report) ceilingTable(c ceilings, rate float64) {
 		r.p("Not measured: %v", c.err)
 		return
 	}
-	br, db := c.broker.ConsumedPerSecond(), c.database.RowsPerSecond()
-	r.table([]string{"ceiling", "rate", "this run's executions/s as a share"}, [][]string{
-		{fmt.Sprintf("RabbitMQ: persistent %d-byte messages (a DispatchRequest) through a topic exchange into one quorum queue, 4 publishers with confirms (256 in flight each), consumed and acked one by one (prefetch 256); %s", c.messageSize, c.broker.Elapsed.Round(time.Second)),
-			fmt.Sprintf("%.0f msg/s consumed (%.0f/s confirmed)", br, c.broker.PublishedPerSecond()), pct(rate, br)},
-		{fmt.Sprintf("PostgreSQL: ledger-shaped rows, `INSERT … SELECT FROM unnest … ON CONFLICT DO NOTHING RETURNING`, %d rows a transaction, 4 writers; %s", c.database.Batch, c.database.Elapsed.Round(time.Second)),
-			fmt.Sprintf("%.0f rows/s (%d commits)", db, c.database.Commits), pct(rate, db)},
-	})
+	r.p("%s", c.machine.Markdown(rate, "executions/s"))
 	r.p("An execution costs the mesh at least one such message (trigger → dispatcher) plus execution events to history and alerting (more messages), and several rows (ledger, outbox, jobs, the dispatcher's completion, history's executions and attempts), all on the same two cores: the ratios are upper bounds of what is left.")
-}
-
-func pct(x, of float64) string {
-	if of <= 0 {
-		return "-"
-	}
-	return fmt.Sprintf("%.1f %%", 100*x/of)
 }
 
 // usageTable lists CPU seconds over [from, to] and peak RSS of every

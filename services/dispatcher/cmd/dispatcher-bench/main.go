@@ -23,6 +23,11 @@
 //	            the message leaving the queue to the request reaching the
 //	            target.
 //
+// Before either, in the same run, it measures the machine's ceilings
+// (libs/ceiling: RabbitMQ publish+consume with confirms of messages the
+// size of its requests, batched PostgreSQL inserts) and reports its rate
+// as a share of each, so that runs on hosts of different speed compare.
+//
 // The lifecycle events go where they go in a mesh: --event-queues quorum
 // queues (default 2, history's and alerting's) are bound to the executions
 // exchange and drained by consumers in this process. Without them the
@@ -66,6 +71,7 @@ import (
 	registryv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1"
 	"github.com/cronmesh/cronmesh/libs/benchmachine"
 	"github.com/cronmesh/cronmesh/libs/broker"
+	"github.com/cronmesh/cronmesh/libs/ceiling"
 	"github.com/cronmesh/cronmesh/libs/execid"
 	"github.com/cronmesh/cronmesh/libs/pprofsave"
 	"github.com/cronmesh/cronmesh/libs/promhist"
@@ -85,6 +91,7 @@ type options struct {
 	logDir         string
 	profile        string
 	eventQueues    int
+	ceiling        time.Duration
 }
 
 func main() {
@@ -103,6 +110,7 @@ func main() {
 	fs.StringVar(&o.logDir, "log-dir", os.TempDir(), "where the dispatcher's log goes")
 	fs.StringVar(&o.profile, "profile", "", "throughput: save a 10 s CPU profile of the dispatcher here (starts it with --pprof)")
 	fs.IntVar(&o.eventQueues, "event-queues", 2, "quorum queues bound to the executions exchange and drained here, as history and alerting do (0: events are unroutable)")
+	fs.DurationVar(&o.ceiling, "ceiling-duration", 15*time.Second, "how long each machine ceiling is measured before the scenario (negative: skip)")
 	_ = fs.Parse(os.Args[1:])
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -166,16 +174,13 @@ func run(ctx context.Context, o options, cmdline string) (string, error) {
 		return "", err
 	}
 	m := benchmachine.Describe(ctx, e.db, e.conn)
-	before := sampleLoad()
-	var body string
-	switch o.scenario {
-	case "throughput":
-		body, err = e.throughput(ctx)
-	case "latency":
-		body, err = e.latency(ctx)
-	default:
+	scenario := map[string]func(context.Context) (string, float64, error){"throughput": e.throughput, "latency": e.latency}[o.scenario]
+	if scenario == nil {
 		return "", fmt.Errorf("unknown scenario %q", o.scenario)
 	}
+	ceilings, ceilingErr := e.measureCeilings(ctx)
+	before := sampleLoad()
+	body, rate, err := scenario(ctx)
 	after := sampleLoad()
 	var b strings.Builder
 	fmt.Fprintf(&b, "\n## dispatcher %s — %s\n\n", o.scenario, time.Now().UTC().Format(time.RFC3339))
@@ -183,7 +188,28 @@ func run(ctx context.Context, o options, cmdline string) (string, error) {
 	b.WriteString(m.Markdown())
 	fmt.Fprintf(&b, "\nLoad before: %s\n\nLoad after: %s\n\n", before, after)
 	b.WriteString(body)
+	b.WriteString("\n### Machine ceiling (measured in this run, before the dispatcher started)\n")
+	switch {
+	case o.ceiling < 0:
+		b.WriteString("\nNot measured in this run (--ceiling-duration < 0).\n")
+	case ceilingErr != nil:
+		fmt.Fprintf(&b, "\nNot measured: %v\n", ceilingErr)
+	default:
+		b.WriteString(ceilings.Markdown(rate, "deliveries/s"))
+		b.WriteString("A delivery costs the broker at least one such message (its dispatch request) plus its share of the event batches, and PostgreSQL its completion row, on the same two cores as the dispatcher, this process and its target: the ratios are upper bounds of what is left.\n")
+	}
 	return b.String(), err
+}
+
+// measureCeilings measures the machine's ceilings with messages the size
+// of this run's requests, before the scenario starts anything of its own
+// (nothing when --ceiling-duration is negative).
+func (e *env) measureCeilings(ctx context.Context) (ceiling.Machine, error) {
+	if e.o.ceiling < 0 {
+		return ceiling.Machine{}, nil
+	}
+	size := proto.Size(benchRequest(uuid.Must(uuid.NewV7()).String(), e.target.url, benchSecret, 0, stamp(0, time.Now())))
+	return ceiling.Measure(ctx, ceiling.Options{AMQPURL: e.o.amqpURL, Pool: e.db, Name: e.o.tag, MessageSize: size, Duration: e.o.ceiling})
 }
 
 // sampleLoad is /proc/loadavg and the top CPU processes, for the report.
@@ -413,7 +439,7 @@ func (e *env) newPublisher() (*publisher, error) {
 		return nil, err
 	}
 	p := &publisher{ch: ch, exchange: e.names["dispatch"], jobID: uuid.Must(uuid.NewV7()).String(),
-		secret: "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", url: e.target.url,
+		secret: benchSecret, url: e.target.url,
 		confirms: ch.NotifyPublish(make(chan amqp091.Confirmation, 100_000))}
 	p.wg.Go(func() {
 		for c := range p.confirms {
@@ -444,24 +470,33 @@ func parseStamp(body string) (i int, sent time.Time, ok bool) {
 	return i, time.Unix(0, n), true
 }
 
-// publish sends request i; stamped puts its index and publish time in the
-// body.
-func (p *publisher) publish(ctx context.Context, i int, stamped bool) error {
+// benchSecret signs every request of the bench's one job.
+const benchSecret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+
+// benchRequest is request i of job jobID: a POST of body to url, signed
+// with secret, never retried.
+func benchRequest(jobID, url, secret string, i int, body string) *dispatchv1.DispatchRequest {
 	nominal := time.Unix(1_700_000_000+int64(i), 0)
-	body := ""
-	if stamped {
-		body = stamp(i, time.Now())
-	}
-	req := &dispatchv1.DispatchRequest{
-		ExecutionId: execid.For(p.jobID, nominal), JobId: p.jobID, Namespace: "bench", Attempt: 1,
+	return &dispatchv1.DispatchRequest{
+		ExecutionId: execid.For(jobID, nominal), JobId: jobID, Namespace: "bench", Attempt: 1,
 		NominalTime: timestamppb.New(nominal), FireTime: timestamppb.Now(),
 		TriggerKind: dispatchv1.TriggerKind_TRIGGER_KIND_SCHEDULED,
 		Target: &registryv1.Target{Kind: &registryv1.Target_Http{Http: &registryv1.HttpTarget{
-			Method: "POST", Url: p.url, Body: body, SigningSecret: p.secret, Timeout: durationpb.New(10 * time.Second),
+			Method: "POST", Url: url, Body: body, SigningSecret: secret, Timeout: durationpb.New(10 * time.Second),
 		}}},
 		RetryPolicy: &registryv1.RetryPolicy{MaxRetries: proto.Int32(0)},
 		Priority:    registryv1.Priority_PRIORITY_NORMAL,
 	}
+}
+
+// publish sends request i; stamped puts its index and publish time in the
+// body.
+func (p *publisher) publish(ctx context.Context, i int, stamped bool) error {
+	body := ""
+	if stamped {
+		body = stamp(i, time.Now())
+	}
+	req := benchRequest(p.jobID, p.url, p.secret, i, body)
 	b, err := proto.Marshal(req)
 	if err != nil {
 		return err
@@ -475,15 +510,15 @@ func (p *publisher) close() {
 	p.wg.Wait()
 }
 
-func (e *env) throughput(ctx context.Context) (string, error) {
+func (e *env) throughput(ctx context.Context) (string, float64, error) {
 	p, err := e.newPublisher()
 	if err != nil {
-		return "", err
+		return "", 0, err
 	}
 	start := time.Now()
 	for i := range e.o.n {
 		if err := p.publish(ctx, i, false); err != nil {
-			return "", err
+			return "", 0, err
 		}
 		if i%10_000 == 9_999 {
 			// Keep the unconfirmed window bounded.
@@ -499,7 +534,7 @@ func (e *env) throughput(ctx context.Context) (string, error) {
 	p.close()
 	b0, t0 := cpuTicks()
 	if err := e.startDispatcher(ctx); err != nil {
-		return "", err
+		return "", 0, err
 	}
 	if e.o.profile != "" {
 		go e.saveProfile(ctx)
@@ -514,7 +549,7 @@ func (e *env) throughput(ctx context.Context) (string, error) {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%d requests queued in %s (confirmed: %d, nacked: %d) before the dispatcher started.\n\n", e.o.n, queued.Round(time.Millisecond), p.acked, p.nacked)
 	if len(arr) < 2 {
-		return b.String(), fmt.Errorf("only %d requests reached the target", len(arr))
+		return b.String(), 0, fmt.Errorf("only %d requests reached the target", len(arr))
 	}
 	span := arr[len(arr)-1].Sub(arr[0])
 	rate := float64(len(arr)-1) / span.Seconds()
@@ -534,23 +569,23 @@ func (e *env) throughput(ctx context.Context) (string, error) {
 	fmt.Fprintf(&b, "| dispatcher CPU (user+sys) | %s |\n", e.dispatcherCPU())
 	fmt.Fprintf(&b, "| machine CPU busy from dispatcher start to last arrival (everyone: dispatcher, broker, database, this process, others) | %s |\n", busySince(b0, t0))
 	if len(arr) < e.o.n {
-		return b.String(), fmt.Errorf("%d of %d requests reached the target", len(arr), e.o.n)
+		return b.String(), rate, fmt.Errorf("%d of %d requests reached the target", len(arr), e.o.n)
 	}
-	return b.String(), nil
+	return b.String(), rate, nil
 }
 
-func (e *env) latency(ctx context.Context) (string, error) {
+func (e *env) latency(ctx context.Context) (string, float64, error) {
 	if err := e.startDispatcher(ctx); err != nil {
-		return "", err
+		return "", 0, err
 	}
 	pr, err := e.startProbe(ctx)
 	if err != nil {
-		return "", err
+		return "", 0, err
 	}
 	defer pr.close()
 	p, err := e.newPublisher()
 	if err != nil {
-		return "", err
+		return "", 0, err
 	}
 	// Warm up (connections to the target, the database pool): 1 s at the
 	// rate, not measured.
@@ -579,11 +614,11 @@ func (e *env) latency(ctx context.Context) (string, error) {
 			e.target.mu.Unlock()
 			b0, t0 = cpuTicks()
 			if delaysBefore, err = e.startDelays(ctx); err != nil {
-				return "", err
+				return "", 0, err
 			}
 		}
 		if err := p.publish(ctx, i, true); err != nil {
-			return "", err
+			return "", 0, err
 		}
 	}
 	elapsed := time.Since(start)
@@ -595,7 +630,7 @@ func (e *env) latency(ctx context.Context) (string, error) {
 	p.close()
 	delaysAfter, err := e.startDelays(ctx)
 	if err != nil {
-		return "", err
+		return "", 0, err
 	}
 	e.target.mu.Lock()
 	lat := slices.Clone(e.target.latencies)
@@ -605,7 +640,7 @@ func (e *env) latency(ctx context.Context) (string, error) {
 	fromQueue, unprobed, negative := pr.sinceArrival(atTarget, warm)
 	var b strings.Builder
 	if len(lat) == 0 {
-		return "", errors.New("no request reached the target")
+		return "", 0, errors.New("no request reached the target")
 	}
 	q := func(f float64) time.Duration { return quantile(lat, f) }
 	fmt.Fprintf(&b, "Measured: for each request, target arrival time minus the time just before its publish (both in this process, one clock), so it includes the publish and the broker's queueing: an upper bound of the issue's \"message leaving the queue to the request reaching the target\".\n\n")
@@ -630,7 +665,7 @@ func (e *env) latency(ctx context.Context) (string, error) {
 	fmt.Fprintf(&b, "| the dispatcher's own share: a worker takes the message → its attempt starts (`delivery_start_delay_seconds`, so a bucket's upper bound; the lower bound of the issue's measure) | %s |\n", share)
 	fmt.Fprintf(&b, "| dispatcher CPU (user+sys) | %s |\n", e.dispatcherCPU())
 	fmt.Fprintf(&b, "| machine CPU busy while measuring (everyone) | %s |\n", busy)
-	return b.String(), nil
+	return b.String(), float64(len(lat)) / elapsed.Seconds(), nil
 }
 
 // probe consumes a copy of every normal-priority dispatch request from a

@@ -8,8 +8,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/cronmesh/cronmesh/libs/amqptest"
+	"github.com/cronmesh/cronmesh/libs/ceiling"
 	"github.com/cronmesh/cronmesh/libs/pgtest"
-	"github.com/cronmesh/cronmesh/services/devstack/internal/ceiling"
 )
 
 func TestBrokerMovesMessagesAndCleansUp(t *testing.T) {
@@ -36,5 +36,31 @@ func TestDatabaseInsertsBatchesAndDropsItsSchema(t *testing.T) {
 	require.InDelta(t, r.Commits*100, r.Rows, 200, "every row of a batch is new")
 	var n int
 	require.NoError(t, pool.QueryRow(t.Context(), `SELECT count(*) FROM pg_namespace WHERE nspname = $1`, schema).Scan(&n))
+	require.Zero(t, n, "the schema is dropped afterwards")
+}
+
+func TestMeasureReportsBothCeilingsAndTheShareOfEach(t *testing.T) {
+	t.Parallel()
+	pool, _ := pgtest.New(t)
+	name := amqptest.UniqueName(t, "measure")
+	m, err := ceiling.Measure(t.Context(), ceiling.Options{AMQPURL: amqptest.URL(), Pool: pool, Name: name, MessageSize: 280, Duration: time.Second})
+	require.NoError(t, err)
+	require.Positive(t, m.Broker.Consumed)
+	require.Positive(t, m.Database.Rows)
+	require.Equal(t, 280, m.MessageSize)
+
+	// A rate of a tenth of the broker's ceiling reads as 10.0 % of it, and
+	// as its own share of the database's.
+	rate := m.Broker.ConsumedPerSecond() / 10
+	table := m.Markdown(rate, "deliveries/s")
+	require.Contains(t, table, "this run's deliveries/s as a share")
+	require.Contains(t, table, "| 10.0 % |")
+	require.Contains(t, table, fmt.Sprintf("| %.1f %% |", 100*rate/m.Database.RowsPerSecond()))
+	require.Contains(t, table, "280-byte messages")
+
+	_, err = amqptest.Channel(t).QueueDeclarePassive(name+".ceiling", true, false, false, false, nil)
+	require.Error(t, err, "the queue is deleted afterwards")
+	var n int
+	require.NoError(t, pool.QueryRow(t.Context(), `SELECT count(*) FROM pg_namespace WHERE nspname = $1`, name+"_ceiling").Scan(&n))
 	require.Zero(t, n, "the schema is dropped afterwards")
 }
