@@ -43,8 +43,8 @@ func TestMeasureReportsBothCeilingsAndTheShareOfEach(t *testing.T) {
 	t.Parallel()
 	pool, _ := pgtest.New(t)
 	name := amqptest.UniqueName(t, "measure")
-	m, err := ceiling.Measure(t.Context(), ceiling.Options{AMQPURL: amqptest.URL(), Pool: pool, Name: name, MessageSize: 280, Duration: time.Second})
-	require.NoError(t, err)
+	m := ceiling.Measure(t.Context(), ceiling.Options{AMQPURL: amqptest.URL(), Pool: pool, Name: name, MessageSize: 280, Duration: time.Second})
+	require.NoError(t, m.Err)
 	require.Positive(t, m.Broker.Consumed)
 	require.Positive(t, m.Database.Rows)
 	require.Equal(t, 280, m.MessageSize)
@@ -58,9 +58,24 @@ func TestMeasureReportsBothCeilingsAndTheShareOfEach(t *testing.T) {
 	require.Contains(t, table, fmt.Sprintf("| %.1f %% |", 100*rate/m.Database.RowsPerSecond()))
 	require.Contains(t, table, "280-byte messages")
 
-	_, err = amqptest.Channel(t).QueueDeclarePassive(name+".ceiling", true, false, false, false, nil)
+	_, err := amqptest.Channel(t).QueueDeclarePassive(name+".ceiling", true, false, false, false, nil)
 	require.Error(t, err, "the queue is deleted afterwards")
 	var n int
 	require.NoError(t, pool.QueryRow(t.Context(), `SELECT count(*) FROM pg_namespace WHERE nspname = $1`, name+"_ceiling").Scan(&n))
 	require.Zero(t, n, "the schema is dropped afterwards")
+}
+
+func TestMeasureSkipsOnANegativeDuration(t *testing.T) {
+	t.Parallel()
+	m := ceiling.Measure(t.Context(), ceiling.Options{Duration: -1})
+	require.True(t, m.Skipped)
+	require.NoError(t, m.Err)
+	require.Contains(t, m.Markdown(100, "slots/s"), "Not measured in this run")
+}
+
+func TestMeasureReportsAFailure(t *testing.T) {
+	t.Parallel()
+	m := ceiling.Measure(t.Context(), ceiling.Options{AMQPURL: "amqp://guest:guest@127.0.0.1:1/", Name: "unreachable", Duration: time.Second})
+	require.ErrorContains(t, m.Err, "broker ceiling")
+	require.Contains(t, m.Markdown(100, "slots/s"), "Not measured: broker ceiling")
 }

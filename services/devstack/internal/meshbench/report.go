@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cronmesh/cronmesh/libs/ceiling"
 	"github.com/cronmesh/cronmesh/services/devstack/internal/ledger"
 	"github.com/cronmesh/cronmesh/services/devstack/internal/procstat"
 	"github.com/cronmesh/cronmesh/services/devstack/internal/workload"
@@ -62,17 +63,12 @@ func (r *report) header(title string, e *env) {
 }
 
 // ceilingTable reports the ceilings and the measured rate as a ratio.
-func (r *report) ceilingTable(c ceilings, rate float64) {
+func (r *report) ceilingTable(c ceiling.Machine, rate float64) {
 	r.h(3, "Machine ceiling (measured in this run, before the mesh started)")
-	if c.skipped {
-		r.p("Not measured in this run (--ceiling-duration < 0).")
+	r.p("%s", c.Markdown(rate, "executions/s"))
+	if c.Skipped || c.Err != nil {
 		return
 	}
-	if c.err != nil {
-		r.p("Not measured: %v", c.err)
-		return
-	}
-	r.p("%s", c.machine.Markdown(rate, "executions/s"))
 	r.p("An execution costs the mesh at least one such message (trigger → dispatcher) plus execution events to history and alerting (more messages), and several rows (ledger, outbox, jobs, the dispatcher's completion, history's executions and attempts), all on the same two cores: the ratios are upper bounds of what is left.")
 }
 

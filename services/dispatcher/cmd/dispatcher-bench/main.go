@@ -178,7 +178,7 @@ func run(ctx context.Context, o options, cmdline string) (string, error) {
 	if scenario == nil {
 		return "", fmt.Errorf("unknown scenario %q", o.scenario)
 	}
-	ceilings, ceilingErr := e.measureCeilings(ctx)
+	ceilings := e.measureCeilings(ctx)
 	before := sampleLoad()
 	body, rate, err := scenario(ctx)
 	after := sampleLoad()
@@ -189,25 +189,16 @@ func run(ctx context.Context, o options, cmdline string) (string, error) {
 	fmt.Fprintf(&b, "\nLoad before: %s\n\nLoad after: %s\n\n", before, after)
 	b.WriteString(body)
 	b.WriteString("\n### Machine ceiling (measured in this run, before the dispatcher started)\n")
-	switch {
-	case o.ceiling < 0:
-		b.WriteString("\nNot measured in this run (--ceiling-duration < 0).\n")
-	case ceilingErr != nil:
-		fmt.Fprintf(&b, "\nNot measured: %v\n", ceilingErr)
-	default:
-		b.WriteString(ceilings.Markdown(rate, "deliveries/s"))
+	b.WriteString(ceilings.Markdown(rate, "deliveries/s"))
+	if !ceilings.Skipped && ceilings.Err == nil {
 		b.WriteString("A delivery costs the broker at least one such message (its dispatch request) plus its share of the event batches, and PostgreSQL its completion row, on the same two cores as the dispatcher, this process and its target: the ratios are upper bounds of what is left.\n")
 	}
 	return b.String(), err
 }
 
 // measureCeilings measures the machine's ceilings with messages the size
-// of this run's requests, before the scenario starts anything of its own
-// (nothing when --ceiling-duration is negative).
-func (e *env) measureCeilings(ctx context.Context) (ceiling.Machine, error) {
-	if e.o.ceiling < 0 {
-		return ceiling.Machine{}, nil
-	}
+// of this run's requests, before the scenario starts anything of its own.
+func (e *env) measureCeilings(ctx context.Context) ceiling.Machine {
 	size := proto.Size(benchRequest(uuid.Must(uuid.NewV7()).String(), e.target.url, benchSecret, 0, stamp(0, time.Now())))
 	return ceiling.Measure(ctx, ceiling.Options{AMQPURL: e.o.amqpURL, Pool: e.db, Name: e.o.tag, MessageSize: size, Duration: e.o.ceiling})
 }

@@ -34,6 +34,7 @@ func runBurst(ctx context.Context, args []string) error {
 	}
 	defer e.close()
 	m := benchmachine.Describe(ctx, e.db, e.amqp)
+	ceil := e.measureCeilings(ctx)
 	for i := range *nodes {
 		if _, err := e.startNode(ctx, fmt.Sprintf("n%d", i+1)); err != nil {
 			return err
@@ -191,6 +192,8 @@ func runBurst(ctx context.Context, args []string) error {
 	r.p("")
 	r.table([]string{"after the due second", "committed", "committed, cumulative", "arrived", "arrived, cumulative"}, timeline)
 	r.usageTable(e, due.Add(-time.Second), due.Add(max(last, time.Second)+time.Second))
+	r.h(3, "Machine ceiling (measured in this run, before the nodes started)")
+	r.p("%s", ceil.Markdown(rate, "slots/s"))
 	var mem [][]string
 	for _, n := range e.nodes {
 		before, _ := e.sampler.usageOf(due.Add(-5*time.Second), due)

@@ -17,6 +17,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	amqp091 "github.com/rabbitmq/amqp091-go"
@@ -24,6 +25,7 @@ import (
 	"go.etcd.io/etcd/server/v3/embed"
 
 	"github.com/cronmesh/cronmesh/libs/broker"
+	"github.com/cronmesh/cronmesh/libs/ceiling"
 	"github.com/cronmesh/cronmesh/libs/etcdtest"
 	"github.com/cronmesh/cronmesh/libs/postgres"
 )
@@ -53,6 +55,7 @@ type common struct {
 	extraArgs    string
 	quietWait    time.Duration
 	tag          string
+	ceiling      time.Duration
 }
 
 func (c *common) register(fs *flag.FlagSet) {
@@ -70,6 +73,7 @@ func (c *common) register(fs *flag.FlagSet) {
 	fs.IntVar(&c.profileSecs, "profile-seconds", 20, "length of the CPU profile")
 	fs.StringVar(&c.extraArgs, "node-args", "", "extra flags for every node, space-separated")
 	fs.StringVar(&c.tag, "tag", "", "put this tag in every name the run creates (tbench_<tag>_...), so `cleanup --tag` removes exactly its leftovers")
+	fs.DurationVar(&c.ceiling, "ceiling-duration", 15*time.Second, "sustained and burst: how long each machine ceiling is measured before the nodes start (negative: skip)")
 	fs.DurationVar(&c.quietWait, "wait-quiet", 0, "before measuring, wait up to this long for no other benchmark (registry-bench, trigger-bench, go test) to run")
 }
 
@@ -447,4 +451,16 @@ func waitQuiet(ctx context.Context, max time.Duration) string {
 			return others
 		}
 	}
+}
+
+// measureCeilings measures the machine's ceilings (libs/ceiling) with
+// messages the size of the bench jobs' dispatch requests, before any node
+// starts, so that the run's slots/s reads as a share of what the host
+// allows: the hosts differ twofold from one day to the next.
+func (e *env) measureCeilings(ctx context.Context) ceiling.Machine {
+	size := ceiling.DispatchRequestSize(newJob(uuid.NewString(), 0, cronSchedule("* * * * * *", "UTC"), time.Now()))
+	if e.c.ceiling >= 0 {
+		logf("measuring the machine's ceilings (RabbitMQ, then PostgreSQL), %s each", e.c.ceiling)
+	}
+	return ceiling.Measure(ctx, ceiling.Options{AMQPURL: e.c.amqpURL, Pool: e.db, Name: e.schema, MessageSize: size, Duration: e.c.ceiling})
 }

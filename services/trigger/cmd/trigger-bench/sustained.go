@@ -47,6 +47,7 @@ func runSustained(ctx context.Context, args []string) error {
 	}
 	defer e.close()
 	m := benchmachine.Describe(ctx, e.db, e.amqp)
+	ceil := e.measureCeilings(ctx)
 
 	for i := range *nodes {
 		if _, err := e.startNode(ctx, fmt.Sprintf("n%d", i+1)); err != nil {
@@ -169,6 +170,8 @@ func runSustained(ctx context.Context, args []string) error {
 	r.latenessTable(arrive, commit, confirmed)
 	r.latenessTimeline(arr, from, to, max(10*time.Second, (*duration/30).Truncate(time.Second)))
 	r.usageTable(e, from, to)
+	r.h(3, "Machine ceiling (measured in this run, before the nodes started)")
+	r.p("%s", ceil.Markdown(rate, "slots/s"))
 	r.p("")
 	r.nodeMetricsTable(e, from, to)
 	r.h(3, "Targets")
