@@ -5,7 +5,9 @@
 # scenario starts its own embedded etcd and trigger processes on its own
 # schema, etcd prefix and broker names, and removes them at the end (a run
 # that dies is cleaned up here by its tag). The Markdown report is appended
-# to $BENCH_OUT/report.md.
+# to $BENCH_OUT/report.md. sustained, steady and burst first measure the
+# machine's ceilings (RabbitMQ publish+consume with confirms, batched
+# PostgreSQL inserts; 15 s each) and report their rate as a share of them.
 #
 #   sustained  5,000 every-second jobs, 60 s measured    (about 2 min); all
 #              5,000 slots fall on the same instant of each second
