@@ -52,11 +52,12 @@ func TestMeasureReportsBothCeilingsAndTheShareOfEach(t *testing.T) {
 	// A rate of a tenth of the broker's ceiling reads as 10.0 % of it, and
 	// as its own share of the database's.
 	rate := m.Broker.ConsumedPerSecond() / 10
-	table := m.Markdown(rate, "deliveries/s")
+	table := m.Markdown(rate, "deliveries/s", "what a delivery costs")
 	require.Contains(t, table, "this run's deliveries/s as a share")
 	require.Contains(t, table, "| 10.0 % |")
 	require.Contains(t, table, fmt.Sprintf("| %.1f %% |", 100*rate/m.Database.RowsPerSecond()))
 	require.Contains(t, table, "280-byte messages")
+	require.Contains(t, table, "what a delivery costs", "the caller's note follows a measured table")
 
 	_, err := amqptest.Channel(t).QueueDeclarePassive(name+".ceiling", true, false, false, false, nil)
 	require.Error(t, err, "the queue is deleted afterwards")
@@ -70,12 +71,14 @@ func TestMeasureSkipsOnANegativeDuration(t *testing.T) {
 	m := ceiling.Measure(t.Context(), ceiling.Options{Duration: -1})
 	require.True(t, m.Skipped)
 	require.NoError(t, m.Err)
-	require.Contains(t, m.Markdown(100, "slots/s"), "Not measured in this run")
+	skipped := m.Markdown(100, "slots/s", "what a slot costs")
+	require.Contains(t, skipped, "Not measured in this run")
+	require.NotContains(t, skipped, "what a slot costs", "no note under no table")
 }
 
 func TestMeasureReportsAFailure(t *testing.T) {
 	t.Parallel()
 	m := ceiling.Measure(t.Context(), ceiling.Options{AMQPURL: "amqp://guest:guest@127.0.0.1:1/", Name: "unreachable", Duration: time.Second})
 	require.ErrorContains(t, m.Err, "broker ceiling")
-	require.Contains(t, m.Markdown(100, "slots/s"), "Not measured: broker ceiling")
+	require.Contains(t, m.Markdown(100, "slots/s", "what a slot costs"), "Not measured: broker ceiling")
 }

@@ -8,10 +8,10 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/types/known/timestamppb"
 
 	dispatchv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/dispatch/v1"
 	registryv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1"
+	"github.com/cronmesh/cronmesh/libs/dispatchreq"
 	"github.com/cronmesh/cronmesh/libs/execid"
 )
 
@@ -63,10 +63,12 @@ func Measure(ctx context.Context, o Options) Machine {
 
 // Markdown is a table of both ceilings with rate, the benchmark's own
 // result (rateName says what it counts, "deliveries/s" for example), as a
-// share of each; or a line saying why nothing was measured. A share is the
-// benchmark's rate over what the server alone does with the whole machine,
-// so it is an upper bound of the room the benchmark's own work leaves.
-func (m Machine) Markdown(rate float64, rateName string) string {
+// share of each, followed by note (what one unit of rate costs the
+// servers, in the benchmark's words; may be empty); or a line saying why
+// nothing was measured. A share is the benchmark's rate over what the
+// server alone does with the whole machine, so it is an upper bound of the
+// room the benchmark's own work leaves.
+func (m Machine) Markdown(rate float64, rateName, note string) string {
 	switch {
 	case m.Skipped:
 		return "\nNot measured in this run (--ceiling-duration < 0).\n\n"
@@ -79,6 +81,9 @@ func (m Machine) Markdown(rate float64, rateName string) string {
 		m.MessageSize, m.Broker.Elapsed.Round(time.Second), m.Broker.ConsumedPerSecond(), m.Broker.PublishedPerSecond(), share(rate, m.Broker.ConsumedPerSecond()))
 	fmt.Fprintf(&b, "| PostgreSQL: ledger-shaped rows, `INSERT … SELECT FROM unnest … ON CONFLICT DO NOTHING RETURNING`, %d rows a transaction, 4 writers; %s | %.0f rows/s (%d commits) | %s |\n\n",
 		m.Database.Batch, m.Database.Elapsed.Round(time.Second), m.Database.RowsPerSecond(), m.Database.Commits, share(rate, m.Database.RowsPerSecond()))
+	if note != "" {
+		b.WriteString(note + "\n")
+	}
 	return b.String()
 }
 
@@ -94,11 +99,8 @@ func share(x, of float64) string {
 // measure with, so that its messages cost what the benchmark's do.
 func DispatchRequestSize(job *registryv1.Job) int {
 	now := time.Now()
-	return proto.Size(&dispatchv1.DispatchRequest{
-		ExecutionId: execid.For(job.GetId(), now), JobId: job.GetId(), Namespace: job.GetNamespace(), Attempt: 1,
-		NominalTime: timestamppb.New(now), FireTime: timestamppb.New(now),
-		TriggerKind: dispatchv1.TriggerKind_TRIGGER_KIND_SCHEDULED, Target: job.GetTarget(),
-		RetryPolicy: job.GetRetryPolicy(), Priority: job.GetPriority(),
-		JobVersion: job.GetVersion(), JobDisplayName: job.GetDisplayName(), JobLabels: job.GetLabels(),
-	})
+	return proto.Size(dispatchreq.New(job, dispatchreq.Slot{
+		ExecutionID: execid.For(job.GetId(), now), JobID: job.GetId(), Version: job.GetVersion(),
+		Nominal: now, Fire: now, Kind: dispatchv1.TriggerKind_TRIGGER_KIND_SCHEDULED,
+	}))
 }

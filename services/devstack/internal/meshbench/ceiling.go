@@ -5,7 +5,6 @@ import (
 
 	"github.com/google/uuid"
 
-	registryv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1"
 	"github.com/cronmesh/cronmesh/libs/ceiling"
 	"github.com/cronmesh/cronmesh/services/devstack/internal/workload"
 )
@@ -20,9 +19,6 @@ func dispatchRequestSize(targetURL string) int {
 	job.Namespace = namespace
 	job.Version = 1
 	job.GetTarget().GetHttp().SigningSecret = "whsec_" + uuid.NewString() + uuid.NewString()[:12]
-	if job.GetRetryPolicy() == nil {
-		job.RetryPolicy = &registryv1.RetryPolicy{}
-	}
 	return ceiling.DispatchRequestSize(job)
 }
 

@@ -65,11 +65,7 @@ func (r *report) header(title string, e *env) {
 // ceilingTable reports the ceilings and the measured rate as a ratio.
 func (r *report) ceilingTable(c ceiling.Machine, rate float64) {
 	r.h(3, "Machine ceiling (measured in this run, before the mesh started)")
-	r.p("%s", c.Markdown(rate, "executions/s"))
-	if c.Skipped || c.Err != nil {
-		return
-	}
-	r.p("An execution costs the mesh at least one such message (trigger → dispatcher) plus execution events to history and alerting (more messages), and several rows (ledger, outbox, jobs, the dispatcher's completion, history's executions and attempts), all on the same two cores: the ratios are upper bounds of what is left.")
+	r.p("%s", c.Markdown(rate, "executions/s", "An execution costs the mesh at least one such message (trigger → dispatcher) plus execution events to history and alerting (more messages), and several rows (ledger, outbox, jobs, the dispatcher's completion, history's executions and attempts), all on the same two cores: the ratios are upper bounds of what is left."))
 }
 
 // usageTable lists CPU seconds over [from, to] and peak RSS of every

@@ -189,10 +189,7 @@ func run(ctx context.Context, o options, cmdline string) (string, error) {
 	fmt.Fprintf(&b, "\nLoad before: %s\n\nLoad after: %s\n\n", before, after)
 	b.WriteString(body)
 	b.WriteString("\n### Machine ceiling (measured in this run, before the dispatcher started)\n")
-	b.WriteString(ceilings.Markdown(rate, "deliveries/s"))
-	if !ceilings.Skipped && ceilings.Err == nil {
-		b.WriteString("A delivery costs the broker at least one such message (its dispatch request) plus its share of the event batches, and PostgreSQL its completion row, on the same two cores as the dispatcher, this process and its target: the ratios are upper bounds of what is left.\n")
-	}
+	b.WriteString(ceilings.Markdown(rate, "deliveries/s", "A delivery costs the broker at least one such message (its dispatch request) plus its share of the event batches, and PostgreSQL its completion row, on the same two cores as the dispatcher, this process and its target: the ratios are upper bounds of what is left."))
 	return b.String(), err
 }
 

@@ -193,7 +193,7 @@ func runBurst(ctx context.Context, args []string) error {
 	r.table([]string{"after the due second", "committed", "committed, cumulative", "arrived", "arrived, cumulative"}, timeline)
 	r.usageTable(e, due.Add(-time.Second), due.Add(max(last, time.Second)+time.Second))
 	r.h(3, "Machine ceiling (measured in this run, before the nodes started)")
-	r.p("%s", ceil.Markdown(rate, "slots/s"))
+	r.p("%s", ceil.Markdown(rate, "slots/s", "A slot costs the broker one such message (its dispatch request, consumed here with automatic acknowledgement) and PostgreSQL its ledger and outbox rows and the job's advance, on the same two cores as the trigger and this process: the ratios are upper bounds of what is left."))
 	var mem [][]string
 	for _, n := range e.nodes {
 		before, _ := e.sampler.usageOf(due.Add(-5*time.Second), due)

@@ -171,7 +171,7 @@ func runSustained(ctx context.Context, args []string) error {
 	r.latenessTimeline(arr, from, to, max(10*time.Second, (*duration/30).Truncate(time.Second)))
 	r.usageTable(e, from, to)
 	r.h(3, "Machine ceiling (measured in this run, before the nodes started)")
-	r.p("%s", ceil.Markdown(rate, "slots/s"))
+	r.p("%s", ceil.Markdown(rate, "slots/s", "A slot costs the broker one such message (its dispatch request, consumed here with automatic acknowledgement) and PostgreSQL its ledger and outbox rows and the job's advance, on the same two cores as the trigger and this process: the ratios are upper bounds of what is left."))
 	r.p("")
 	r.nodeMetricsTable(e, from, to)
 	r.h(3, "Targets")

@@ -24,6 +24,7 @@ import (
 	eventsv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/events/v1"
 	registryv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1"
 	"github.com/cronmesh/cronmesh/libs/broker"
+	"github.com/cronmesh/cronmesh/libs/dispatchreq"
 	"github.com/cronmesh/cronmesh/libs/execid"
 	"github.com/cronmesh/cronmesh/libs/outbox"
 	"github.com/cronmesh/cronmesh/libs/ring"
@@ -511,21 +512,9 @@ func (s *Store) commitMessages(ctx context.Context, advances []firing.Advance, s
 // the firing promise.
 func (s *Store) dispatchMessage(job *registryv1.Job, jobID string, version int64, nominal, fireTime time.Time, kind firing.SlotKind, headers map[string]string) (outbox.Message, error) {
 	execID := executionID(jobID, nominal)
-	req := &dispatchv1.DispatchRequest{
-		ExecutionId:    execID,
-		JobId:          jobID,
-		Namespace:      job.GetNamespace(),
-		Attempt:        1,
-		NominalTime:    timestamppb.New(nominal),
-		FireTime:       timestamppb.New(fireTime),
-		TriggerKind:    TriggerKind(kind),
-		Target:         job.GetTarget(),
-		RetryPolicy:    job.GetRetryPolicy(),
-		Priority:       job.GetPriority(),
-		JobVersion:     version,
-		JobDisplayName: job.GetDisplayName(),
-		JobLabels:      job.GetLabels(),
-	}
+	req := dispatchreq.New(job, dispatchreq.Slot{
+		ExecutionID: execID, JobID: jobID, Version: version, Nominal: nominal, Fire: fireTime, Kind: TriggerKind(kind),
+	})
 	payload, err := proto.Marshal(req)
 	if err != nil {
 		return outbox.Message{}, fmt.Errorf("encode dispatch request %s: %w", execID, err)

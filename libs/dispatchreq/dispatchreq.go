@@ -1,0 +1,46 @@
+// Package dispatchreq builds the DispatchRequest the trigger publishes for
+// one slot of a job. It is one definition so that what imitates the
+// trigger's messages (the benchmarks' broker ceiling, which must send
+// messages of the same size) cannot drift from what the trigger sends.
+package dispatchreq
+
+import (
+	"time"
+
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	dispatchv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/dispatch/v1"
+	registryv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1"
+)
+
+// Slot is one slot of a job to dispatch.
+type Slot struct {
+	ExecutionID string
+	JobID       string
+	Version     int64 // the job version the slot was computed from
+	Nominal     time.Time
+	Fire        time.Time
+	Kind        dispatchv1.TriggerKind
+}
+
+// New is the first attempt's request for slot of job. It carries the job's
+// namespace, target, retry policy, priority, display name and labels, so
+// that the dispatcher, the history and the alerting need not read the
+// registry to deliver and describe it.
+func New(job *registryv1.Job, slot Slot) *dispatchv1.DispatchRequest {
+	return &dispatchv1.DispatchRequest{
+		ExecutionId:    slot.ExecutionID,
+		JobId:          slot.JobID,
+		Namespace:      job.GetNamespace(),
+		Attempt:        1,
+		NominalTime:    timestamppb.New(slot.Nominal),
+		FireTime:       timestamppb.New(slot.Fire),
+		TriggerKind:    slot.Kind,
+		Target:         job.GetTarget(),
+		RetryPolicy:    job.GetRetryPolicy(),
+		Priority:       job.GetPriority(),
+		JobVersion:     slot.Version,
+		JobDisplayName: job.GetDisplayName(),
+		JobLabels:      job.GetLabels(),
+	}
+}

@@ -1,0 +1,40 @@
+package dispatchreq_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	dispatchv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/dispatch/v1"
+	registryv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1"
+	"github.com/cronmesh/cronmesh/libs/dispatchreq"
+)
+
+func TestNewCarriesTheJobAndTheSlot(t *testing.T) {
+	t.Parallel()
+	maxRetries := int32(3)
+	job := &registryv1.Job{
+		Id: "ignored: the slot names the job", Namespace: "team-a", DisplayName: "nightly", Version: 9,
+		Target:      &registryv1.Target{Kind: &registryv1.Target_Http{Http: &registryv1.HttpTarget{Url: "https://example.test/hook"}}},
+		RetryPolicy: &registryv1.RetryPolicy{MaxRetries: &maxRetries},
+		Priority:    registryv1.Priority_PRIORITY_HIGH,
+		Labels:      map[string]string{"team": "a"},
+	}
+	nominal := time.Date(2026, 3, 29, 1, 30, 0, 0, time.UTC)
+	fire := nominal.Add(3 * time.Millisecond)
+	got := dispatchreq.New(job, dispatchreq.Slot{
+		ExecutionID: "exec-1", JobID: "job-1", Version: 7, Nominal: nominal, Fire: fire,
+		Kind: dispatchv1.TriggerKind_TRIGGER_KIND_CATCH_UP,
+	})
+	want := &dispatchv1.DispatchRequest{
+		ExecutionId: "exec-1", JobId: "job-1", Namespace: "team-a", Attempt: 1,
+		NominalTime: timestamppb.New(nominal), FireTime: timestamppb.New(fire),
+		TriggerKind: dispatchv1.TriggerKind_TRIGGER_KIND_CATCH_UP,
+		Target:      job.GetTarget(), RetryPolicy: job.GetRetryPolicy(), Priority: registryv1.Priority_PRIORITY_HIGH,
+		JobVersion: 7, JobDisplayName: "nightly", JobLabels: map[string]string{"team": "a"},
+	}
+	require.True(t, proto.Equal(want, got), "got %v", got)
+}
