@@ -5,19 +5,24 @@ import (
 
 	"github.com/google/uuid"
 
+	registryv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1"
 	"github.com/cronmesh/cronmesh/libs/ceiling"
 	"github.com/cronmesh/cronmesh/services/devstack/internal/workload"
 )
 
 // dispatchRequestSize is the encoded size of a DispatchRequest for a
-// benchmark job, as the trigger publishes it (the job's target with the
-// registry's signing secret, labels and retry policy).
+// benchmark job, as the trigger publishes it: the job's target with a
+// signing secret, labels, priority and a retry policy. The registry's
+// validation also fills the retry policy's defaults, a few bytes more than
+// the empty policy here; that is not worth importing its rules for.
 func dispatchRequestSize(targetURL string) int {
 	plan := &workload.Plan{Jobs: []workload.Job{{Kind: workload.EverySecond}}}
 	job := plan.Request(0, targetURL).GetJob()
 	job.Id = uuid.Must(uuid.NewV7()).String()
 	job.Namespace = namespace
 	job.Version = 1
+	job.Priority = registryv1.Priority_PRIORITY_NORMAL
+	job.RetryPolicy = &registryv1.RetryPolicy{}
 	job.GetTarget().GetHttp().SigningSecret = "whsec_" + uuid.NewString() + uuid.NewString()[:12]
 	return ceiling.DispatchRequestSize(job)
 }
