@@ -239,7 +239,9 @@ func ReadMachineCPU() MachineCPU {
 // Share is the busy and steal shares, in percent of one core (200 % is
 // two cores), from m to later.
 func (m MachineCPU) Share(later MachineCPU, cores int) (busy, steal float64) {
+	// Multiplying before dividing keeps a fully busy machine at exactly
+	// 100 % a core: the jiffy counts are integers, exact in a float64.
 	total := float64(max(later.Total-m.Total, 1))
-	scale := 100 * float64(cores) / total
-	return scale * float64(later.Busy-m.Busy), scale * float64(later.Steal-m.Steal)
+	share := func(jiffies uint64) float64 { return 100 * float64(cores) * float64(jiffies) / total }
+	return share(later.Busy - m.Busy), share(later.Steal - m.Steal)
 }

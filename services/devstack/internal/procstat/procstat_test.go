@@ -2,6 +2,7 @@ package procstat_test
 
 import (
 	"os"
+	"runtime"
 	"testing"
 	"time"
 
@@ -35,8 +36,20 @@ func TestSnapshotReadsThisProcess(t *testing.T) {
 	spinUntil := time.Now().Add(50 * time.Millisecond)
 	for time.Now().Before(spinUntil) {
 	}
-	busy, steal := m0.Share(procstat.ReadMachineCPU(), 2)
+	cores := runtime.NumCPU()
+	busy, steal := m0.Share(procstat.ReadMachineCPU(), cores)
 	require.Positive(t, busy, "this test spun a core")
-	require.LessOrEqual(t, busy, 200.0)
+	require.LessOrEqual(t, busy, 100*float64(cores))
 	require.LessOrEqual(t, steal, busy)
+}
+
+func TestShareOfAFullyBusyMachineIsExact(t *testing.T) {
+	t.Parallel()
+	for total := uint64(1); total < 1000; total++ {
+		from := procstat.MachineCPU{}
+		to := procstat.MachineCPU{Busy: total, Steal: total, Total: total}
+		busy, steal := from.Share(to, 2)
+		require.Equal(t, 200.0, busy, "total %d", total)
+		require.Equal(t, 200.0, steal, "total %d", total)
+	}
 }
