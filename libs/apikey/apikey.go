@@ -82,28 +82,62 @@ func (k *Keys) Middleware() *authn.Middleware {
 		if !ok {
 			return nil, authn.Errorf("invalid API key")
 		}
-		return Principal{Namespace: ns}, nil
+		return Principal{Namespace: ns, KeyID: ConfiguredKeyID(key), Role: RoleAdmin}, nil
 	})
 }
+
+// Role is what a key may do in its namespace.
+type Role string
+
+// The roles, from the most to the least powerful.
+const (
+	// RoleAdmin may do everything, including managing keys and the
+	// cluster-level RPCs (the ring).
+	RoleAdmin Role = "admin"
+	// RoleEditor may read and change jobs, rules, channels and dead
+	// letters, redrive and backfill.
+	RoleEditor Role = "editor"
+	// RoleViewer may only read.
+	RoleViewer Role = "viewer"
+)
 
 // Principal is what an authenticated request carries.
 type Principal struct {
 	Namespace string
+	// KeyID names the key that made the request, never its secret: audit
+	// records and per-key rate limits are keyed on it.
+	KeyID string
+	Role  Role
+}
+
+// ConfiguredKeyID is the id of a key given in configuration: "cfg-" and the
+// first 12 hex digits of its SHA-256 digest, stable across restarts and
+// services, and useless for guessing the key.
+func ConfiguredKeyID(key string) string {
+	digest := sha256.Sum256([]byte(key))
+	return "cfg-" + hex.EncodeToString(digest[:6])
+}
+
+// PrincipalFrom returns the authenticated caller, and false when the
+// request did not pass through Middleware.
+func PrincipalFrom(ctx context.Context) (Principal, bool) {
+	p, ok := authn.GetInfo(ctx).(Principal)
+	if !ok || p.Namespace == "" {
+		return Principal{}, false
+	}
+	return p, true
 }
 
 // NamespaceFrom returns the namespace of the authenticated caller, and false
 // when the request did not pass through Middleware (a wiring bug: handlers
 // must then refuse the call rather than guess a namespace).
 func NamespaceFrom(ctx context.Context) (string, bool) {
-	p, ok := authn.GetInfo(ctx).(Principal)
-	if !ok || p.Namespace == "" {
-		return "", false
-	}
-	return p.Namespace, true
+	p, ok := PrincipalFrom(ctx)
+	return p.Namespace, ok
 }
 
 // WithNamespace returns a context that NamespaceFrom reads as authenticated
 // for namespace; for tests and in-process callers that bypass HTTP.
 func WithNamespace(ctx context.Context, namespace string) context.Context {
-	return authn.SetInfo(ctx, Principal{Namespace: namespace})
+	return authn.SetInfo(ctx, Principal{Namespace: namespace, KeyID: "test", Role: RoleAdmin})
 }

@@ -53,10 +53,12 @@ func TestMiddleware(t *testing.T) {
 	keys, err := apikey.Parse([]string{"alpha=alpha-key-0123456789"})
 	require.NoError(t, err)
 	var seen string
+	var principal apikey.Principal
 	handler := keys.Middleware().Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ns, ok := apikey.NamespaceFrom(r.Context())
 		require.True(t, ok)
 		seen = ns
+		principal, _ = apikey.PrincipalFrom(r.Context())
 	}))
 	for _, tc := range []struct {
 		name, header string
@@ -79,6 +81,11 @@ func TestMiddleware(t *testing.T) {
 			require.Equal(t, tc.status, rec.Code)
 			if tc.status == http.StatusOK {
 				require.Equal(t, "alpha", seen)
+				require.Equal(t, apikey.Principal{
+					Namespace: "alpha", KeyID: apikey.ConfiguredKeyID("alpha-key-0123456789"), Role: apikey.RoleAdmin,
+				}, principal, "a configured key is its namespace's bootstrap admin")
+				require.Regexp(t, `^cfg-[0-9a-f]{12}$`, principal.KeyID)
+				require.NotEqual(t, apikey.ConfiguredKeyID("alpha-key-9876543210"), principal.KeyID)
 			}
 		})
 	}
