@@ -113,7 +113,8 @@ trap cleanup EXIT
 trap 'log "interrupted"; exit 130' INT TERM
 
 log "starting the registry on $URL (schema $SCHEMA, exchange $EXCHANGE)"
-CRONMESH_API_KEYS="bench=$CRONMESH_API_KEY" bin/registry serve \
+# A benchmark measures capacity, not the quotas: no rate limit, no job cap.
+CRONMESH_API_KEYS="bench=$CRONMESH_API_KEY" CRONMESH_RATE_LIMIT=off CRONMESH_MAX_JOBS=0 bin/registry serve \
   --listen "127.0.0.1:$BENCH_PORT" --schema "$SCHEMA" --exchange "$EXCHANGE" --log-level warn \
   >"$REGISTRY_LOG" 2>&1 &
 registry_pid=$!

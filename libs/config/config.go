@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/cronmesh/cronmesh/libs/ratelimit"
 )
 
 // Defaults of the common settings, exported so services and tooling (for
@@ -52,6 +54,10 @@ type Common struct {
 	// Pprof serves net/http/pprof under /debug/pprof/ (--pprof,
 	// CRONMESH_PPROF). Off by default.
 	Pprof bool
+	// RateLimit is each API key's requests per second on the service's API
+	// (--rate-limit, --rate-limit-namespaces, --rate-limit-keys; see
+	// libs/ratelimit). The zero value limits nothing.
+	RateLimit ratelimit.Config
 }
 
 // Register adds the common flags to fs, with defaultListen as the default of
@@ -69,6 +75,7 @@ func (c *Common) Register(fs *flag.FlagSet, defaultListen string) {
 	fs.Var((*logLevel)(&c.LogLevel), "log-level", "log level: debug, info, warn or error")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", DefaultShutdownTimeout, "graceful shutdown timeout")
 	fs.BoolVar(&c.Pprof, "pprof", false, "serve net/http/pprof under /debug/pprof/ (for profiling; off in production)")
+	c.RateLimit.Register(fs)
 }
 
 // EnvName returns the environment variable that backs the flag named name:

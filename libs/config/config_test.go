@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/cronmesh/cronmesh/libs/config"
+	"github.com/cronmesh/cronmesh/libs/ratelimit"
 )
 
 // env turns a map into a lookup function, standing in for os.LookupEnv.
@@ -51,6 +52,7 @@ func TestParse(t *testing.T) {
 					EtcdEndpoints:   []string{"127.0.0.1:2379"},
 					LogLevel:        "info",
 					ShutdownTimeout: 15 * time.Second,
+					RateLimit:       ratelimit.Config{Default: ratelimit.DefaultRate, MaxKeys: ratelimit.DefaultMaxKeys},
 				}, *c)
 				require.Empty(t, keys)
 				require.Equal(t, 4, workers)
@@ -102,6 +104,19 @@ func TestParse(t *testing.T) {
 				require.Empty(t, c.EtcdEndpoints)
 				require.Empty(t, c.AMQPURL)
 			},
+		},
+		{
+			name: "rate limit from env",
+			env:  map[string]string{"CRONMESH_RATE_LIMIT": "off", "CRONMESH_RATE_LIMIT_NAMESPACES": "team-a=5:10"},
+			check: func(t *testing.T, c *config.Common, _ []string, _ int) {
+				require.True(t, c.RateLimit.Default.Unlimited())
+				require.Equal(t, ratelimit.NamespaceRates{"team-a": {PerSecond: 5, Burst: 10}}, c.RateLimit.Namespaces)
+			},
+		},
+		{
+			name:    "bad env rate limit names the variable",
+			env:     map[string]string{"CRONMESH_RATE_LIMIT": "fast"},
+			wantErr: "CRONMESH_RATE_LIMIT",
 		},
 		{
 			name:    "bad env duration names the variable",

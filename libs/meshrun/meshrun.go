@@ -238,6 +238,9 @@ func (m *Mesh) common() []string {
 	args := []string{
 		"--postgres-url", m.opts.PostgresURL, "--amqp-url", m.opts.AMQPURL,
 		"--api-keys", strings.Join(keys, ","), "--log-level", m.opts.LogLevel, "--shutdown-timeout", "10s",
+		// The mesh's tests and benchmarks drive load through a few keys:
+		// the rate limit would measure itself (ExtraArgs can set one).
+		"--rate-limit", "off",
 	}
 	if m.opts.OTLPEndpoint != "" {
 		args = append(args, "--otlp-endpoint", m.opts.OTLPEndpoint)

@@ -16,5 +16,7 @@
 //
 // Middleware added with UseMiddleware (authentication, typically) wraps only
 // the mounted Connect services: probes, reflection and metrics stay open so
-// orchestrators and grpcurl need no credentials.
+// orchestrators and grpcurl need no credentials. The per-key rate limit of
+// Options.RateLimit (libs/ratelimit) is an interceptor of HandlerOptions, so
+// it too applies only to the mounted services, once the caller is known.
 package server

@@ -25,6 +25,9 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 
+	"github.com/cronmesh/cronmesh/libs/clock"
+	"github.com/cronmesh/cronmesh/libs/quota"
+	"github.com/cronmesh/cronmesh/libs/ratelimit"
 	"github.com/cronmesh/cronmesh/libs/telemetry"
 )
 
@@ -57,6 +60,14 @@ type Options struct {
 	// profiles reveal internals and cost CPU, so an operator turns them on
 	// (--pprof) for a benchmark or an investigation.
 	Profiling bool
+	// RateLimit limits each API key's calls to the services mounted with
+	// Handle (config.Common.RateLimit); the zero value limits nothing.
+	// Refusals are counted in quota_refusals_total on the Telemetry
+	// registry.
+	RateLimit ratelimit.Config
+	// Clock drives the rate limit's token buckets; nil means the system
+	// clock.
+	Clock clock.Clock
 }
 
 // Server serves a service's Connect handlers plus health, reflection and
@@ -76,6 +87,8 @@ type Server struct {
 	serving atomic.Bool
 	otel    *otelconnect.Interceptor
 	metrics *metricsInterceptor
+	// limits is the rate limit interceptor, or nil when nothing is limited.
+	limits []connect.Interceptor
 
 	mu         sync.Mutex
 	names      []string // fully-qualified names of handled services
@@ -128,6 +141,18 @@ func New(opts Options) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("server %s: %w", opts.Name, err)
 	}
+	var limits []connect.Interceptor
+	if !opts.RateLimit.Unlimited() {
+		refusals, err := quota.NewRefusals(tel.Metrics)
+		if err != nil {
+			return nil, fmt.Errorf("server %s: %w", opts.Name, err)
+		}
+		limiter, err := ratelimit.New(opts.RateLimit, ratelimit.Options{Clock: opts.Clock, Refusals: refusals})
+		if err != nil {
+			return nil, fmt.Errorf("server %s: rate limit: %w", opts.Name, err)
+		}
+		limits = append(limits, limiter.Interceptor())
+	}
 	s := &Server{
 		name:            opts.Name,
 		listen:          opts.Listen,
@@ -138,6 +163,7 @@ func New(opts Options) (*Server, error) {
 		checker:         grpchealth.NewStaticChecker(),
 		otel:            otelIC,
 		metrics:         metrics,
+		limits:          limits,
 		ready:           make(chan struct{}),
 		stop:            make(chan struct{}),
 	}
@@ -175,14 +201,16 @@ func New(opts Options) (*Server, error) {
 // HandlerOptions returns the Connect handler options every service must pass
 // to its generated NewXxxServiceHandler: OpenTelemetry tracing (server spans
 // join the caller's trace from its traceparent header), Prometheus request
-// metrics, and panic recovery that logs the panic with its stack and returns
-// CodeInternal without leaking details, followed by extra interceptors, in
-// that order from outermost to innermost. Panics in extra interceptors are
-// recovered too.
+// metrics, panic recovery that logs the panic with its stack and returns
+// CodeInternal without leaking details, the per-key rate limit of
+// Options.RateLimit, then extra interceptors, in that order from outermost
+// to innermost. Refused calls are thus traced and counted by code like any
+// other; panics in extra interceptors are recovered too.
 func (s *Server) HandlerOptions(extra ...connect.Interceptor) []connect.HandlerOption {
 	return []connect.HandlerOption{
 		connect.WithInterceptors(s.otel, s.metrics),
 		connect.WithRecover(s.recoverPanic),
+		connect.WithInterceptors(s.limits...),
 		connect.WithInterceptors(extra...),
 	}
 }

@@ -26,6 +26,9 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/cronmesh/cronmesh/libs/apikey"
+	"github.com/cronmesh/cronmesh/libs/clock"
+	"github.com/cronmesh/cronmesh/libs/ratelimit"
 	"github.com/cronmesh/cronmesh/libs/server"
 	"github.com/cronmesh/cronmesh/libs/telemetry"
 )
@@ -114,6 +117,12 @@ type fixture struct {
 // configure runs before Run (to add middleware, for example).
 func start(t *testing.T, configure func(*server.Server)) *fixture {
 	t.Helper()
+	return startWith(t, server.Options{}, configure)
+}
+
+// startWith is start with opts' RateLimit and Clock.
+func startWith(t *testing.T, opts server.Options, configure func(*server.Server)) *fixture {
+	t.Helper()
 	f := &fixture{
 		echo:  newEchoService(),
 		spans: tracetest.NewInMemoryExporter(),
@@ -130,6 +139,8 @@ func start(t *testing.T, configure func(*server.Server)) *fixture {
 		Logger:          slog.New(f.logs),
 		Telemetry:       f.tel,
 		ShutdownTimeout: time.Minute,
+		RateLimit:       opts.RateLimit,
+		Clock:           opts.Clock,
 	})
 	require.NoError(t, err)
 	f.srv.Handle(testService, testPath, f.echo.handler(f.srv.HandlerOptions()...))
@@ -411,6 +422,45 @@ func TestMiddleware(t *testing.T) {
 	mu.Lock()
 	require.Len(t, order, 3, "middleware ran only for the service calls")
 	mu.Unlock()
+}
+
+func TestRateLimit(t *testing.T) {
+	t.Parallel()
+	const key = "alpha-key-0123456789abcdef"
+	keys, err := apikey.Parse([]string{"alpha=" + key})
+	require.NoError(t, err)
+	clk := clock.NewFake(time.Date(2026, 11, 26, 12, 0, 0, 0, time.UTC))
+	f := startWith(t, server.Options{
+		RateLimit: ratelimit.Config{Default: ratelimit.Rate{PerSecond: 1, Burst: 2}},
+		Clock:     clk,
+	}, func(s *server.Server) { s.UseMiddleware(keys.Middleware().Wrap) })
+	f.srv.SetServing(true)
+
+	c := f.echoClient(connect.WithGRPC())
+	call := func() error {
+		req := connect.NewRequest(wrapperspb.String("x"))
+		req.Header().Set("Authorization", "Bearer "+key)
+		_, err := c.CallUnary(t.Context(), req)
+		return err
+	}
+	require.NoError(t, call())
+	require.NoError(t, call())
+	require.Equal(t, connect.CodeResourceExhausted, connect.CodeOf(call()), "the third call of a burst of two")
+	clk.Advance(time.Second)
+	require.NoError(t, call(), "a token a second later")
+
+	// Probes are not limited.
+	for range 5 {
+		_, err := f.healthCheck(t.Context(), "")
+		require.NoError(t, err)
+	}
+	_, body := get(t, f.url+"/metrics")
+	for _, want := range []string{
+		`quota_refusals_total{namespace="alpha",quota="requests_per_second"} 1`,
+		fmt.Sprintf(`rpc_server_requests_total{code="resource_exhausted",procedure=%q} 1`, echoProcedure),
+	} {
+		require.Contains(t, body, want)
+	}
 }
 
 func TestTraceJoinsCaller(t *testing.T) {
