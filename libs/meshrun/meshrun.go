@@ -249,7 +249,9 @@ func (m *Mesh) common() []string {
 }
 
 func (m *Mesh) registryArgs() []string {
-	return m.with("registry", "serve", "--schema", m.Schemas["registry"], "--exchange", m.Names.Jobs)
+	// The burst scenario creates more jobs in one namespace than the
+	// default quota allows.
+	return m.with("registry", "serve", "--schema", m.Schemas["registry"], "--exchange", m.Names.Jobs, "--max-jobs", "0")
 }
 
 func (m *Mesh) triggerArgs(nodeID string) []string {

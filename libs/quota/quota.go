@@ -29,6 +29,20 @@ func (l Limits) For(namespace string) int {
 	return l.Default
 }
 
+// Validate refuses a negative Default (Overrides refuses negative values as
+// it parses them); name is the flag, for the message.
+func (l Limits) Validate(name string) error {
+	if l.Default < 0 {
+		return fmt.Errorf("--%s must be >= 0 (0: no limit), got %d", name, l.Default)
+	}
+	for ns, n := range l.Namespaces {
+		if n < 0 {
+			return fmt.Errorf("--%s-namespaces: %s must be >= 0 (0: no limit), got %d", name, ns, n)
+		}
+	}
+	return nil
+}
+
 // Overrides is a flag.Value for per-namespace limits written
 // "namespace=N,namespace=N" (spaces around items ignored). Set replaces the
 // whole map, so an environment value overrides rather than adds; a negative

@@ -6,6 +6,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/cronmesh/cronmesh/libs/quota"
 	"github.com/cronmesh/cronmesh/libs/rpcerr"
 	"github.com/cronmesh/cronmesh/services/registry/internal/store"
 )
@@ -13,7 +14,10 @@ import (
 // toConnect maps an error from the store to the Connect code a client can act
 // on. Internal details (SQL, hosts) never cross the wire: they are logged.
 func (h *Handler) toConnect(ctx context.Context, procedure string, err error) error {
+	var exceeded *quota.ExceededError
 	switch {
+	case errors.As(err, &exceeded):
+		return exceeded.ConnectError()
 	case errors.Is(err, store.ErrNotFound):
 		return connect.NewError(connect.CodeNotFound, store.ErrNotFound)
 	case errors.Is(err, store.ErrEtagMismatch):

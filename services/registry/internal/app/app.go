@@ -21,6 +21,7 @@ import (
 	"github.com/cronmesh/cronmesh/libs/migrate"
 	"github.com/cronmesh/cronmesh/libs/outbox"
 	"github.com/cronmesh/cronmesh/libs/postgres"
+	"github.com/cronmesh/cronmesh/libs/quota"
 	"github.com/cronmesh/cronmesh/libs/server"
 	"github.com/cronmesh/cronmesh/libs/telemetry"
 	"github.com/cronmesh/cronmesh/services/registry/internal/api"
@@ -32,6 +33,9 @@ const (
 	DefaultListen   = "127.0.0.1:8081"
 	DefaultSchema   = "registry"
 	DefaultExchange = "cronmesh.jobs"
+	// DefaultMaxJobs is the most jobs a namespace may hold unless
+	// --max-jobs or --max-jobs-namespaces say otherwise.
+	DefaultMaxJobs = 10_000
 )
 
 // outboxLockKey is the advisory lock that elects one relay among the
@@ -55,6 +59,9 @@ type Config struct {
 	Exchange string
 	// OutboxLanes is how many events the relay publishes concurrently.
 	OutboxLanes int
+	// MaxJobs caps the jobs of each namespace (--max-jobs,
+	// --max-jobs-namespaces); 0 means no cap, the zero value caps nothing.
+	MaxJobs quota.Limits
 }
 
 // Register adds the registry's flags to fs.
@@ -64,6 +71,8 @@ func (c *Config) Register(fs *flag.FlagSet) {
 	fs.StringVar(&c.Schema, "schema", DefaultSchema, "PostgreSQL schema of the registry's tables")
 	fs.StringVar(&c.Exchange, "exchange", DefaultExchange, "RabbitMQ topic exchange for job events")
 	fs.IntVar(&c.OutboxLanes, "outbox-lanes", 16, "events the outbox relay publishes concurrently (order per job is kept)")
+	fs.IntVar(&c.MaxJobs.Default, "max-jobs", DefaultMaxJobs, "most jobs a namespace may hold (0: no limit); creates beyond are refused with RESOURCE_EXHAUSTED")
+	fs.Var(&c.MaxJobs.Namespaces, "max-jobs-namespaces", "per-namespace overrides of --max-jobs, comma separated, each namespace=N (0: no limit)")
 }
 
 // Migrate creates the database when missing and applies the schema's
@@ -119,6 +128,9 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger) (_ *App, err erro
 	if keys.Len() == 0 {
 		return nil, errors.New("no API keys configured (--api-keys or CRONMESH_API_KEYS): every call would be refused")
 	}
+	if err := cfg.MaxJobs.Validate("max-jobs"); err != nil {
+		return nil, err
+	}
 	a := &App{cfg: cfg, logger: logger, keys: keys}
 	defer func() {
 		if err != nil {
@@ -165,7 +177,14 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger) (_ *App, err erro
 	if err != nil {
 		return nil, err
 	}
-	st := store.New(store.Options{Pool: a.pool, Propagator: a.telemetry.Propagator, Notify: a.relay.Notify})
+	refusals, err := quota.NewRefusals(a.telemetry.Metrics)
+	if err != nil {
+		return nil, err
+	}
+	st := store.New(store.Options{
+		Pool: a.pool, Propagator: a.telemetry.Propagator, Notify: a.relay.Notify,
+		MaxJobs: quota.New("jobs", cfg.MaxJobs, refusals),
+	})
 
 	a.server, err = server.New(server.Options{
 		Name: "registry", Listen: cfg.Listen, Logger: logger, Telemetry: a.telemetry, ShutdownTimeout: cfg.ShutdownTimeout, Profiling: cfg.Pprof,

@@ -19,6 +19,7 @@ import (
 	"github.com/cronmesh/cronmesh/libs/amqptest"
 	"github.com/cronmesh/cronmesh/libs/config"
 	"github.com/cronmesh/cronmesh/libs/pgtest"
+	"github.com/cronmesh/cronmesh/libs/quota"
 	"github.com/cronmesh/cronmesh/services/registry/internal/app"
 )
 
@@ -37,6 +38,9 @@ type registry struct {
 }
 
 type option func(*app.Config)
+
+// withMaxJobs caps the jobs of each namespace.
+func withMaxJobs(limits quota.Limits) option { return func(c *app.Config) { c.MaxJobs = limits } }
 
 // withAMQPURL points the registry's relay at another broker address (a proxy).
 func withAMQPURL(url string) option { return func(c *app.Config) { c.AMQPURL = url } }

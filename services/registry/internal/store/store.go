@@ -21,6 +21,7 @@ import (
 	registryv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1"
 	"github.com/cronmesh/cronmesh/libs/migrate"
 	"github.com/cronmesh/cronmesh/libs/outbox"
+	"github.com/cronmesh/cronmesh/libs/quota"
 )
 
 // Domain errors; the API maps them to Connect codes.
@@ -65,6 +66,7 @@ type Store struct {
 	propagator propagation.TextMapPropagator
 	notify     func()
 	now        func() time.Time
+	maxJobs    *quota.Quota
 }
 
 // Options for New.
@@ -78,11 +80,13 @@ type Options struct {
 	Notify func()
 	// Now is the clock. Default time.Now.
 	Now func() time.Time
+	// MaxJobs caps the jobs of each namespace; nil means no cap.
+	MaxJobs *quota.Quota
 }
 
 // New returns a Store.
 func New(opts Options) *Store {
-	s := &Store{pool: opts.Pool, propagator: opts.Propagator, notify: opts.Notify, now: opts.Now}
+	s := &Store{pool: opts.Pool, propagator: opts.Propagator, notify: opts.Notify, now: opts.Now, maxJobs: opts.MaxJobs}
 	if s.propagator == nil {
 		s.propagator = propagation.TraceContext{}
 	}
@@ -111,7 +115,9 @@ type NewJob struct {
 // inserted: its slot in the result holds the stored job instead (for a
 // single-job call this is the idempotent retry; in a batch of more than one
 // it is ErrRequestIDReused, since the batch could differ). The result
-// carries the signing secrets.
+// carries the signing secrets. Jobs that would take the namespace beyond
+// its MaxJobs quota are a *quota.ExceededError, and none is inserted; a
+// replayed request takes no room.
 func (s *Store) Create(ctx context.Context, namespace string, jobs []NewJob) ([]*registryv1.Job, error) {
 	result := make([]*registryv1.Job, len(jobs))
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
@@ -121,6 +127,9 @@ func (s *Store) Create(ctx context.Context, namespace string, jobs []NewJob) ([]
 		}
 		if len(fresh) == 0 {
 			return nil
+		}
+		if err := s.checkMaxJobs(ctx, tx, namespace, len(fresh)); err != nil {
+			return err
 		}
 		cols := jobColumns{}
 		msgs := make([]outbox.Message, 0, len(fresh))
@@ -155,6 +164,31 @@ func (s *Store) Create(ctx context.Context, namespace string, jobs []NewJob) ([]
 	}
 	s.notify()
 	return result, nil
+}
+
+// checkMaxJobs refuses adding jobs beyond the namespace's quota. Creates
+// in a namespace take a transaction-scoped advisory lock on it (per schema,
+// so registries of different schemas in one database do not contend) and
+// count only once they hold it: each counts the jobs of every create that
+// committed before it, so concurrent creates cannot together overshoot.
+// The count stops at the limit, so its cost is bounded by the quota, not by
+// the table. Taken after the request ids are claimed, the lock is held by
+// no transaction that waits for another's claim.
+func (s *Store) checkMaxJobs(ctx context.Context, tx pgx.Tx, namespace string, adding int) error {
+	limit := s.maxJobs.Limit(namespace)
+	if limit == 0 {
+		return nil
+	}
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended(current_schema() || '/jobs/' || $1, 0))`, namespace); err != nil {
+		return fmt.Errorf("lock the job count of namespace %s: %w", namespace, err)
+	}
+	var used int
+	// A statement of its own: under READ COMMITTED its snapshot is taken
+	// after the lock was granted.
+	if err := tx.QueryRow(ctx, `SELECT count(*) FROM (SELECT 1 FROM jobs WHERE namespace = $1 LIMIT $2) AS j`, namespace, limit).Scan(&used); err != nil {
+		return fmt.Errorf("count the jobs of namespace %s: %w", namespace, err)
+	}
+	return s.maxJobs.Check(namespace, used, adding)
 }
 
 // claimRequestIDs records the request ids of jobs and returns the indexes of
