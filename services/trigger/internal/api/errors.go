@@ -6,6 +6,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/cronmesh/cronmesh/libs/quota"
 	"github.com/cronmesh/cronmesh/libs/rpcerr"
 	"github.com/cronmesh/cronmesh/services/trigger/internal/store"
 )
@@ -13,7 +14,10 @@ import (
 // toConnect maps store and ring errors to Connect codes; internal details
 // are logged, never returned.
 func (h *Handler) toConnect(ctx context.Context, procedure string, err error) error {
+	var exceeded *quota.ExceededError
 	switch {
+	case errors.As(err, &exceeded):
+		return exceeded.ConnectError()
 	case errors.Is(err, store.ErrNotFound):
 		return connect.NewError(connect.CodeNotFound, store.ErrNotFound)
 	case errors.Is(err, store.ErrTooManySlots):

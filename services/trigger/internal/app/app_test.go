@@ -3,6 +3,7 @@ package app_test
 import (
 	"context"
 	"errors"
+	"io"
 	"log/slog"
 	"net/http"
 	"os"
@@ -13,6 +14,7 @@ import (
 	"github.com/google/uuid"
 	amqp091 "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/require"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -26,7 +28,9 @@ import (
 	"github.com/cronmesh/cronmesh/libs/config"
 	"github.com/cronmesh/cronmesh/libs/etcdtest"
 	"github.com/cronmesh/cronmesh/libs/pgtest"
+	"github.com/cronmesh/cronmesh/libs/postgres"
 	"github.com/cronmesh/cronmesh/libs/promhist"
+	"github.com/cronmesh/cronmesh/libs/quota"
 	"github.com/cronmesh/cronmesh/services/trigger/internal/app"
 )
 
@@ -37,7 +41,7 @@ type node struct {
 	baseURL string
 }
 
-func startNode(t *testing.T) *node {
+func startNode(t *testing.T, mods ...func(*app.Config)) *node {
 	t.Helper()
 	_, schema := pgtest.New(t)
 	etcd := etcdtest.New(t)
@@ -59,6 +63,9 @@ func startNode(t *testing.T) *node {
 		ExecutionsExchange: amqptest.UniqueName(t, "executions"),
 		OutboxLanes:        4,
 		Lookahead:          5 * time.Second,
+	}
+	for _, m := range mods {
+		m(&cfg)
 	}
 	t.Cleanup(func() {
 		ch := amqptest.Channel(t)
@@ -132,7 +139,7 @@ func (n *node) createJob(t *testing.T, namespace, cron string, created time.Time
 
 func TestTriggerService(t *testing.T) {
 	t.Parallel()
-	n := startNode(t)
+	n := startNode(t, func(c *app.Config) { c.MaxBackfills = quota.Limits{Default: 1} })
 	ctx := context.Background()
 	id := n.createJob(t, "alpha", "* * * * * *", time.Now())
 
@@ -188,6 +195,29 @@ func TestTriggerService(t *testing.T) {
 	require.NoError(t, err)
 	require.EqualValues(t, 0, again.Msg.Fired)
 	require.EqualValues(t, 10, again.Msg.Skipped)
+
+	// While another backfill of the namespace runs (here on a node that
+	// died a moment ago), a backfill goes beyond the quota of one.
+	pool, err := postgres.Connect(ctx, postgres.Options{URL: pgtest.URL(), Schema: n.cfg.Schema})
+	require.NoError(t, err)
+	defer pool.Close()
+	_, err = pool.Exec(ctx, `INSERT INTO backfills (id, namespace, job_id, node_id, start_time, expire_time)
+		VALUES (gen_random_uuid(), 'alpha', gen_random_uuid(), 'node-z', now(), now() + interval '1 minute')`)
+	require.NoError(t, err)
+	_, err = client.BackfillJob(ctx, connect.NewRequest(req))
+	requireCode(t, err, connect.CodeResourceExhausted)
+	var cerr *connect.Error
+	require.ErrorAs(t, err, &cerr)
+	require.Len(t, cerr.Details(), 1)
+	detail, err := cerr.Details()[0].Value()
+	require.NoError(t, err)
+	require.Equal(t, "namespace:alpha", detail.(*errdetails.QuotaFailure).Violations[0].Subject)
+	resp, err := http.Get(n.baseURL + "/metrics")
+	require.NoError(t, err)
+	metrics, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.NoError(t, err)
+	require.Contains(t, string(metrics), `quota_refusals_total{namespace="alpha",quota="concurrent_backfills"} 1`)
 
 	_, err = client.ListSlots(ctx, connect.NewRequest(&triggerv1.ListSlotsRequest{JobId: id, PageToken: "%%%"}))
 	requireCode(t, err, connect.CodeInvalidArgument)

@@ -49,6 +49,10 @@ type BackfillResult struct {
 // the backfill runs (checked in every transaction, under a share lock on the
 // job row, whose current definition the messages carry).
 //
+// A backfill beyond the namespace's MaxBackfills running at once, on any
+// node, is a *quota.ExceededError, found before anything is written (and
+// after the checks above, so a wrong request takes no room).
+//
 // On an error (including ctx ending while it waits for the rate), the
 // result counts what the committed transactions did: a retried call skips
 // those slots.
@@ -86,9 +90,17 @@ func (s *Store) Backfill(ctx context.Context, namespace, jobID string, start, en
 		slots = append(slots, micros(next))
 		after = next
 	}
+	if len(slots) == 0 {
+		return res, nil
+	}
 	id := uuid.MustParse(jobID)
+	lease, err := s.claimBackfill(ctx, namespace, id)
+	if err != nil {
+		return res, err
+	}
+	defer lease.release(ctx)
 	for len(slots) > 0 {
-		if err := s.pace(ctx, t0, res.Fired, rate); err != nil {
+		if err := s.pace(ctx, t0, res.Fired, rate, lease); err != nil {
 			return res, err
 		}
 		n := min(len(slots), backfillBatch)
@@ -103,18 +115,27 @@ func (s *Store) Backfill(ctx context.Context, namespace, jobID string, start, en
 	return res, nil
 }
 
-// pace waits until fired slots are within rate per second since t0.
-func (s *Store) pace(ctx context.Context, t0 time.Time, fired, rate int) error {
+// pace waits until fired slots are within rate per second since t0,
+// renewing lease between batches and at least every backfillRenewEvery of
+// a long wait.
+func (s *Store) pace(ctx context.Context, t0 time.Time, fired, rate int, lease *backfillLease) error {
 	deadline := t0.Add(time.Duration(fired) * time.Second / time.Duration(rate))
-	wait := deadline.Sub(s.clock.Now())
-	if wait <= 0 {
-		return nil
-	}
-	select {
-	case <-s.clock.After(wait):
-		return nil
-	case <-ctx.Done():
-		return fmt.Errorf("backfill: %w", ctx.Err())
+	for {
+		if err := lease.renew(ctx); err != nil {
+			return err
+		}
+		wait := deadline.Sub(s.clock.Now())
+		if wait <= 0 {
+			return nil
+		}
+		if lease != nil {
+			wait = min(wait, backfillRenewEvery)
+		}
+		select {
+		case <-s.clock.After(wait):
+		case <-ctx.Done():
+			return fmt.Errorf("backfill: %w", ctx.Err())
+		}
 	}
 }
 

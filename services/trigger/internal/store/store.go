@@ -22,6 +22,7 @@ import (
 	"github.com/cronmesh/cronmesh/libs/jobspec"
 	"github.com/cronmesh/cronmesh/libs/migrate"
 	"github.com/cronmesh/cronmesh/libs/outbox"
+	"github.com/cronmesh/cronmesh/libs/quota"
 )
 
 // Domain errors; the API and the projection map them.
@@ -114,6 +115,9 @@ type Options struct {
 	// Clock is Backfill's clock: its fire times, the clamp of a range to
 	// the present, and the waits that bound its rate. Default clock.Real.
 	Clock clock.Clock
+	// MaxBackfills caps the backfills running at once in each namespace,
+	// across every node of the cluster. Nil: no cap.
+	MaxBackfills *quota.Quota
 }
 
 // Store is the trigger's persistence. Safe for concurrent use.
@@ -127,6 +131,7 @@ type Store struct {
 	tracer       trace.Tracer
 	notify       func()
 	clock        clock.Clock
+	maxBackfills *quota.Quota
 	// locations caches time zones for the projection's next-fire
 	// computations (see jobspec.Locations).
 	locations jobspec.Locations
@@ -157,6 +162,7 @@ func New(opts Options) (*Store, error) {
 		tracer:       opts.Tracer,
 		notify:       opts.Notify,
 		clock:        opts.Clock,
+		maxBackfills: opts.MaxBackfills,
 		claimed:      make(map[int]int64),
 	}
 	if s.propagator == nil {
