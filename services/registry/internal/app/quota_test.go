@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"sync"
 	"testing"
+	"time"
 
 	"connectrpc.com/connect"
 	"github.com/stretchr/testify/require"
@@ -14,6 +15,8 @@ import (
 
 	registryv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1"
 	"github.com/cronmesh/cronmesh/libs/quota"
+	"github.com/cronmesh/cronmesh/libs/ratelimit"
+	"github.com/cronmesh/cronmesh/services/registry/internal/app"
 )
 
 // requireQuotaFailure asserts err is RESOURCE_EXHAUSTED with a QuotaFailure
@@ -149,4 +152,38 @@ func TestMaxJobsHoldsUnderConcurrentCreates(t *testing.T) {
 	// Exactly the limit: never more, and not less since the sixteen single
 	// creates cannot all have been refused before the last room was taken.
 	require.Equal(t, limit, reg.countJobs(t, "alpha"), "concurrent creates fill the quota and never overshoot it")
+}
+
+func TestRateLimitPerKey(t *testing.T) {
+	t.Parallel()
+	// One request, then one every thousand seconds: the next is refused
+	// however slowly the test runs.
+	reg := startRegistry(t, func(c *app.Config) {
+		c.RateLimit = ratelimit.Config{Default: ratelimit.Rate{PerSecond: 0.001, Burst: 1}}
+	})
+	ctx := context.Background()
+	list := connect.NewRequest(&registryv1.ListJobsRequest{})
+	_, err := reg.client(keyAlpha).ListJobs(ctx, list)
+	require.NoError(t, err, "the burst of one")
+	for _, p := range protocols {
+		_, err := reg.client(keyAlpha, p.opts...).ListJobs(ctx, list)
+		cerr := requireCode(t, err, connect.CodeResourceExhausted)
+		var retry *errdetails.RetryInfo
+		for _, d := range cerr.Details() {
+			if v, derr := d.Value(); derr == nil {
+				if r, ok := v.(*errdetails.RetryInfo); ok {
+					retry = r
+				}
+			}
+		}
+		require.NotNil(t, retry, "%s: a RetryInfo detail", p.name)
+		require.Greater(t, retry.RetryDelay.AsDuration(), 900*time.Second, p.name)
+	}
+	_, err = reg.client(keyBeta).ListJobs(ctx, list)
+	require.NoError(t, err, "beta's key has a bucket of its own")
+
+	code, body := reg.get(t, "/metrics")
+	require.Equal(t, http.StatusOK, code)
+	require.Contains(t, body, `quota_refusals_total{namespace="alpha",quota="requests_per_second"} 2`)
+	require.NotContains(t, body, `quota_refusals_total{namespace="beta"`)
 }
