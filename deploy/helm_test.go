@@ -256,7 +256,13 @@ func TestChartDefaults(t *testing.T) {
 		limit := env(t, r, svc)["GOMEMLIMIT"].ValueFrom
 		require.NotNilf(t, limit, "%s: the Go runtime knows the memory limit", svc)
 		require.Equal(t, "limits.memory", limit.ResourceFieldRef.Resource)
+		require.Equalf(t, "50:100", value(env(t, r, svc)["CRONMESH_RATE_LIMIT"]), "%s: the rate limit of every key", svc)
+		require.Equalf(t, "10000", value(env(t, r, svc)["CRONMESH_RATE_LIMIT_KEYS"]), svc)
+		_, ok = env(t, r, svc)["CRONMESH_RATE_LIMIT_NAMESPACES"]
+		require.Falsef(t, ok, "%s: no per-namespace rate by default", svc)
 	}
+	require.Equal(t, "10000", value(env(t, r, "registry")["CRONMESH_MAX_JOBS"]))
+	require.Equal(t, "2", value(env(t, r, "trigger")["CRONMESH_MAX_BACKFILLS"]))
 
 	secrets := r.kind("Secret")
 	require.Len(t, secrets, 1, "the chart creates the Secret when no existingSecret is given")
@@ -356,6 +362,13 @@ func TestChartOptions(t *testing.T) {
 	require.Equal(t, "512", value(env(t, r, "trigger")["CRONMESH_PARTITIONS"]))
 	require.Equal(t, "etcd-0.etcd:2379,etcd-1.etcd:2379,etcd-2.etcd:2379", value(env(t, r, "trigger")["CRONMESH_ETCD_ENDPOINTS"]))
 	require.Equal(t, "https://jaeger.example.internal/trace/{trace_id}", value(env(t, r, "history")["CRONMESH_TRACE_LINK_TEMPLATE"]))
+
+	// The global rate limit, a service's config overriding it, the quotas.
+	require.Equal(t, "20:40", value(env(t, r, "registry")["CRONMESH_RATE_LIMIT"]))
+	require.Equal(t, "team-a=200:400,batch=off", value(env(t, r, "history")["CRONMESH_RATE_LIMIT_NAMESPACES"]))
+	require.Equal(t, "500:1000", value(env(t, r, "dispatcher")["CRONMESH_RATE_LIMIT"]), "config wins over global.rateLimit")
+	require.Equal(t, "team-a=50000,sandbox=100", value(env(t, r, "registry")["CRONMESH_MAX_JOBS_NAMESPACES"]))
+	require.Equal(t, "10000", value(env(t, r, "registry")["CRONMESH_MAX_JOBS"]))
 }
 
 // checkWorkloads: every container of every Deployment and StatefulSet has

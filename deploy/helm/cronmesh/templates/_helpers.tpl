@@ -141,6 +141,26 @@ instead of letting the heap reach it. */}}
       key: {{ $key }}
       optional: true
 {{- end }}
+{{- /* The rate limit (global) and the service's quotas, unless its
+`config` sets the same flag; empty values keep the flag's default. */}}
+{{- $limits := dict -}}
+{{- with $g.rateLimit }}
+{{- $_ := set $limits "rate-limit" .perKey -}}
+{{- $_ := set $limits "rate-limit-namespaces" .namespaces -}}
+{{- $_ := set $limits "rate-limit-keys" .maxKeys -}}
+{{- end }}
+{{- range $flag, $value := (get .Values "quotas" | default dict) }}
+{{- $_ := set $limits $flag $value -}}
+{{- end }}
+{{- range $flag, $value := $limits }}
+{{- if and (ne (toString $value) "") (not (hasKey ($.Values.config | default dict) $flag)) }}
+{{- if and (kindIs "float64" $value) (eq $value (floor $value)) }}
+{{- $value = int64 $value }}
+{{- end }}
+- name: {{ printf "CRONMESH_%s" ($flag | upper | replace "-" "_") }}
+  value: {{ $value | toString | quote }}
+{{- end }}
+{{- end }}
 {{- range $flag, $value := .Values.config }}
 {{- /* Numbers from values files are float64: 2000000 would print as 2e+06. */}}
 {{- if and (kindIs "float64" $value) (eq $value (floor $value)) }}
