@@ -202,16 +202,18 @@ func New(opts Options) (*Server, error) {
 // to its generated NewXxxServiceHandler: OpenTelemetry tracing (server spans
 // join the caller's trace from its traceparent header), Prometheus request
 // metrics, panic recovery that logs the panic with its stack and returns
-// CodeInternal without leaking details, the per-key rate limit of
-// Options.RateLimit, then extra interceptors, in that order from outermost
-// to innermost. Refused calls are thus traced and counted by code like any
-// other; panics in extra interceptors are recovered too.
+// CodeInternal without leaking details, extra interceptors, then the per-key
+// rate limit of Options.RateLimit, in that order from outermost to
+// innermost. Refused calls are thus traced and counted by code like any
+// other; panics in extra interceptors are recovered too. The rate limit is
+// innermost so that it sees the caller's key even when an extra
+// interceptor is what authenticates it.
 func (s *Server) HandlerOptions(extra ...connect.Interceptor) []connect.HandlerOption {
 	return []connect.HandlerOption{
 		connect.WithInterceptors(s.otel, s.metrics),
 		connect.WithRecover(s.recoverPanic),
-		connect.WithInterceptors(s.limits...),
 		connect.WithInterceptors(extra...),
+		connect.WithInterceptors(s.limits...),
 	}
 }
 
