@@ -77,10 +77,10 @@ func (l *Limiter) Allow(p apikey.Principal) time.Duration {
 		return 0
 	}
 	key := cmp.Or(p.KeyID, "namespace:"+p.Namespace)
-	now := l.clock.Now()
 
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	now := l.clock.Now() // under the lock: readings reach buckets in order
 	lim := l.bucket(key, r)
 	if lim.AllowN(now, 1) {
 		return 0
