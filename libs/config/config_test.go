@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/cronmesh/cronmesh/libs/config"
+	"github.com/cronmesh/cronmesh/libs/tlsconfig"
 )
 
 // env turns a map into a lookup function, standing in for os.LookupEnv.
@@ -196,6 +197,52 @@ func TestEnvName(t *testing.T) {
 		t.Run(in, func(t *testing.T) {
 			t.Parallel()
 			require.Equal(t, want, config.EnvName(in))
+		})
+	}
+}
+
+func TestTLSAndEtcdFlags(t *testing.T) {
+	t.Parallel()
+	fs, c, _, _ := newFlagSet()
+	require.NoError(t, config.Parse(fs, []string{
+		"--tls-cert=/tls/tls.crt", "--tls-key=/tls/tls.key", "--tls-client-ca=/tls/ca.crt",
+		"--etcd-ca-file=/etcd/ca.crt", "--etcd-cert=/etcd/tls.crt", "--etcd-key=/etcd/tls.key", "--etcd-username=trigger",
+	}, env(map[string]string{"CRONMESH_ETCD_PASSWORD": "from-env"})))
+	require.Equal(t, tlsconfig.Server{CertFile: "/tls/tls.crt", KeyFile: "/tls/tls.key", ClientCAFile: "/tls/ca.crt"}, c.TLS)
+	require.Equal(t, tlsconfig.Client{CAFile: "/etcd/ca.crt", CertFile: "/etcd/tls.crt", KeyFile: "/etcd/tls.key"}, c.EtcdTLS)
+	require.Equal(t, "trigger", c.EtcdUsername)
+	require.Equal(t, "from-env", c.EtcdPassword)
+	require.NoError(t, c.Validate())
+}
+
+func TestValidate(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name    string
+		args    []string
+		wantErr string
+	}{
+		{name: "nothing set"},
+		{name: "TLS", args: []string{"--tls-cert=c", "--tls-key=k"}},
+		{name: "mutual TLS", args: []string{"--tls-cert=c", "--tls-key=k", "--tls-client-ca=ca"}},
+		{name: "etcd TLS and auth", args: []string{"--etcd-ca-file=ca", "--etcd-cert=c", "--etcd-key=k", "--etcd-username=u", "--etcd-password=p"}},
+		{name: "cert without key", args: []string{"--tls-cert=c"}, wantErr: "--tls-cert and --tls-key go together"},
+		{name: "key without cert", args: []string{"--tls-key=k"}, wantErr: "--tls-cert and --tls-key go together"},
+		{name: "client CA alone", args: []string{"--tls-client-ca=ca"}, wantErr: "--tls-client-ca needs --tls-cert and --tls-key"},
+		{name: "etcd cert without key", args: []string{"--etcd-cert=c"}, wantErr: "--etcd-cert and --etcd-key go together"},
+		{name: "etcd password without user", args: []string{"--etcd-password=p"}, wantErr: "--etcd-password needs --etcd-username"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			fs, c, _, _ := newFlagSet()
+			require.NoError(t, config.Parse(fs, tt.args, nil))
+			err := c.Validate()
+			if tt.wantErr == "" {
+				require.NoError(t, err)
+				return
+			}
+			require.ErrorContains(t, err, tt.wantErr)
 		})
 	}
 }
