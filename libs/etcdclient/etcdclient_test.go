@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
 	"github.com/cronmesh/cronmesh/libs/etcdclient"
@@ -73,7 +72,7 @@ func TestTLSAndAuthentication(t *testing.T) {
 	admin, err := etcdclient.New(opts(etcdclient.Options{TLS: trusted}))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = admin.Close() })
-	enableAuth(t, admin)
+	etcdtest.EnableAuth(t, admin, "trigger", "s3cret", "/cronmesh/")
 
 	trigger, err := etcdclient.New(opts(etcdclient.Options{TLS: trusted, Username: "trigger", Password: "s3cret"}))
 	require.NoError(t, err)
@@ -96,27 +95,6 @@ func TestTLSAndAuthentication(t *testing.T) {
 		o.DialTimeout = 2 * time.Second // each waits all of it
 		require.Error(t, putWith(t, opts(o)), name)
 	}
-}
-
-// enableAuth creates root and a trigger user allowed /cronmesh/ only, then
-// turns authentication on.
-func enableAuth(t *testing.T, cli *clientv3.Client) {
-	t.Helper()
-	ctx := t.Context()
-	_, err := cli.UserAdd(ctx, "root", "root-password")
-	require.NoError(t, err)
-	_, err = cli.UserGrantRole(ctx, "root", "root")
-	require.NoError(t, err)
-	_, err = cli.RoleAdd(ctx, "trigger")
-	require.NoError(t, err)
-	_, err = cli.RoleGrantPermission(ctx, "trigger", "/cronmesh/", clientv3.GetPrefixRangeEnd("/cronmesh/"), clientv3.PermissionType(clientv3.PermReadWrite))
-	require.NoError(t, err)
-	_, err = cli.UserAdd(ctx, "trigger", "s3cret")
-	require.NoError(t, err)
-	_, err = cli.UserGrantRole(ctx, "trigger", "trigger")
-	require.NoError(t, err)
-	_, err = cli.AuthEnable(ctx)
-	require.NoError(t, err)
 }
 
 // putWith connects with o and writes a key the trigger may write.

@@ -319,3 +319,28 @@ func (u unlessStopping) WithAttrs(as []slog.Attr) slog.Handler {
 func (u unlessStopping) WithGroup(name string) slog.Handler {
 	return unlessStopping{h: u.h.WithGroup(name), stopping: u.stopping}
 }
+
+// EnableAuth turns etcd's authentication on through cli (which must be
+// allowed to: before auth is on, any client is), with a root user and user
+// (password password) allowed to read and write under prefix only.
+func EnableAuth(t testing.TB, cli *clientv3.Client, user, password, prefix string) {
+	t.Helper()
+	ctx := context.Background()
+	steps := []func() error{
+		func() error { _, err := cli.UserAdd(ctx, "root", "root-"+password); return err },
+		func() error { _, err := cli.UserGrantRole(ctx, "root", "root"); return err },
+		func() error { _, err := cli.RoleAdd(ctx, user); return err },
+		func() error {
+			_, err := cli.RoleGrantPermission(ctx, user, prefix, clientv3.GetPrefixRangeEnd(prefix), clientv3.PermissionType(clientv3.PermReadWrite))
+			return err
+		},
+		func() error { _, err := cli.UserAdd(ctx, user, password); return err },
+		func() error { _, err := cli.UserGrantRole(ctx, user, user); return err },
+		func() error { _, err := cli.AuthEnable(ctx); return err },
+	}
+	for _, step := range steps {
+		if err := step(); err != nil {
+			t.Fatalf("etcdtest: enable auth: %v", err)
+		}
+	}
+}
