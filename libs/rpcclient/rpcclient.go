@@ -17,7 +17,8 @@ import (
 // files.CertFile when the server asks for a certificate (mutual TLS); http://
 // endpoints over h2c. HTTP/1.1 is never used: a server or proxy that speaks
 // only HTTP/1.1 fails the call, which gRPC could not use anyway. Timeouts of
-// dialing, TLS handshakes and idle connections are those of
+// dialing, TLS handshakes and idle connections, and proxies from the
+// environment (HTTPS_PROXY, NO_PROXY; never for loopback), are those of
 // http.DefaultTransport; a call's own deadline comes from its context. It
 // fails when files is not valid or a file cannot be read.
 func NewHTTPClient(files tlsconfig.Client) (*http.Client, error) {
