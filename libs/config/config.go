@@ -98,8 +98,10 @@ func (c *Common) Register(fs *flag.FlagSet, defaultListen string) {
 // Validate checks what the flags cannot check one by one: --tls-cert and
 // --tls-key go together, --tls-client-ca needs them, --etcd-cert and
 // --etcd-key go together, and --etcd-password needs --etcd-username. It
-// reads no file. servicemain runs it after parsing, so a service refuses to
-// start with a half-configured TLS instead of silently serving in clear.
+// then reads the TLS files named, so a missing file, a malformed one or a
+// key that does not match its certificate stops a service before it
+// connects anywhere. servicemain runs it after parsing, so a service
+// refuses to start with a half-configured TLS instead of serving in clear.
 func (c Common) Validate() error {
 	var errs []error
 	switch err := c.TLS.Validate(); {
@@ -107,9 +109,18 @@ func (c Common) Validate() error {
 		errs = append(errs, errors.New("--tls-cert and --tls-key go together: give both or neither"))
 	case errors.Is(err, tlsconfig.ErrClientCAWithoutCert):
 		errs = append(errs, errors.New("--tls-client-ca needs --tls-cert and --tls-key: client certificates are asked for over TLS only"))
+	case err == nil:
+		if _, err := c.TLS.Config(); err != nil {
+			errs = append(errs, fmt.Errorf("--tls-cert, --tls-key, --tls-client-ca: %w", err))
+		}
 	}
-	if c.EtcdTLS.Validate() != nil {
+	switch {
+	case c.EtcdTLS.Validate() != nil:
 		errs = append(errs, errors.New("--etcd-cert and --etcd-key go together: give both or neither"))
+	case c.EtcdTLS != (tlsconfig.Client{}):
+		if _, err := c.EtcdTLS.Config(); err != nil {
+			errs = append(errs, fmt.Errorf("--etcd-ca-file, --etcd-cert, --etcd-key: %w", err))
+		}
 	}
 	if c.EtcdPassword != "" && c.EtcdUsername == "" {
 		errs = append(errs, errors.New("--etcd-password needs --etcd-username"))
