@@ -58,8 +58,9 @@ type (
 			Port int `yaml:"port"`
 		} `yaml:"grpc"`
 		HTTPGet *struct {
-			Path string `yaml:"path"`
-			Port any    `yaml:"port"`
+			Path   string `yaml:"path"`
+			Port   any    `yaml:"port"`
+			Scheme string `yaml:"scheme"`
 		} `yaml:"httpGet"`
 		TCPSocket *struct {
 			Port any `yaml:"port"`
@@ -101,6 +102,17 @@ type (
 			Limits   map[string]string `yaml:"limits"`
 		} `yaml:"resources"`
 		SecurityContext *securityContext `yaml:"securityContext"`
+		VolumeMounts    []struct {
+			Name      string `yaml:"name"`
+			MountPath string `yaml:"mountPath"`
+			ReadOnly  bool   `yaml:"readOnly"`
+		} `yaml:"volumeMounts"`
+	}
+	volume struct {
+		Name   string `yaml:"name"`
+		Secret *struct {
+			SecretName string `yaml:"secretName"`
+		} `yaml:"secret"`
 	}
 	workload struct {
 		Spec struct {
@@ -112,6 +124,7 @@ type (
 					SecurityContext *securityContext `yaml:"securityContext"`
 					InitContainers  []container      `yaml:"initContainers"`
 					Containers      []container      `yaml:"containers"`
+					Volumes         []volume         `yaml:"volumes"`
 				} `yaml:"spec"`
 			} `yaml:"template"`
 		} `yaml:"spec"`
@@ -264,6 +277,17 @@ func TestChartDefaults(t *testing.T) {
 	require.Equal(t, "10000", value(env(t, r, "registry")["CRONMESH_MAX_JOBS"]))
 	require.Equal(t, "2", value(env(t, r, "trigger")["CRONMESH_MAX_BACKFILLS"]))
 
+	// Verified PostgreSQL by default; no TLS on the listeners unless asked.
+	for _, svc := range services {
+		e := env(t, r, svc)
+		require.Equal(t, "postgres://cronmesh@postgresql:5432/cronmesh?sslmode=verify-full", value(e["CRONMESH_POSTGRES_URL"]))
+		require.Equal(t, "amqp://cronmesh:$(AMQP_PASSWORD)@rabbitmq:5672/%2F", value(e["CRONMESH_AMQP_URL"]))
+		for _, name := range []string{"CRONMESH_TLS_CERT", "CRONMESH_TLS_KEY", "CRONMESH_TLS_CLIENT_CA", "CRONMESH_ETCD_CA_FILE", "CRONMESH_ETCD_USERNAME"} {
+			_, ok := e[name]
+			require.Falsef(t, ok, "%s: %s set by default", svc, name)
+		}
+	}
+
 	secrets := r.kind("Secret")
 	require.Len(t, secrets, 1, "the chart creates the Secret when no existingSecret is given")
 	require.Equal(t, "cm-cronmesh-secrets", secrets[0].Metadata.Name)
@@ -352,15 +376,34 @@ func TestChartOptions(t *testing.T) {
 	for _, svc := range services {
 		e := env(t, r, svc)
 		require.Equalf(t, js.Metadata.Name+":4317", value(e["CRONMESH_OTLP_ENDPOINT"]), "%s exports to the Jaeger", svc)
-		require.Equal(t, "postgres://cm_app@pg.db.svc:6432/cm?sslmode=verify-full", value(e["CRONMESH_POSTGRES_URL"]))
-		require.Equal(t, "amqps://cm_app:$(AMQP_PASSWORD)@mq.db.svc:5671/cronmesh", value(e["CRONMESH_AMQP_URL"]))
+		require.Equal(t, "postgres://cm_app@pg.db.svc:6432/cm?sslmode=verify-full&sslrootcert=/etc/cronmesh/postgres-ca/root.crt", value(e["CRONMESH_POSTGRES_URL"]))
+		require.Equal(t, "amqps://cm_app:$(AMQP_PASSWORD)@mq.db.svc:5671/cronmesh?cacertfile=/etc/cronmesh/amqp-ca/ca.crt", value(e["CRONMESH_AMQP_URL"]))
+		require.Equal(t, "/etc/cronmesh/tls/tls.crt", value(e["CRONMESH_TLS_CERT"]))
+		require.Equal(t, "/etc/cronmesh/tls/tls.key", value(e["CRONMESH_TLS_KEY"]))
+		require.Equal(t, "/etc/cronmesh/tls/ca.crt", value(e["CRONMESH_TLS_CLIENT_CA"]))
+		var ports struct {
+			Spec struct {
+				Ports []struct {
+					AppProtocol string `yaml:"appProtocol"`
+				} `yaml:"ports"`
+			} `yaml:"spec"`
+		}
+		s, _ := r.byService("Service", svc)
+		s.decode(t, &ports)
+		require.Equalf(t, "https", ports.Spec.Ports[0].AppProtocol, "%s: the Service says HTTPS", svc)
 		c := mainContainer(t, r, svc)
 		require.Equal(t, "registry.example.internal/cronmesh/"+svc+":1.2.3", c.Image)
 	}
 	require.Equal(t, "debug", value(env(t, r, "trigger")["CRONMESH_LOG_LEVEL"]))
 	require.Equal(t, "warn", value(env(t, r, "registry")["CRONMESH_LOG_LEVEL"]))
 	require.Equal(t, "512", value(env(t, r, "trigger")["CRONMESH_PARTITIONS"]))
-	require.Equal(t, "etcd-0.etcd:2379,etcd-1.etcd:2379,etcd-2.etcd:2379", value(env(t, r, "trigger")["CRONMESH_ETCD_ENDPOINTS"]))
+	trigEnv := env(t, r, "trigger")
+	require.Equal(t, "etcd-0.etcd:2379,etcd-1.etcd:2379,etcd-2.etcd:2379", value(trigEnv["CRONMESH_ETCD_ENDPOINTS"]))
+	require.Equal(t, "/etc/cronmesh/etcd-tls/ca.crt", value(trigEnv["CRONMESH_ETCD_CA_FILE"]))
+	require.Equal(t, "/etc/cronmesh/etcd-tls/tls.crt", value(trigEnv["CRONMESH_ETCD_CERT"]))
+	require.Equal(t, "/etc/cronmesh/etcd-tls/tls.key", value(trigEnv["CRONMESH_ETCD_KEY"]))
+	require.Equal(t, "cronmesh-trigger", value(trigEnv["CRONMESH_ETCD_USERNAME"]))
+	require.Equal(t, "etcd-password", trigEnv["CRONMESH_ETCD_PASSWORD"].ValueFrom.SecretKeyRef.Key)
 	require.Equal(t, "https://jaeger.example.internal/trace/{trace_id}", value(env(t, r, "history")["CRONMESH_TRACE_LINK_TEMPLATE"]))
 
 	// The global rate limit, a service's config overriding it, the quotas.
@@ -439,11 +482,22 @@ func checkServices(t *testing.T, r rendered, secretName string) {
 		_, listenPort, err := net.SplitHostPort(value(e["CRONMESH_LISTEN"]))
 		require.NoError(t, err)
 		require.Equalf(t, strconv.Itoa(port), listenPort, "%s: CRONMESH_LISTEN and the container port", svc)
-		require.NotNilf(t, c.ReadinessProbe.GRPC, "%s is ready by grpc.health.v1", svc)
-		require.Equal(t, port, c.ReadinessProbe.GRPC.Port)
+		_, tls := e["CRONMESH_TLS_CERT"]
+		if tls {
+			// The kubelet's grpc probe speaks no TLS: /readyz over HTTPS.
+			require.NotNilf(t, c.ReadinessProbe.HTTPGet, "%s is ready by /readyz over HTTPS", svc)
+			require.Equal(t, "/readyz", c.ReadinessProbe.HTTPGet.Path)
+			require.Equal(t, "HTTPS", c.ReadinessProbe.HTTPGet.Scheme)
+			require.Contains(t, []any{port, c.Ports[0].Name}, c.ReadinessProbe.HTTPGet.Port)
+		} else {
+			require.NotNilf(t, c.ReadinessProbe.GRPC, "%s is ready by grpc.health.v1", svc)
+			require.Equal(t, port, c.ReadinessProbe.GRPC.Port)
+		}
 		require.NotNilf(t, c.LivenessProbe.HTTPGet, "%s is alive by /healthz", svc)
 		require.Equal(t, "/healthz", c.LivenessProbe.HTTPGet.Path)
+		require.Equalf(t, map[bool]string{true: "HTTPS"}[tls], c.LivenessProbe.HTTPGet.Scheme, "%s: liveness over TLS exactly when serving TLS", svc)
 		require.Contains(t, []any{port, c.Ports[0].Name}, c.LivenessProbe.HTTPGet.Port)
+		checkFilesMounted(t, svc, w, c)
 
 		s, ok := r.byService("Service", svc)
 		require.Truef(t, ok, "no Service for %s", svc)
@@ -478,7 +532,11 @@ func checkServices(t *testing.T, r rendered, secretName string) {
 		require.Equalf(t, svc == "trigger", seen["CRONMESH_ETCD_ENDPOINTS"], "%s: only the trigger uses etcd", svc)
 
 		// Credentials only from the Secret.
-		for _, name := range []string{"CRONMESH_API_KEYS", "PGPASSWORD", "AMQP_PASSWORD"} {
+		credentials := []string{"CRONMESH_API_KEYS", "PGPASSWORD", "AMQP_PASSWORD"}
+		if _, ok := e["CRONMESH_ETCD_PASSWORD"]; ok {
+			credentials = append(credentials, "CRONMESH_ETCD_PASSWORD")
+		}
+		for _, name := range credentials {
 			ref := e[name].ValueFrom
 			require.Truef(t, ref != nil && ref.SecretKeyRef != nil, "%s: %s is not from a Secret", svc, name)
 			require.Equal(t, secretName, ref.SecretKeyRef.Name)
@@ -502,6 +560,43 @@ func checkServices(t *testing.T, r rendered, secretName string) {
 	require.Equal(t, "metadata.name", e["CRONMESH_NODE_ID"].ValueFrom.FieldRef.FieldPath)
 	require.Equal(t, "status.podIP", e["POD_IP"].ValueFrom.FieldRef.FieldPath)
 	require.Equal(t, "$(POD_IP):8082", value(e["CRONMESH_ADVERTISE"]))
+}
+
+// checkFilesMounted: every file the environment names (a flag's value that
+// is an absolute path, the CA files in the PostgreSQL and AMQP URLs) lies in
+// a read-only mount of a Secret.
+func checkFilesMounted(t *testing.T, svc string, w workload, c container) {
+	t.Helper()
+	secretVolumes := map[string]bool{}
+	for _, v := range w.Spec.Template.Spec.Volumes {
+		secretVolumes[v.Name] = v.Secret != nil && v.Secret.SecretName != ""
+	}
+	var files []string
+	for _, v := range c.Env {
+		val := value(v)
+		switch {
+		case strings.HasPrefix(val, "/"):
+			files = append(files, val)
+		case v.Name == "CRONMESH_POSTGRES_URL" || v.Name == "CRONMESH_AMQP_URL":
+			u, err := url.Parse(val)
+			require.NoError(t, err)
+			for _, param := range []string{"sslrootcert", "cacertfile"} {
+				if f := u.Query().Get(param); f != "" {
+					files = append(files, f)
+				}
+			}
+		}
+	}
+	for _, f := range files {
+		mounted := slices.ContainsFunc(c.VolumeMounts, func(m struct {
+			Name      string `yaml:"name"`
+			MountPath string `yaml:"mountPath"`
+			ReadOnly  bool   `yaml:"readOnly"`
+		}) bool {
+			return strings.HasPrefix(f, m.MountPath+"/") && m.ReadOnly && secretVolumes[m.Name]
+		})
+		require.Truef(t, mounted, "%s: %s is in no read-only mount of a Secret", svc, f)
+	}
 }
 
 func (p *probe) handled() bool {

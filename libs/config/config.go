@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/cronmesh/cronmesh/libs/ratelimit"
+	"github.com/cronmesh/cronmesh/libs/tlsconfig"
 )
 
 // Defaults of the common settings, exported so services and tooling (for
@@ -45,6 +46,20 @@ type Common struct {
 	// EtcdEndpoints are the etcd members, comma separated on the command line
 	// (--etcd-endpoints, CRONMESH_ETCD_ENDPOINTS).
 	EtcdEndpoints []string
+	// EtcdTLS is how the etcd client reaches the members over TLS: the CA
+	// (--etcd-ca-file) and, for client certificate authentication, a
+	// certificate and key (--etcd-cert, --etcd-key). TLS is on as soon as
+	// one is given or an endpoint is an https:// URL.
+	EtcdTLS tlsconfig.Client
+	// EtcdUsername and EtcdPassword authenticate to etcd when etcd's auth
+	// is enabled (--etcd-username, --etcd-password; the password preferably
+	// from CRONMESH_ETCD_PASSWORD: flags show in the process list).
+	EtcdUsername string
+	EtcdPassword string
+	// TLS is the listener's TLS: its certificate and key (--tls-cert,
+	// --tls-key) and, for mutual TLS, the CA clients' certificates must
+	// chain to (--tls-client-ca). All empty: HTTP/1.1 and h2c, no TLS.
+	TLS tlsconfig.Server
 	// LogLevel is one of debug, info, warn, error (--log-level,
 	// CRONMESH_LOG_LEVEL); any other value is rejected at parse time.
 	LogLevel string
@@ -71,11 +86,52 @@ func (c *Common) Register(fs *flag.FlagSet, defaultListen string) {
 	fs.StringVar(&c.OTLPEndpoint, "otlp-endpoint", "", "host:port of an OTLP/gRPC trace collector; empty disables export")
 	c.EtcdEndpoints = []string{DefaultEtcdEndpoint}
 	fs.Var((*StringList)(&c.EtcdEndpoints), "etcd-endpoints", "comma separated etcd endpoints")
+	fs.StringVar(&c.EtcdTLS.CAFile, "etcd-ca-file", "", "PEM file of the CA etcd's certificates chain to (turns TLS to etcd on; default the system's CAs when another TLS flag is set)")
+	fs.StringVar(&c.EtcdTLS.CertFile, "etcd-cert", "", "PEM client certificate presented to etcd (with --etcd-key)")
+	fs.StringVar(&c.EtcdTLS.KeyFile, "etcd-key", "", "PEM key of --etcd-cert")
+	fs.StringVar(&c.EtcdUsername, "etcd-username", "", "etcd user, when etcd's authentication is enabled")
+	fs.StringVar(&c.EtcdPassword, "etcd-password", "", "password of --etcd-username (prefer env CRONMESH_ETCD_PASSWORD: flags show in the process list)")
+	fs.StringVar(&c.TLS.CertFile, "tls-cert", "", "PEM certificate chain of the listener; with --tls-key, serves HTTP/2 over TLS instead of h2c")
+	fs.StringVar(&c.TLS.KeyFile, "tls-key", "", "PEM private key of --tls-cert")
+	fs.StringVar(&c.TLS.ClientCAFile, "tls-client-ca", "", "PEM CA that clients' certificates must chain to (mutual TLS; needs --tls-cert)")
 	c.LogLevel = DefaultLogLevel
 	fs.Var((*logLevel)(&c.LogLevel), "log-level", "log level: debug, info, warn or error")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", DefaultShutdownTimeout, "graceful shutdown timeout")
 	fs.BoolVar(&c.Pprof, "pprof", false, "serve net/http/pprof under /debug/pprof/ (for profiling; off in production)")
 	c.RateLimit.Register(fs)
+}
+
+// Validate checks what the flags cannot check one by one: --tls-cert and
+// --tls-key go together, --tls-client-ca needs them, --etcd-cert and
+// --etcd-key go together, and --etcd-password needs --etcd-username. It
+// then reads the TLS files named, so a missing file, a malformed one or a
+// key that does not match its certificate stops a service before it
+// connects anywhere. servicemain runs it after parsing, so a service
+// refuses to start with a half-configured TLS instead of serving in clear.
+func (c Common) Validate() error {
+	var errs []error
+	switch err := c.TLS.Validate(); {
+	case errors.Is(err, tlsconfig.ErrIncompletePair):
+		errs = append(errs, errors.New("--tls-cert and --tls-key go together: give both or neither"))
+	case errors.Is(err, tlsconfig.ErrClientCAWithoutCert):
+		errs = append(errs, errors.New("--tls-client-ca needs --tls-cert and --tls-key: client certificates are asked for over TLS only"))
+	case err == nil:
+		if _, err := c.TLS.Config(); err != nil {
+			errs = append(errs, fmt.Errorf("--tls-cert, --tls-key, --tls-client-ca: %w", err))
+		}
+	}
+	switch {
+	case c.EtcdTLS.Validate() != nil:
+		errs = append(errs, errors.New("--etcd-cert and --etcd-key go together: give both or neither"))
+	case c.EtcdTLS != (tlsconfig.Client{}):
+		if _, err := c.EtcdTLS.Config(); err != nil {
+			errs = append(errs, fmt.Errorf("--etcd-ca-file, --etcd-cert, --etcd-key: %w", err))
+		}
+	}
+	if c.EtcdPassword != "" && c.EtcdUsername == "" {
+		errs = append(errs, errors.New("--etcd-password needs --etcd-username"))
+	}
+	return errors.Join(errs...)
 }
 
 // EnvName returns the environment variable that backs the flag named name:

@@ -10,6 +10,8 @@ import (
 
 	"github.com/cronmesh/cronmesh/libs/config"
 	"github.com/cronmesh/cronmesh/libs/ratelimit"
+	"github.com/cronmesh/cronmesh/libs/tlsconfig"
+	"github.com/cronmesh/cronmesh/libs/tlstest"
 )
 
 // env turns a map into a lookup function, standing in for os.LookupEnv.
@@ -211,6 +213,61 @@ func TestEnvName(t *testing.T) {
 		t.Run(in, func(t *testing.T) {
 			t.Parallel()
 			require.Equal(t, want, config.EnvName(in))
+		})
+	}
+}
+
+func TestTLSAndEtcdFlags(t *testing.T) {
+	t.Parallel()
+	ca := tlstest.NewCA(t, "mesh")
+	server, client := ca.Server("registry"), ca.Client("trigger")
+	fs, c, _, _ := newFlagSet()
+	require.NoError(t, config.Parse(fs, []string{
+		"--tls-cert=" + server.CertFile, "--tls-key=" + server.KeyFile, "--tls-client-ca=" + ca.CertFile,
+		"--etcd-ca-file=" + ca.CertFile, "--etcd-cert=" + client.CertFile, "--etcd-key=" + client.KeyFile, "--etcd-username=trigger",
+	}, env(map[string]string{"CRONMESH_ETCD_PASSWORD": "from-env"})))
+	require.Equal(t, tlsconfig.Server{CertFile: server.CertFile, KeyFile: server.KeyFile, ClientCAFile: ca.CertFile}, c.TLS)
+	require.Equal(t, tlsconfig.Client{CAFile: ca.CertFile, CertFile: client.CertFile, KeyFile: client.KeyFile}, c.EtcdTLS)
+	require.Equal(t, "trigger", c.EtcdUsername)
+	require.Equal(t, "from-env", c.EtcdPassword)
+	require.NoError(t, c.Validate())
+}
+
+func TestValidate(t *testing.T) {
+	t.Parallel()
+	ca := tlstest.NewCA(t, "mesh")
+	server, client := ca.Server("registry"), ca.Client("trigger")
+	cert, key, caFile := "--tls-cert="+server.CertFile, "--tls-key="+server.KeyFile, "--tls-client-ca="+ca.CertFile
+	tests := []struct {
+		name    string
+		args    []string
+		wantErr string
+	}{
+		{name: "nothing set"},
+		{name: "TLS", args: []string{cert, key}},
+		{name: "mutual TLS", args: []string{cert, key, caFile}},
+		{name: "etcd TLS and auth", args: []string{"--etcd-ca-file=" + ca.CertFile, "--etcd-cert=" + client.CertFile, "--etcd-key=" + client.KeyFile, "--etcd-username=u", "--etcd-password=p"}},
+		{name: "cert without key", args: []string{cert}, wantErr: "--tls-cert and --tls-key go together"},
+		{name: "key without cert", args: []string{key}, wantErr: "--tls-cert and --tls-key go together"},
+		{name: "client CA alone", args: []string{caFile}, wantErr: "--tls-client-ca needs --tls-cert and --tls-key"},
+		{name: "missing certificate file", args: []string{cert + ".missing", key}, wantErr: "no such file"},
+		{name: "key of another certificate", args: []string{cert, "--tls-key=" + client.KeyFile}, wantErr: "private key does not match"},
+		{name: "client CA not a certificate", args: []string{cert, key, "--tls-client-ca=" + server.KeyFile}, wantErr: "no PEM certificate"},
+		{name: "etcd cert without key", args: []string{"--etcd-cert=" + client.CertFile}, wantErr: "--etcd-cert and --etcd-key go together"},
+		{name: "missing etcd CA", args: []string{"--etcd-ca-file=" + ca.CertFile + ".missing"}, wantErr: "--etcd-ca-file"},
+		{name: "etcd password without user", args: []string{"--etcd-password=p"}, wantErr: "--etcd-password needs --etcd-username"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			fs, c, _, _ := newFlagSet()
+			require.NoError(t, config.Parse(fs, tt.args, nil))
+			err := c.Validate()
+			if tt.wantErr == "" {
+				require.NoError(t, err)
+				return
+			}
+			require.ErrorContains(t, err, tt.wantErr)
 		})
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
@@ -148,9 +149,29 @@ type Cluster struct {
 // test if the server cannot start, and stops it at cleanup.
 func New(t testing.TB) *Cluster {
 	t.Helper()
+	return newCluster(t, nil)
+}
+
+// ClientTLS is how a cluster of NewTLS serves its clients: its certificate
+// and key, and, when ClientCAFile is set, the CA every client's certificate
+// must chain to (etcd's --client-cert-auth).
+type ClientTLS struct {
+	CertFile, KeyFile, ClientCAFile string
+}
+
+// NewTLS is New with clients served over TLS: Endpoints are https:// URLs.
+// Client does not work on such a cluster (it dials without TLS); the test
+// builds its own client, as the code under test does.
+func NewTLS(t testing.TB, files ClientTLS) *Cluster {
+	t.Helper()
+	return newCluster(t, &files)
+}
+
+func newCluster(t testing.TB, files *ClientTLS) *Cluster {
+	t.Helper()
 	var lastErr error
 	for range startAttempts {
-		c, err := tryNew(t.TempDir())
+		c, err := tryNew(t.TempDir(), files)
 		if err == nil {
 			t.Cleanup(c.Stop)
 			return c
@@ -164,10 +185,13 @@ func New(t testing.TB) *Cluster {
 	return nil
 }
 
-func tryNew(dir string) (*Cluster, error) {
+func tryNew(dir string, files *ClientTLS) (*Cluster, error) {
 	cu, err := freeURL()
 	if err != nil {
 		return nil, err
+	}
+	if files != nil {
+		cu.Scheme = "https"
 	}
 	pu, err := freeURL()
 	if err != nil {
@@ -181,6 +205,15 @@ func tryNew(dir string) (*Cluster, error) {
 	c.cfg = func() *embed.Config {
 		cfg := newConfig(c.dir, c.clientURL, c.peerURL, logger)
 		cfg.UnsafeNoFsync = true
+		if files != nil {
+			cfg.ClientTLSInfo = transport.TLSInfo{
+				CertFile: files.CertFile, KeyFile: files.KeyFile,
+				TrustedCAFile: files.ClientCAFile, ClientCertAuth: files.ClientCAFile != "",
+			}
+			// bcrypt's minimum cost: tests that turn authentication on
+			// check passwords without spending a core on each.
+			cfg.BcryptCost = 4
+		}
 		return cfg
 	}
 	e, err := start(c.cfg())
@@ -285,4 +318,29 @@ func (u unlessStopping) WithAttrs(as []slog.Attr) slog.Handler {
 
 func (u unlessStopping) WithGroup(name string) slog.Handler {
 	return unlessStopping{h: u.h.WithGroup(name), stopping: u.stopping}
+}
+
+// EnableAuth turns etcd's authentication on through cli (which must be
+// allowed to: before auth is on, any client is), with a root user and user
+// (password password) allowed to read and write under prefix only.
+func EnableAuth(t testing.TB, cli *clientv3.Client, user, password, prefix string) {
+	t.Helper()
+	ctx := context.Background()
+	steps := []func() error{
+		func() error { _, err := cli.UserAdd(ctx, "root", "root-"+password); return err },
+		func() error { _, err := cli.UserGrantRole(ctx, "root", "root"); return err },
+		func() error { _, err := cli.RoleAdd(ctx, user); return err },
+		func() error {
+			_, err := cli.RoleGrantPermission(ctx, user, prefix, clientv3.GetPrefixRangeEnd(prefix), clientv3.PermissionType(clientv3.PermReadWrite))
+			return err
+		},
+		func() error { _, err := cli.UserAdd(ctx, user, password); return err },
+		func() error { _, err := cli.UserGrantRole(ctx, user, user); return err },
+		func() error { _, err := cli.AuthEnable(ctx); return err },
+	}
+	for _, step := range steps {
+		if err := step(); err != nil {
+			t.Fatalf("etcdtest: enable auth: %v", err)
+		}
+	}
 }

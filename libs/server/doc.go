@@ -4,8 +4,10 @@
 // service's dependencies are ready, and Run until the context is cancelled.
 //
 // One listener serves HTTP/1.1 and unencrypted HTTP/2 (h2c), so the Connect,
-// gRPC and gRPC-Web protocols all work without TLS inside the mesh. Besides
-// the mounted services a Server always serves:
+// gRPC and gRPC-Web protocols all work without TLS inside the mesh; or, with
+// Options.TLS, HTTP/2 and HTTP/1.1 over TLS (ALPN), optionally requiring
+// client certificates (mutual TLS). Besides the mounted services a Server
+// always serves:
 //
 //   - grpc.health.v1.Health (Check), reporting NOT_SERVING until SetServing(true);
 //   - gRPC server reflection v1 and v1alpha listing every handled service, so

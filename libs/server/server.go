@@ -3,6 +3,7 @@ package server
 import (
 	"cmp"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -29,6 +30,7 @@ import (
 	"github.com/cronmesh/cronmesh/libs/quota"
 	"github.com/cronmesh/cronmesh/libs/ratelimit"
 	"github.com/cronmesh/cronmesh/libs/telemetry"
+	"github.com/cronmesh/cronmesh/libs/tlsconfig"
 )
 
 const (
@@ -68,6 +70,12 @@ type Options struct {
 	// Clock drives the rate limit's token buckets; nil means the system
 	// clock.
 	Clock clock.Clock
+	// TLS, when it names a certificate and key, makes the listener serve
+	// HTTP/2 and HTTP/1.1 over TLS (negotiated by ALPN) instead of HTTP/1.1
+	// and h2c. With a client CA as well, every request but the probes
+	// (/healthz, /readyz) needs a client certificate that chains to it; see
+	// requireClientCert. The zero value serves without TLS.
+	TLS tlsconfig.Server
 }
 
 // Server serves a service's Connect handlers plus health, reflection and
@@ -79,6 +87,8 @@ type Server struct {
 	shutdownTimeout time.Duration
 
 	mux      *http.ServeMux // everything served
+	handler  http.Handler   // mux, behind the client certificate check of mutual TLS
+	tls      *tls.Config    // nil: no TLS
 	services *http.ServeMux // only the Connect services, behind middleware
 	// wrapped is services behind the middleware chain; swapped atomically so
 	// UseMiddleware and requests never race.
@@ -170,6 +180,9 @@ func New(opts Options) (*Server, error) {
 	// The process as a whole starts NOT_SERVING: a service is ready only
 	// once its dependencies are (db pinged, consumers subscribed).
 	s.checker.SetStatus("", grpchealth.StatusNotServing)
+	if s.tls, s.handler, err = tlsHandler(opts.TLS, s.mux); err != nil {
+		return nil, fmt.Errorf("server %s: TLS: %w", opts.Name, err)
+	}
 	var services http.Handler = s.services
 	s.wrapped.Store(&services)
 
@@ -341,10 +354,11 @@ func (s *Server) Run(ctx context.Context) error {
 
 	var protocols http.Protocols
 	protocols.SetHTTP1(true)
-	// h2c: gRPC needs HTTP/2, and inside the mesh there is no TLS.
-	protocols.SetUnencryptedHTTP2(true)
+	// gRPC needs HTTP/2: over TLS when configured, else h2c.
+	protocols.SetHTTP2(s.tls != nil)
+	protocols.SetUnencryptedHTTP2(s.tls == nil)
 	srv := &http.Server{
-		Handler:           s.mux,
+		Handler:           s.handler,
 		Protocols:         &protocols,
 		ReadHeaderTimeout: readHeaderTimeout,
 		ErrorLog:          slog.NewLogLogger(s.logger.Handler(), slog.LevelWarn),
@@ -358,8 +372,8 @@ func (s *Server) Run(ctx context.Context) error {
 	})
 
 	serveErr := make(chan error, 1)
-	go func() { serveErr <- srv.Serve(ln) }()
-	s.logger.Info("server started", "server", s.name, "addr", addr)
+	go func() { serveErr <- s.serve(srv, ln) }()
+	s.logger.Info("server started", "server", s.name, "addr", addr, "tls", s.tls != nil)
 
 	select {
 	case err := <-serveErr:

@@ -70,10 +70,16 @@ func TuneGC(lookupEnv func(string) (string, bool)) {
 	debug.SetGCPercent(DefaultGCPercent)
 }
 
+// validator is a configuration that checks itself once parsed; every
+// service's configuration is one through the config.Common it embeds.
+type validator interface{ Validate() error }
+
 // Run parses args (after an optional "serve" or, when the service has one,
 // "migrate") with environment fallbacks from lookupEnv, builds the logger
-// on stderr and runs the subcommand. Flag errors come back as errors; -h
-// prints the usage and returns flag.ErrHelp.
+// on stderr and runs the subcommand. Flag errors come back as errors, as
+// does the error of the configuration's Validate method when it has one
+// (config.Common's: flags that go together); -h prints the usage and returns
+// flag.ErrHelp.
 func Run[C any](ctx context.Context, s Service[C], args []string, lookupEnv func(string) (string, bool), stderr io.Writer) error {
 	if s.Name == "" || s.Register == nil || s.LogLevel == nil || s.Serve == nil {
 		return errors.New("servicemain: Service needs a Name, Register, LogLevel and Serve")
@@ -91,6 +97,11 @@ func Run[C any](ctx context.Context, s Service[C], args []string, lookupEnv func
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected argument %q (subcommands: serve%s)", fs.Arg(0), map[bool]string{true: ", migrate"}[s.Migrate != nil])
+	}
+	if v, ok := any(cfg).(validator); ok {
+		if err := v.Validate(); err != nil {
+			return err
+		}
 	}
 	logger, err := telemetry.NewLogger(stderr, s.LogLevel(cfg), s.Name)
 	if err != nil {

@@ -60,6 +60,9 @@ func TestRun(t *testing.T) {
 		{"migrate is a stray argument without a Migrate", []string{"migrate"}, nil, "", "", "migrate", true},
 		{"unknown flag", []string{"--nope"}, nil, "", "", "nope", false},
 		{"bad log level", []string{"--log-level", "loud"}, nil, "", "", "loud", false},
+		{"TLS certificate without its key", []string{"--tls-cert", "/tls/tls.crt"}, nil, "", "", "--tls-cert and --tls-key go together", false},
+		{"TLS key without its certificate, from env", nil, map[string]string{"CRONMESH_TLS_KEY": "/tls/tls.key"}, "", "", "--tls-cert and --tls-key go together", false},
+		{"TLS migrate refused too", []string{"migrate", "--tls-cert", "/tls/tls.crt"}, nil, "", "", "--tls-key", false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -94,14 +94,24 @@ Kubernetes into a CRONMESH_* value, and GOMEMLIMIT by the Go runtime. Credential
       name: {{ $secret }}
       key: {{ $g.secrets.keys.postgresPassword }}
 - name: CRONMESH_POSTGRES_URL
-  value: {{ printf "postgres://%s@%s:%v/%s?sslmode=%s" $g.postgres.user $g.postgres.host $g.postgres.port $g.postgres.database $g.postgres.sslmode | quote }}
+  value: {{ include "cronmesh.postgresURL" . | quote }}
 - name: AMQP_PASSWORD
   valueFrom:
     secretKeyRef:
       name: {{ $secret }}
       key: {{ $g.secrets.keys.amqpPassword }}
 - name: CRONMESH_AMQP_URL
-  value: {{ printf "%s://%s:$(AMQP_PASSWORD)@%s:%v/%s" $g.rabbitmq.scheme $g.rabbitmq.user $g.rabbitmq.host $g.rabbitmq.port $g.rabbitmq.vhost | quote }}
+  value: {{ include "cronmesh.amqpURL" . | quote }}
+{{- with $g.tls.secretName }}
+- name: CRONMESH_TLS_CERT
+  value: /etc/cronmesh/tls/tls.crt
+- name: CRONMESH_TLS_KEY
+  value: /etc/cronmesh/tls/tls.key
+{{- if $g.tls.clientAuth }}
+- name: CRONMESH_TLS_CLIENT_CA
+  value: /etc/cronmesh/tls/ca.crt
+{{- end }}
+{{- end }}
 {{- /* The services collect garbage at GOGC 200 (libs/servicemain); the
 limit makes the collector work harder near the container's memory limit
 instead of letting the heap reach it. */}}
@@ -112,6 +122,25 @@ instead of letting the heap reach it. */}}
 {{- if get .Values "etcd" }}
 - name: CRONMESH_ETCD_ENDPOINTS
   value: {{ join "," $g.etcd.endpoints | quote }}
+{{- if $g.etcd.tls.secretName }}
+- name: CRONMESH_ETCD_CA_FILE
+  value: /etc/cronmesh/etcd-tls/ca.crt
+{{- if $g.etcd.tls.clientCert }}
+- name: CRONMESH_ETCD_CERT
+  value: /etc/cronmesh/etcd-tls/tls.crt
+- name: CRONMESH_ETCD_KEY
+  value: /etc/cronmesh/etcd-tls/tls.key
+{{- end }}
+{{- end }}
+{{- with $g.etcd.username }}
+- name: CRONMESH_ETCD_USERNAME
+  value: {{ . | quote }}
+- name: CRONMESH_ETCD_PASSWORD
+  valueFrom:
+    secretKeyRef:
+      name: {{ $secret }}
+      key: {{ $g.secrets.keys.etcdPassword }}
+{{- end }}
 {{- end }}
 {{- with include "cronmesh.otlpEndpoint" . }}
 - name: CRONMESH_OTLP_ENDPOINT
@@ -168,6 +197,61 @@ instead of letting the heap reach it. */}}
 {{- end }}
 - name: {{ printf "CRONMESH_%s" ($flag | upper | replace "-" "_" | replace "." "_") }}
   value: {{ $value | toString | quote }}
+{{- end }}
+{{- end -}}
+
+{{/*
+cronmesh.postgresURL is the PostgreSQL URL, without the password (PGPASSWORD
+has it), with the CA file when global.postgres.ca names a Secret.
+*/}}
+{{- define "cronmesh.postgresURL" -}}
+{{- $pg := .Values.global.postgres -}}
+{{- printf "postgres://%s@%s:%v/%s?sslmode=%s" $pg.user $pg.host $pg.port $pg.database $pg.sslmode -}}
+{{- with $pg.ca.secretName }}{{ printf "&sslrootcert=/etc/cronmesh/postgres-ca/%s" $pg.ca.key }}{{ end -}}
+{{- end -}}
+
+{{/*
+cronmesh.amqpURL is the AMQP URL, the password spliced in by Kubernetes:
+amqps with the CA file (amqp091's cacertfile) when global.rabbitmq.ca names a
+Secret.
+*/}}
+{{- define "cronmesh.amqpURL" -}}
+{{- $mq := .Values.global.rabbitmq -}}
+{{- $scheme := ternary "amqps" $mq.scheme (not (empty $mq.ca.secretName)) -}}
+{{- printf "%s://%s:$(AMQP_PASSWORD)@%s:%v/%s" $scheme $mq.user $mq.host $mq.port $mq.vhost -}}
+{{- with $mq.ca.secretName }}{{ printf "?cacertfile=/etc/cronmesh/amqp-ca/%s" $mq.ca.key }}{{ end -}}
+{{- end -}}
+
+{{/*
+cronmesh.secretVolumes is the YAML list of the Secrets a service mounts
+read-only under /etc/cronmesh/<name>: its TLS certificate, the CAs of
+PostgreSQL and RabbitMQ, and (with etcd) etcd's TLS files.
+*/}}
+{{- define "cronmesh.secretVolumes" -}}
+{{- $g := .Values.global -}}
+{{- $volumes := list -}}
+{{- with $g.tls.secretName }}{{ $volumes = append $volumes (dict "name" "tls" "secretName" .) }}{{ end -}}
+{{- with $g.postgres.ca.secretName }}{{ $volumes = append $volumes (dict "name" "postgres-ca" "secretName" .) }}{{ end -}}
+{{- with $g.rabbitmq.ca.secretName }}{{ $volumes = append $volumes (dict "name" "amqp-ca" "secretName" .) }}{{ end -}}
+{{- if get .Values "etcd" }}{{ with $g.etcd.tls.secretName }}{{ $volumes = append $volumes (dict "name" "etcd-tls" "secretName" .) }}{{ end }}{{ end -}}
+{{- toYaml $volumes -}}
+{{- end -}}
+
+{{/* cronmesh.probe is a probe's handler: HTTPS GET of path with TLS, else grpc (readiness) or HTTP GET (liveness). */}}
+{{- define "cronmesh.probe" -}}
+{{- $ctx := index . 0 -}}{{- $path := index . 1 -}}
+{{- if $ctx.Values.global.tls.secretName }}
+httpGet:
+  path: {{ $path }}
+  port: grpc
+  scheme: HTTPS
+{{- else if eq $path "/readyz" }}
+grpc:
+  port: {{ $ctx.Values.port }}
+{{- else }}
+httpGet:
+  path: {{ $path }}
+  port: grpc
 {{- end }}
 {{- end -}}
 
@@ -234,10 +318,10 @@ spec:
             {{- include "cronmesh.env" . | nindent 12 }}
           # Ready: grpc.health.v1 reports SERVING for the whole server (""),
           # which a service does only once it can do its work (the trigger:
-          # holds its partitions; consumers: subscribed).
+          # holds its partitions; consumers: subscribed). With TLS, /readyz
+          # says the same over HTTPS: the kubelet's grpc probe has no TLS.
           readinessProbe:
-            grpc:
-              port: {{ .Values.port }}
+            {{- include "cronmesh.probe" (list . "/readyz") | trim | nindent 12 }}
             periodSeconds: 5
             timeoutSeconds: 3
             failureThreshold: 3
@@ -245,9 +329,7 @@ spec:
           # serves at all, so a node that is merely not ready (waiting for
           # etcd or the broker) is taken out of the Service, not restarted.
           livenessProbe:
-            httpGet:
-              path: /healthz
-              port: grpc
+            {{- include "cronmesh.probe" (list . "/healthz") | trim | nindent 12 }}
             initialDelaySeconds: 10
             periodSeconds: 10
             timeoutSeconds: 3
@@ -263,10 +345,20 @@ spec:
           volumeMounts:
             - name: tmp
               mountPath: /tmp
+            {{- range $v := include "cronmesh.secretVolumes" . | fromYamlArray }}
+            - name: {{ $v.name }}
+              mountPath: /etc/cronmesh/{{ $v.name }}
+              readOnly: true
+            {{- end }}
       volumes:
         - name: tmp
           emptyDir:
             sizeLimit: 64Mi
+        {{- range $v := include "cronmesh.secretVolumes" . | fromYamlArray }}
+        - name: {{ $v.name }}
+          secret:
+            secretName: {{ $v.secretName }}
+        {{- end }}
       {{- with .Values.nodeSelector }}
       nodeSelector:
         {{- toYaml . | nindent 8 }}
@@ -281,7 +373,7 @@ spec:
       {{- end }}
 {{- end -}}
 
-{{/* cronmesh.service is a service's ClusterIP Service: Connect, gRPC and gRPC-Web over h2c on one port. */}}
+{{/* cronmesh.service is a service's ClusterIP Service: Connect, gRPC and gRPC-Web over h2c (or HTTPS with global.tls) on one port. */}}
 {{- define "cronmesh.service" -}}
 apiVersion: v1
 kind: Service
@@ -298,7 +390,7 @@ spec:
       port: {{ .Values.port }}
       targetPort: grpc
       protocol: TCP
-      appProtocol: kubernetes.io/h2c
+      appProtocol: {{ ternary "https" "kubernetes.io/h2c" (not (empty .Values.global.tls.secretName)) }}
 {{- end -}}
 
 {{/* cronmesh.pdb is a service's PodDisruptionBudget. */}}

@@ -188,8 +188,7 @@ func startFakeAlerts(t *testing.T) (*fakeAlerts, *httptest.Server) {
 	fake := &fakeAlerts{}
 	mux := http.NewServeMux()
 	mux.Handle(alertingv1connect.NewAlertServiceHandler(fake))
-	srv := httptest.NewServer(mux)
-	t.Cleanup(srv.Close)
+	srv := newH2CServer(t, mux)
 	return fake, srv
 }
 

@@ -21,6 +21,7 @@ import (
 	"github.com/cronmesh/cronmesh/gen/go/cronmesh/history/v1/historyv1connect"
 	"github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1/registryv1connect"
 	"github.com/cronmesh/cronmesh/gen/go/cronmesh/trigger/v1/triggerv1connect"
+	"github.com/cronmesh/cronmesh/libs/rpcclient"
 	"github.com/cronmesh/cronmesh/services/cronctl/internal/config"
 	"github.com/cronmesh/cronmesh/services/cronctl/internal/output"
 )
@@ -45,8 +46,9 @@ type Env struct {
 	// Home is the user's home directory, for the default config file; empty
 	// means no default file.
 	Home string
-	// HTTPClient carries every call; nil means a new http.Client with the
-	// configured timeout.
+	// HTTPClient carries every call; nil means libs/rpcclient's (h2c to
+	// http:// URLs, HTTP/2 over TLS to https:// ones, with the configured CA
+	// and client certificate).
 	HTTPClient *http.Client
 	// ReadFile reads -f files; "-" is Stdin.
 	ReadFile func(string) ([]byte, error)
@@ -198,7 +200,10 @@ func run(ctx context.Context, args []string, env *Env, keys *[]string) error {
 		*keys = append(*keys, cfg.APIKey)
 		env.Stdout, env.Stderr = output.NewRedactor(env.Stdout, cfg.APIKey), output.NewRedactor(env.Stderr, cfg.APIKey)
 	}
-	s := newSession(cfg, env)
+	s, err := newSession(cfg, env)
+	if err != nil {
+		return err
+	}
 	ctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
 	defer cancel()
 	return runFn(ctx, s, positional)
@@ -245,6 +250,7 @@ func printGroup(w io.Writer, node *command, path []string) {
 // globalFlags are accepted by every command.
 type globalFlags struct {
 	configPath, registryURL, triggerURL, dispatcherURL, historyURL, alertingURL, apiKey, output, timeout string
+	caFile, clientCert, clientKey                                                                        string
 }
 
 func (g *globalFlags) register(fs *flag.FlagSet) {
@@ -258,12 +264,16 @@ func (g *globalFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&g.output, "o", "", "output: table, json or yaml (env CRONMESH_OUTPUT; default table)")
 	fs.StringVar(&g.output, "output", "", "same as -o")
 	fs.StringVar(&g.timeout, "timeout", "", "per-command timeout (env CRONMESH_TIMEOUT; default 30s)")
+	fs.StringVar(&g.caFile, "ca-file", "", "PEM CA that https:// services' certificates chain to (env CRONMESH_CA_FILE; default the system's CAs)")
+	fs.StringVar(&g.clientCert, "client-cert", "", "PEM client certificate for services that require one, mutual TLS (env CRONMESH_CLIENT_CERT; with --client-key)")
+	fs.StringVar(&g.clientKey, "client-key", "", "PEM key of --client-cert (env CRONMESH_CLIENT_KEY)")
 }
 
 func (g *globalFlags) flags() config.Flags {
 	return config.Flags{
 		ConfigPath: g.configPath, RegistryURL: g.registryURL, TriggerURL: g.triggerURL,
 		DispatcherURL: g.dispatcherURL, HistoryURL: g.historyURL, AlertingURL: g.alertingURL, APIKey: g.apiKey, Output: g.output, Timeout: g.timeout,
+		CAFile: g.caFile, ClientCert: g.clientCert, ClientKey: g.clientKey,
 	}
 }
 
@@ -281,10 +291,13 @@ type session struct {
 	now func() time.Time
 }
 
-func newSession(cfg config.Config, env *Env) *session {
+func newSession(cfg config.Config, env *Env) (*session, error) {
 	httpClient := env.HTTPClient
 	if httpClient == nil {
-		httpClient = &http.Client{}
+		var err error
+		if httpClient, err = rpcclient.NewHTTPClient(cfg.TLS()); err != nil {
+			return nil, err
+		}
 	}
 	now := env.Now
 	if now == nil {
@@ -301,7 +314,7 @@ func newSession(cfg config.Config, env *Env) *session {
 		history:    historyv1connect.NewHistoryServiceClient(httpClient, cfg.HistoryURL, opts...),
 		alerts:     alertingv1connect.NewAlertServiceClient(httpClient, cfg.AlertingURL, opts...),
 		now:        now,
-	}
+	}, nil
 }
 
 // bearer sends the API key as "Authorization: Bearer <key>" (libs/apikey).

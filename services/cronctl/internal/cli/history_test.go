@@ -153,8 +153,7 @@ func TestHistoryCommands(t *testing.T) {
 	fake := &fakeHistory{}
 	mux := http.NewServeMux()
 	mux.Handle(historyv1connect.NewHistoryServiceHandler(fake))
-	srv := httptest.NewServer(mux)
-	t.Cleanup(srv.Close)
+	srv := newH2CServer(t, mux)
 
 	out, errOut, code := runAgainst(t, srv, nil, "history", "list", "--job", "J", "--status", "failed,dead", "--trigger", "manual",
 		"--since", "24h", "--until", "2030-01-02T06:00:00Z", "--query", "timeout", "--page-size", "10")

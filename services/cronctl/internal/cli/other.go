@@ -164,6 +164,7 @@ func configViewSetup(fs *flag.FlagSet) func(context.Context, *session, []string)
 			{"registryUrl", view.RegistryURL}, {"triggerUrl", view.TriggerURL}, {"dispatcherUrl", view.DispatcherURL},
 			{"historyUrl", view.HistoryURL}, {"alertingUrl", view.AlertingURL},
 			{"apiKey", apiKey}, {"output", view.Output}, {"timeout", view.Timeout},
+			{"caFile", view.CAFile}, {"clientCert", view.ClientCert}, {"clientKey", view.ClientKey},
 		}
 		fmt.Fprintf(s.env.Stdout, "config file: %s\n", file)
 		for _, r := range rows {

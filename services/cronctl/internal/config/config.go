@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"sigs.k8s.io/yaml"
+
+	"github.com/cronmesh/cronmesh/libs/tlsconfig"
 )
 
 // Defaults are the endpoints of `make dev`, so that cronctl works against a
@@ -38,6 +40,9 @@ const (
 	EnvAPIKey        = "CRONMESH_API_KEY"
 	EnvOutput        = "CRONMESH_OUTPUT"
 	EnvTimeout       = "CRONMESH_TIMEOUT"
+	EnvCAFile        = "CRONMESH_CA_FILE"
+	EnvClientCert    = "CRONMESH_CLIENT_CERT"
+	EnvClientKey     = "CRONMESH_CLIENT_KEY"
 )
 
 // Redacted stands in for the API key wherever the configuration is shown.
@@ -55,6 +60,13 @@ type Config struct {
 	APIKey  string
 	Output  string
 	Timeout time.Duration
+	// CAFile is the PEM CA that https:// endpoints' certificates must chain
+	// to; empty: the system's CAs.
+	CAFile string
+	// ClientCert and ClientKey are the PEM certificate and key presented to
+	// services that require one (mutual TLS); both or neither.
+	ClientCert string
+	ClientKey  string
 	// File is the config file that was read; empty when none was.
 	File string
 	// Sources names where each setting came from (flag, env, file or
@@ -72,6 +84,9 @@ type File struct {
 	APIKey        string `json:"apiKey,omitempty"`
 	Output        string `json:"output,omitempty"`
 	Timeout       string `json:"timeout,omitempty"`
+	CAFile        string `json:"caFile,omitempty"`
+	ClientCert    string `json:"clientCert,omitempty"`
+	ClientKey     string `json:"clientKey,omitempty"`
 }
 
 // Flags are the values given on the command line; an empty field was not
@@ -86,6 +101,9 @@ type Flags struct {
 	APIKey        string
 	Output        string
 	Timeout       string
+	CAFile        string
+	ClientCert    string
+	ClientKey     string
 }
 
 // Sources of a setting.
@@ -156,6 +174,9 @@ func Resolve(flags Flags, lookupEnv func(string) (string, bool), home string) (C
 	cfg.APIKey = pick("apiKey", flags.APIKey, EnvAPIKey, file.APIKey, "")
 	cfg.Output = pick("output", flags.Output, EnvOutput, file.Output, DefaultOutput)
 	timeout := pick("timeout", flags.Timeout, EnvTimeout, file.Timeout, DefaultTimeout.String())
+	cfg.CAFile = pick("caFile", flags.CAFile, EnvCAFile, file.CAFile, "")
+	cfg.ClientCert = pick("clientCert", flags.ClientCert, EnvClientCert, file.ClientCert, "")
+	cfg.ClientKey = pick("clientKey", flags.ClientKey, EnvClientKey, file.ClientKey, "")
 
 	var errs []error
 	var err error
@@ -173,7 +194,16 @@ func Resolve(flags Flags, lookupEnv func(string) (string, bool), home string) (C
 			errs = append(errs, fmt.Errorf("%s %q (from %s): want an http:// or https:// URL", u.key, u.url, cfg.Sources[u.key]))
 		}
 	}
+	if (cfg.ClientCert == "") != (cfg.ClientKey == "") {
+		errs = append(errs, fmt.Errorf("clientCert (from %s) and clientKey (from %s) go together: give both or neither",
+			cfg.Sources["clientCert"], cfg.Sources["clientKey"]))
+	}
 	return cfg, errors.Join(errs...)
+}
+
+// TLS is the TLS configuration of calls to https:// endpoints.
+func (c Config) TLS() tlsconfig.Client {
+	return tlsconfig.Client{CAFile: c.CAFile, CertFile: c.ClientCert, KeyFile: c.ClientKey}
 }
 
 // View is the configuration as `config view` shows it: every setting with
@@ -192,6 +222,9 @@ func (c Config) View() File {
 		APIKey:        key,
 		Output:        c.Output,
 		Timeout:       cmp.Or(c.Timeout, DefaultTimeout).String(),
+		CAFile:        c.CAFile,
+		ClientCert:    c.ClientCert,
+		ClientKey:     c.ClientKey,
 	}
 }
 

@@ -8,7 +8,6 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -27,6 +26,8 @@ import (
 	"github.com/cronmesh/cronmesh/libs/meshrun"
 	"github.com/cronmesh/cronmesh/libs/postgres"
 	"github.com/cronmesh/cronmesh/libs/ring"
+	"github.com/cronmesh/cronmesh/libs/rpcclient"
+	"github.com/cronmesh/cronmesh/libs/tlsconfig"
 	"github.com/cronmesh/cronmesh/services/devstack/internal/procstat"
 	"github.com/cronmesh/cronmesh/services/devstack/internal/target"
 	"github.com/cronmesh/cronmesh/services/devstack/internal/workload"
@@ -165,9 +166,11 @@ func (e *env) startMesh(ctx context.Context) error {
 	if e.trigger, err = postgres.Connect(ctx, postgres.Options{URL: e.cfg.PostgresURL, Schema: e.mesh.Schemas["trigger"], MaxConns: 2}); err != nil {
 		return err
 	}
-	transport := &http.Transport{Protocols: new(http.Protocols)}
-	transport.Protocols.SetUnencryptedHTTP2(true)
-	e.registry = registryv1connect.NewJobServiceClient(&http.Client{Transport: transport}, e.mesh.Registry.URL,
+	httpClient, err := rpcclient.NewHTTPClient(tlsconfig.Client{})
+	if err != nil {
+		return err
+	}
+	e.registry = registryv1connect.NewJobServiceClient(httpClient, e.mesh.Registry.URL,
 		connect.WithInterceptors(bearer(e.key)))
 	return nil
 }

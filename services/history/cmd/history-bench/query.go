@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
-	"net/http"
 	"slices"
 	"time"
 
@@ -15,6 +14,8 @@ import (
 
 	historyv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/history/v1"
 	"github.com/cronmesh/cronmesh/gen/go/cronmesh/history/v1/historyv1connect"
+	"github.com/cronmesh/cronmesh/libs/rpcclient"
+	"github.com/cronmesh/cronmesh/libs/tlsconfig"
 )
 
 // query measures ListExecutions through the service's API (Connect over
@@ -23,9 +24,11 @@ func query(ctx context.Context, out io.Writer, o options) error {
 	if o.apiKey == "" {
 		return errors.New("--api-key (CRONMESH_API_KEY) is required")
 	}
-	transport := &http.Transport{Protocols: new(http.Protocols)}
-	transport.Protocols.SetUnencryptedHTTP2(true)
-	client := historyv1connect.NewHistoryServiceClient(&http.Client{Transport: transport}, o.historyURL,
+	httpClient, err := rpcclient.NewHTTPClient(tlsconfig.Client{})
+	if err != nil {
+		return err
+	}
+	client := historyv1connect.NewHistoryServiceClient(httpClient, o.historyURL,
 		connect.WithInterceptors(connect.UnaryInterceptorFunc(func(next connect.UnaryFunc) connect.UnaryFunc {
 			return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
 				req.Header().Set("Authorization", "Bearer "+o.apiKey)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
 	"sort"
 	"strings"
 	"sync"
@@ -12,6 +11,8 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1/registryv1connect"
+	"github.com/cronmesh/cronmesh/libs/rpcclient"
+	"github.com/cronmesh/cronmesh/libs/tlsconfig"
 )
 
 // newClient returns a JobService client on its own HTTP/2 connection (h2c,
@@ -21,8 +22,10 @@ func (b *bench) newClient() (registryv1connect.JobServiceClient, error) {
 	if b.opts.apiKey == "" {
 		return nil, errors.New("no API key: pass --api-key or set CRONMESH_API_KEY")
 	}
-	transport := &http.Transport{Protocols: new(http.Protocols)}
-	transport.Protocols.SetUnencryptedHTTP2(true)
+	httpClient, err := rpcclient.NewHTTPClient(tlsconfig.Client{})
+	if err != nil {
+		return nil, err
+	}
 	opts := []connect.ClientOption{connect.WithInterceptors(bearer(b.opts.apiKey))}
 	if b.opts.protocol == "grpc" {
 		opts = append(opts, connect.WithGRPC())
@@ -32,7 +35,7 @@ func (b *bench) newClient() (registryv1connect.JobServiceClient, error) {
 		// registry answers uncompressed.
 		opts = append(opts, connect.WithAcceptCompression("gzip", nil, nil))
 	}
-	return registryv1connect.NewJobServiceClient(&http.Client{Transport: transport}, b.opts.registryURL, opts...), nil
+	return registryv1connect.NewJobServiceClient(httpClient, b.opts.registryURL, opts...), nil
 }
 
 func bearer(key string) connect.UnaryInterceptorFunc {

@@ -20,6 +20,7 @@ import (
 	"github.com/cronmesh/cronmesh/libs/broker"
 	"github.com/cronmesh/cronmesh/libs/clock"
 	"github.com/cronmesh/cronmesh/libs/config"
+	"github.com/cronmesh/cronmesh/libs/etcdclient"
 	"github.com/cronmesh/cronmesh/libs/migrate"
 	"github.com/cronmesh/cronmesh/libs/outbox"
 	"github.com/cronmesh/cronmesh/libs/postgres"
@@ -260,9 +261,9 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger) (_ *App, err erro
 		return nil, err
 	}
 
-	a.etcd, err = clientv3.New(clientv3.Config{Endpoints: cfg.EtcdEndpoints, DialTimeout: 5 * time.Second, Logger: nil})
+	a.etcd, err = etcdclient.New(etcdclient.FromConfig(cfg.Common))
 	if err != nil {
-		return nil, fmt.Errorf("etcd %v: %w", cfg.EtcdEndpoints, err)
+		return nil, err
 	}
 	a.ring, err = ring.New(ring.Options{
 		Client:     a.etcd,
@@ -360,6 +361,7 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger) (_ *App, err erro
 	a.server, err = server.New(server.Options{
 		Name: "trigger", Listen: cfg.Listen, Logger: logger, Telemetry: a.telemetry, ShutdownTimeout: cfg.ShutdownTimeout, Profiling: cfg.Pprof,
 		RateLimit: cfg.RateLimit,
+		TLS: cfg.TLS,
 	})
 	if err != nil {
 		return nil, err
