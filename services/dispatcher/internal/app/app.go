@@ -321,7 +321,7 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger, opts ...Option) (
 	a.server, err = server.New(server.Options{
 		Name: "dispatcher", Listen: cfg.Listen, Logger: logger, Telemetry: a.telemetry, ShutdownTimeout: cfg.ShutdownTimeout, Profiling: cfg.Pprof,
 		RateLimit: cfg.RateLimit,
-		TLS: cfg.TLS,
+		TLS:       cfg.TLS,
 	})
 	if err != nil {
 		return nil, err
