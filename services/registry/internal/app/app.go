@@ -15,9 +15,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1/registryv1connect"
-	"github.com/cronmesh/cronmesh/libs/apikey"
 	"github.com/cronmesh/cronmesh/libs/broker"
 	"github.com/cronmesh/cronmesh/libs/config"
+	"github.com/cronmesh/cronmesh/libs/keyring"
 	"github.com/cronmesh/cronmesh/libs/migrate"
 	"github.com/cronmesh/cronmesh/libs/outbox"
 	"github.com/cronmesh/cronmesh/libs/postgres"
@@ -55,6 +55,9 @@ type Config struct {
 	Exchange string
 	// OutboxLanes is how many events the relay publishes concurrently.
 	OutboxLanes int
+	// Keys paces the refresh of the managed API keys (only Refresh is
+	// used: the registry reads them from its own database).
+	Keys keyring.Config
 }
 
 // Register adds the registry's flags to fs.
@@ -64,6 +67,7 @@ func (c *Config) Register(fs *flag.FlagSet) {
 	fs.StringVar(&c.Schema, "schema", DefaultSchema, "PostgreSQL schema of the registry's tables")
 	fs.StringVar(&c.Exchange, "exchange", DefaultExchange, "RabbitMQ topic exchange for job events")
 	fs.IntVar(&c.OutboxLanes, "outbox-lanes", 16, "events the outbox relay publishes concurrently (order per job is kept)")
+	c.Keys.RegisterRefresh(fs)
 }
 
 // Migrate creates the database when missing and applies the schema's
@@ -100,7 +104,7 @@ type App struct {
 	cfg       Config
 	logger    *slog.Logger
 	telemetry *telemetry.Telemetry
-	keys      *apikey.Keys
+	keys      *keyring.Ring
 	server    *server.Server
 	pool      *pgxpool.Pool
 	publisher message.Publisher
@@ -112,14 +116,11 @@ type App struct {
 // the relay. Nothing serves until Run. The broker may be down: the relay
 // connects lazily and retries, and writes are accepted meanwhile.
 func New(ctx context.Context, cfg Config, logger *slog.Logger) (_ *App, err error) {
-	keys, err := apikey.Parse(cfg.APIKeys)
+	configured, err := keyring.ParseConfigured(cfg.APIKeys)
 	if err != nil {
 		return nil, err
 	}
-	if keys.Len() == 0 {
-		return nil, errors.New("no API keys configured (--api-keys or CRONMESH_API_KEYS): every call would be refused")
-	}
-	a := &App{cfg: cfg, logger: logger, keys: keys}
+	a := &App{cfg: cfg, logger: logger}
 	defer func() {
 		if err != nil {
 			a.close(context.Background())
@@ -173,9 +174,28 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger) (_ *App, err erro
 	if err != nil {
 		return nil, err
 	}
-	a.server.UseMiddleware(keys.Middleware().Wrap)
+	// The registry's own copy of the managed keys comes straight from its
+	// database, and a change made through this replica applies at once.
+	a.keys, err = keyring.New(keyring.Options{
+		Configured: configured, Source: st, Interval: cfg.Keys.Refresh,
+		Logger: logger.With(slog.String("component", "keyring")), Metrics: a.telemetry.Metrics,
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := a.keys.Refresh(ctx); err != nil {
+		return nil, fmt.Errorf("load the managed API keys: %w", err)
+	}
+	a.server.UseMiddleware(a.keys.Middleware().Wrap)
 	path, handler := registryv1connect.NewJobServiceHandler(api.NewHandler(st, logger), a.server.HandlerOptions()...)
 	a.server.Handle(registryv1connect.JobServiceName, path, handler)
+	keysChanged := func(ctx context.Context) {
+		if err := a.keys.Refresh(ctx); err != nil {
+			logger.WarnContext(ctx, "refreshing the managed API keys after a change", slog.Any("error", err))
+		}
+	}
+	path, handler = registryv1connect.NewKeyServiceHandler(api.NewKeyHandler(st, logger, keysChanged), a.server.HandlerOptions()...)
+	a.server.Handle(registryv1connect.KeyServiceName, path, handler)
 	return a, nil
 }
 
@@ -193,14 +213,18 @@ func (a *App) Run(ctx context.Context) error {
 	relayCtx, stopRelay := context.WithCancel(context.WithoutCancel(ctx))
 	relayDone := make(chan error, 1)
 	go func() { relayDone <- a.relay.Run(relayCtx) }()
+	keysDone := make(chan error, 1)
+	go func() { keysDone <- a.keys.Run(ctx) }()
 
 	a.server.SetServing(true)
 	serveErr := a.server.Run(ctx)
 
 	stopRelay()
 	relayErr := <-relayDone
+	a.keys.Stop()
+	keysErr := <-keysDone
 	a.close(context.WithoutCancel(ctx))
-	return errors.Join(serveErr, relayErr)
+	return errors.Join(serveErr, relayErr, keysErr)
 }
 
 func (a *App) close(ctx context.Context) {

@@ -1,0 +1,98 @@
+package keyring
+
+import (
+	"errors"
+	"flag"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/cronmesh/cronmesh/libs/apikey"
+)
+
+// DefaultRegistryURL is the registry of `make dev`.
+const DefaultRegistryURL = "http://127.0.0.1:8081"
+
+// Config is how a service gets the managed keys: from the registry at
+// RegistryURL, every Refresh, calling with RegistryAPIKey.
+type Config struct {
+	// RegistryURL is the registry's base URL (--registry-url,
+	// CRONMESH_REGISTRY_URL).
+	RegistryURL string
+	// RegistryAPIKey is the configured (bootstrap) key sent to the registry
+	// (--registry-api-key, CRONMESH_REGISTRY_API_KEY); empty means the first
+	// --api-keys entry given as a plain key rather than a digest.
+	RegistryAPIKey string
+	// Refresh is the interval between refreshes (--key-refresh,
+	// CRONMESH_KEY_REFRESH).
+	Refresh time.Duration
+}
+
+// RegisterRefresh adds --key-refresh to fs: all the registry itself needs,
+// since it reads the keys from its own database.
+func (c *Config) RegisterRefresh(fs *flag.FlagSet) {
+	fs.DurationVar(&c.Refresh, "key-refresh", DefaultInterval, "how often the managed API keys are refreshed (a revoked key is refused within about this long)")
+}
+
+// Register adds --registry-url, --registry-api-key and --key-refresh to fs.
+func (c *Config) Register(fs *flag.FlagSet) {
+	fs.StringVar(&c.RegistryURL, "registry-url", DefaultRegistryURL, "base URL of the registry, which hands out the managed API keys")
+	fs.StringVar(&c.RegistryAPIKey, "registry-api-key", "", "configured (bootstrap admin) key to fetch the managed API keys with (default: the first plain key of --api-keys)")
+	c.RegisterRefresh(fs)
+}
+
+// ParseConfigured parses the --api-keys entries (see apikey.Parse) and
+// refuses an empty list: without a bootstrap key no managed key can ever be
+// created, and no service could fetch them.
+func ParseConfigured(entries []string) (*apikey.Keys, error) {
+	keys, err := apikey.Parse(entries)
+	if err != nil {
+		return nil, err
+	}
+	if keys.Len() == 0 {
+		return nil, errors.New("no API keys configured (--api-keys or CRONMESH_API_KEYS): at least one bootstrap admin key is needed")
+	}
+	return keys, nil
+}
+
+// NewRegistryRing returns the Ring of a service other than the registry:
+// the configured keys of apiKeys (the --api-keys entries) and the managed
+// keys fetched from the registry with httpClient.
+func (c Config) NewRegistryRing(apiKeys []string, httpClient *http.Client, logger *slog.Logger, metrics prometheus.Registerer) (*Ring, error) {
+	configured, err := ParseConfigured(apiKeys)
+	if err != nil {
+		return nil, err
+	}
+	if c.RegistryURL == "" {
+		return nil, errors.New("--registry-url is required: the managed API keys come from the registry")
+	}
+	key := c.RegistryAPIKey
+	if key == "" {
+		key = firstPlainKey(apiKeys)
+	}
+	if key == "" {
+		return nil, errors.New("no key to fetch the managed API keys with: give --registry-api-key, or one --api-keys entry as a plain key")
+	}
+	return New(Options{
+		Configured: configured,
+		Source:     NewRegistrySource(httpClient, c.RegistryURL, key),
+		Interval:   c.Refresh,
+		Logger:     logger,
+		Metrics:    metrics,
+	})
+}
+
+// firstPlainKey returns the key of the first "namespace=key" entry whose key
+// is not a "sha256:" digest; "" when there is none.
+func firstPlainKey(entries []string) string {
+	for _, entry := range entries {
+		_, secret, ok := strings.Cut(strings.TrimSpace(entry), "=")
+		if ok && secret != "" && !strings.HasPrefix(secret, "sha256:") {
+			return secret
+		}
+	}
+	return ""
+}
