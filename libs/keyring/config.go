@@ -1,6 +1,7 @@
 package keyring
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"log/slog"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	registryv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1"
 	"github.com/cronmesh/cronmesh/libs/apikey"
 )
 
@@ -60,14 +62,19 @@ func ParseConfigured(entries []string) (*apikey.Keys, error) {
 
 // NewRegistryRing returns the Ring of a service other than the registry:
 // the configured keys of apiKeys (the --api-keys entries) and the managed
-// keys fetched from the registry with httpClient.
+// keys fetched from the registry with httpClient. An empty RegistryURL
+// (blanked on purpose: the flag has a default) leaves only the configured
+// keys, as in tests of a single service.
 func (c Config) NewRegistryRing(apiKeys []string, httpClient *http.Client, logger *slog.Logger, metrics prometheus.Registerer) (*Ring, error) {
 	configured, err := ParseConfigured(apiKeys)
 	if err != nil {
 		return nil, err
 	}
 	if c.RegistryURL == "" {
-		return nil, errors.New("--registry-url is required: the managed API keys come from the registry")
+		if logger != nil {
+			logger.Warn("no --registry-url: only the configured API keys are accepted, managed keys are not")
+		}
+		return New(Options{Configured: configured, Source: noManagedKeys{}, Interval: c.Refresh, Logger: logger, Metrics: metrics})
 	}
 	key := c.RegistryAPIKey
 	if key == "" {
@@ -95,4 +102,11 @@ func firstPlainKey(entries []string) string {
 		}
 	}
 	return ""
+}
+
+// noManagedKeys is the Source of a Ring without a registry.
+type noManagedKeys struct{}
+
+func (noManagedKeys) KeyDigests(context.Context, int64) (*registryv1.ListKeyDigestsResponse, error) {
+	return &registryv1.ListKeyDigestsResponse{Unchanged: true}, nil
 }

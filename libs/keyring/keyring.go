@@ -274,8 +274,14 @@ func newMetrics(reg prometheus.Registerer) (metrics, error) {
 			Help: "Failed refreshes of the managed API keys (the last known set keeps serving).",
 		}),
 	}
+	return m, m.register(reg)
+}
+
+// register registers m on reg unless it is nil; on failure nothing stays
+// registered.
+func (m metrics) register(reg prometheus.Registerer) error {
 	if reg == nil {
-		return m, nil
+		return nil
 	}
 	var registered []prometheus.Collector
 	for _, c := range []prometheus.Collector{m.revision, m.lastRefresh, m.errors} {
@@ -283,9 +289,13 @@ func newMetrics(reg prometheus.Registerer) (metrics, error) {
 			for _, done := range registered {
 				reg.Unregister(done)
 			}
-			return metrics{}, fmt.Errorf("keyring: register metrics: %w", err)
+			return fmt.Errorf("keyring: register metrics: %w", err)
 		}
 		registered = append(registered, c)
 	}
-	return m, nil
+	return nil
 }
+
+// RegisterMetrics registers the Ring's metrics (see Options.Metrics) on reg,
+// for a service that builds its Ring before its metrics registry.
+func (r *Ring) RegisterMetrics(reg prometheus.Registerer) error { return r.metrics.register(reg) }

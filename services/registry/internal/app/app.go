@@ -178,7 +178,8 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger) (_ *App, err erro
 	// database, and a change made through this replica applies at once.
 	a.keys, err = keyring.New(keyring.Options{
 		Configured: configured, Source: st, Interval: cfg.Keys.Refresh,
-		Logger: logger.With(slog.String("component", "keyring")), Metrics: a.telemetry.Metrics,
+		Logger:  logger.With(slog.String("component", "keyring")),
+		Metrics: prometheus.WrapRegistererWith(prometheus.Labels{"service": "registry"}, a.telemetry.Metrics),
 	})
 	if err != nil {
 		return nil, err
