@@ -25,6 +25,15 @@ is the subchart's context: .Chart.Name is the service, .Values its values.
 {{- .Values.global.secrets.existingSecret | default (printf "%s-secrets" (include "cronmesh.prefix" .)) -}}
 {{- end -}}
 
+{{/*
+cronmesh.registryURL is where the services fetch the managed API keys:
+global.keys.registryURL, else the chart's registry Service on its default
+port.
+*/}}
+{{- define "cronmesh.registryURL" -}}
+{{- .Values.global.keys.registryURL | default (printf "http://%s-registry:8081" (include "cronmesh.prefix" .)) -}}
+{{- end -}}
+
 {{/* cronmesh.jaegerName names the optional Jaeger's Deployment and Service. */}}
 {{- define "cronmesh.jaegerName" -}}
 {{- printf "%s-jaeger" (include "cronmesh.prefix" .) -}}
@@ -88,6 +97,21 @@ Kubernetes into a CRONMESH_* value, and GOMEMLIMIT by the Go runtime. Credential
     secretKeyRef:
       name: {{ $secret }}
       key: {{ $g.secrets.keys.apiKeys }}
+{{- /* The managed API keys: the registry reads them from its database, the
+others poll it, authenticated with a configured key (the Secret's
+registry-api-key when present, else the first plain key of api-keys). */}}
+- name: CRONMESH_KEY_REFRESH
+  value: {{ $g.keys.refresh | quote }}
+{{- if ne .Chart.Name "registry" }}
+- name: CRONMESH_REGISTRY_URL
+  value: {{ include "cronmesh.registryURL" . | quote }}
+- name: CRONMESH_REGISTRY_API_KEY
+  valueFrom:
+    secretKeyRef:
+      name: {{ $secret }}
+      key: {{ $g.secrets.keys.registryApiKey }}
+      optional: true
+{{- end }}
 - name: PGPASSWORD
   valueFrom:
     secretKeyRef:
