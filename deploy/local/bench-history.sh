@@ -85,7 +85,7 @@ log "loading $EXECUTIONS executions"
 bin/history-bench load --schema "$SCHEMA" --executions "$EXECUTIONS" --out "$REPORT"
 
 log "starting the history service on $URL"
-CRONMESH_API_KEYS="bench=$CRONMESH_API_KEY" bin/history serve --listen "127.0.0.1:$BENCH_PORT" --schema "$SCHEMA" \
+CRONMESH_API_KEYS="bench=$CRONMESH_API_KEY" CRONMESH_REGISTRY_URL= bin/history serve --listen "127.0.0.1:$BENCH_PORT" --schema "$SCHEMA" \
   --executions-exchange "$EXCHANGE" --queue "$QUEUE" --log-level warn >"$LOG" 2>&1 &
 pid=$!
 for _ in $(seq 300); do
