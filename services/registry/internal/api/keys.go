@@ -213,6 +213,10 @@ func (h *KeyHandler) toConnect(ctx context.Context, procedure string, err error)
 		return connect.NewError(connect.CodeAlreadyExists, store.ErrKeyNameTaken)
 	case errors.Is(err, store.ErrKeyRevoked):
 		return connect.NewError(connect.CodeFailedPrecondition, store.ErrKeyRevoked)
+	case errors.Is(err, store.ErrTooManyKeys):
+		return connect.NewError(connect.CodeResourceExhausted, store.ErrTooManyKeys)
+	case errors.Is(err, store.ErrTooManySecrets):
+		return connect.NewError(connect.CodeResourceExhausted, store.ErrTooManySecrets)
 	default:
 		return rpcerr.Infrastructure(ctx, h.logger, procedure, "the key store", err)
 	}

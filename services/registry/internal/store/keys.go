@@ -25,6 +25,21 @@ var (
 	ErrKeyNameTaken = errors.New("an unrevoked key of the namespace already has this name")
 	// ErrKeyRevoked: a revoked key cannot be rotated.
 	ErrKeyRevoked = errors.New("key is revoked")
+	// ErrTooManyKeys: the namespace has MaxKeysPerNamespace unrevoked keys.
+	ErrTooManyKeys = fmt.Errorf("a namespace has at most %d unrevoked keys: revoke one first", MaxKeysPerNamespace)
+	// ErrTooManySecrets: the key has MaxSecretsPerKey valid secrets.
+	ErrTooManySecrets = fmt.Errorf("a key has at most %d valid secrets: wait for a grace period to end, or rotate with a zero grace period", MaxSecretsPerKey)
+)
+
+// Limits on the managed keys. Every service holds every valid secret's
+// digest in memory, so a tenant must not be able to grow that set without
+// bound.
+const (
+	// MaxKeysPerNamespace bounds a namespace's unrevoked keys.
+	MaxKeysPerNamespace = 1000
+	// MaxSecretsPerKey bounds a key's valid secrets: the current one and
+	// those still in their grace period.
+	MaxSecretsPerKey = 10
 )
 
 // NewKey is a validated key to insert.
@@ -48,6 +63,15 @@ func (s *Store) CreateKey(ctx context.Context, k NewKey) (*registryv1.Key, bool,
 	var key *registryv1.Key
 	created := false
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		// Creations in a namespace take turns, so the limit holds under
+		// concurrent calls.
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended('cronmesh.registry.api_keys/' || $1, 0))`, k.Namespace); err != nil {
+			return fmt.Errorf("lock namespace keys: %w", err)
+		}
+		var active int
+		if err := tx.QueryRow(ctx, `SELECT count(*) FROM api_keys WHERE namespace = $1 AND revoked_at IS NULL`, k.Namespace).Scan(&active); err != nil {
+			return fmt.Errorf("count keys: %w", err)
+		}
 		tag, err := tx.Exec(ctx, `
 			INSERT INTO api_keys (id, namespace, name, role, request_id, created_at, created_by, rotated_at)
 			VALUES ($1, $2, $3, $4, NULLIF($5, ''), $6, $7, $6)
@@ -59,6 +83,9 @@ func (s *Store) CreateKey(ctx context.Context, k NewKey) (*registryv1.Key, bool,
 		if tag.RowsAffected() == 0 {
 			key, err = s.getKey(ctx, tx, now, `k.namespace = $2 AND k.request_id = $3`, k.Namespace, k.RequestID)
 			return err
+		}
+		if active >= MaxKeysPerNamespace {
+			return ErrTooManyKeys
 		}
 		if _, err := tx.Exec(ctx, `INSERT INTO api_key_secrets (sha256, key_id, created_at) VALUES ($1, $2, $3)`,
 			k.Digest[:], id, now); err != nil {
@@ -141,6 +168,13 @@ func (s *Store) RotateKey(ctx context.Context, namespace, id string, digest [sha
 		// Ended secrets are of no use: keep the table to the accepted ones.
 		if _, err := tx.Exec(ctx, `DELETE FROM api_key_secrets WHERE key_id = $1 AND expires_at <= $2`, id, now); err != nil {
 			return fmt.Errorf("delete ended secrets: %w", err)
+		}
+		var valid int
+		if err := tx.QueryRow(ctx, `SELECT count(*) FROM api_key_secrets WHERE key_id = $1`, id).Scan(&valid); err != nil {
+			return fmt.Errorf("count secrets: %w", err)
+		}
+		if valid+1 > MaxSecretsPerKey {
+			return ErrTooManySecrets
 		}
 		if _, err := tx.Exec(ctx, `INSERT INTO api_key_secrets (sha256, key_id, created_at) VALUES ($1, $2, $3)`,
 			digest[:], id, now); err != nil {

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	registryv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1"
@@ -21,13 +22,19 @@ func (c *testClock) Now() time.Time { return c.now }
 
 func newStore(t *testing.T) (*store.Store, *testClock) {
 	t.Helper()
+	s, clk, _ := newStoreWithPool(t)
+	return s, clk
+}
+
+func newStoreWithPool(t *testing.T) (*store.Store, *testClock, *pgxpool.Pool) {
+	t.Helper()
 	pool, schema := pgtest.New(t)
 	migrations, err := store.Migrations()
 	require.NoError(t, err)
 	_, err = migrate.ApplyAll(context.Background(), pool, schema, migrations)
 	require.NoError(t, err)
 	clk := &testClock{now: time.Date(2030, 1, 1, 12, 0, 0, 0, time.UTC)}
-	return store.New(store.Options{Pool: pool, Now: clk.Now}), clk
+	return store.New(store.Options{Pool: pool, Now: clk.Now}), clk, pool
 }
 
 // digests returns the key id of every digest the store hands out.
@@ -122,4 +129,44 @@ func TestKeyNamesAndReplays(t *testing.T) {
 	_, created, err = s.CreateKey(ctx, store.NewKey{Namespace: "beta", Name: "ci", Role: apikey.RoleAdmin, CreatedBy: "cfg-y", Digest: d3})
 	require.NoError(t, err, "names are per namespace")
 	require.True(t, created)
+}
+
+func TestKeyLimits(t *testing.T) {
+	t.Parallel()
+	s, clk, pool := newStoreWithPool(t)
+	ctx := context.Background()
+
+	_, digest := apikey.NewSecret()
+	key, _, err := s.CreateKey(ctx, store.NewKey{Namespace: "alpha", Name: "rotated", Role: apikey.RoleViewer, CreatedBy: "cfg-x", Digest: digest})
+	require.NoError(t, err)
+	for range store.MaxSecretsPerKey - 1 {
+		clk.now = clk.now.Add(time.Second)
+		_, digest := apikey.NewSecret()
+		_, err := s.RotateKey(ctx, "alpha", key.Id, digest, time.Hour)
+		require.NoError(t, err)
+	}
+	require.Len(t, digests(t, s), store.MaxSecretsPerKey)
+	_, digest = apikey.NewSecret()
+	_, err = s.RotateKey(ctx, "alpha", key.Id, digest, time.Hour)
+	require.ErrorIs(t, err, store.ErrTooManySecrets)
+	_, err = s.RotateKey(ctx, "alpha", key.Id, digest, 0)
+	require.NoError(t, err, "a zero grace period ends the others first")
+	require.Len(t, digests(t, s), 1)
+
+	// Fill the namespace up to the limit (one key exists already).
+	_, err = pool.Exec(ctx, `
+		INSERT INTO api_keys (id, namespace, name, role, created_at, created_by, rotated_at)
+		SELECT gen_random_uuid(), 'alpha', 'bulk ' || i, 'viewer', now(), 'cfg-x', now()
+		FROM generate_series(2, $1) AS i`, store.MaxKeysPerNamespace)
+	require.NoError(t, err)
+	_, digest = apikey.NewSecret()
+	_, _, err = s.CreateKey(ctx, store.NewKey{Namespace: "alpha", Name: "one too many", Role: apikey.RoleViewer, CreatedBy: "cfg-x", Digest: digest})
+	require.ErrorIs(t, err, store.ErrTooManyKeys)
+	_, _, err = s.CreateKey(ctx, store.NewKey{Namespace: "beta", Name: "one too many", Role: apikey.RoleViewer, CreatedBy: "cfg-x", Digest: digest})
+	require.NoError(t, err, "the limit is per namespace")
+	_, err = s.RevokeKey(ctx, "alpha", key.Id)
+	require.NoError(t, err)
+	_, digest = apikey.NewSecret()
+	_, _, err = s.CreateKey(ctx, store.NewKey{Namespace: "alpha", Name: "after a revocation", Role: apikey.RoleViewer, CreatedBy: "cfg-x", Digest: digest})
+	require.NoError(t, err, "revoked keys do not count")
 }

@@ -50,13 +50,17 @@ const (
 type KeyServiceClient interface {
 	// CreateKey creates a key and returns its secret, once. A non-empty
 	// request_id makes the call idempotent: a repeat returns the key the first
-	// call created, without its secret (which is not stored).
+	// call created, without its secret (which is not stored). A namespace has
+	// at most 1,000 unrevoked keys (RESOURCE_EXHAUSTED).
 	CreateKey(context.Context, *connect.Request[v1.CreateKeyRequest]) (*connect.Response[v1.CreateKeyResponse], error)
 	// ListKeys pages through the namespace's keys in creation order, never
 	// with their secrets.
 	ListKeys(context.Context, *connect.Request[v1.ListKeysRequest]) (*connect.Response[v1.ListKeysResponse], error)
 	// RotateKey gives a key a new secret and returns it, once. The previous
-	// secrets stay valid for the grace period, so clients can switch over.
+	// secrets stay valid for the grace period, so clients can switch over. A
+	// key has at most 10 valid secrets (RESOURCE_EXHAUSTED): wait for a grace
+	// period to end, or rotate with a zero one. A revoked key cannot be
+	// rotated (FAILED_PRECONDITION).
 	RotateKey(context.Context, *connect.Request[v1.RotateKeyRequest]) (*connect.Response[v1.RotateKeyResponse], error)
 	// RevokeKey ends a key and all its secrets; every service refuses it within
 	// seconds. Revoking a revoked key changes nothing.
@@ -152,13 +156,17 @@ func (c *keyServiceClient) ListKeyDigests(ctx context.Context, req *connect.Requ
 type KeyServiceHandler interface {
 	// CreateKey creates a key and returns its secret, once. A non-empty
 	// request_id makes the call idempotent: a repeat returns the key the first
-	// call created, without its secret (which is not stored).
+	// call created, without its secret (which is not stored). A namespace has
+	// at most 1,000 unrevoked keys (RESOURCE_EXHAUSTED).
 	CreateKey(context.Context, *connect.Request[v1.CreateKeyRequest]) (*connect.Response[v1.CreateKeyResponse], error)
 	// ListKeys pages through the namespace's keys in creation order, never
 	// with their secrets.
 	ListKeys(context.Context, *connect.Request[v1.ListKeysRequest]) (*connect.Response[v1.ListKeysResponse], error)
 	// RotateKey gives a key a new secret and returns it, once. The previous
-	// secrets stay valid for the grace period, so clients can switch over.
+	// secrets stay valid for the grace period, so clients can switch over. A
+	// key has at most 10 valid secrets (RESOURCE_EXHAUSTED): wait for a grace
+	// period to end, or rotate with a zero one. A revoked key cannot be
+	// rotated (FAILED_PRECONDITION).
 	RotateKey(context.Context, *connect.Request[v1.RotateKeyRequest]) (*connect.Response[v1.RotateKeyResponse], error)
 	// RevokeKey ends a key and all its secrets; every service refuses it within
 	// seconds. Revoking a revoked key changes nothing.

@@ -444,7 +444,8 @@ export const KeyService: GenService<{
   /**
    * CreateKey creates a key and returns its secret, once. A non-empty
    * request_id makes the call idempotent: a repeat returns the key the first
-   * call created, without its secret (which is not stored).
+   * call created, without its secret (which is not stored). A namespace has
+   * at most 1,000 unrevoked keys (RESOURCE_EXHAUSTED).
    *
    * @generated from rpc cronmesh.registry.v1.KeyService.CreateKey
    */
@@ -466,7 +467,10 @@ export const KeyService: GenService<{
   },
   /**
    * RotateKey gives a key a new secret and returns it, once. The previous
-   * secrets stay valid for the grace period, so clients can switch over.
+   * secrets stay valid for the grace period, so clients can switch over. A
+   * key has at most 10 valid secrets (RESOURCE_EXHAUSTED): wait for a grace
+   * period to end, or rotate with a zero one. A revoked key cannot be
+   * rotated (FAILED_PRECONDITION).
    *
    * @generated from rpc cronmesh.registry.v1.KeyService.RotateKey
    */
