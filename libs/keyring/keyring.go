@@ -3,6 +3,7 @@ package keyring
 import (
 	"cmp"
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
 	"errors"
 	"fmt"
@@ -15,6 +16,8 @@ import (
 	"connectrpc.com/authn"
 	"connectrpc.com/connect"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 
 	registryv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1"
 	"github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1/registryv1connect"
@@ -126,7 +129,7 @@ func (r *Ring) Refresh(ctx context.Context) error {
 	r.refresh.Lock()
 	defer r.refresh.Unlock()
 	held := r.set.Load()
-	resp, err := r.source.KeyDigests(ctx, held.revision)
+	resp, err := r.source.KeyDigests(unsampled(ctx), held.revision)
 	if err != nil {
 		r.metrics.errors.Inc()
 		return err
@@ -217,6 +220,20 @@ func (r *Ring) Middleware() *authn.Middleware {
 	})
 }
 
+// unsampled returns ctx inside a trace that is not sampled: a refresh every
+// second on every replica would otherwise put a trace per second and replica
+// (the registry's RPC span, its database queries) into the tracing backend,
+// drowning the traces of executions. Samplers that follow the parent (the
+// services') record none of it.
+func unsampled(ctx context.Context) context.Context {
+	var ids [24]byte
+	_, _ = rand.Read(ids[:])
+	var cfg trace.SpanContextConfig
+	copy(cfg.TraceID[:], ids[:16])
+	copy(cfg.SpanID[:], ids[16:])
+	return trace.ContextWithRemoteSpanContext(ctx, trace.NewSpanContext(cfg))
+}
+
 // NewRegistrySource returns a Source that calls the registry's
 // KeyService.ListKeyDigests at baseURL with key, one of the configured
 // (bootstrap) keys: the registry refuses a managed key there. opts are
@@ -245,10 +262,13 @@ func (s registrySource) KeyDigests(ctx context.Context, knownRevision int64) (*r
 // refreshTimeout bounds one call to the registry.
 const refreshTimeout = 5 * time.Second
 
+// bearer sends key, and the caller's trace context (see unsampled), so that
+// the registry does not record the call.
 func bearer(key string) connect.UnaryInterceptorFunc {
 	return func(next connect.UnaryFunc) connect.UnaryFunc {
 		return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
 			req.Header().Set("Authorization", "Bearer "+key)
+			propagation.TraceContext{}.Inject(ctx, propagation.HeaderCarrier(req.Header()))
 			return next(ctx, req)
 		}
 	}

@@ -11,10 +11,13 @@ import (
 	"testing"
 	"time"
 
+	"connectrpc.com/connect"
 	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	registryv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1"
+	"github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1/registryv1connect"
 	"github.com/cronmesh/cronmesh/libs/apikey"
 	"github.com/cronmesh/cronmesh/libs/clock"
 	"github.com/cronmesh/cronmesh/libs/keyring"
@@ -31,10 +34,13 @@ type fakeSource struct {
 	calls    int
 }
 
-func (f *fakeSource) KeyDigests(_ context.Context, known int64) (*registryv1.ListKeyDigestsResponse, error) {
+func (f *fakeSource) KeyDigests(ctx context.Context, known int64) (*registryv1.ListKeyDigestsResponse, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.calls++
+	if sc := trace.SpanContextFromContext(ctx); !sc.IsValid() || sc.IsSampled() {
+		return nil, errors.New("a refresh must run in an unsampled trace")
+	}
 	if f.fail {
 		return nil, errors.New("registry unreachable")
 	}
@@ -226,4 +232,43 @@ func TestNewRegistryRing(t *testing.T) {
 func hexDigest(s string) string {
 	sum := sha256.Sum256([]byte(s))
 	return hex.EncodeToString(sum[:])
+}
+
+// registryStub is a KeyService that records what the ring sends.
+type registryStub struct {
+	registryv1connect.UnimplementedKeyServiceHandler
+	mu      sync.Mutex
+	headers http.Header
+}
+
+func (r *registryStub) ListKeyDigests(_ context.Context, req *connect.Request[registryv1.ListKeyDigestsRequest]) (*connect.Response[registryv1.ListKeyDigestsResponse], error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.headers = req.Header().Clone()
+	sum := sha256.Sum256([]byte("cm_from_the_registry"))
+	return connect.NewResponse(&registryv1.ListKeyDigestsResponse{Revision: 7, Digests: []*registryv1.KeyDigest{
+		{Sha256: sum[:], KeyId: "k7", Namespace: "beta", Role: registryv1.KeyRole_KEY_ROLE_EDITOR},
+	}}), nil
+}
+
+func TestRegistrySource(t *testing.T) {
+	t.Parallel()
+	stub := &registryStub{}
+	mux := http.NewServeMux()
+	mux.Handle(registryv1connect.NewKeyServiceHandler(stub))
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+
+	cfg := keyring.Config{RegistryURL: srv.URL}
+	r, err := cfg.NewRegistryRing([]string{"alpha=sha256:" + hexDigest("only-a-digest-0123456789"), "beta=" + configuredKey}, srv.Client(), nil, nil)
+	require.NoError(t, err)
+	require.NoError(t, r.Refresh(context.Background()))
+	p, ok := r.Authenticate("cm_from_the_registry")
+	require.True(t, ok)
+	require.Equal(t, apikey.Principal{Namespace: "beta", KeyID: "k7", Role: apikey.RoleEditor}, p)
+
+	stub.mu.Lock()
+	defer stub.mu.Unlock()
+	require.Equal(t, "Bearer "+configuredKey, stub.headers.Get("Authorization"), "the first plain configured key")
+	require.Regexp(t, `^00-[0-9a-f]{32}-[0-9a-f]{16}-00$`, stub.headers.Get("Traceparent"), "the registry is told not to record the poll")
 }
