@@ -303,6 +303,7 @@ func TestChartSecretValues(t *testing.T) {
 		"amqpPassword":         "mq-S3cret-value",
 		"smtpPassword":         "smtp-S3cret-value",
 		"webhookSigningSecret": "whsec_c2lnbmluZy1zZWNyZXQtdmFsdWU=",
+		"registryApiKey":       "cm_registry_0123456789abcdef",
 	}
 	var args []string
 	for k, v := range values {
@@ -317,6 +318,7 @@ func TestChartSecretValues(t *testing.T) {
 	keys := map[string]string{
 		"apiKeys": "api-keys", "postgresPassword": "postgres-password", "amqpPassword": "amqp-password",
 		"smtpPassword": "smtp-password", "webhookSigningSecret": "webhook-signing-secret",
+		"registryApiKey": "registry-api-key",
 	}
 	for k, v := range values {
 		require.Equal(t, v, s.StringData[keys[k]], k)
@@ -381,6 +383,14 @@ func TestChartOptions(t *testing.T) {
 		require.Equal(t, "/etc/cronmesh/tls/tls.crt", value(e["CRONMESH_TLS_CERT"]))
 		require.Equal(t, "/etc/cronmesh/tls/tls.key", value(e["CRONMESH_TLS_KEY"]))
 		require.Equal(t, "/etc/cronmesh/tls/ca.crt", value(e["CRONMESH_TLS_CLIENT_CA"]))
+		if svc != "registry" {
+			// The managed keys come from the registry over the chart's TLS,
+			// with the service's own certificate for the mutual part.
+			require.Truef(t, strings.HasPrefix(value(e["CRONMESH_REGISTRY_URL"]), "https://"), "%s: the registry over https", svc)
+			require.Equal(t, "/etc/cronmesh/tls/ca.crt", value(e["CRONMESH_REGISTRY_CA_FILE"]))
+			require.Equal(t, "/etc/cronmesh/tls/tls.crt", value(e["CRONMESH_REGISTRY_CLIENT_CERT"]))
+			require.Equal(t, "/etc/cronmesh/tls/tls.key", value(e["CRONMESH_REGISTRY_CLIENT_KEY"]))
+		}
 		var ports struct {
 			Spec struct {
 				Ports []struct {
@@ -541,6 +551,23 @@ func checkServices(t *testing.T, r rendered, secretName string) {
 			require.Truef(t, ref != nil && ref.SecretKeyRef != nil, "%s: %s is not from a Secret", svc, name)
 			require.Equal(t, secretName, ref.SecretKeyRef.Name)
 		}
+		// The managed API keys: every other service polls the chart's
+		// registry, authenticated with a configured key from the Secret.
+		if svc == "registry" {
+			_, ok := e["CRONMESH_REGISTRY_URL"]
+			require.False(t, ok, "the registry reads the keys from its own database")
+		} else {
+			reg, ok := r.byService("Service", "registry")
+			require.True(t, ok)
+			regURL, err := url.Parse(value(e["CRONMESH_REGISTRY_URL"]))
+			require.NoError(t, err)
+			require.Equalf(t, reg.Metadata.Name+":8081", regURL.Host, "%s fetches the managed keys from the chart's registry", svc)
+			ref := e["CRONMESH_REGISTRY_API_KEY"].ValueFrom
+			require.Truef(t, ref != nil && ref.SecretKeyRef != nil && ref.SecretKeyRef.Optional, "%s: CRONMESH_REGISTRY_API_KEY is an optional key of the Secret", svc)
+			require.Equal(t, secretName, ref.SecretKeyRef.Name)
+		}
+		require.NotEmptyf(t, value(e["CRONMESH_KEY_REFRESH"]), "%s: the key refresh interval", svc)
+
 		pgURL, err := url.Parse(value(e["CRONMESH_POSTGRES_URL"]))
 		require.NoError(t, err)
 		_, hasPassword := pgURL.User.Password()

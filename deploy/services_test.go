@@ -1,6 +1,7 @@
 package deploy_test
 
 import (
+	"bytes"
 	"flag"
 	"go/ast"
 	"go/parser"
@@ -15,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/cronmesh/cronmesh/libs/config"
+	"github.com/cronmesh/cronmesh/libs/keyring"
 )
 
 // root is the repository root, seen from this package's directory.
@@ -99,7 +101,7 @@ func defaultListen(t *testing.T, svc string) string {
 }
 
 // flagSet is a FlagSet with the service's flags: the common ones exactly as
-// libs/config registers them, its own with the same kind of value (strings
+// libs/config (and libs/keyring) register them, its own with the same kind of value (strings
 // for custom flag.Values), so values set through it are validated much as
 // the service validates them.
 func flagSet(t *testing.T, svc string) *flag.FlagSet {
@@ -108,6 +110,17 @@ func flagSet(t *testing.T, svc string) *flag.FlagSet {
 	fs.SetOutput(io.Discard)
 	var common config.Common
 	common.Register(fs, defaultListen(t, svc))
+	// The key ring's flags, exactly as libs/keyring registers them: all of
+	// them, or only the refresh interval (the registry).
+	src, err := os.ReadFile(appSource(svc))
+	require.NoError(t, err)
+	var keys keyring.Config
+	switch {
+	case bytes.Contains(src, []byte("c.Keys.Register(fs)")):
+		keys.Register(fs)
+	case bytes.Contains(src, []byte("c.Keys.RegisterRefresh(fs)")):
+		keys.RegisterRefresh(fs)
+	}
 	for name, method := range ownFlags(t, svc) {
 		switch method {
 		case "IntVar", "Int":

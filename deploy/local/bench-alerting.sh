@@ -67,7 +67,7 @@ trap cleanup EXIT
 
 log "starting alerting on $URL (schema $SCHEMA)"
 # A benchmark measures capacity, not the rate limit.
-CRONMESH_API_KEYS="bench=$CRONMESH_API_KEY" CRONMESH_RATE_LIMIT=off bin/alerting serve --listen "127.0.0.1:$BENCH_PORT" \
+CRONMESH_API_KEYS="bench=$CRONMESH_API_KEY" CRONMESH_RATE_LIMIT=off CRONMESH_REGISTRY_URL= bin/alerting serve --listen "127.0.0.1:$BENCH_PORT" \
   --postgres-url "$PG_URL" --amqp-url "$AMQP_URL" --schema "$SCHEMA" \
   --executions-exchange "$EXEC_EXCHANGE" --executions-queue "$EXEC_QUEUE" \
   --jobs-exchange "$JOBS_EXCHANGE" --jobs-queue "$JOBS_QUEUE" --log-level warn >"$LOG" 2>&1 &

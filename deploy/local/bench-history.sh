@@ -86,7 +86,7 @@ bin/history-bench load --schema "$SCHEMA" --executions "$EXECUTIONS" --out "$REP
 
 log "starting the history service on $URL"
 # A benchmark measures capacity, not the rate limit.
-CRONMESH_API_KEYS="bench=$CRONMESH_API_KEY" CRONMESH_RATE_LIMIT=off bin/history serve --listen "127.0.0.1:$BENCH_PORT" --schema "$SCHEMA" \
+CRONMESH_API_KEYS="bench=$CRONMESH_API_KEY" CRONMESH_RATE_LIMIT=off CRONMESH_REGISTRY_URL= bin/history serve --listen "127.0.0.1:$BENCH_PORT" --schema "$SCHEMA" \
   --executions-exchange "$EXCHANGE" --queue "$QUEUE" --log-level warn >"$LOG" 2>&1 &
 pid=$!
 for _ in $(seq 300); do

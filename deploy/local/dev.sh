@@ -30,9 +30,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
-# A development key, printed below: never use it outside this machine.
+# A development key, printed below: never use it outside this machine. It is
+# the bootstrap admin key of namespace "dev" (it creates the other keys:
+# `bin/cronctl keys create`), and the key every service fetches the managed
+# keys from the registry with.
 DEV_KEY=${CRONMESH_DEV_API_KEY:-cm_dev_0000000000000000}
 export CRONMESH_API_KEYS=dev=$DEV_KEY
+export CRONMESH_REGISTRY_URL=http://127.0.0.1:8081
 export CRONMESH_ETCD_ENDPOINTS=127.0.0.1:2379
 DEV_DIR=${CRONMESH_DEV_DIR:-.dev}
 LOGS=$DEV_DIR/logs
@@ -208,7 +212,7 @@ cat <<BANNER
   database     $PG_SHOWN
   traces       $TRACES
   metrics      /metrics on every service
-  API key      $DEV_KEY   (namespace "dev")
+  API key      $DEV_KEY   (namespace "dev", bootstrap admin; more keys: bin/cronctl keys create NAME --role viewer)
 
   Demo job "demo: every 5 seconds" ($DEMO_ID) $DEMO_STATE.
   Its history:

@@ -292,6 +292,11 @@ func (m *Mesh) alertingArgs() []string {
 // ExtraArgs, so that the caller has the last word.
 func (m *Mesh) with(service string, args ...string) []string {
 	args = append(args, m.common()...)
+	if service != "registry" && m.Registry != nil {
+		// The managed API keys come from this mesh's registry (started
+		// first, and restarted on the same address).
+		args = append(args, "--registry-url", "http://"+m.Registry.Addr)
+	}
 	return append(args, m.opts.ExtraArgs[service]...)
 }
 

@@ -29,6 +29,7 @@ func TestCLI(t *testing.T) {
 		t.Run("usage", func(t *testing.T) { t.Parallel(); testUsage(t, s) })
 		t.Run("history", func(t *testing.T) { t.Parallel(); testHistory(t, s) })
 		t.Run("alerts", func(t *testing.T) { t.Parallel(); testAlerts(t, s) })
+		t.Run("keys", func(t *testing.T) { t.Parallel(); testKeyManagement(t, s) })
 	})
 	s.requireNoSecretPrinted(t)
 }

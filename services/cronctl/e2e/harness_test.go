@@ -68,7 +68,7 @@ type stack struct {
 const traceLinkTemplate = "http://127.0.0.1:16686/trace/{trace_id}"
 
 // testKeys are the namespaces' keys; each test takes one.
-var testKeys = []string{"jobs", "apply", "invalid", "dead", "ring", "secret", "etag", "preview", "history", "alerts"}
+var testKeys = []string{"jobs", "apply", "invalid", "dead", "ring", "secret", "etag", "preview", "history", "alerts", "keys"}
 
 func keyOf(namespace string) string { return namespace + "-key-0123456789abcdef" }
 
@@ -114,6 +114,8 @@ func startStack(t *testing.T) *stack {
 
 	s := &stack{}
 	s.registry = startProcess(t, "registry", append([]string{"serve", "--schema", regSchema, "--exchange", jobsX, "--outbox-lanes", "4"}, common...))
+	// The other services fetch the managed API keys from this registry.
+	common = append(common, "--registry-url", s.registry)
 	s.trigger = startProcess(t, "trigger", append([]string{
 		"--schema", trgSchema, "--node-id", "cli-test-node",
 		"--etcd-endpoints", strings.Join(etcd.Endpoints(), ","), "--etcd-prefix", "/" + amqptest.UniqueName(t, "ring") + "/",

@@ -144,7 +144,7 @@ func (c *cluster) start(id string) *node {
 		"--jobs-exchange", c.jobsX, "--jobs-queue", c.jobsX+".trigger",
 		"--dispatch-exchange", c.dispatchX, "--dispatch-queue", c.dispatchQ,
 		"--executions-exchange", c.executionX,
-		"--api-keys", "e2e="+apiKey, "--log-level", "info", "--shutdown-timeout", "5s",
+		"--api-keys", "e2e="+apiKey, "--registry-url", "", "--log-level", "info", "--shutdown-timeout", "5s",
 	)
 	n.cmd.Stdout, n.cmd.Stderr = logFile, logFile
 	require.NoError(c.t, n.cmd.Start())

@@ -25,6 +25,16 @@ is the subchart's context: .Chart.Name is the service, .Values its values.
 {{- .Values.global.secrets.existingSecret | default (printf "%s-secrets" (include "cronmesh.prefix" .)) -}}
 {{- end -}}
 
+{{/*
+cronmesh.registryURL is where the services fetch the managed API keys:
+global.keys.registryURL, else the chart's registry Service on its default
+port, over https when the chart serves TLS.
+*/}}
+{{- define "cronmesh.registryURL" -}}
+{{- $scheme := ternary "https" "http" (not (empty .Values.global.tls.secretName)) -}}
+{{- .Values.global.keys.registryURL | default (printf "%s://%s-registry:8081" $scheme (include "cronmesh.prefix" .)) -}}
+{{- end -}}
+
 {{/* cronmesh.jaegerName names the optional Jaeger's Deployment and Service. */}}
 {{- define "cronmesh.jaegerName" -}}
 {{- printf "%s-jaeger" (include "cronmesh.prefix" .) -}}
@@ -88,6 +98,33 @@ Kubernetes into a CRONMESH_* value, and GOMEMLIMIT by the Go runtime. Credential
     secretKeyRef:
       name: {{ $secret }}
       key: {{ $g.secrets.keys.apiKeys }}
+{{- /* The managed API keys: the registry reads them from its database, the
+others poll it, authenticated with a configured key (the Secret's
+registry-api-key when present, else the first plain key of api-keys). */}}
+- name: CRONMESH_KEY_REFRESH
+  value: {{ $g.keys.refresh | quote }}
+{{- if ne .Chart.Name "registry" }}
+- name: CRONMESH_REGISTRY_URL
+  value: {{ include "cronmesh.registryURL" . | quote }}
+- name: CRONMESH_REGISTRY_API_KEY
+  valueFrom:
+    secretKeyRef:
+      name: {{ $secret }}
+      key: {{ $g.secrets.keys.registryApiKey }}
+      optional: true
+{{- if $g.tls.secretName }}
+{{- /* The registry's certificate is the chart's own: trust the Secret's
+CA, and show the service's certificate when the registry requires one. */}}
+- name: CRONMESH_REGISTRY_CA_FILE
+  value: /etc/cronmesh/tls/ca.crt
+{{- if $g.tls.clientAuth }}
+- name: CRONMESH_REGISTRY_CLIENT_CERT
+  value: /etc/cronmesh/tls/tls.crt
+- name: CRONMESH_REGISTRY_CLIENT_KEY
+  value: /etc/cronmesh/tls/tls.key
+{{- end }}
+{{- end }}
+{{- end }}
 - name: PGPASSWORD
   valueFrom:
     secretKeyRef:

@@ -17,9 +17,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/cronmesh/cronmesh/gen/go/cronmesh/alerting/v1/alertingv1connect"
-	"github.com/cronmesh/cronmesh/libs/apikey"
 	"github.com/cronmesh/cronmesh/libs/clock"
 	"github.com/cronmesh/cronmesh/libs/config"
+	"github.com/cronmesh/cronmesh/libs/keyring"
 	"github.com/cronmesh/cronmesh/libs/migrate"
 	"github.com/cronmesh/cronmesh/libs/postgres"
 	"github.com/cronmesh/cronmesh/libs/server"
@@ -51,6 +51,8 @@ type Config struct {
 	config.Common
 	// APIKeys are "namespace=key" or "namespace=sha256:<hex>" entries.
 	APIKeys config.StringList
+	// Keys says where the managed API keys come from.
+	Keys keyring.Config
 	// Schema is the PostgreSQL schema of the alerting tables.
 	Schema string
 	// SendTimeout bounds one delivery attempt of a notification.
@@ -90,6 +92,7 @@ type Config struct {
 func (c *Config) Register(fs *flag.FlagSet) {
 	c.Common.Register(fs, DefaultListen)
 	fs.Var(&c.APIKeys, "api-keys", "comma-separated API keys, each namespace=key or namespace=sha256:<hex digest of the key>")
+	c.Keys.Register(fs)
 	fs.StringVar(&c.Schema, "schema", DefaultSchema, "PostgreSQL schema of the alerting tables")
 	fs.DurationVar(&c.SendTimeout, "send-timeout", notify.DefaultTimeout, "bound on one notification delivery attempt (webhook request or SMTP session)")
 	fs.Var(&c.AllowNetworks, "allow-networks", "comma-separated CIDRs that webhook channels and SMTP hosts may resolve to although loopback, private or link-local (e.g. 127.0.0.0/8,::1/128 for development)")
@@ -144,6 +147,7 @@ type App struct {
 	logger    *slog.Logger
 	telemetry *telemetry.Telemetry
 	server    *server.Server
+	keys      *keyring.Ring
 	pool      *pgxpool.Pool
 	store     *store.Store
 	evaluator *evaluate.Evaluator
@@ -156,12 +160,14 @@ type App struct {
 // New connects to PostgreSQL, applies migrations and builds the parts.
 // Nothing serves until Run.
 func New(ctx context.Context, cfg Config, logger *slog.Logger) (_ *App, err error) {
-	keys, err := apikey.Parse(cfg.APIKeys)
+	// The configured keys, and the managed ones polled from the registry.
+	registryClient, err := cfg.Keys.HTTPClient()
 	if err != nil {
 		return nil, err
 	}
-	if keys.Len() == 0 {
-		return nil, errors.New("no API keys configured (--api-keys or CRONMESH_API_KEYS): every call would be refused")
+	keys, err := cfg.Keys.NewRegistryRing(cfg.APIKeys, registryClient, logger.With(slog.String("component", "keyring")), nil)
+	if err != nil {
+		return nil, err
 	}
 	if cfg.Clock == nil {
 		cfg.Clock = clock.Real{}
@@ -174,6 +180,10 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger) (_ *App, err erro
 	}()
 	a.telemetry, err = telemetry.Setup(ctx, telemetry.Options{ServiceName: "alerting", OTLPEndpoint: cfg.OTLPEndpoint, Logger: logger})
 	if err != nil {
+		return nil, err
+	}
+	a.keys = keys
+	if err := keys.RegisterMetrics(prometheus.WrapRegistererWith(prometheus.Labels{"service": "alerting"}, a.telemetry.Metrics)); err != nil {
 		return nil, err
 	}
 	if err := postgres.EnsureDatabase(ctx, cfg.PostgresURL); err != nil {
@@ -284,6 +294,8 @@ func (a *App) Run(ctx context.Context) error {
 	if err := a.watchdog.Start(bg); err != nil {
 		return err
 	}
+	keysDone := make(chan error, 1)
+	go func() { keysDone <- a.keys.Run(bg) }()
 	go func() {
 		for _, c := range a.consumers {
 			select {
@@ -300,8 +312,10 @@ func (a *App) Run(ctx context.Context) error {
 	}
 	a.watchdog.Stop()
 	a.notifier.Stop()
+	a.keys.Stop()
+	keysErr := <-keysDone
 	a.close(bg)
-	return serveErr
+	return errors.Join(serveErr, keysErr)
 }
 
 // Ready is closed once every consumer is subscribed.

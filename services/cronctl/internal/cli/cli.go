@@ -85,6 +85,7 @@ func tree() *command {
 		deadLettersCommand(),
 		historyCommand(),
 		alertsCommand(),
+		keysCommand(),
 		{name: "ring", summary: "the trigger tier's hash ring", subs: []*command{
 			{name: "status", summary: "members and partition owners", setup: ringStatusSetup},
 		}},
@@ -283,6 +284,7 @@ type session struct {
 	env        *Env
 	out        *output.Printer
 	jobs       registryv1connect.JobServiceClient
+	keys       registryv1connect.KeyServiceClient
 	trigger    triggerv1connect.TriggerServiceClient
 	dispatcher dispatcherv1connect.DispatchServiceClient
 	history    historyv1connect.HistoryServiceClient
@@ -309,6 +311,7 @@ func newSession(cfg config.Config, env *Env) (*session, error) {
 		env:        env,
 		out:        output.NewPrinter(env.Stdout, output.Format(cfg.Output)),
 		jobs:       registryv1connect.NewJobServiceClient(httpClient, cfg.RegistryURL, opts...),
+		keys:       registryv1connect.NewKeyServiceClient(httpClient, cfg.RegistryURL, opts...),
 		trigger:    triggerv1connect.NewTriggerServiceClient(httpClient, cfg.TriggerURL, opts...),
 		dispatcher: dispatcherv1connect.NewDispatchServiceClient(httpClient, cfg.DispatcherURL, opts...),
 		history:    historyv1connect.NewHistoryServiceClient(httpClient, cfg.HistoryURL, opts...),

@@ -291,7 +291,7 @@ func (e *env) startDispatcher(ctx context.Context) error {
 	_ = l.Close()
 	args := []string{
 		"--listen", addr, "--postgres-url", e.o.postgresURL, "--amqp-url", e.o.amqpURL, "--schema", e.schema,
-		"--api-keys", "bench=bench-key-0123456789abcdef", "--rate-limit", "off", "--log-level", "warn",
+		"--api-keys", "bench=bench-key-0123456789abcdef", "--rate-limit", "off", "--registry-url", "", "--log-level", "warn",
 		"--dispatch-exchange", e.names["dispatch"], "--dispatch-queue", e.names["dispatchq"],
 		"--retry-exchange", e.names["retry"], "--retry-queue", e.names["retryq"], "--retry-tiers", "1s",
 		"--dead-exchange", e.names["dead"], "--dead-queue", e.names["deadq"],

@@ -16,10 +16,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/cronmesh/cronmesh/gen/go/cronmesh/dispatcher/v1/dispatcherv1connect"
-	"github.com/cronmesh/cronmesh/libs/apikey"
 	"github.com/cronmesh/cronmesh/libs/broker"
 	"github.com/cronmesh/cronmesh/libs/clock"
 	"github.com/cronmesh/cronmesh/libs/config"
+	"github.com/cronmesh/cronmesh/libs/keyring"
 	"github.com/cronmesh/cronmesh/libs/migrate"
 	"github.com/cronmesh/cronmesh/libs/postgres"
 	"github.com/cronmesh/cronmesh/libs/server"
@@ -56,7 +56,9 @@ const (
 type Config struct {
 	config.Common
 	APIKeys config.StringList
-	Schema  string
+	// Keys says where the managed API keys come from.
+	Keys   keyring.Config
+	Schema string
 	// Broker names. Tests give each run its own.
 	DispatchExchange   string
 	DispatchQueue      string
@@ -96,6 +98,7 @@ type Config struct {
 func (c *Config) Register(fs *flag.FlagSet) {
 	c.Common.Register(fs, DefaultListen)
 	fs.Var(&c.APIKeys, "api-keys", "comma-separated API keys, each namespace=key or namespace=sha256:<hex digest of the key>")
+	c.Keys.Register(fs)
 	fs.StringVar(&c.Schema, "schema", DefaultSchema, "PostgreSQL schema of the dispatcher's tables")
 	fs.StringVar(&c.DispatchExchange, "dispatch-exchange", pipeline.DefaultDispatchExchange, "exchange of dispatch requests")
 	fs.StringVar(&c.DispatchQueue, "dispatch-queue", pipeline.DefaultDispatchQueue, "prefix of the per-priority dispatch queues (<prefix>.high, .normal, .low)")
@@ -195,6 +198,7 @@ type App struct {
 	pipeline  *pipeline.Pipeline
 	drainer   *pipeline.Drainer
 	server    *server.Server
+	keys      *keyring.Ring
 	closeOnce sync.Once
 }
 
@@ -206,12 +210,14 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger, opts ...Option) (
 	for _, opt := range opts {
 		opt(&o)
 	}
-	keys, err := apikey.Parse(cfg.APIKeys)
+	// The configured keys, and the managed ones polled from the registry.
+	registryClient, err := cfg.Keys.HTTPClient()
 	if err != nil {
 		return nil, err
 	}
-	if keys.Len() == 0 {
-		return nil, errors.New("no API keys configured (--api-keys or CRONMESH_API_KEYS): every call would be refused")
+	keys, err := cfg.Keys.NewRegistryRing(cfg.APIKeys, registryClient, logger.With(slog.String("component", "keyring")), nil)
+	if err != nil {
+		return nil, err
 	}
 	allowed, err := cfg.allowedNetworks()
 	if err != nil {
@@ -225,6 +231,10 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger, opts ...Option) (
 	}()
 	a.telemetry, err = telemetry.Setup(ctx, telemetry.Options{ServiceName: "dispatcher", OTLPEndpoint: cfg.OTLPEndpoint, Logger: logger})
 	if err != nil {
+		return nil, err
+	}
+	a.keys = keys
+	if err := keys.RegisterMetrics(prometheus.WrapRegistererWith(prometheus.Labels{"service": "dispatcher"}, a.telemetry.Metrics)); err != nil {
 		return nil, err
 	}
 	metrics := prometheus.WrapRegistererWith(prometheus.Labels{"service": "dispatcher"}, a.telemetry.Metrics)
@@ -369,6 +379,7 @@ func (a *App) Run(ctx context.Context) error {
 	start("pipeline", a.pipeline.Run)
 	start("dead-letter drainer", a.drainer.Run)
 	start("janitor", a.janitor)
+	start("keyring", a.keys.Run)
 	go func() {
 		for _, ready := range []<-chan struct{}{a.pipeline.Ready(), a.drainer.Ready()} {
 			select {

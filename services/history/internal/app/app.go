@@ -14,9 +14,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/cronmesh/cronmesh/gen/go/cronmesh/history/v1/historyv1connect"
-	"github.com/cronmesh/cronmesh/libs/apikey"
 	"github.com/cronmesh/cronmesh/libs/clock"
 	"github.com/cronmesh/cronmesh/libs/config"
+	"github.com/cronmesh/cronmesh/libs/keyring"
 	"github.com/cronmesh/cronmesh/libs/migrate"
 	"github.com/cronmesh/cronmesh/libs/postgres"
 	"github.com/cronmesh/cronmesh/libs/server"
@@ -40,7 +40,9 @@ const (
 // Config is everything the history service is told at start.
 type Config struct {
 	config.Common
-	APIKeys            config.StringList
+	APIKeys config.StringList
+	// Keys says where the managed API keys come from.
+	Keys               keyring.Config
 	Schema             string
 	ExecutionsExchange string
 	Queue              string
@@ -64,6 +66,7 @@ type Config struct {
 func (c *Config) Register(fs *flag.FlagSet) {
 	c.Common.Register(fs, DefaultListen)
 	fs.Var(&c.APIKeys, "api-keys", "comma-separated API keys, each namespace=key or namespace=sha256:<hex digest of the key>")
+	c.Keys.Register(fs)
 	fs.StringVar(&c.Schema, "schema", DefaultSchema, "PostgreSQL schema of the history's tables")
 	fs.StringVar(&c.ExecutionsExchange, "executions-exchange", ingest.DefaultExchange, "exchange of execution lifecycle events")
 	fs.StringVar(&c.Queue, "queue", ingest.DefaultQueue, "the history's own durable queue on the executions exchange")
@@ -126,6 +129,7 @@ type App struct {
 	store      *store.Store
 	consumer   *ingest.Consumer
 	server     *server.Server
+	keys       *keyring.Ring
 	partitions prometheus.Gauge
 	maintained chan struct{}
 	closeOnce  sync.Once
@@ -138,12 +142,14 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger, opts ...Option) (
 	for _, opt := range opts {
 		opt(&o)
 	}
-	keys, err := apikey.Parse(cfg.APIKeys)
+	// The configured keys, and the managed ones polled from the registry.
+	registryClient, err := cfg.Keys.HTTPClient()
 	if err != nil {
 		return nil, err
 	}
-	if keys.Len() == 0 {
-		return nil, errors.New("no API keys configured (--api-keys or CRONMESH_API_KEYS): every call would be refused")
+	keys, err := cfg.Keys.NewRegistryRing(cfg.APIKeys, registryClient, logger.With(slog.String("component", "keyring")), nil)
+	if err != nil {
+		return nil, err
 	}
 	traceLinks, err := tracelink.Parse(cfg.TraceLinkTemplate)
 	if err != nil {
@@ -161,6 +167,10 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger, opts ...Option) (
 	}()
 	a.telemetry, err = telemetry.Setup(ctx, telemetry.Options{ServiceName: "history", OTLPEndpoint: cfg.OTLPEndpoint, Logger: logger})
 	if err != nil {
+		return nil, err
+	}
+	a.keys = keys
+	if err := keys.RegisterMetrics(prometheus.WrapRegistererWith(prometheus.Labels{"service": "history"}, a.telemetry.Metrics)); err != nil {
 		return nil, err
 	}
 	metrics := prometheus.WrapRegistererWith(prometheus.Labels{"service": "history"}, a.telemetry.Metrics)
@@ -238,6 +248,7 @@ func (a *App) Run(ctx context.Context) error {
 		}
 	})
 	wg.Go(func() { a.maintainLoop(bg) })
+	wg.Go(func() { _ = a.keys.Run(bg) })
 	go func() {
 		select {
 		case <-a.consumer.Ready():

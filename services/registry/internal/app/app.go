@@ -15,9 +15,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1/registryv1connect"
-	"github.com/cronmesh/cronmesh/libs/apikey"
 	"github.com/cronmesh/cronmesh/libs/broker"
 	"github.com/cronmesh/cronmesh/libs/config"
+	"github.com/cronmesh/cronmesh/libs/keyring"
 	"github.com/cronmesh/cronmesh/libs/migrate"
 	"github.com/cronmesh/cronmesh/libs/outbox"
 	"github.com/cronmesh/cronmesh/libs/postgres"
@@ -62,6 +62,9 @@ type Config struct {
 	// MaxJobs caps the jobs of each namespace (--max-jobs,
 	// --max-jobs-namespaces); 0 means no cap, the zero value caps nothing.
 	MaxJobs quota.Limits
+	// Keys paces the refresh of the managed API keys (only Refresh is
+	// used: the registry reads them from its own database).
+	Keys keyring.Config
 }
 
 // Register adds the registry's flags to fs.
@@ -73,6 +76,7 @@ func (c *Config) Register(fs *flag.FlagSet) {
 	fs.IntVar(&c.OutboxLanes, "outbox-lanes", 16, "events the outbox relay publishes concurrently (order per job is kept)")
 	fs.IntVar(&c.MaxJobs.Default, "max-jobs", DefaultMaxJobs, "most jobs a namespace may hold (0: no limit); creates beyond are refused with RESOURCE_EXHAUSTED")
 	fs.Var(&c.MaxJobs.Namespaces, "max-jobs-namespaces", "per-namespace overrides of --max-jobs, comma separated, each namespace=N (0: no limit)")
+	c.Keys.RegisterRefresh(fs)
 }
 
 // Migrate creates the database when missing and applies the schema's
@@ -109,7 +113,7 @@ type App struct {
 	cfg       Config
 	logger    *slog.Logger
 	telemetry *telemetry.Telemetry
-	keys      *apikey.Keys
+	keys      *keyring.Ring
 	server    *server.Server
 	pool      *pgxpool.Pool
 	publisher message.Publisher
@@ -121,17 +125,14 @@ type App struct {
 // the relay. Nothing serves until Run. The broker may be down: the relay
 // connects lazily and retries, and writes are accepted meanwhile.
 func New(ctx context.Context, cfg Config, logger *slog.Logger) (_ *App, err error) {
-	keys, err := apikey.Parse(cfg.APIKeys)
+	configured, err := keyring.ParseConfigured(cfg.APIKeys)
 	if err != nil {
 		return nil, err
-	}
-	if keys.Len() == 0 {
-		return nil, errors.New("no API keys configured (--api-keys or CRONMESH_API_KEYS): every call would be refused")
 	}
 	if err := cfg.MaxJobs.Validate("max-jobs"); err != nil {
 		return nil, err
 	}
-	a := &App{cfg: cfg, logger: logger, keys: keys}
+	a := &App{cfg: cfg, logger: logger}
 	defer func() {
 		if err != nil {
 			a.close(context.Background())
@@ -194,9 +195,29 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger) (_ *App, err erro
 	if err != nil {
 		return nil, err
 	}
-	a.server.UseMiddleware(keys.Middleware().Wrap)
+	// The registry's own copy of the managed keys comes straight from its
+	// database, and a change made through this replica applies at once.
+	a.keys, err = keyring.New(keyring.Options{
+		Configured: configured, Source: st, Interval: cfg.Keys.Refresh,
+		Logger:  logger.With(slog.String("component", "keyring")),
+		Metrics: prometheus.WrapRegistererWith(prometheus.Labels{"service": "registry"}, a.telemetry.Metrics),
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := a.keys.Refresh(ctx); err != nil {
+		return nil, fmt.Errorf("load the managed API keys: %w", err)
+	}
+	a.server.UseMiddleware(a.keys.Middleware().Wrap)
 	path, handler := registryv1connect.NewJobServiceHandler(api.NewHandler(st, logger), a.server.HandlerOptions()...)
 	a.server.Handle(registryv1connect.JobServiceName, path, handler)
+	keysChanged := func(ctx context.Context) {
+		if err := a.keys.Refresh(ctx); err != nil {
+			logger.WarnContext(ctx, "refreshing the managed API keys after a change", slog.Any("error", err))
+		}
+	}
+	path, handler = registryv1connect.NewKeyServiceHandler(api.NewKeyHandler(st, logger, keysChanged), a.server.HandlerOptions()...)
+	a.server.Handle(registryv1connect.KeyServiceName, path, handler)
 	return a, nil
 }
 
@@ -214,14 +235,18 @@ func (a *App) Run(ctx context.Context) error {
 	relayCtx, stopRelay := context.WithCancel(context.WithoutCancel(ctx))
 	relayDone := make(chan error, 1)
 	go func() { relayDone <- a.relay.Run(relayCtx) }()
+	keysDone := make(chan error, 1)
+	go func() { keysDone <- a.keys.Run(ctx) }()
 
 	a.server.SetServing(true)
 	serveErr := a.server.Run(ctx)
 
 	stopRelay()
 	relayErr := <-relayDone
+	a.keys.Stop()
+	keysErr := <-keysDone
 	a.close(context.WithoutCancel(ctx))
-	return errors.Join(serveErr, relayErr)
+	return errors.Join(serveErr, relayErr, keysErr)
 }
 
 func (a *App) close(ctx context.Context) {

@@ -260,7 +260,7 @@ func (e *env) nodeArgs(id, addr string) []string {
 		"--jobs-exchange", e.jobsX, "--jobs-queue", e.jobsQ,
 		"--dispatch-exchange", e.dispatchX, "--dispatch-queue", e.dispatchQ,
 		"--executions-exchange", e.executionX,
-		"--api-keys", benchAPIKey, "--rate-limit", "off", "--pprof", "--log-level", "warn", "--shutdown-timeout", "10s",
+		"--api-keys", benchAPIKey, "--rate-limit", "off", "--registry-url", "", "--pprof", "--log-level", "warn", "--shutdown-timeout", "10s",
 	}
 	if e.c.lookahead > 0 {
 		args = append(args, "--lookahead", e.c.lookahead.String())

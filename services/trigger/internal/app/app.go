@@ -16,11 +16,11 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/cronmesh/cronmesh/gen/go/cronmesh/trigger/v1/triggerv1connect"
-	"github.com/cronmesh/cronmesh/libs/apikey"
 	"github.com/cronmesh/cronmesh/libs/broker"
 	"github.com/cronmesh/cronmesh/libs/clock"
 	"github.com/cronmesh/cronmesh/libs/config"
 	"github.com/cronmesh/cronmesh/libs/etcdclient"
+	"github.com/cronmesh/cronmesh/libs/keyring"
 	"github.com/cronmesh/cronmesh/libs/migrate"
 	"github.com/cronmesh/cronmesh/libs/outbox"
 	"github.com/cronmesh/cronmesh/libs/postgres"
@@ -63,6 +63,8 @@ const DefaultMaxBackfills = 2
 type Config struct {
 	config.Common
 	APIKeys config.StringList
+	// Keys says where the managed API keys come from.
+	Keys keyring.Config
 	// NodeID names this node in the ring; default host-pid.
 	NodeID string
 	// Advertise is the API address other nodes and GetRing show; default
@@ -102,6 +104,7 @@ type Config struct {
 func (c *Config) Register(fs *flag.FlagSet) {
 	c.Common.Register(fs, DefaultListen)
 	fs.Var(&c.APIKeys, "api-keys", "comma-separated API keys, each namespace=key or namespace=sha256:<hex digest of the key>")
+	c.Keys.Register(fs)
 	fs.StringVar(&c.NodeID, "node-id", "", "this node's name in the ring (default: hostname-pid)")
 	fs.StringVar(&c.Advertise, "advertise", "", "API address shown to other nodes (default: --listen)")
 	fs.StringVar(&c.Schema, "schema", DefaultSchema, "PostgreSQL schema of the trigger's tables")
@@ -156,6 +159,7 @@ type App struct {
 	retention  *retention.Keeper
 	timesync   *timesync.Syncer
 	server     *server.Server
+	keys       *keyring.Ring
 	closeOnce  sync.Once
 }
 
@@ -163,12 +167,14 @@ type App struct {
 // partition count) and etcd, and builds every part. Nothing runs until Run.
 func New(ctx context.Context, cfg Config, logger *slog.Logger) (_ *App, err error) {
 	cfg.fillDefaults()
-	keys, err := apikey.Parse(cfg.APIKeys)
+	// The configured keys, and the managed ones polled from the registry.
+	registryClient, err := cfg.Keys.HTTPClient()
 	if err != nil {
 		return nil, err
 	}
-	if keys.Len() == 0 {
-		return nil, errors.New("no API keys configured (--api-keys or CRONMESH_API_KEYS): every call would be refused")
+	keys, err := cfg.Keys.NewRegistryRing(cfg.APIKeys, registryClient, logger.With(slog.String("component", "keyring")), nil)
+	if err != nil {
+		return nil, err
 	}
 	if err := cfg.MaxBackfills.Validate("max-backfills"); err != nil {
 		return nil, err
@@ -191,6 +197,10 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger) (_ *App, err erro
 	}()
 	a.telemetry, err = telemetry.Setup(ctx, telemetry.Options{ServiceName: "trigger", OTLPEndpoint: cfg.OTLPEndpoint, Logger: logger})
 	if err != nil {
+		return nil, err
+	}
+	a.keys = keys
+	if err := keys.RegisterMetrics(prometheus.WrapRegistererWith(prometheus.Labels{"service": "trigger"}, a.telemetry.Metrics)); err != nil {
 		return nil, err
 	}
 	metrics := prometheus.WrapRegistererWith(prometheus.Labels{"service": "trigger"}, a.telemetry.Metrics)
@@ -419,6 +429,7 @@ func (a *App) Run(ctx context.Context) error {
 	start("outbox relay", a.relay.Run)
 	start("retention", a.retention.Run)
 	start("timesync", a.timesync.Run)
+	start("keyring", a.keys.Run)
 	go func() {
 		select {
 		case <-a.ring.Ready():
