@@ -32,7 +32,7 @@ const (
 	// DefaultShutdownTimeout bounds graceful shutdown when Options leave it 0.
 	DefaultShutdownTimeout = 15 * time.Second
 	// readHeaderTimeout stops slow-loris clients from holding connections
-	// open; request bodies are not bounded here since streams may be long.
+	// open with headers that never end; Limits.ReadTimeout bounds the body.
 	readHeaderTimeout = 10 * time.Second
 )
 
@@ -57,6 +57,9 @@ type Options struct {
 	// profiles reveal internals and cost CPU, so an operator turns them on
 	// (--pprof) for a benchmark or an investigation.
 	Profiling bool
+	// Limits bound the size of requests and how long reading and answering
+	// them may take; zero fields take their defaults.
+	Limits Limits
 }
 
 // Server serves a service's Connect handlers plus health, reflection and
@@ -66,6 +69,7 @@ type Server struct {
 	listen          string
 	logger          *slog.Logger
 	shutdownTimeout time.Duration
+	limits          Limits // defaults filled
 
 	mux      *http.ServeMux // everything served
 	services *http.ServeMux // only the Connect services, behind middleware
@@ -128,11 +132,16 @@ func New(opts Options) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("server %s: %w", opts.Name, err)
 	}
+	limits, err := opts.Limits.withDefaults()
+	if err != nil {
+		return nil, fmt.Errorf("server %s: %w", opts.Name, err)
+	}
 	s := &Server{
 		name:            opts.Name,
 		listen:          opts.Listen,
 		logger:          cmp.Or(opts.Logger, slog.New(slog.DiscardHandler)),
 		shutdownTimeout: cmp.Or(opts.ShutdownTimeout, DefaultShutdownTimeout),
+		limits:          limits,
 		mux:             http.NewServeMux(),
 		services:        http.NewServeMux(),
 		checker:         grpchealth.NewStaticChecker(),
@@ -147,10 +156,12 @@ func New(opts Options) (*Server, error) {
 	var services http.Handler = s.services
 	s.wrapped.Store(&services)
 
-	s.mux.Handle(grpchealth.NewHandler(s.checker))
+	// Health and reflection answer without credentials, so they get small
+	// fixed limits of their own rather than MaxRequestBytes.
+	s.mux.Handle(grpchealth.NewHandler(s.checker, connect.WithReadMaxBytes(healthMaxBytes)))
 	reflector := grpcreflect.NewReflector(grpcreflect.NamerFunc(s.reflectionNames))
-	s.mux.Handle(grpcreflect.NewHandlerV1(reflector))
-	s.mux.Handle(grpcreflect.NewHandlerV1Alpha(reflector))
+	s.mux.Handle(grpcreflect.NewHandlerV1(reflector, connect.WithReadMaxBytes(reflectionMaxBytes)))
+	s.mux.Handle(grpcreflect.NewHandlerV1Alpha(reflector, connect.WithReadMaxBytes(reflectionMaxBytes)))
 	s.mux.Handle("GET /metrics", promhttp.HandlerFor(tel.Metrics, promhttp.HandlerOpts{}))
 	if opts.Profiling {
 		s.mux.HandleFunc("GET /debug/pprof/", pprof.Index)
@@ -173,14 +184,16 @@ func New(opts Options) (*Server, error) {
 }
 
 // HandlerOptions returns the Connect handler options every service must pass
-// to its generated NewXxxServiceHandler: OpenTelemetry tracing (server spans
-// join the caller's trace from its traceparent header), Prometheus request
-// metrics, and panic recovery that logs the panic with its stack and returns
-// CodeInternal without leaking details, followed by extra interceptors, in
-// that order from outermost to innermost. Panics in extra interceptors are
-// recovered too.
+// to its generated NewXxxServiceHandler: the read limit of
+// Limits.MaxRequestBytes on each decompressed message (RESOURCE_EXHAUSTED
+// beyond it), OpenTelemetry tracing (server spans join the caller's trace from
+// its traceparent header), Prometheus request metrics, and panic recovery that
+// logs the panic with its stack and returns CodeInternal without leaking
+// details, followed by extra interceptors, in that order from outermost to
+// innermost. Panics in extra interceptors are recovered too.
 func (s *Server) HandlerOptions(extra ...connect.Interceptor) []connect.HandlerOption {
 	return []connect.HandlerOption{
+		connect.WithReadMaxBytes(s.limits.MaxRequestBytes),
 		connect.WithInterceptors(s.otel, s.metrics),
 		connect.WithRecover(s.recoverPanic),
 		connect.WithInterceptors(extra...),
@@ -314,9 +327,13 @@ func (s *Server) Run(ctx context.Context) error {
 	// h2c: gRPC needs HTTP/2, and inside the mesh there is no TLS.
 	protocols.SetUnencryptedHTTP2(true)
 	srv := &http.Server{
-		Handler:           s.mux,
+		Handler:           boundBodies(s.mux, s.bodyLimit),
 		Protocols:         &protocols,
 		ReadHeaderTimeout: readHeaderTimeout,
+		ReadTimeout:       s.limits.ReadTimeout,
+		WriteTimeout:      s.limits.WriteTimeout,
+		IdleTimeout:       s.limits.IdleTimeout,
+		MaxHeaderBytes:    s.limits.MaxHeaderBytes,
 		ErrorLog:          slog.NewLogLogger(s.logger.Handler(), slog.LevelWarn),
 		// Request contexts keep ctx's values but not its cancellation: when
 		// ctx is cancelled in-flight requests must be allowed to finish.

@@ -114,6 +114,12 @@ type fixture struct {
 // configure runs before Run (to add middleware, for example).
 func start(t *testing.T, configure func(*server.Server)) *fixture {
 	t.Helper()
+	return startWithLimits(t, server.Limits{}, configure)
+}
+
+// startWithLimits is start with the server's Limits.
+func startWithLimits(t *testing.T, limits server.Limits, configure func(*server.Server)) *fixture {
+	t.Helper()
 	f := &fixture{
 		echo:  newEchoService(),
 		spans: tracetest.NewInMemoryExporter(),
@@ -130,6 +136,7 @@ func start(t *testing.T, configure func(*server.Server)) *fixture {
 		Logger:          slog.New(f.logs),
 		Telemetry:       f.tel,
 		ShutdownTimeout: time.Minute,
+		Limits:          limits,
 	})
 	require.NoError(t, err)
 	f.srv.Handle(testService, testPath, f.echo.handler(f.srv.HandlerOptions()...))
@@ -200,6 +207,7 @@ func TestNew(t *testing.T) {
 		{name: "ok, defaults", opts: server.Options{Name: "x", Listen: "127.0.0.1:0"}},
 		{name: "no name", opts: server.Options{Listen: ":0"}, wantErr: "Name"},
 		{name: "no listen", opts: server.Options{Name: "x"}, wantErr: "Listen"},
+		{name: "negative limit", opts: server.Options{Name: "x", Listen: ":0", Limits: server.Limits{ReadTimeout: -time.Second}}, wantErr: "negative"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

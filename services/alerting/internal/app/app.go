@@ -247,7 +247,7 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger) (_ *App, err erro
 	a.consumers = append(a.consumers, executions, jobs)
 
 	a.server, err = server.New(server.Options{
-		Name: "alerting", Listen: cfg.Listen, Logger: logger, Telemetry: a.telemetry, ShutdownTimeout: cfg.ShutdownTimeout, Profiling: cfg.Pprof,
+		Name: "alerting", Listen: cfg.Listen, Logger: logger, Telemetry: a.telemetry, ShutdownTimeout: cfg.ShutdownTimeout, Profiling: cfg.Pprof, Limits: cfg.Limits,
 	})
 	if err != nil {
 		return nil, err

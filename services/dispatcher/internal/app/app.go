@@ -319,7 +319,7 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger, opts ...Option) (
 	}
 
 	a.server, err = server.New(server.Options{
-		Name: "dispatcher", Listen: cfg.Listen, Logger: logger, Telemetry: a.telemetry, ShutdownTimeout: cfg.ShutdownTimeout, Profiling: cfg.Pprof,
+		Name: "dispatcher", Listen: cfg.Listen, Logger: logger, Telemetry: a.telemetry, ShutdownTimeout: cfg.ShutdownTimeout, Profiling: cfg.Pprof, Limits: cfg.Limits,
 	})
 	if err != nil {
 		return nil, err

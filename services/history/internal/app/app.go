@@ -195,7 +195,7 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger, opts ...Option) (
 		return nil, err
 	}
 	a.server, err = server.New(server.Options{
-		Name: "history", Listen: cfg.Listen, Logger: logger, Telemetry: a.telemetry, ShutdownTimeout: cfg.ShutdownTimeout, Profiling: cfg.Pprof,
+		Name: "history", Listen: cfg.Listen, Logger: logger, Telemetry: a.telemetry, ShutdownTimeout: cfg.ShutdownTimeout, Profiling: cfg.Pprof, Limits: cfg.Limits,
 	})
 	if err != nil {
 		return nil, err

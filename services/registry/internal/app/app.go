@@ -168,7 +168,7 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger) (_ *App, err erro
 	st := store.New(store.Options{Pool: a.pool, Propagator: a.telemetry.Propagator, Notify: a.relay.Notify})
 
 	a.server, err = server.New(server.Options{
-		Name: "registry", Listen: cfg.Listen, Logger: logger, Telemetry: a.telemetry, ShutdownTimeout: cfg.ShutdownTimeout, Profiling: cfg.Pprof,
+		Name: "registry", Listen: cfg.Listen, Logger: logger, Telemetry: a.telemetry, ShutdownTimeout: cfg.ShutdownTimeout, Profiling: cfg.Pprof, Limits: cfg.Limits,
 	})
 	if err != nil {
 		return nil, err

@@ -337,13 +337,17 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger) (_ *App, err erro
 	}
 
 	a.server, err = server.New(server.Options{
-		Name: "trigger", Listen: cfg.Listen, Logger: logger, Telemetry: a.telemetry, ShutdownTimeout: cfg.ShutdownTimeout, Profiling: cfg.Pprof,
+		Name: "trigger", Listen: cfg.Listen, Logger: logger, Telemetry: a.telemetry, ShutdownTimeout: cfg.ShutdownTimeout, Profiling: cfg.Pprof, Limits: cfg.Limits,
 	})
 	if err != nil {
 		return nil, err
 	}
 	a.server.UseMiddleware(keys.Middleware().Wrap)
 	path, handler := triggerv1connect.NewTriggerServiceHandler(api.NewHandler(st, a.ring, logger), a.server.HandlerOptions()...)
+	// A backfill is paced: the most slots at the slowest rate (1 a second)
+	// run far longer than --write-timeout, and must still be answered.
+	longest := time.Duration(store.MaxBackfillSlots)*time.Second + cmp.Or(cfg.Limits.WriteTimeout, server.DefaultWriteTimeout)
+	handler = server.AllowLongCalls(handler, longest, triggerv1connect.TriggerServiceBackfillJobProcedure)
 	a.server.Handle(triggerv1connect.TriggerServiceName, path, handler)
 	return a, nil
 }
