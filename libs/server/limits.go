@@ -15,14 +15,14 @@ const (
 	// DefaultMaxRequestBytes is the largest legitimate request of the five
 	// APIs with some headroom: a registry BatchCreateJobs of 1,000 jobs (its
 	// MaxBatch), each at every per-job limit of the registry's validation,
-	// encoded in binary protobuf. One such job is about 437 KB: the body
-	// (256 KiB), 32 headers of a 256-byte name and a 4 KiB value (about
-	// 136 KiB), 64 labels of a 63-byte key and a 255-byte value (about
-	// 20 KiB), the description (2,000 characters of up to 4 UTF-8 bytes) and
-	// display name (200), the URL (2,048), the cron expression, time zone,
-	// status codes, request id and a few small fields. Times 1,000 that is
-	// about 437 MB (417 MiB); the registry's TestLargestBatchFitsTheDefaultLimit
-	// builds that batch and checks it fits. A JSON client pays more for a
+	// in binary protobuf. One such job is about 434 KB: the body (256 KiB),
+	// 32 headers of a 256-byte name and a 4 KiB value (136 KiB), 64 labels
+	// of a 63-byte key and a 255-byte value (20 KiB), the description (2,000
+	// characters of up to 4 UTF-8 bytes) and display name (200), the URL
+	// (2,048 bytes), the cron expression (256), 100 status codes, the
+	// request id (128) and a few small fields. Times 1,000 that is 434 MB
+	// (414 MiB), which the registry's TestLargestBatchFitsTheDefaultLimit
+	// builds and checks against this value. A JSON client pays more for a
 	// body full of characters JSON escapes; it can use the binary codec or
 	// smaller batches.
 	DefaultMaxRequestBytes = 448 << 20

@@ -16,22 +16,26 @@ import (
 
 	registryv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1"
 	"github.com/cronmesh/cronmesh/libs/jobspec"
+	"github.com/cronmesh/cronmesh/libs/reqlimit"
 	"github.com/cronmesh/cronmesh/libs/rpcerr"
 )
 
 // Limits of a job definition. They bound what one job can cost the mesh
 // (memory in the trigger, bytes on the broker, time in the dispatcher).
 const (
-	MaxDisplayName     = 200
-	MaxDescription     = 2000
-	MaxLabels          = 64
-	MaxLabelKey        = 63
-	MaxLabelValue      = 255
-	MaxURL             = 2048
-	MaxHeaders         = 32
-	MaxHeaderName      = 256
-	MaxHeaderValue     = 4 << 10
-	MaxBody            = 256 << 10
+	MaxDisplayName = 200
+	MaxDescription = 2000
+	MaxLabels      = reqlimit.MaxLabels
+	MaxLabelKey    = reqlimit.MaxLabelKeyBytes
+	MaxLabelValue  = reqlimit.MaxLabelValueBytes
+	MaxURL         = reqlimit.MaxURLBytes
+	MaxHeaders     = 32
+	MaxHeaderName  = 256
+	MaxHeaderValue = 4 << 10
+	MaxBody        = 256 << 10
+	// MaxStatusCodes bounds accepted_status_codes: a job lists the few
+	// codes it expects, never every one.
+	MaxStatusCodes     = 100
 	MinTimeout         = time.Second
 	MaxTimeout         = 5 * time.Minute
 	DefaultTimeout     = 30 * time.Second
@@ -184,6 +188,9 @@ func httpTarget(v *rpcerr.Violations, field string, t *registryv1.HttpTarget) {
 		v.Add(field+".body", "must be at most %d bytes, got %d", MaxBody, len(t.Body))
 	}
 	t.Timeout = durationOrDefault(v, field+".timeout", t.Timeout, DefaultTimeout, MinTimeout, MaxTimeout)
+	if !reqlimit.Count(v, field+".accepted_status_codes", len(t.AcceptedStatusCodes), MaxStatusCodes) {
+		t.AcceptedStatusCodes = nil // reported; not worth checking one by one
+	}
 	for i, code := range t.AcceptedStatusCodes {
 		if code < 100 || code > 599 {
 			v.Add(fmt.Sprintf("%s.accepted_status_codes[%d]", field, i), "must be an HTTP status code (100-599), got %d", code)
