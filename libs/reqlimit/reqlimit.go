@@ -34,6 +34,20 @@ const (
 	MaxLabelValueBytes = 255
 	// MaxURLBytes bounds a URL (job targets, webhook channels).
 	MaxURLBytes = 2048
+	// MaxHeaders, MaxHeaderNameBytes and MaxHeaderValueBytes bound the
+	// headers of a job's target (the registry's jobs, the dispatcher's
+	// redrive override).
+	MaxHeaders          = 32
+	MaxHeaderNameBytes  = 256
+	MaxHeaderValueBytes = 4 << 10
+	// MaxBodyBytes bounds the body of a job's target.
+	MaxBodyBytes = 256 << 10
+	// MaxStatusCodes bounds the status codes an HTTP target accepts: a job
+	// lists the few codes it expects, never every one.
+	MaxStatusCodes = 100
+	// MaxAMQPNameBytes bounds an AMQP exchange, routing key or content
+	// type: AMQP's short strings hold 255 bytes.
+	MaxAMQPNameBytes = 255
 	// MaxHostBytes bounds a host name: a DNS name has at most 253
 	// characters.
 	MaxHostBytes = 253

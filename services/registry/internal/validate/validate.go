@@ -23,19 +23,17 @@ import (
 // Limits of a job definition. They bound what one job can cost the mesh
 // (memory in the trigger, bytes on the broker, time in the dispatcher).
 const (
-	MaxDisplayName = 200
-	MaxDescription = 2000
-	MaxLabels      = reqlimit.MaxLabels
-	MaxLabelKey    = reqlimit.MaxLabelKeyBytes
-	MaxLabelValue  = reqlimit.MaxLabelValueBytes
-	MaxURL         = reqlimit.MaxURLBytes
-	MaxHeaders     = 32
-	MaxHeaderName  = 256
-	MaxHeaderValue = 4 << 10
-	MaxBody        = 256 << 10
-	// MaxStatusCodes bounds accepted_status_codes: a job lists the few
-	// codes it expects, never every one.
-	MaxStatusCodes     = 100
+	MaxDisplayName     = 200
+	MaxDescription     = 2000
+	MaxLabels          = reqlimit.MaxLabels
+	MaxLabelKey        = reqlimit.MaxLabelKeyBytes
+	MaxLabelValue      = reqlimit.MaxLabelValueBytes
+	MaxURL             = reqlimit.MaxURLBytes
+	MaxHeaders         = reqlimit.MaxHeaders
+	MaxHeaderName      = reqlimit.MaxHeaderNameBytes
+	MaxHeaderValue     = reqlimit.MaxHeaderValueBytes
+	MaxBody            = reqlimit.MaxBodyBytes
+	MaxStatusCodes     = reqlimit.MaxStatusCodes
 	MinTimeout         = time.Second
 	MaxTimeout         = 5 * time.Minute
 	DefaultTimeout     = 30 * time.Second
@@ -51,7 +49,7 @@ const (
 	MaxCatchUpWindow   = 7 * 24 * time.Hour
 	DefaultCatchUp     = time.Hour
 	MaxSpreadWindow    = time.Hour
-	MaxAMQPName        = 255
+	MaxAMQPName        = reqlimit.MaxAMQPNameBytes
 	MaxRequestID       = 128
 	DefaultContentType = "application/json"
 	// ReservedAMQPPrefix starts the names of cronmesh's own exchanges and
