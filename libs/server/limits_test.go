@@ -251,3 +251,48 @@ func TestSlowHandlerIsNotCutOff(t *testing.T) {
 		})
 	}
 }
+
+// TestAllowLongCalls: a call still running at the WriteTimeout is cut off,
+// unless its procedure was given longer with AllowLongCalls.
+func TestAllowLongCalls(t *testing.T) {
+	t.Parallel()
+	const writeTimeout = 200 * time.Millisecond
+	for _, allowed := range []bool{false, true} {
+		t.Run(map[bool]string{false: "cut off", true: "allowed"}[allowed], func(t *testing.T) {
+			t.Parallel()
+			srv, err := server.New(server.Options{Name: "test", Listen: "127.0.0.1:0", Limits: server.Limits{WriteTimeout: writeTimeout}})
+			require.NoError(t, err)
+			echo := newEchoService()
+			h := echo.handler(srv.HandlerOptions()...)
+			if allowed {
+				h = server.AllowLongCalls(h, time.Minute, echoProcedure)
+			}
+			srv.Handle(testService, testPath, h)
+			ctx, cancel := context.WithCancel(t.Context())
+			done := make(chan error, 1)
+			go func() { done <- srv.Run(ctx) }()
+			t.Cleanup(func() {
+				cancel()
+				require.NoError(t, <-done)
+			})
+			<-srv.Ready()
+			client := h2cClient()
+			t.Cleanup(client.CloseIdleConnections)
+
+			called := make(chan error, 1)
+			go func() {
+				c := connect.NewClient[wrapperspb.StringValue, wrapperspb.StringValue](client, "http://"+srv.Addr()+echoProcedure)
+				_, err := c.CallUnary(t.Context(), connect.NewRequest(wrapperspb.String("block")))
+				called <- err
+			}()
+			<-echo.entered
+			time.Sleep(3 * writeTimeout) // the call outlives the server's WriteTimeout
+			close(echo.release)
+			if allowed {
+				require.NoError(t, <-called)
+			} else {
+				require.Error(t, <-called)
+			}
+		})
+	}
+}
