@@ -17,4 +17,11 @@
 // Middleware added with UseMiddleware (authentication, typically) wraps only
 // the mounted Connect services: probes, reflection and metrics stay open so
 // orchestrators and grpcurl need no credentials.
+//
+// Every request is bounded (Limits): the mounted services' messages by
+// Limits.MaxRequestBytes after decompression and their raw bodies likewise,
+// health and reflection, open to anyone, by a few kilobytes; reading a
+// request by ReadTimeout, answering it by WriteTimeout (AllowLongCalls
+// lifts that for a procedure meant to run long), headers by MaxHeaderBytes.
+// Beyond a size limit a call fails with RESOURCE_EXHAUSTED.
 package server
