@@ -20,12 +20,6 @@ const (
 	MaxAfter    = 366 * 24 * time.Hour
 	// DefaultTimeZone applies when Schedule.time_zone is empty.
 	DefaultTimeZone = "UTC"
-	// MaxCronBytes bounds a cron expression: six fields of lists and
-	// ranges fit with room to spare.
-	MaxCronBytes = 256
-	// MaxTimeZoneBytes bounds a time zone name: the longest IANA name has
-	// 32 characters.
-	MaxTimeZoneBytes = 64
 )
 
 // FieldError names a wrong field by its path relative to the schedule
@@ -88,18 +82,13 @@ func (c *Locations) Schedule(s *registryv1.Schedule, created time.Time) (schedul
 	if s == nil {
 		return schedule.Schedule{}, []*FieldError{{Description: "is required"}}
 	}
-	var (
-		errs []*FieldError
-		err  error
-	)
+	var errs []*FieldError
 	fail := func(field, format string, args ...any) {
 		errs = append(errs, &FieldError{Field: field, Description: fmt.Sprintf(format, args...)})
 	}
 
-	loc := time.UTC
-	if tz := s.GetTimeZone(); len(tz) > MaxTimeZoneBytes {
-		fail("time_zone", "must be at most %d bytes, got %d", MaxTimeZoneBytes, len(tz))
-	} else if loc, err = c.Load(tz); err != nil {
+	loc, err := c.Load(s.GetTimeZone())
+	if err != nil {
 		fail("time_zone", "%v", err)
 	}
 	var start, end time.Time
@@ -124,10 +113,6 @@ func (c *Locations) Schedule(s *registryv1.Schedule, created time.Time) (schedul
 	var sched schedule.Schedule
 	switch kind := s.Kind.(type) {
 	case *registryv1.Schedule_Cron:
-		if len(kind.Cron) > MaxCronBytes {
-			fail("cron", "must be at most %d bytes, got %d", MaxCronBytes, len(kind.Cron))
-			break
-		}
 		cron, err := schedule.ParseCron(kind.Cron)
 		if err != nil {
 			fail("cron", "%v", err)

@@ -395,6 +395,9 @@ func (h *Handler) PreviewSchedule(ctx context.Context, req *connect.Request[regi
 			from = f.AsTime()
 		}
 	}
+	if !validate.ScheduleSize(v, "schedule", req.Msg.Schedule) {
+		return nil, v.Err()
+	}
 	sched, errs := jobspec.Schedule(req.Msg.Schedule, from)
 	for _, e := range errs {
 		v.Add(strings.TrimSuffix("schedule."+e.Field, "."), "%s", e.Description)

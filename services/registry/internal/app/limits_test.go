@@ -48,7 +48,7 @@ func TestRequestFieldCaps(t *testing.T) {
 	}
 	manyCodes := httpJob("capped")
 	manyCodes.GetTarget().GetHttp().AcceptedStatusCodes = codes
-	longCron := &registryv1.Schedule{Kind: &registryv1.Schedule_Cron{Cron: "*/5 * * * *" + strings.Repeat(" ", 300)}}
+	longCron := &registryv1.Schedule{Kind: &registryv1.Schedule_Cron{Cron: "*/5 * * * *" + strings.Repeat(" ", validate.MaxCron)}}
 
 	tests := []struct {
 		name  string
@@ -174,7 +174,7 @@ func largestJob() *registryv1.Job {
 		Description: strings.Repeat(wide, validate.MaxDescription),
 		Labels:      labels,
 		Schedule: &registryv1.Schedule{
-			Kind:      &registryv1.Schedule_Cron{Cron: cron + strings.Repeat(" ", 256-len(cron))},
+			Kind:      &registryv1.Schedule_Cron{Cron: cron + strings.Repeat(" ", validate.MaxCron-len(cron))},
 			TimeZone:  "America/Argentina/ComodRivadavia",
 			StartTime: timestamppb.New(time.Date(2026, 1, 1, 0, 0, 0, 999, time.UTC)),
 			EndTime:   timestamppb.New(time.Date(2036, 1, 1, 0, 0, 0, 999, time.UTC)),
