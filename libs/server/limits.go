@@ -2,6 +2,7 @@ package server
 
 import (
 	"errors"
+	"fmt"
 	"net/http"
 	"strings"
 	"time"
@@ -33,7 +34,8 @@ const (
 	// DefaultWriteTimeout bounds a call from the end of its headers to the
 	// end of its response (reading the body, handling, answering), so a
 	// client that stops reading its response does not hold a connection and
-	// the response's memory for ever. It must exceed DefaultReadTimeout.
+	// the response's memory for ever. It may not be shorter than the read
+	// timeout.
 	DefaultWriteTimeout = 2 * time.Minute
 	// DefaultIdleTimeout closes keep-alive connections idle this long.
 	DefaultIdleTimeout = 2 * time.Minute
@@ -58,7 +60,8 @@ const (
 )
 
 // Limits bound what one request may cost a Server. Zero fields take their
-// defaults; negative ones are refused by New.
+// defaults; New refuses negative ones, and a WriteTimeout shorter than the
+// ReadTimeout.
 type Limits struct {
 	// MaxRequestBytes bounds one request message of a mounted service after
 	// decompression (connect.WithReadMaxBytes, in HandlerOptions) and, with
@@ -105,6 +108,11 @@ func (l Limits) withDefaults() (Limits, error) {
 	}
 	if l.MaxHeaderBytes == 0 {
 		l.MaxHeaderBytes = DefaultMaxHeaderBytes
+	}
+	if l.WriteTimeout < l.ReadTimeout {
+		// On HTTP/1.1 the write deadline runs from the end of the headers:
+		// it would cut off a body still allowed to arrive.
+		return l, fmt.Errorf("the write timeout (%s) must not be shorter than the read timeout (%s)", l.WriteTimeout, l.ReadTimeout)
 	}
 	return l, nil
 }

@@ -260,7 +260,7 @@ func TestAllowLongCalls(t *testing.T) {
 	for _, allowed := range []bool{false, true} {
 		t.Run(map[bool]string{false: "cut off", true: "allowed"}[allowed], func(t *testing.T) {
 			t.Parallel()
-			srv, err := server.New(server.Options{Name: "test", Listen: "127.0.0.1:0", Limits: server.Limits{WriteTimeout: writeTimeout}})
+			srv, err := server.New(server.Options{Name: "test", Listen: "127.0.0.1:0", Limits: server.Limits{ReadTimeout: writeTimeout, WriteTimeout: writeTimeout}})
 			require.NoError(t, err)
 			echo := newEchoService()
 			h := echo.handler(srv.HandlerOptions()...)

@@ -208,6 +208,7 @@ func TestNew(t *testing.T) {
 		{name: "no name", opts: server.Options{Listen: ":0"}, wantErr: "Name"},
 		{name: "no listen", opts: server.Options{Name: "x"}, wantErr: "Listen"},
 		{name: "negative limit", opts: server.Options{Name: "x", Listen: ":0", Limits: server.Limits{ReadTimeout: -time.Second}}, wantErr: "negative"},
+		{name: "write timeout under read timeout", opts: server.Options{Name: "x", Listen: ":0", Limits: server.Limits{ReadTimeout: 5 * time.Minute}}, wantErr: "write timeout"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
