@@ -1,6 +1,7 @@
 package config
 
 import (
+	"cmp"
 	"errors"
 	"flag"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/cronmesh/cronmesh/libs/ratelimit"
+	"github.com/cronmesh/cronmesh/libs/server"
 	"github.com/cronmesh/cronmesh/libs/tlsconfig"
 )
 
@@ -73,6 +75,12 @@ type Common struct {
 	// (--rate-limit, --rate-limit-namespaces, --rate-limit-keys; see
 	// libs/ratelimit). The zero value limits nothing.
 	RateLimit ratelimit.Config
+	// Limits bound the requests the service's server reads:
+	// --max-request-bytes, --read-timeout, --write-timeout, --idle-timeout
+	// and --max-header-bytes (CRONMESH_MAX_REQUEST_BYTES, ...), defaults
+	// those of package server; a MaxRequestBytes set before Register is
+	// that service's default instead.
+	Limits server.Limits
 }
 
 // Register adds the common flags to fs, with defaultListen as the default of
@@ -98,6 +106,12 @@ func (c *Common) Register(fs *flag.FlagSet, defaultListen string) {
 	fs.Var((*logLevel)(&c.LogLevel), "log-level", "log level: debug, info, warn or error")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", DefaultShutdownTimeout, "graceful shutdown timeout")
 	fs.BoolVar(&c.Pprof, "pprof", false, "serve net/http/pprof under /debug/pprof/ (for profiling; off in production)")
+	fs.IntVar(&c.Limits.MaxRequestBytes, "max-request-bytes", cmp.Or(c.Limits.MaxRequestBytes, server.DefaultMaxRequestBytes),
+		"largest request message accepted, in bytes, after decompression (and, with framing, its raw body); beyond it RESOURCE_EXHAUSTED")
+	fs.DurationVar(&c.Limits.ReadTimeout, "read-timeout", server.DefaultReadTimeout, "time to read a request's headers and body")
+	fs.DurationVar(&c.Limits.WriteTimeout, "write-timeout", server.DefaultWriteTimeout, "time from the end of a request's headers to the end of its response")
+	fs.DurationVar(&c.Limits.IdleTimeout, "idle-timeout", server.DefaultIdleTimeout, "idle keep-alive connections are closed after this")
+	fs.IntVar(&c.Limits.MaxHeaderBytes, "max-header-bytes", server.DefaultMaxHeaderBytes, "largest request header block, in bytes")
 	c.RateLimit.Register(fs)
 }
 

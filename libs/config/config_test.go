@@ -10,6 +10,7 @@ import (
 
 	"github.com/cronmesh/cronmesh/libs/config"
 	"github.com/cronmesh/cronmesh/libs/ratelimit"
+	"github.com/cronmesh/cronmesh/libs/server"
 	"github.com/cronmesh/cronmesh/libs/tlsconfig"
 	"github.com/cronmesh/cronmesh/libs/tlstest"
 )
@@ -55,6 +56,13 @@ func TestParse(t *testing.T) {
 					LogLevel:        "info",
 					ShutdownTimeout: 15 * time.Second,
 					RateLimit:       ratelimit.Config{Default: ratelimit.DefaultRate, MaxKeys: ratelimit.DefaultMaxKeys},
+					Limits: server.Limits{
+						MaxRequestBytes: server.DefaultMaxRequestBytes,
+						ReadTimeout:     server.DefaultReadTimeout,
+						WriteTimeout:    server.DefaultWriteTimeout,
+						IdleTimeout:     server.DefaultIdleTimeout,
+						MaxHeaderBytes:  server.DefaultMaxHeaderBytes,
+					},
 				}, *c)
 				require.Empty(t, keys)
 				require.Equal(t, 4, workers)
@@ -63,14 +71,19 @@ func TestParse(t *testing.T) {
 		{
 			name: "env applied",
 			env: map[string]string{
-				"CRONMESH_LISTEN":           ":9000",
-				"CRONMESH_POSTGRES_URL":     "postgres://db/x",
-				"CRONMESH_OTLP_ENDPOINT":    "collector:4317",
-				"CRONMESH_ETCD_ENDPOINTS":   "a:1, b:2",
-				"CRONMESH_LOG_LEVEL":        "DEBUG",
-				"CRONMESH_SHUTDOWN_TIMEOUT": "3s",
-				"CRONMESH_API_KEYS":         "k1,k2",
-				"CRONMESH_WORKERS":          "9",
+				"CRONMESH_LISTEN":            ":9000",
+				"CRONMESH_POSTGRES_URL":      "postgres://db/x",
+				"CRONMESH_OTLP_ENDPOINT":     "collector:4317",
+				"CRONMESH_ETCD_ENDPOINTS":    "a:1, b:2",
+				"CRONMESH_LOG_LEVEL":         "DEBUG",
+				"CRONMESH_SHUTDOWN_TIMEOUT":  "3s",
+				"CRONMESH_API_KEYS":          "k1,k2",
+				"CRONMESH_WORKERS":           "9",
+				"CRONMESH_MAX_REQUEST_BYTES": "1048576",
+				"CRONMESH_READ_TIMEOUT":      "5s",
+				"CRONMESH_WRITE_TIMEOUT":     "6s",
+				"CRONMESH_IDLE_TIMEOUT":      "7s",
+				"CRONMESH_MAX_HEADER_BYTES":  "8192",
 			},
 			check: func(t *testing.T, c *config.Common, keys []string, workers int) {
 				require.Equal(t, ":9000", c.Listen)
@@ -81,6 +94,10 @@ func TestParse(t *testing.T) {
 				require.Equal(t, 3*time.Second, c.ShutdownTimeout)
 				require.Equal(t, []string{"k1", "k2"}, keys)
 				require.Equal(t, 9, workers)
+				require.Equal(t, server.Limits{
+					MaxRequestBytes: 1 << 20, ReadTimeout: 5 * time.Second, WriteTimeout: 6 * time.Second,
+					IdleTimeout: 7 * time.Second, MaxHeaderBytes: 8 << 10,
+				}, c.Limits)
 			},
 		},
 		{

@@ -21,4 +21,11 @@
 // orchestrators and grpcurl need no credentials. The per-key rate limit of
 // Options.RateLimit (libs/ratelimit) is an interceptor of HandlerOptions, so
 // it too applies only to the mounted services, once the caller is known.
+//
+// Every request is bounded (Limits): the mounted services' messages by
+// Limits.MaxRequestBytes after decompression and their raw bodies likewise,
+// health and reflection, open to anyone, by a few kilobytes; reading a
+// request by ReadTimeout, answering it by WriteTimeout (AllowLongCalls
+// lifts that for a procedure meant to run long), headers by MaxHeaderBytes.
+// Beyond a size limit a call fails with RESOURCE_EXHAUSTED.
 package server

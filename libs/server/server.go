@@ -37,7 +37,7 @@ const (
 	// DefaultShutdownTimeout bounds graceful shutdown when Options leave it 0.
 	DefaultShutdownTimeout = 15 * time.Second
 	// readHeaderTimeout stops slow-loris clients from holding connections
-	// open; request bodies are not bounded here since streams may be long.
+	// open with headers that never end; Limits.ReadTimeout bounds the body.
 	readHeaderTimeout = 10 * time.Second
 )
 
@@ -76,6 +76,9 @@ type Options struct {
 	// (/healthz, /readyz) needs a client certificate that chains to it; see
 	// requireClientCert. The zero value serves without TLS.
 	TLS tlsconfig.Server
+	// Limits bound the size of requests and how long reading and answering
+	// them may take; zero fields take their defaults.
+	Limits Limits
 }
 
 // Server serves a service's Connect handlers plus health, reflection and
@@ -85,6 +88,7 @@ type Server struct {
 	listen          string
 	logger          *slog.Logger
 	shutdownTimeout time.Duration
+	limits          Limits // defaults filled
 
 	mux      *http.ServeMux // everything served
 	handler  http.Handler   // mux, behind the client certificate check of mutual TLS
@@ -97,8 +101,9 @@ type Server struct {
 	serving atomic.Bool
 	otel    *otelconnect.Interceptor
 	metrics *metricsInterceptor
-	// limits is the rate limit interceptor, or nil when nothing is limited.
-	limits []connect.Interceptor
+	// rateLimits is the rate limit interceptor, or nil when nothing is
+	// limited.
+	rateLimits []connect.Interceptor
 
 	mu         sync.Mutex
 	names      []string // fully-qualified names of handled services
@@ -151,7 +156,11 @@ func New(opts Options) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("server %s: %w", opts.Name, err)
 	}
-	var limits []connect.Interceptor
+	limits, err := opts.Limits.withDefaults()
+	if err != nil {
+		return nil, fmt.Errorf("server %s: %w", opts.Name, err)
+	}
+	var rateLimits []connect.Interceptor
 	if !opts.RateLimit.Unlimited() {
 		refusals, err := quota.NewRefusals(tel.Metrics)
 		if err != nil {
@@ -161,7 +170,7 @@ func New(opts Options) (*Server, error) {
 		if err != nil {
 			return nil, fmt.Errorf("server %s: rate limit: %w", opts.Name, err)
 		}
-		limits = append(limits, limiter.Interceptor())
+		rateLimits = append(rateLimits, limiter.Interceptor())
 	}
 	s := &Server{
 		name:            opts.Name,
@@ -174,6 +183,7 @@ func New(opts Options) (*Server, error) {
 		otel:            otelIC,
 		metrics:         metrics,
 		limits:          limits,
+		rateLimits:      rateLimits,
 		ready:           make(chan struct{}),
 		stop:            make(chan struct{}),
 	}
@@ -186,10 +196,12 @@ func New(opts Options) (*Server, error) {
 	var services http.Handler = s.services
 	s.wrapped.Store(&services)
 
-	s.mux.Handle(grpchealth.NewHandler(s.checker))
+	// Health and reflection answer without credentials, so they get small
+	// fixed limits of their own rather than MaxRequestBytes.
+	s.mux.Handle(grpchealth.NewHandler(s.checker, connect.WithReadMaxBytes(healthMaxBytes)))
 	reflector := grpcreflect.NewReflector(grpcreflect.NamerFunc(s.reflectionNames))
-	s.mux.Handle(grpcreflect.NewHandlerV1(reflector))
-	s.mux.Handle(grpcreflect.NewHandlerV1Alpha(reflector))
+	s.mux.Handle(grpcreflect.NewHandlerV1(reflector, connect.WithReadMaxBytes(reflectionMaxBytes)))
+	s.mux.Handle(grpcreflect.NewHandlerV1Alpha(reflector, connect.WithReadMaxBytes(reflectionMaxBytes)))
 	s.mux.Handle("GET /metrics", promhttp.HandlerFor(tel.Metrics, promhttp.HandlerOpts{}))
 	if opts.Profiling {
 		s.mux.HandleFunc("GET /debug/pprof/", pprof.Index)
@@ -212,21 +224,24 @@ func New(opts Options) (*Server, error) {
 }
 
 // HandlerOptions returns the Connect handler options every service must pass
-// to its generated NewXxxServiceHandler: OpenTelemetry tracing (server spans
-// join the caller's trace from its traceparent header), Prometheus request
-// metrics, panic recovery that logs the panic with its stack and returns
-// CodeInternal without leaking details, extra interceptors, then the per-key
-// rate limit of Options.RateLimit, in that order from outermost to
-// innermost. Refused calls are thus traced and counted by code like any
-// other; panics in extra interceptors are recovered too. The rate limit is
-// innermost so that it sees the caller's key even when an extra
-// interceptor is what authenticates it.
+// to its generated NewXxxServiceHandler: the read limit of
+// Limits.MaxRequestBytes on each decompressed message (RESOURCE_EXHAUSTED
+// beyond it), OpenTelemetry tracing (server spans join the caller's trace
+// from its traceparent header), Prometheus request metrics, panic recovery
+// that logs the panic with its stack and returns CodeInternal without
+// leaking details, extra interceptors, then the per-key rate limit of
+// Options.RateLimit, in that order from outermost to innermost. Refused
+// calls are thus traced and counted by code like any other; panics in extra
+// interceptors are recovered too. The rate limit is innermost so that it
+// sees the caller's key even when an extra interceptor is what
+// authenticates it.
 func (s *Server) HandlerOptions(extra ...connect.Interceptor) []connect.HandlerOption {
 	return []connect.HandlerOption{
+		connect.WithReadMaxBytes(s.limits.MaxRequestBytes),
 		connect.WithInterceptors(s.otel, s.metrics),
 		connect.WithRecover(s.recoverPanic),
 		connect.WithInterceptors(extra...),
-		connect.WithInterceptors(s.limits...),
+		connect.WithInterceptors(s.rateLimits...),
 	}
 }
 
@@ -358,9 +373,13 @@ func (s *Server) Run(ctx context.Context) error {
 	protocols.SetHTTP2(s.tls != nil)
 	protocols.SetUnencryptedHTTP2(s.tls == nil)
 	srv := &http.Server{
-		Handler:           s.handler,
+		Handler:           boundBodies(s.handler, s.bodyLimit),
 		Protocols:         &protocols,
 		ReadHeaderTimeout: readHeaderTimeout,
+		ReadTimeout:       s.limits.ReadTimeout,
+		WriteTimeout:      s.limits.WriteTimeout,
+		IdleTimeout:       s.limits.IdleTimeout,
+		MaxHeaderBytes:    s.limits.MaxHeaderBytes,
 		ErrorLog:          slog.NewLogLogger(s.logger.Handler(), slog.LevelWarn),
 		// Request contexts keep ctx's values but not its cancellation: when
 		// ctx is cancelled in-flight requests must be allowed to finish.

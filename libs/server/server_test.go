@@ -120,7 +120,7 @@ func start(t *testing.T, configure func(*server.Server)) *fixture {
 	return startWith(t, server.Options{}, configure)
 }
 
-// startWith is start with opts' RateLimit and Clock.
+// startWith is start with opts' RateLimit, Clock and Limits.
 func startWith(t *testing.T, opts server.Options, configure func(*server.Server)) *fixture {
 	t.Helper()
 	f := &fixture{
@@ -141,6 +141,7 @@ func startWith(t *testing.T, opts server.Options, configure func(*server.Server)
 		ShutdownTimeout: time.Minute,
 		RateLimit:       opts.RateLimit,
 		Clock:           opts.Clock,
+		Limits:          opts.Limits,
 	})
 	require.NoError(t, err)
 	f.srv.Handle(testService, testPath, f.echo.handler(f.srv.HandlerOptions()...))
@@ -211,6 +212,8 @@ func TestNew(t *testing.T) {
 		{name: "ok, defaults", opts: server.Options{Name: "x", Listen: "127.0.0.1:0"}},
 		{name: "no name", opts: server.Options{Listen: ":0"}, wantErr: "Name"},
 		{name: "no listen", opts: server.Options{Name: "x"}, wantErr: "Listen"},
+		{name: "negative limit", opts: server.Options{Name: "x", Listen: ":0", Limits: server.Limits{ReadTimeout: -time.Second}}, wantErr: "negative"},
+		{name: "write timeout under read timeout", opts: server.Options{Name: "x", Listen: ":0", Limits: server.Limits{ReadTimeout: 5 * time.Minute}}, wantErr: "write timeout"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -19,6 +19,7 @@ import (
 	alertingv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/alerting/v1"
 	"github.com/cronmesh/cronmesh/gen/go/cronmesh/alerting/v1/alertingv1connect"
 	"github.com/cronmesh/cronmesh/libs/apikey"
+	"github.com/cronmesh/cronmesh/libs/reqlimit"
 	"github.com/cronmesh/cronmesh/libs/rpcerr"
 	"github.com/cronmesh/cronmesh/libs/webhooksign"
 	"github.com/cronmesh/cronmesh/services/alerting/internal/store"
@@ -37,6 +38,10 @@ const (
 	MinNoSuccessWithin = time.Minute
 	MaxNoSuccessWithin = 366 * 24 * time.Hour
 	MaxRecipients      = 50
+	// MaxSMTPUsername and MaxSMTPPassword bound an email channel's
+	// credentials.
+	MaxSMTPUsername = 256
+	MaxSMTPPassword = 1024
 )
 
 // Tester sends one test notification through a channel.
@@ -95,6 +100,9 @@ func (h *Handler) GetRule(ctx context.Context, req *connect.Request[alertingv1.G
 	if err != nil {
 		return nil, err
 	}
+	if err := checkID(req.Msg.GetId()); err != nil {
+		return nil, err
+	}
 	r, err := h.store.GetRule(ctx, ns, req.Msg.GetId())
 	if err != nil {
 		return nil, h.toConnect(ctx, "GetRule", err)
@@ -147,6 +155,9 @@ func (h *Handler) DeleteRule(ctx context.Context, req *connect.Request[alertingv
 	if err != nil {
 		return nil, err
 	}
+	if err := checkID(req.Msg.GetId()); err != nil {
+		return nil, err
+	}
 	if err := h.store.DeleteRule(ctx, ns, req.Msg.GetId()); err != nil {
 		return nil, h.toConnect(ctx, "DeleteRule", err)
 	}
@@ -174,6 +185,9 @@ func (h *Handler) CreateChannel(ctx context.Context, req *connect.Request[alerti
 func (h *Handler) GetChannel(ctx context.Context, req *connect.Request[alertingv1.GetChannelRequest]) (*connect.Response[alertingv1.GetChannelResponse], error) {
 	ns, err := namespace(ctx)
 	if err != nil {
+		return nil, err
+	}
+	if err := checkID(req.Msg.GetId()); err != nil {
 		return nil, err
 	}
 	c, err := h.store.GetChannel(ctx, ns, req.Msg.GetId())
@@ -227,6 +241,9 @@ func (h *Handler) DeleteChannel(ctx context.Context, req *connect.Request[alerti
 	if err != nil {
 		return nil, err
 	}
+	if err := checkID(req.Msg.GetId()); err != nil {
+		return nil, err
+	}
 	if err := h.store.DeleteChannel(ctx, ns, req.Msg.GetId()); err != nil {
 		return nil, h.toConnect(ctx, "DeleteChannel", err)
 	}
@@ -237,6 +254,9 @@ func (h *Handler) DeleteChannel(ctx context.Context, req *connect.Request[alerti
 func (h *Handler) TestChannel(ctx context.Context, req *connect.Request[alertingv1.TestChannelRequest]) (*connect.Response[alertingv1.TestChannelResponse], error) {
 	ns, err := namespace(ctx)
 	if err != nil {
+		return nil, err
+	}
+	if err := checkID(req.Msg.GetId()); err != nil {
 		return nil, err
 	}
 	c, err := h.store.ChannelWithSecret(ctx, ns, req.Msg.GetId())
@@ -261,6 +281,10 @@ func (h *Handler) ListIncidents(ctx context.Context, req *connect.Request[alerti
 	size, before, err := page(req.Msg.GetPageSize(), req.Msg.GetPageToken())
 	if err != nil {
 		return nil, err
+	}
+	var v rpcerr.Violations
+	if !reqlimit.ID(&v, "job_id", req.Msg.GetJobId()) {
+		return nil, v.Err()
 	}
 	f := store.IncidentFilter{State: req.Msg.GetState(), JobID: req.Msg.GetJobId(), Before: before}
 	if _, ok := alertingv1.IncidentState_name[int32(f.State)]; !ok {
@@ -289,6 +313,9 @@ func (h *Handler) GetIncident(ctx context.Context, req *connect.Request[alerting
 	if err != nil {
 		return nil, err
 	}
+	if err := checkID(req.Msg.GetId()); err != nil {
+		return nil, err
+	}
 	inc, err := h.store.GetIncident(ctx, ns, req.Msg.GetId())
 	if err != nil {
 		return nil, h.toConnect(ctx, "GetIncident", err)
@@ -300,6 +327,9 @@ func (h *Handler) GetIncident(ctx context.Context, req *connect.Request[alerting
 func (h *Handler) AcknowledgeIncident(ctx context.Context, req *connect.Request[alertingv1.AcknowledgeIncidentRequest]) (*connect.Response[alertingv1.AcknowledgeIncidentResponse], error) {
 	ns, err := namespace(ctx)
 	if err != nil {
+		return nil, err
+	}
+	if err := checkID(req.Msg.GetId()); err != nil {
 		return nil, err
 	}
 	inc, err := h.store.AcknowledgeIncident(ctx, ns, req.Msg.GetId())
@@ -317,6 +347,9 @@ func page(size int32, tok string) (int, uuid.UUID, error) {
 		v.Add("page_size", "must be between 0 and %d, got %d", MaxPageSize, size)
 	}
 	var id uuid.UUID
+	if !reqlimit.PageToken(&v, "page_token", tok) {
+		return 0, id, v.Err()
+	}
 	if tok != "" {
 		b, err := base64.RawURLEncoding.DecodeString(tok)
 		if err == nil {
@@ -337,6 +370,14 @@ func page(size int32, tok string) (int, uuid.UUID, error) {
 
 func token(id string) string { return base64.RawURLEncoding.EncodeToString([]byte(id)) }
 
+// checkID refuses an id longer than any the service issues, before it
+// reaches the store.
+func checkID(id string) error {
+	var v rpcerr.Violations
+	reqlimit.ID(&v, "id", id)
+	return v.Err()
+}
+
 // validateRule checks a rule; update says whether rule.id must name one.
 func validateRule(r *alertingv1.Rule, update bool) error {
 	var v rpcerr.Violations
@@ -351,17 +392,18 @@ func validateRule(r *alertingv1.Rule, update bool) error {
 	if len(r.GetDisplayName()) > MaxDisplayName {
 		v.Add("rule.display_name", "must be at most %d bytes", MaxDisplayName)
 	}
-	if n := len(r.GetSelector().GetJobIds()); n > MaxSelectorJobs {
-		v.Add("rule.selector.job_ids", "must list at most %d jobs, got %d", MaxSelectorJobs, n)
-	}
-	for i, id := range r.GetSelector().GetJobIds() {
-		if id == "" {
-			v.Add(fmt.Sprintf("rule.selector.job_ids[%d]", i), "must not be empty")
+	if reqlimit.IDs(&v, "rule.selector.job_ids", r.GetSelector().GetJobIds(), MaxSelectorJobs) {
+		for i, id := range r.GetSelector().GetJobIds() {
+			if id == "" {
+				v.Add(fmt.Sprintf("rule.selector.job_ids[%d]", i), "must not be empty")
+			}
 		}
 	}
-	for k := range r.GetSelector().GetLabels() {
-		if k == "" {
-			v.Add("rule.selector.labels", "keys must not be empty")
+	if reqlimit.Labels(&v, "rule.selector.labels", r.GetSelector().GetLabels()) {
+		for k := range r.GetSelector().GetLabels() {
+			if k == "" {
+				v.Add("rule.selector.labels", "keys must not be empty")
+			}
 		}
 	}
 	switch c := r.GetCondition().(type) {
@@ -381,6 +423,7 @@ func validateRule(r *alertingv1.Rule, update bool) error {
 	}
 	if n := len(r.GetChannelIds()); n < 1 || n > MaxRuleChannels {
 		v.Add("rule.channel_ids", "must name 1 to %d channels, got %d", MaxRuleChannels, n)
+		return v.Err()
 	}
 	for i, id := range r.GetChannelIds() {
 		if _, err := uuid.Parse(id); err != nil {
@@ -395,6 +438,10 @@ func checkDuration(v *rpcerr.Violations, field string, d time.Duration, set bool
 		v.Add(field, "must be between %s and %s", lo, hi)
 	}
 }
+
+// maxSigningSecret bounds a webhook channel's secret: "whsec_" and the
+// base64 of at most webhooksign.MaxSecretBytes.
+const maxSigningSecret = len("whsec_") + (webhooksign.MaxSecretBytes+2)/3*4
 
 // validateChannel checks a channel; on update an empty secret keeps the
 // stored one, on create a webhook needs one.
@@ -413,11 +460,14 @@ func validateChannel(c *alertingv1.Channel, update bool) error {
 	}
 	switch k := c.GetKind().(type) {
 	case *alertingv1.Channel_Webhook:
-		u, err := url.Parse(k.Webhook.GetUrl())
-		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			v.Add("channel.webhook.url", "must be an absolute http or https URL")
+		if reqlimit.Bytes(&v, "channel.webhook.url", k.Webhook.GetUrl(), reqlimit.MaxURLBytes) {
+			u, err := url.Parse(k.Webhook.GetUrl())
+			if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+				v.Add("channel.webhook.url", "must be an absolute http or https URL")
+			}
 		}
 		switch secret := k.Webhook.GetSigningSecret(); {
+		case !reqlimit.Bytes(&v, "channel.webhook.signing_secret", secret, maxSigningSecret):
 		case secret == "" && !update:
 			v.Add("channel.webhook.signing_secret", "is required")
 		case secret != "":
@@ -431,6 +481,9 @@ func validateChannel(c *alertingv1.Channel, update bool) error {
 		if e.GetHost() == "" {
 			v.Add("channel.email.host", "is required")
 		}
+		reqlimit.Bytes(&v, "channel.email.host", e.GetHost(), reqlimit.MaxHostBytes)
+		reqlimit.Bytes(&v, "channel.email.username", e.GetUsername(), MaxSMTPUsername)
+		reqlimit.Bytes(&v, "channel.email.password", e.GetPassword(), MaxSMTPPassword)
 		if e.GetPort() < 1 || e.GetPort() > 65535 {
 			v.Add("channel.email.port", "must be between 1 and 65535, got %d", e.GetPort())
 		}
@@ -440,15 +493,22 @@ func validateChannel(c *alertingv1.Channel, update bool) error {
 		if e.GetPassword() != "" && e.GetUsername() == "" {
 			v.Add("channel.email.username", "is required with a password")
 		}
-		if _, err := mail.ParseAddress(e.GetFrom()); err != nil {
-			v.Add("channel.email.from", "is not an email address")
+		if reqlimit.Bytes(&v, "channel.email.from", e.GetFrom(), reqlimit.MaxEmailAddressBytes) {
+			if _, err := mail.ParseAddress(e.GetFrom()); err != nil {
+				v.Add("channel.email.from", "is not an email address")
+			}
 		}
 		if n := len(e.GetTo()); n < 1 || n > MaxRecipients {
 			v.Add("channel.email.to", "must list 1 to %d addresses, got %d", MaxRecipients, n)
+			break
 		}
 		for i, to := range e.GetTo() {
+			field := fmt.Sprintf("channel.email.to[%d]", i)
+			if !reqlimit.Bytes(&v, field, to, reqlimit.MaxEmailAddressBytes) {
+				continue
+			}
 			if _, err := mail.ParseAddress(to); err != nil {
-				v.Add(fmt.Sprintf("channel.email.to[%d]", i), "is not an email address")
+				v.Add(field, "is not an email address")
 			}
 		}
 	default:

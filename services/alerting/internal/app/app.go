@@ -90,6 +90,8 @@ type Config struct {
 
 // Register adds the alerting flags to fs.
 func (c *Config) Register(fs *flag.FlagSet) {
+	// This API's requests are small: see server.SmallAPIMaxRequestBytes.
+	c.Limits.MaxRequestBytes = server.SmallAPIMaxRequestBytes
 	c.Common.Register(fs, DefaultListen)
 	fs.Var(&c.APIKeys, "api-keys", "comma-separated API keys, each namespace=key or namespace=sha256:<hex digest of the key>")
 	c.Keys.Register(fs)
@@ -260,6 +262,7 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger) (_ *App, err erro
 		Name: "alerting", Listen: cfg.Listen, Logger: logger, Telemetry: a.telemetry, ShutdownTimeout: cfg.ShutdownTimeout, Profiling: cfg.Pprof,
 		RateLimit: cfg.RateLimit,
 		TLS:       cfg.TLS,
+		Limits:    cfg.Limits,
 	})
 	if err != nil {
 		return nil, err

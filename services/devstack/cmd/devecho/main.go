@@ -59,7 +59,9 @@ func main() {
 // serve runs the echo target until ctx ends. Request lines go to requests,
 // the server's own log to logger.
 func serve(ctx context.Context, c Config, logger, requests *slog.Logger) error {
-	srv, err := server.New(server.Options{Name: "devecho", Listen: c.Listen, Logger: logger, ShutdownTimeout: c.ShutdownTimeout})
+	// A /slow/ request is answered once its wait is over.
+	limits := server.Limits{WriteTimeout: max(server.DefaultWriteTimeout, c.MaxSlow+time.Minute)}
+	srv, err := server.New(server.Options{Name: "devecho", Listen: c.Listen, Logger: logger, ShutdownTimeout: c.ShutdownTimeout, Limits: limits})
 	if err != nil {
 		return err
 	}

@@ -28,6 +28,7 @@ import (
 	"github.com/cronmesh/cronmesh/libs/apikey"
 	"github.com/cronmesh/cronmesh/libs/broker"
 	"github.com/cronmesh/cronmesh/libs/clock"
+	"github.com/cronmesh/cronmesh/libs/reqlimit"
 	"github.com/cronmesh/cronmesh/services/dispatcher/internal/pipeline"
 	"github.com/cronmesh/cronmesh/services/dispatcher/internal/store"
 )
@@ -44,8 +45,6 @@ const (
 	// redriveParallelism is how many redrives of one RedriveDeadLetters
 	// call are on the wire at once (each waits for its confirm).
 	redriveParallelism = 16
-	maxURLLength       = 2048
-	maxAMQPNameLength  = 255
 )
 
 // Store is the persistence the API needs; *store.Store is one.
@@ -126,7 +125,9 @@ func (h *Handler) ListDeadLetters(ctx context.Context, req *connect.Request[disp
 		violations = append(violations, violation("job_id", "is not a job id (a UUID)"))
 	}
 	after, ok := decodeToken(req.Msg.PageToken)
-	if !ok {
+	if tooLong := overCap("page_token", req.Msg.PageToken, reqlimit.MaxPageTokenBytes); tooLong != nil {
+		violations = append(violations, tooLong)
+	} else if !ok {
 		violations = append(violations, violation("page_token", "is not a token returned by ListDeadLetters"))
 	}
 	if len(violations) > 0 {
@@ -155,6 +156,8 @@ func (h *Handler) RedriveDeadLetter(ctx context.Context, req *connect.Request[di
 	var violations []*errdetails.BadRequest_FieldViolation
 	if req.Msg.Id == "" {
 		violations = append(violations, violation("id", "is required"))
+	} else if tooLong := overCap("id", req.Msg.Id, reqlimit.MaxIDBytes); tooLong != nil {
+		violations = append(violations, tooLong)
 	}
 	if o := req.Msg.TargetOverride; o != nil {
 		violations = append(violations, validateTarget("target_override", o)...)
@@ -215,6 +218,9 @@ func (h *Handler) PurgeDeadLetter(ctx context.Context, req *connect.Request[disp
 	}
 	if req.Msg.Id == "" {
 		return nil, invalid([]*errdetails.BadRequest_FieldViolation{violation("id", "is required")})
+	}
+	if tooLong := overCap("id", req.Msg.Id, reqlimit.MaxIDBytes); tooLong != nil {
+		return nil, invalid([]*errdetails.BadRequest_FieldViolation{tooLong})
 	}
 	if err := h.opts.Store.PurgeDeadLetter(ctx, ns, req.Msg.Id); err != nil {
 		return nil, h.toConnect(ctx, "PurgeDeadLetter", err)
@@ -297,8 +303,8 @@ func validateTarget(field string, t *registryv1.Target) []*errdetails.BadRequest
 		switch {
 		case k.Http.GetUrl() == "":
 			out = append(out, violation(field+".http.url", "is required"))
-		case len(k.Http.GetUrl()) > maxURLLength:
-			out = append(out, violation(field+".http.url", fmt.Sprintf("must be at most %d characters", maxURLLength)))
+		case len(k.Http.GetUrl()) > reqlimit.MaxURLBytes:
+			out = append(out, violation(field+".http.url", fmt.Sprintf("must be at most %d characters", reqlimit.MaxURLBytes)))
 		case err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "":
 			out = append(out, violation(field+".http.url", "must be an absolute http or https URL"))
 		}
@@ -307,17 +313,63 @@ func validateTarget(field string, t *registryv1.Target) []*errdetails.BadRequest
 		default:
 			out = append(out, violation(field+".http.method", "must be GET, POST, PUT, PATCH or DELETE"))
 		}
+		out = append(out, headerCaps(field+".http.headers", k.Http.GetHeaders())...)
+		if n := len(k.Http.GetAcceptedStatusCodes()); n > reqlimit.MaxStatusCodes {
+			out = append(out, violation(field+".http.accepted_status_codes", fmt.Sprintf("must hold at most %d codes, got %d", reqlimit.MaxStatusCodes, n)))
+		}
+		for _, c := range []*errdetails.BadRequest_FieldViolation{
+			overCap(field+".http.body", k.Http.GetBody(), reqlimit.MaxBodyBytes),
+			overCap(field+".http.signing_secret", k.Http.GetSigningSecret(), maxSigningSecretBytes),
+		} {
+			if c != nil {
+				out = append(out, c)
+			}
+		}
 	case *registryv1.Target_Amqp:
-		if len(k.Amqp.GetExchange()) > maxAMQPNameLength {
-			out = append(out, violation(field+".amqp.exchange", "must be at most 255 characters"))
+		for _, c := range []*errdetails.BadRequest_FieldViolation{
+			overCap(field+".amqp.exchange", k.Amqp.GetExchange(), reqlimit.MaxAMQPNameBytes),
+			overCap(field+".amqp.routing_key", k.Amqp.GetRoutingKey(), reqlimit.MaxAMQPNameBytes),
+			overCap(field+".amqp.content_type", k.Amqp.GetContentType(), reqlimit.MaxAMQPNameBytes),
+			overCap(field+".amqp.body", k.Amqp.GetBody(), reqlimit.MaxBodyBytes),
+		} {
+			if c != nil {
+				out = append(out, c)
+			}
 		}
-		if len(k.Amqp.GetRoutingKey()) > maxAMQPNameLength {
-			out = append(out, violation(field+".amqp.routing_key", "must be at most 255 characters"))
-		}
+		out = append(out, headerCaps(field+".amqp.headers", k.Amqp.GetHeaders())...)
 	default:
 		out = append(out, violation(field, "must set http or amqp"))
 	}
 	return out
+}
+
+// maxSigningSecretBytes bounds a signing secret: "whsec_" and the base64
+// of at most 64 bytes.
+const maxSigningSecretBytes = 6 + 88
+
+// overCap is the violation of a field longer than maxBytes, or nil.
+func overCap(field, s string, maxBytes int) *errdetails.BadRequest_FieldViolation {
+	if len(s) <= maxBytes {
+		return nil
+	}
+	return violation(field, fmt.Sprintf("must be at most %d bytes, got %d", maxBytes, len(s)))
+}
+
+// headerCaps checks the size of a target's headers: how many, and each
+// name's and value's length (the first too long is named).
+func headerCaps(field string, headers map[string]string) []*errdetails.BadRequest_FieldViolation {
+	if len(headers) > reqlimit.MaxHeaders {
+		return []*errdetails.BadRequest_FieldViolation{
+			violation(field, fmt.Sprintf("at most %d headers, got %d", reqlimit.MaxHeaders, len(headers))),
+		}
+	}
+	for name, value := range headers {
+		if len(name) > reqlimit.MaxHeaderNameBytes || len(value) > reqlimit.MaxHeaderValueBytes {
+			return []*errdetails.BadRequest_FieldViolation{violation(field, fmt.Sprintf(
+				"each name must be at most %d bytes and each value at most %d", reqlimit.MaxHeaderNameBytes, reqlimit.MaxHeaderValueBytes))}
+		}
+	}
+	return nil
 }
 
 // toProto is the API form of a dead letter: its request without the

@@ -96,6 +96,8 @@ type Config struct {
 
 // Register adds the dispatcher's flags to fs.
 func (c *Config) Register(fs *flag.FlagSet) {
+	// This API's requests are small: see server.SmallAPIMaxRequestBytes.
+	c.Limits.MaxRequestBytes = server.SmallAPIMaxRequestBytes
 	c.Common.Register(fs, DefaultListen)
 	fs.Var(&c.APIKeys, "api-keys", "comma-separated API keys, each namespace=key or namespace=sha256:<hex digest of the key>")
 	c.Keys.Register(fs)
@@ -332,6 +334,7 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger, opts ...Option) (
 		Name: "dispatcher", Listen: cfg.Listen, Logger: logger, Telemetry: a.telemetry, ShutdownTimeout: cfg.ShutdownTimeout, Profiling: cfg.Pprof,
 		RateLimit: cfg.RateLimit,
 		TLS:       cfg.TLS,
+		Limits:    cfg.Limits,
 	})
 	if err != nil {
 		return nil, err

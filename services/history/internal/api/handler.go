@@ -17,6 +17,7 @@ import (
 	"github.com/cronmesh/cronmesh/gen/go/cronmesh/history/v1/historyv1connect"
 	"github.com/cronmesh/cronmesh/libs/apikey"
 	"github.com/cronmesh/cronmesh/libs/clock"
+	"github.com/cronmesh/cronmesh/libs/reqlimit"
 	"github.com/cronmesh/cronmesh/libs/rpcerr"
 	"github.com/cronmesh/cronmesh/services/history/internal/store"
 	"github.com/cronmesh/cronmesh/services/history/internal/tracelink"
@@ -30,7 +31,6 @@ const (
 	// than 3 characters, which would scan every row of the range.
 	MinQueryLength = 3
 	MaxQueryLength = 200
-	maxJobIDLength = 256
 	// DefaultStatsWindow is GetJobStats' window when none is given.
 	DefaultStatsWindow = 24 * time.Hour
 	// MaxStatsWindow bounds the rows one GetJobStats aggregates.
@@ -118,8 +118,11 @@ func (h *Handler) ListExecutions(ctx context.Context, req *connect.Request[histo
 	m := req.Msg
 	var v rpcerr.Violations
 	f := store.ListFilter{Namespace: ns, JobID: m.GetJobId(), PageToken: m.GetPageToken()}
-	if len(f.JobID) > maxJobIDLength {
-		v.Add("job_id", "at most %d bytes", maxJobIDLength)
+	reqlimit.ID(&v, "job_id", f.JobID)
+	reqlimit.PageToken(&v, "page_token", f.PageToken)
+	if !reqlimit.Count(&v, "statuses", len(m.GetStatuses()), reqlimit.MaxEnumFilter) ||
+		!reqlimit.Count(&v, "trigger_kinds", len(m.GetTriggerKinds()), reqlimit.MaxEnumFilter) {
+		return nil, v.Err()
 	}
 	for _, s := range m.GetStatuses() {
 		if !store.ValidStatus(store.Status(s)) {
@@ -169,8 +172,12 @@ func (h *Handler) GetExecution(ctx context.Context, req *connect.Request[history
 	if err != nil {
 		return nil, err
 	}
+	var v rpcerr.Violations
 	if req.Msg.GetExecutionId() == "" {
-		return nil, rpcerr.Invalid("execution_id", "required")
+		v.Add("execution_id", "required")
+	}
+	if reqlimit.ID(&v, "execution_id", req.Msg.GetExecutionId()); !v.Empty() {
+		return nil, v.Err()
 	}
 	e, attempts, err := h.store.Get(ctx, ns, req.Msg.GetExecutionId())
 	if err != nil {
@@ -190,8 +197,8 @@ func (h *Handler) GetJobStats(ctx context.Context, req *connect.Request[historyv
 	var v rpcerr.Violations
 	if m.GetJobId() == "" {
 		v.Add("job_id", "required")
-	} else if len(m.GetJobId()) > maxJobIDLength {
-		v.Add("job_id", "at most %d bytes", maxJobIDLength)
+	} else {
+		reqlimit.ID(&v, "job_id", m.GetJobId())
 	}
 	start, end := timeRange(&v, m.GetStartTime(), m.GetEndTime())
 	if end.IsZero() {

@@ -22,6 +22,7 @@ import (
 	"github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1/registryv1connect"
 	"github.com/cronmesh/cronmesh/libs/apikey"
 	"github.com/cronmesh/cronmesh/libs/jobspec"
+	"github.com/cronmesh/cronmesh/libs/reqlimit"
 	"github.com/cronmesh/cronmesh/libs/rpcerr"
 	"github.com/cronmesh/cronmesh/services/registry/internal/store"
 	"github.com/cronmesh/cronmesh/services/registry/internal/validate"
@@ -36,6 +37,9 @@ const (
 	MaxNextRuns         = 100
 	DefaultPreviewCount = 10
 	MaxPreviewCount     = 1000
+	// MaxUpdatePaths bounds update_mask: every updatable field and
+	// sub-field once.
+	MaxUpdatePaths = 64
 )
 
 // updatablePaths are the top-level Job fields UpdateJob may change; the rest
@@ -148,10 +152,13 @@ func (h *Handler) GetJob(ctx context.Context, req *connect.Request[registryv1.Ge
 	if err != nil {
 		return nil, err
 	}
+	v := &rpcerr.Violations{}
+	reqlimit.ID(v, "id", req.Msg.Id)
 	count := int(req.Msg.NextRunCount)
 	if count < 0 || count > MaxNextRuns {
-		v := &rpcerr.Violations{}
 		v.Add("next_run_count", "must be between 0 and %d", MaxNextRuns)
+	}
+	if !v.Empty() {
 		return nil, v.Err()
 	}
 	job, err := h.store.Get(ctx, ns, req.Msg.Id)
@@ -182,13 +189,16 @@ func (h *Handler) ListJobs(ctx context.Context, req *connect.Request[registryv1.
 	if size < 0 {
 		v.Add("page_size", "must not be negative")
 	}
-	after, ok := decodePageToken(req.Msg.PageToken)
-	if !ok {
-		v.Add("page_token", "is not a token returned by ListJobs")
+	if reqlimit.PageToken(v, "page_token", req.Msg.PageToken) {
+		if _, ok := decodePageToken(req.Msg.PageToken); !ok {
+			v.Add("page_token", "is not a token returned by ListJobs")
+		}
 	}
+	reqlimit.Labels(v, "labels", req.Msg.Labels)
 	if !v.Empty() {
 		return nil, v.Err()
 	}
+	after, _ := decodePageToken(req.Msg.PageToken)
 	jobs, next, err := h.store.List(ctx, ns, store.ListFilter{
 		Labels:   req.Msg.Labels,
 		Paused:   req.Msg.Paused,
@@ -213,7 +223,12 @@ func (h *Handler) UpdateJob(ctx context.Context, req *connect.Request[registryv1
 		v.Add("job", "is required")
 		return nil, v.Err()
 	}
+	reqlimit.ID(v, "job.id", patch.Id)
+	reqlimit.ID(v, "job.etag", patch.Etag)
 	paths := req.Msg.GetUpdateMask().GetPaths()
+	if !reqlimit.Count(v, "update_mask.paths", len(paths), MaxUpdatePaths) {
+		return nil, v.Err()
+	}
 	if len(paths) == 0 {
 		paths = updatablePaths
 	}
@@ -286,6 +301,12 @@ func (h *Handler) DeleteJob(ctx context.Context, req *connect.Request[registryv1
 	if err != nil {
 		return nil, err
 	}
+	v := &rpcerr.Violations{}
+	reqlimit.ID(v, "id", req.Msg.Id)
+	reqlimit.ID(v, "etag", req.Msg.Etag)
+	if !v.Empty() {
+		return nil, v.Err()
+	}
 	if err := h.store.Delete(ctx, ns, req.Msg.Id, req.Msg.Etag); err != nil {
 		return nil, h.toConnect(ctx, "DeleteJob", err)
 	}
@@ -315,6 +336,10 @@ func (h *Handler) setPaused(ctx context.Context, procedure, id string, paused bo
 	if err != nil {
 		return nil, err
 	}
+	v := &rpcerr.Violations{}
+	if !reqlimit.ID(v, "id", id) {
+		return nil, v.Err()
+	}
 	kind := eventsv1.JobEventKind_JOB_EVENT_KIND_RESUMED
 	if paused {
 		kind = eventsv1.JobEventKind_JOB_EVENT_KIND_PAUSED
@@ -339,6 +364,7 @@ func (h *Handler) RunJob(ctx context.Context, req *connect.Request[registryv1.Ru
 		return nil, err
 	}
 	v := &rpcerr.Violations{}
+	reqlimit.ID(v, "id", req.Msg.Id)
 	validate.RequestID(v, "request_id", req.Msg.RequestId)
 	if !v.Empty() {
 		return nil, v.Err()
@@ -368,6 +394,9 @@ func (h *Handler) PreviewSchedule(ctx context.Context, req *connect.Request[regi
 		} else {
 			from = f.AsTime()
 		}
+	}
+	if !validate.ScheduleSize(v, "schedule", req.Msg.Schedule) {
+		return nil, v.Err()
 	}
 	sched, errs := jobspec.Schedule(req.Msg.Schedule, from)
 	for _, e := range errs {

@@ -191,6 +191,7 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger) (_ *App, err erro
 		Name: "registry", Listen: cfg.Listen, Logger: logger, Telemetry: a.telemetry, ShutdownTimeout: cfg.ShutdownTimeout, Profiling: cfg.Pprof,
 		RateLimit: cfg.RateLimit,
 		TLS:       cfg.TLS,
+		Limits:    cfg.Limits,
 	})
 	if err != nil {
 		return nil, err

@@ -16,39 +16,47 @@ import (
 
 	registryv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1"
 	"github.com/cronmesh/cronmesh/libs/jobspec"
+	"github.com/cronmesh/cronmesh/libs/reqlimit"
 	"github.com/cronmesh/cronmesh/libs/rpcerr"
 )
 
 // Limits of a job definition. They bound what one job can cost the mesh
 // (memory in the trigger, bytes on the broker, time in the dispatcher).
 const (
-	MaxDisplayName     = 200
-	MaxDescription     = 2000
-	MaxLabels          = 64
-	MaxLabelKey        = 63
-	MaxLabelValue      = 255
-	MaxURL             = 2048
-	MaxHeaders         = 32
-	MaxHeaderName      = 256
-	MaxHeaderValue     = 4 << 10
-	MaxBody            = 256 << 10
-	MinTimeout         = time.Second
-	MaxTimeout         = 5 * time.Minute
-	DefaultTimeout     = 30 * time.Second
-	MaxRetries         = 10
-	DefaultMaxRetries  = 5
-	MinBackoff         = time.Second
-	MaxInitialBackoff  = time.Hour
-	MaxBackoff         = 24 * time.Hour
-	DefaultBackoff     = time.Second
-	DefaultMaxBackoff  = 10 * time.Minute
-	DefaultMultiplier  = 2.0
-	MaxMultiplier      = 10.0
-	MaxCatchUpWindow   = 7 * 24 * time.Hour
-	DefaultCatchUp     = time.Hour
-	MaxSpreadWindow    = time.Hour
-	MaxAMQPName        = 255
-	MaxRequestID       = 128
+	MaxDisplayName    = 200
+	MaxDescription    = 2000
+	MaxLabels         = reqlimit.MaxLabels
+	MaxLabelKey       = reqlimit.MaxLabelKeyBytes
+	MaxLabelValue     = reqlimit.MaxLabelValueBytes
+	MaxURL            = reqlimit.MaxURLBytes
+	MaxHeaders        = reqlimit.MaxHeaders
+	MaxHeaderName     = reqlimit.MaxHeaderNameBytes
+	MaxHeaderValue    = reqlimit.MaxHeaderValueBytes
+	MaxBody           = reqlimit.MaxBodyBytes
+	MaxStatusCodes    = reqlimit.MaxStatusCodes
+	MinTimeout        = time.Second
+	MaxTimeout        = 5 * time.Minute
+	DefaultTimeout    = 30 * time.Second
+	MaxRetries        = 10
+	DefaultMaxRetries = 5
+	MinBackoff        = time.Second
+	MaxInitialBackoff = time.Hour
+	MaxBackoff        = 24 * time.Hour
+	DefaultBackoff    = time.Second
+	DefaultMaxBackoff = 10 * time.Minute
+	DefaultMultiplier = 2.0
+	MaxMultiplier     = 10.0
+	MaxCatchUpWindow  = 7 * 24 * time.Hour
+	DefaultCatchUp    = time.Hour
+	MaxSpreadWindow   = time.Hour
+	MaxAMQPName       = reqlimit.MaxAMQPNameBytes
+	MaxRequestID      = 128
+	// MaxCron bounds a cron expression: six fields of lists and ranges fit
+	// with room to spare.
+	MaxCron = 256
+	// MaxTimeZone bounds a time zone name: the longest IANA name has 32
+	// characters.
+	MaxTimeZone        = 64
 	DefaultContentType = "application/json"
 	// ReservedAMQPPrefix starts the names of cronmesh's own exchanges and
 	// queues.
@@ -94,7 +102,7 @@ func Job(v *rpcerr.Violations, path string, job *registryv1.Job, created time.Ti
 
 	if job.Schedule == nil {
 		v.Add(p("schedule"), "is required")
-	} else {
+	} else if ScheduleSize(v, p("schedule"), job.Schedule) {
 		if _, errs := jobspec.Schedule(job.Schedule, created); errs != nil {
 			for _, e := range errs {
 				field := p("schedule")
@@ -122,6 +130,15 @@ func Job(v *rpcerr.Violations, path string, job *registryv1.Job, created time.Ti
 	if job.Schedule != nil && job.Schedule.TimeZone == "" {
 		job.Schedule.TimeZone = jobspec.DefaultTimeZone
 	}
+}
+
+// ScheduleSize checks the length of a schedule's strings (at path, for
+// example "job.schedule"), which jobspec.Schedule then parses, and reports
+// whether they are within their caps. The caps apply to requests only: a
+// stored job is always read back.
+func ScheduleSize(v *rpcerr.Violations, path string, s *registryv1.Schedule) bool {
+	ok := reqlimit.Bytes(v, path+".cron", s.GetCron(), MaxCron)
+	return reqlimit.Bytes(v, path+".time_zone", s.GetTimeZone(), MaxTimeZone) && ok
 }
 
 func checkText(v *rpcerr.Violations, field, s string, minLen, maxLen int) {
@@ -184,6 +201,9 @@ func httpTarget(v *rpcerr.Violations, field string, t *registryv1.HttpTarget) {
 		v.Add(field+".body", "must be at most %d bytes, got %d", MaxBody, len(t.Body))
 	}
 	t.Timeout = durationOrDefault(v, field+".timeout", t.Timeout, DefaultTimeout, MinTimeout, MaxTimeout)
+	if !reqlimit.Count(v, field+".accepted_status_codes", len(t.AcceptedStatusCodes), MaxStatusCodes) {
+		t.AcceptedStatusCodes = nil // reported; not worth checking one by one
+	}
 	for i, code := range t.AcceptedStatusCodes {
 		if code < 100 || code > 599 {
 			v.Add(fmt.Sprintf("%s.accepted_status_codes[%d]", field, i), "must be an HTTP status code (100-599), got %d", code)

@@ -14,6 +14,7 @@ import (
 	triggerv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/trigger/v1"
 	"github.com/cronmesh/cronmesh/gen/go/cronmesh/trigger/v1/triggerv1connect"
 	"github.com/cronmesh/cronmesh/libs/apikey"
+	"github.com/cronmesh/cronmesh/libs/reqlimit"
 	"github.com/cronmesh/cronmesh/libs/ring"
 	"github.com/cronmesh/cronmesh/libs/rpcerr"
 	"github.com/cronmesh/cronmesh/services/trigger/internal/firing"
@@ -82,9 +83,13 @@ func (h *Handler) ListSlots(ctx context.Context, req *connect.Request[triggerv1.
 	if size < 0 || size > MaxSlotPage {
 		v.Add("page_size", "must be between 0 and 1000")
 	}
-	before, ok := decodeSlotToken(req.Msg.PageToken)
-	if !ok {
-		v.Add("page_token", "is not a token returned by ListSlots")
+	reqlimit.ID(&v, "job_id", req.Msg.JobId)
+	var before time.Time
+	if reqlimit.PageToken(&v, "page_token", req.Msg.PageToken) {
+		var ok bool
+		if before, ok = decodeSlotToken(req.Msg.PageToken); !ok {
+			v.Add("page_token", "is not a token returned by ListSlots")
+		}
 	}
 	if err := v.Err(); err != nil {
 		return nil, err
@@ -121,6 +126,7 @@ func (h *Handler) BackfillJob(ctx context.Context, req *connect.Request[triggerv
 		return nil, err
 	}
 	var v rpcerr.Violations
+	reqlimit.ID(&v, "job_id", req.Msg.JobId)
 	if req.Msg.StartTime == nil || req.Msg.StartTime.CheckValid() != nil {
 		v.Add("start_time", "is required")
 	}

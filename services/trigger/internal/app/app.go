@@ -102,6 +102,8 @@ type Config struct {
 
 // Register adds the trigger's flags to fs.
 func (c *Config) Register(fs *flag.FlagSet) {
+	// This API's requests are small: see server.SmallAPIMaxRequestBytes.
+	c.Limits.MaxRequestBytes = server.SmallAPIMaxRequestBytes
 	c.Common.Register(fs, DefaultListen)
 	fs.Var(&c.APIKeys, "api-keys", "comma-separated API keys, each namespace=key or namespace=sha256:<hex digest of the key>")
 	c.Keys.Register(fs)
@@ -372,12 +374,17 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger) (_ *App, err erro
 		Name: "trigger", Listen: cfg.Listen, Logger: logger, Telemetry: a.telemetry, ShutdownTimeout: cfg.ShutdownTimeout, Profiling: cfg.Pprof,
 		RateLimit: cfg.RateLimit,
 		TLS:       cfg.TLS,
+		Limits:    cfg.Limits,
 	})
 	if err != nil {
 		return nil, err
 	}
 	a.server.UseMiddleware(keys.Middleware().Wrap)
 	path, handler := triggerv1connect.NewTriggerServiceHandler(api.NewHandler(st, a.ring, logger), a.server.HandlerOptions()...)
+	// A backfill is paced: the most slots at the slowest rate (1 a second)
+	// run far longer than --write-timeout, and must still be answered.
+	longest := time.Duration(store.MaxBackfillSlots)*time.Second + cmp.Or(cfg.Limits.WriteTimeout, server.DefaultWriteTimeout)
+	handler = server.AllowLongCalls(handler, longest, triggerv1connect.TriggerServiceBackfillJobProcedure)
 	a.server.Handle(triggerv1connect.TriggerServiceName, path, handler)
 	return a, nil
 }
