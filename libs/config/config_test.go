@@ -288,3 +288,18 @@ func TestValidate(t *testing.T) {
 		})
 	}
 }
+
+func TestServiceOwnMaxRequestBytesDefault(t *testing.T) {
+	t.Parallel()
+	parse := func(preset int, args ...string) int {
+		var c config.Common
+		c.Limits.MaxRequestBytes = preset
+		fs := flag.NewFlagSet("test", flag.ContinueOnError)
+		c.Register(fs, "127.0.0.1:0")
+		require.NoError(t, fs.Parse(args))
+		return c.Limits.MaxRequestBytes
+	}
+	require.Equal(t, server.DefaultMaxRequestBytes, parse(0), "no preset: the registry's default")
+	require.Equal(t, server.SmallAPIMaxRequestBytes, parse(server.SmallAPIMaxRequestBytes), "a service's preset is its default")
+	require.Equal(t, 1234, parse(server.SmallAPIMaxRequestBytes, "--max-request-bytes=1234"), "the flag wins")
+}
