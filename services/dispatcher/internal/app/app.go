@@ -24,6 +24,7 @@ import (
 	"github.com/cronmesh/cronmesh/libs/postgres"
 	"github.com/cronmesh/cronmesh/libs/server"
 	"github.com/cronmesh/cronmesh/libs/ssrfguard"
+	"github.com/cronmesh/cronmesh/libs/targetcheck"
 	"github.com/cronmesh/cronmesh/libs/telemetry"
 	"github.com/cronmesh/cronmesh/services/dispatcher/internal/api"
 	"github.com/cronmesh/cronmesh/services/dispatcher/internal/deliver"
@@ -217,6 +218,10 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger, opts ...Option) (
 	if err != nil {
 		return nil, err
 	}
+	amqpPolicy, err := targetcheck.NewAMQPPolicy()
+	if err != nil {
+		return nil, err
+	}
 	a := &App{cfg: cfg, logger: logger}
 	defer func() {
 		if err != nil {
@@ -328,6 +333,7 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger, opts ...Option) (
 		Store:            a.store,
 		Publisher:        a.publisher,
 		DispatchExchange: cfg.DispatchExchange,
+		Targets:          targetcheck.New(amqpPolicy),
 		Propagator:       a.telemetry.Propagator,
 		Logger:           logger.With(slog.String("component", "api")),
 	})

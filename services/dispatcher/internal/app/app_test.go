@@ -17,6 +17,7 @@ import (
 	amqp091 "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -31,6 +32,7 @@ import (
 	"github.com/cronmesh/cronmesh/libs/config"
 	"github.com/cronmesh/cronmesh/libs/execid"
 	"github.com/cronmesh/cronmesh/libs/pgtest"
+	"github.com/cronmesh/cronmesh/libs/targetcheck"
 	"github.com/cronmesh/cronmesh/services/dispatcher/internal/app"
 	"github.com/cronmesh/cronmesh/services/dispatcher/internal/deliver"
 	"github.com/cronmesh/cronmesh/services/dispatcher/internal/pipeline"
@@ -281,6 +283,8 @@ func testDispatchService(t *testing.T, opts ...connect.ClientOption) {
 	}
 	onlyA := listAll(t, alpha, jobA)
 	require.ElementsMatch(t, []string{a1.ExecutionId, a2.ExecutionId}, []string{onlyA[0].ExecutionId, onlyA[1].ExecutionId})
+	// beta's dead letter may be drained after alpha's three.
+	require.Eventually(t, func() bool { return len(listAll(t, betaClient, "")) == 1 }, 30*time.Second, 20*time.Millisecond)
 	betaList := listAll(t, betaClient, "")
 	require.Len(t, betaList, 1, "namespaces are isolated")
 	require.Equal(t, beta.ExecutionId, betaList[0].ExecutionId)
@@ -360,6 +364,54 @@ func testDispatchService(t *testing.T, opts ...connect.ClientOption) {
 	require.Eventually(t, func() bool { return len(d.target.of(beta.ExecutionId)) == 2 }, 30*time.Second, 10*time.Millisecond)
 }
 
+func TestDeadLettersNeverShowSecretHeaders(t *testing.T) {
+	t.Parallel()
+	d := startDispatcher(t)
+	ctx := context.Background()
+	job := uuid.NewString()
+	nominal := time.Now().Truncate(time.Second)
+	req := &dispatchv1.DispatchRequest{
+		ExecutionId: execid.For(job, nominal), JobId: job, Namespace: "alpha", Attempt: 1,
+		NominalTime: timestamppb.New(nominal), FireTime: timestamppb.New(nominal),
+		Target: &registryv1.Target{Kind: &registryv1.Target_Http{Http: &registryv1.HttpTarget{
+			Method: "POST", Url: "https://a.example/gone", SigningSecret: secret, Timeout: durationpb.New(time.Second),
+			SecretHeaders: map[string]string{"X-Token": "tok-s3cret"},
+		}}},
+		RetryPolicy: &registryv1.RetryPolicy{MaxRetries: proto.Int32(0)},
+		Priority:    registryv1.Priority_PRIORITY_LOW,
+	}
+	d.publish(t, req)
+	alpha := d.client(keyAlpha)
+	require.Eventually(t, func() bool { return len(listAll(t, alpha, job)) == 1 }, 30*time.Second, 20*time.Millisecond)
+	dead := listAll(t, alpha, job)[0]
+	require.Equal(t, map[string]string{"X-Token": ""}, dead.Request.GetTarget().GetHttp().GetSecretHeaders())
+	require.NotContains(t, protojson.Format(dead), "tok-s3cret")
+
+	// An override to another origin does not get the stored header; the
+	// dead letter stays.
+	elsewhere := &registryv1.Target{Kind: &registryv1.Target_Http{Http: &registryv1.HttpTarget{Url: "https://attacker.example/collect"}}}
+	_, err := alpha.RedriveDeadLetter(ctx, connect.NewRequest(&dispatcherv1.RedriveDeadLetterRequest{Id: dead.Id, TargetOverride: elsewhere}))
+	requireCode(t, err, connect.CodeInvalidArgument, "secret header to another origin")
+	var cerr *connect.Error
+	require.ErrorAs(t, err, &cerr)
+	var fields []string
+	for _, detail := range cerr.Details() {
+		v, derr := detail.Value()
+		require.NoError(t, derr)
+		for _, fv := range v.(*errdetails.BadRequest).FieldViolations {
+			fields = append(fields, fv.Field)
+		}
+	}
+	require.Equal(t, []string{`target_override.http.secret_headers["X-Token"]`}, fields)
+	require.Len(t, listAll(t, alpha, job), 1)
+	// To the same origin it is kept and delivered.
+	fixed := &registryv1.Target{Kind: &registryv1.Target_Http{Http: &registryv1.HttpTarget{Url: "https://a.example/fixed"}}}
+	_, err = alpha.RedriveDeadLetter(ctx, connect.NewRequest(&dispatcherv1.RedriveDeadLetterRequest{Id: dead.Id, TargetOverride: fixed}))
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return len(d.target.of(req.ExecutionId)) == 2 }, 30*time.Second, 10*time.Millisecond)
+	require.Equal(t, map[string]string{"X-Token": "tok-s3cret"}, d.target.of(req.ExecutionId)[1].GetTarget().GetHttp().GetSecretHeaders())
+}
+
 func TestDispatchServiceErrors(t *testing.T) {
 	t.Parallel()
 	d := startDispatcher(t)
@@ -417,6 +469,27 @@ func TestDispatchServiceErrors(t *testing.T) {
 				TargetOverride: &registryv1.Target{Kind: &registryv1.Target_Http{Http: &registryv1.HttpTarget{Url: "/hook"}}}}))
 			return err
 		}, connect.CodeInvalidArgument, "target_override.http.url"},
+		{"override sets traceparent", func() error {
+			_, err := c.RedriveDeadLetter(ctx, connect.NewRequest(&dispatcherv1.RedriveDeadLetterRequest{Id: uuid.NewString(),
+				TargetOverride: &registryv1.Target{Kind: &registryv1.Target_Http{Http: &registryv1.HttpTarget{
+					Url: "https://x.example/", Headers: map[string]string{"Traceparent": "00-forged"},
+				}}}}))
+			return err
+		}, connect.CodeInvalidArgument, `target_override.http.headers["Traceparent"]`},
+		{"override body over the limit", func() error {
+			_, err := c.RedriveDeadLetter(ctx, connect.NewRequest(&dispatcherv1.RedriveDeadLetterRequest{Id: uuid.NewString(),
+				TargetOverride: &registryv1.Target{Kind: &registryv1.Target_Http{Http: &registryv1.HttpTarget{
+					Url: "https://x.example/", Body: strings.Repeat("x", targetcheck.MaxBody+1),
+				}}}}))
+			return err
+		}, connect.CodeInvalidArgument, "target_override.http.body"},
+		{"override into cronmesh's exchanges", func() error {
+			_, err := c.RedriveDeadLetter(ctx, connect.NewRequest(&dispatcherv1.RedriveDeadLetterRequest{Id: uuid.NewString(),
+				TargetOverride: &registryv1.Target{Kind: &registryv1.Target_Amqp{Amqp: &registryv1.AmqpTarget{
+					Exchange: "cronmesh.dispatch", RoutingKey: "dispatch.high",
+				}}}}))
+			return err
+		}, connect.CodeInvalidArgument, "target_override.amqp.exchange"},
 		{"override empty", func() error {
 			_, err := c.RedriveDeadLetter(ctx, connect.NewRequest(&dispatcherv1.RedriveDeadLetterRequest{Id: uuid.NewString(),
 				TargetOverride: &registryv1.Target{}}))

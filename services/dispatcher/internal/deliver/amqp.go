@@ -126,6 +126,9 @@ func (c *Client) deliverAMQP(ctx context.Context, req *dispatchv1.DispatchReques
 	for k, v := range t.GetHeaders() {
 		msg.Metadata.Set(k, v)
 	}
+	for k, v := range t.GetSecretHeaders() {
+		msg.Metadata.Set(k, v)
+	}
 	contentType := t.GetContentType()
 	if contentType == "" {
 		contentType = DefaultContentType

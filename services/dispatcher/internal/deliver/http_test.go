@@ -309,6 +309,16 @@ func TestHTTPRequest(t *testing.T) {
 			wantHeaders: map[string]string{"X-Custom": "one", "Authorization": "Bearer t0k3n"},
 		},
 		{
+			name: "secret headers are sent like the others",
+			mod: func(h *registryv1.HttpTarget) {
+				h.Headers = map[string]string{"X-Custom": "one"}
+				h.SecretHeaders = map[string]string{"x-token": "s3cr3t", "Authorization": "Bearer t0k3n"}
+			},
+			wantMethod: "POST", wantBody: `{"hello":"world"}`,
+			wantContentType: "application/json", wantUserAgent: DefaultUserAgent,
+			wantHeaders: map[string]string{"X-Custom": "one", "X-Token": "s3cr3t", "Authorization": "Bearer t0k3n"},
+		},
+		{
 			name: "PUT with the job's content type and user agent",
 			mod: func(h *registryv1.HttpTarget) {
 				h.Method = "put"
@@ -383,7 +393,9 @@ func TestHTTPTraceContext(t *testing.T) {
 	ts, err := trace.ParseTraceState("vendor=abc")
 	require.NoError(t, err)
 	ctx = trace.ContextWithSpanContext(ctx, parent.SpanContext().WithTraceState(ts))
-	out := c.Deliver(ctx, httpRequest(srv.URL+"/hook?token=s3cr3t", nil))
+	out := c.Deliver(ctx, httpRequest(srv.URL+"/services/T000/B000/capability-s3cr3t?token=s3cr3t", func(h *registryv1.HttpTarget) {
+		h.SecretHeaders = map[string]string{"X-Token": "header-s3cr3t"}
+	}))
 	parent.End()
 	require.Equal(t, Retryable, out.Result)
 
@@ -409,7 +421,7 @@ func TestHTTPTraceContext(t *testing.T) {
 	attrs := attribute.NewSet(client.Attributes()...)
 	for _, kv := range []attribute.KeyValue{
 		semconv.HTTPRequestMethodKey.String("POST"),
-		semconv.URLFull(srv.URL + "/hook"), // no query: it may carry secrets
+		semconv.URLFull(srv.URL), // scheme and host only: a path or query may be the credential
 		semconv.ServerAddress(host),
 		semconv.ServerPort(p),
 		semconv.HTTPResponseStatusCode(503),
@@ -421,6 +433,9 @@ func TestHTTPTraceContext(t *testing.T) {
 		require.Equal(t, kv.Value, v, kv.Key)
 	}
 	require.Equal(t, "Error", client.Status().Code.String())
+	for _, kv := range client.Attributes() {
+		require.NotContains(t, kv.Value.Emit(), "s3cr3t", kv.Key)
+	}
 }
 
 func TestHTTPTraceContextWithoutTracer(t *testing.T) {

@@ -22,6 +22,7 @@ import (
 	"github.com/cronmesh/cronmesh/libs/outbox"
 	"github.com/cronmesh/cronmesh/libs/postgres"
 	"github.com/cronmesh/cronmesh/libs/server"
+	"github.com/cronmesh/cronmesh/libs/targetcheck"
 	"github.com/cronmesh/cronmesh/libs/telemetry"
 	"github.com/cronmesh/cronmesh/services/registry/internal/api"
 	"github.com/cronmesh/cronmesh/services/registry/internal/store"
@@ -174,7 +175,11 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger) (_ *App, err erro
 		return nil, err
 	}
 	a.server.UseMiddleware(keys.Middleware().Wrap)
-	path, handler := registryv1connect.NewJobServiceHandler(api.NewHandler(st, logger), a.server.HandlerOptions()...)
+	amqpPolicy, err := targetcheck.NewAMQPPolicy()
+	if err != nil {
+		return nil, err
+	}
+	path, handler := registryv1connect.NewJobServiceHandler(api.NewHandler(st, targetcheck.New(amqpPolicy), logger), a.server.HandlerOptions()...)
 	a.server.Handle(registryv1connect.JobServiceName, path, handler)
 	return a, nil
 }
