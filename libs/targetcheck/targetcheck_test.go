@@ -123,7 +123,7 @@ func TestKeepSecrets(t *testing.T) {
 
 func TestCheckerTarget(t *testing.T) {
 	t.Parallel()
-	policy, err := NewAMQPPolicy()
+	policy, err := NewAMQPPolicy(AMQPPolicyOptions{})
 	require.NoError(t, err)
 	c := New(policy)
 	tests := []struct {

@@ -36,7 +36,7 @@ func TestRedriven(t *testing.T) {
 
 func TestCheckOverride(t *testing.T) {
 	t.Parallel()
-	policy, err := targetcheck.NewAMQPPolicy()
+	policy, err := targetcheck.NewAMQPPolicy(targetcheck.AMQPPolicyOptions{})
 	require.NoError(t, err)
 	h := &Handler{opts: Options{Targets: targetcheck.New(policy)}}
 	const secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
@@ -44,7 +44,7 @@ func TestCheckOverride(t *testing.T) {
 		target.GetHttp().Headers, target.GetHttp().SecretHeaders = plain, secret
 		return target
 	}
-	amqpTarget := &registryv1.Target{Kind: &registryv1.Target_Amqp{Amqp: &registryv1.AmqpTarget{Exchange: "x", RoutingKey: "k"}}}
+	amqpTarget := &registryv1.Target{Kind: &registryv1.Target_Amqp{Amqp: &registryv1.AmqpTarget{Exchange: "alpha.x", RoutingKey: "k"}}}
 	tests := []struct {
 		name     string
 		last     *registryv1.Target

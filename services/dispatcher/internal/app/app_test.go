@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"flag"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"os"
@@ -81,7 +82,14 @@ type dispatcher struct {
 	events  *events
 }
 
-func startDispatcher(t *testing.T) *dispatcher {
+// dispatcherOption changes a test dispatcher's config and app options
+// (which hold the fake deliverer by default).
+type dispatcherOption func(cfg *app.Config, opts *[]app.Option)
+
+// realDelivery makes the dispatcher deliver with the real HTTP/AMQP client.
+func realDelivery(_ *app.Config, opts *[]app.Option) { *opts = nil }
+
+func startDispatcher(t *testing.T, options ...dispatcherOption) *dispatcher {
 	t.Helper()
 	_, schema := pgtest.New(t)
 	cfg := app.Config{
@@ -90,17 +98,22 @@ func startDispatcher(t *testing.T) *dispatcher {
 		},
 		APIKeys:            config.StringList{"alpha=" + keyAlpha, "beta=" + keyBeta},
 		Schema:             schema,
-		DispatchExchange:   amqptest.UniqueName(t, "dispatch"),
-		DispatchQueue:      amqptest.UniqueName(t, "dispatchq"),
-		RetryExchange:      amqptest.UniqueName(t, "retry"),
-		RetryQueue:         amqptest.UniqueName(t, "retryq"),
+		DispatchExchange:   amqptest.UniqueName(t, "cronmesh.dispatch"),
+		DispatchQueue:      amqptest.UniqueName(t, "cronmesh.dispatchq"),
+		RetryExchange:      amqptest.UniqueName(t, "cronmesh.retry"),
+		RetryQueue:         amqptest.UniqueName(t, "cronmesh.retryq"),
 		RetryTiers:         app.DurationList{100 * time.Millisecond, time.Second},
-		DeadExchange:       amqptest.UniqueName(t, "dead"),
-		DeadQueue:          amqptest.UniqueName(t, "deadq"),
-		ExecutionsExchange: amqptest.UniqueName(t, "executions"),
+		DeadExchange:       amqptest.UniqueName(t, "cronmesh.dead"),
+		DeadQueue:          amqptest.UniqueName(t, "cronmesh.deadq"),
+		ExecutionsExchange: amqptest.UniqueName(t, "cronmesh.executions"),
 		HighWorkers:        2, NormalWorkers: 2, LowWorkers: 2, DrainerWorkers: 2,
 	}
-	d := &dispatcher{cfg: cfg, target: &target{}, events: &events{}}
+	d := &dispatcher{target: &target{}, events: &events{}}
+	appOpts := []app.Option{app.WithDeliverer(d.target)}
+	for _, o := range options {
+		o(&cfg, &appOpts)
+	}
+	d.cfg = cfg
 	eventsQueue := amqptest.DeclareTopicQueue(t, cfg.ExecutionsExchange, "#")
 	d.events.consume(t, eventsQueue)
 	t.Cleanup(func() {
@@ -121,7 +134,7 @@ func startDispatcher(t *testing.T) *dispatcher {
 	})
 	logger := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	ctx, cancel := context.WithCancel(context.Background())
-	a, err := app.New(ctx, cfg, logger, app.WithDeliverer(d.target))
+	a, err := app.New(ctx, cfg, logger, appOpts...)
 	require.NoError(t, err)
 	done := make(chan error, 1)
 	go func() { done <- a.Run(ctx) }()
@@ -567,9 +580,19 @@ func TestNewRefusesBadConfig(t *testing.T) {
 	tests := []struct {
 		name string
 		mod  func(*app.Config)
+		want string
 	}{
-		{"no keys", func(c *app.Config) { c.APIKeys = nil }},
-		{"bad network", func(c *app.Config) { c.AllowNetworks = config.StringList{"localhost"} }},
+		{"no keys", func(c *app.Config) { c.APIKeys = nil }, "no API keys"},
+		{"bad network", func(c *app.Config) { c.AllowNetworks = config.StringList{"localhost"} }, "--allow-networks"},
+		{"a dispatch exchange a namespace could publish to", func(c *app.Config) { c.DispatchExchange = "team-a.dispatch" },
+			`--dispatch-exchange "team-a.dispatch" could be published to by the AMQP targets of namespace "team-a"`},
+		{"retry queues a namespace could publish to", func(c *app.Config) { c.RetryQueue = "retries" },
+			`--retry-queue "retries" could be published to by the AMQP targets of namespace "retries"`},
+		{"an allow-list that reaches the dispatch exchange", func(c *app.Config) {
+			c.DispatchExchange = "ops_dispatch"
+			c.TargetAMQPAllow = config.StringList{"alpha=ops_*"}
+		}, `--dispatch-exchange "ops_dispatch" is on the AMQP allow-list of namespace "alpha"`},
+		{"a malformed allow-list", func(c *app.Config) { c.TargetAMQPAllow = config.StringList{"alpha"} }, "--target-amqp-allow"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -577,8 +600,63 @@ func TestNewRefusesBadConfig(t *testing.T) {
 			cfg := base
 			tt.mod(&cfg)
 			_, err := app.New(context.Background(), cfg, slog.New(slog.DiscardHandler))
-			require.Error(t, err)
+			require.ErrorContains(t, err, tt.want)
 		})
+	}
+}
+
+// TestAMQPTargetsAreCheckedAtDelivery runs the real AMQP client against
+// RabbitMQ with a renamed dispatch exchange: a request stored before the
+// rules (or forged) that publishes into it or into another namespace's
+// exchange is dead-lettered with the reason, and nothing is published.
+func TestAMQPTargetsAreCheckedAtDelivery(t *testing.T) {
+	t.Parallel()
+	d := startDispatcher(t, realDelivery, func(c *app.Config, _ *[]app.Option) {
+		c.DispatchExchange = amqptest.UniqueName(t, "ops_dispatch") // renamed, out of any namespace's reach
+	})
+	own := amqptest.UniqueName(t, "alpha")
+	ownQueue := amqptest.DeclareTopicQueue(t, own, "#")
+	other := amqptest.UniqueName(t, "beta")
+	otherQueue := amqptest.DeclareTopicQueue(t, other, "#")
+	forgedQueue := amqptest.DeclareTopicQueue(t, d.cfg.DispatchExchange, "forged.#")
+
+	job := uuid.NewString()
+	nominal := time.Now().Truncate(time.Second)
+	send := func(i int, exchange, key string) *dispatchv1.DispatchRequest {
+		at := nominal.Add(time.Duration(i) * time.Second)
+		req := &dispatchv1.DispatchRequest{
+			ExecutionId: execid.For(job, at), JobId: job, Namespace: "alpha", Attempt: 1,
+			NominalTime: timestamppb.New(at), FireTime: timestamppb.New(at),
+			Target: &registryv1.Target{Kind: &registryv1.Target_Amqp{Amqp: &registryv1.AmqpTarget{
+				Exchange: exchange, RoutingKey: key, Body: "{}", SecretHeaders: map[string]string{"x-token": "tok"},
+			}}},
+			RetryPolicy: &registryv1.RetryPolicy{MaxRetries: proto.Int32(0)},
+			Priority:    registryv1.Priority_PRIORITY_LOW,
+		}
+		d.publish(t, req)
+		return req
+	}
+	delivered := send(0, own, "reports.nightly")
+	intoDispatch := send(1, d.cfg.DispatchExchange, "forged.high")
+	intoOther := send(2, other, "reports.nightly")
+
+	got := amqptest.Consume(t, ownQueue, 1, 30*time.Second)[0]
+	require.Equal(t, delivered.ExecutionId, got.MessageId, "the namespace's own exchange is published to")
+	require.Equal(t, "tok", got.Headers["x-token"])
+
+	alpha := d.client(keyAlpha)
+	require.Eventually(t, func() bool { return len(listAll(t, alpha, job)) == 2 }, 30*time.Second, 20*time.Millisecond)
+	reasons := map[string]string{}
+	for _, dl := range listAll(t, alpha, job) {
+		reasons[dl.ExecutionId] = dl.Reason
+	}
+	require.Contains(t, reasons[intoDispatch.ExecutionId], fmt.Sprintf("exchange %q is reserved for cronmesh", d.cfg.DispatchExchange))
+	require.Contains(t, reasons[intoOther.ExecutionId], fmt.Sprintf("exchange %q is not the namespace's", other))
+	ch := amqptest.Channel(t)
+	for _, q := range []string{forgedQueue, otherQueue} {
+		state, err := ch.QueueDeclarePassive(q, true, false, false, false, nil)
+		require.NoError(t, err)
+		require.Zero(t, state.Messages, "nothing was published to %s", q)
 	}
 }
 

@@ -56,6 +56,11 @@ type Config struct {
 	Exchange string
 	// OutboxLanes is how many events the relay publishes concurrently.
 	OutboxLanes int
+	// TargetAMQPAllow gives namespaces AMQP names outside their own
+	// "<namespace>." prefix: "namespace=name" or "namespace=prefix*"
+	// entries (targetcheck.ParseAllowList). The dispatcher must be given
+	// the same list.
+	TargetAMQPAllow config.StringList
 }
 
 // Register adds the registry's flags to fs.
@@ -65,6 +70,20 @@ func (c *Config) Register(fs *flag.FlagSet) {
 	fs.StringVar(&c.Schema, "schema", DefaultSchema, "PostgreSQL schema of the registry's tables")
 	fs.StringVar(&c.Exchange, "exchange", DefaultExchange, "RabbitMQ topic exchange for job events")
 	fs.IntVar(&c.OutboxLanes, "outbox-lanes", 16, "events the outbox relay publishes concurrently (order per job is kept)")
+	fs.Var(&c.TargetAMQPAllow, "target-amqp-allow", "comma-separated namespace=name or namespace=prefix* entries: AMQP names a namespace's targets may publish to besides its own <namespace>.* (same list as the dispatcher's)")
+}
+
+// amqpPolicy is where AMQP targets may publish: the allow-list, and never
+// to the job events exchange.
+func (c *Config) amqpPolicy() (*targetcheck.AMQPPolicy, error) {
+	allow, err := targetcheck.ParseAllowList(c.TargetAMQPAllow)
+	if err != nil {
+		return nil, fmt.Errorf("--target-amqp-allow: %w", err)
+	}
+	return targetcheck.NewAMQPPolicy(targetcheck.AMQPPolicyOptions{
+		Internal: []targetcheck.InternalName{{Flag: "exchange", Name: cmp.Or(c.Exchange, DefaultExchange)}},
+		Allow:    allow,
+	})
 }
 
 // Migrate creates the database when missing and applies the schema's
@@ -114,6 +133,10 @@ type App struct {
 // connects lazily and retries, and writes are accepted meanwhile.
 func New(ctx context.Context, cfg Config, logger *slog.Logger) (_ *App, err error) {
 	keys, err := apikey.Parse(cfg.APIKeys)
+	if err != nil {
+		return nil, err
+	}
+	amqpPolicy, err := cfg.amqpPolicy()
 	if err != nil {
 		return nil, err
 	}
@@ -175,10 +198,6 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger) (_ *App, err erro
 		return nil, err
 	}
 	a.server.UseMiddleware(keys.Middleware().Wrap)
-	amqpPolicy, err := targetcheck.NewAMQPPolicy()
-	if err != nil {
-		return nil, err
-	}
 	path, handler := registryv1connect.NewJobServiceHandler(api.NewHandler(st, targetcheck.New(amqpPolicy), logger), a.server.HandlerOptions()...)
 	a.server.Handle(registryv1connect.JobServiceName, path, handler)
 	return a, nil
