@@ -169,7 +169,7 @@ func (c *Client) callHTTP(ctx context.Context, req *dispatchv1.DispatchRequest, 
 		Result:     classifyStatus(resp.StatusCode, t.GetAcceptedStatusCodes()),
 		StatusCode: resp.StatusCode,
 		Headers:    resp.Header,
-		Excerpt:    string(excerpt),
+		Excerpt:    scrubSecrets(string(excerpt), t.GetSecretHeaders()),
 		RetryAfter: parseRetryAfter(resp.Header.Get("Retry-After"), c.clock.Now()),
 	}
 	switch {
@@ -254,6 +254,26 @@ func parseRetryAfter(v string, now time.Time) time.Duration {
 		return min(max(at.Sub(now), 0), MaxRetryAfter)
 	}
 	return 0
+}
+
+// minScrubbed is the shortest secret value scrubbed from an excerpt: a
+// shorter one would mostly hit unrelated text.
+const minScrubbed = 6
+
+// scrubSecrets replaces in a response excerpt every secret header value,
+// and the credential after an auth scheme ("Bearer <token>"), with
+// "[redacted]": an echoing endpoint (or an error page quoting the request)
+// must not carry a write-only header into the dead letters and the
+// history.
+func scrubSecrets(excerpt string, secret map[string]string) string {
+	for _, v := range secret {
+		for _, s := range []string{v, v[strings.LastIndexByte(v, ' ')+1:]} {
+			if len(s) >= minScrubbed {
+				excerpt = strings.ReplaceAll(excerpt, s, "[redacted]")
+			}
+		}
+	}
+	return excerpt
 }
 
 // port is u's port, or the scheme's default.

@@ -287,6 +287,23 @@ func TestHTTPExcerpt(t *testing.T) {
 	}
 }
 
+func TestHTTPExcerptScrubsSecretHeaders(t *testing.T) {
+	t.Parallel()
+	// An echoing endpoint returns the request's headers in its body.
+	srv := newTarget(t, func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusBadRequest)
+		_, _ = fmt.Fprintf(w, `{"auth":%q,"token":%q,"bare":%q,"short":%q}`,
+			r.Header.Get("Authorization"), r.Header.Get("X-Token"), strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer "), r.Header.Get("X-Pin"))
+	})
+	c, _ := newTestClient(t, nil)
+	out := c.Deliver(context.Background(), httpRequest(srv.URL, func(h *registryv1.HttpTarget) {
+		h.SecretHeaders = map[string]string{"Authorization": "Bearer b3arer-t0ken", "X-Token": "x-t0ken-value", "X-Pin": "1234"}
+	}))
+	require.Equal(t, Permanent, out.Result)
+	require.Equal(t, `{"auth":"[redacted]","token":"[redacted]","bare":"[redacted]","short":"1234"}`, out.Excerpt,
+		"secret values (and a bearer's token) never reach the dead letters; values under 6 bytes are left alone")
+}
+
 func TestHTTPRequest(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
