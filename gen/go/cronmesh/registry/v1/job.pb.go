@@ -703,9 +703,17 @@ func (x *HttpTarget) GetSecretHeaders() map[string]string {
 type AmqpTarget struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// An existing exchange, at most 255 characters. Empty means the default
-	// exchange (routing_key is then a queue name).
+	// exchange (routing_key is then a queue name). The exchange (on the
+	// default exchange: the queue) must be the job's namespace's: named
+	// "<namespace>." followed by at least one character, or on the
+	// namespace's allow-list (the registry's and dispatcher's
+	// --target-amqp-allow); never one of cronmesh's own exchanges or queues
+	// ("cronmesh.*" and every configured internal name). The registry refuses
+	// others (InvalidArgument); the dispatcher checks again at delivery and
+	// dead-letters a refused one.
 	Exchange string `protobuf:"bytes,1,opt,name=exchange,proto3" json:"exchange,omitempty"`
-	// At most 255 characters.
+	// At most 255 characters. On a named exchange any key: the exchange's
+	// bindings decide where it goes.
 	RoutingKey string `protobuf:"bytes,2,opt,name=routing_key,json=routingKey,proto3" json:"routing_key,omitempty"`
 	// At most 32 headers together with secret_headers, values at most
 	// 4 KiB. Well-known credential headers are moved to secret_headers, as

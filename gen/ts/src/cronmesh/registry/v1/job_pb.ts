@@ -397,14 +397,22 @@ export const HttpTargetSchema: GenMessage<HttpTarget> = /*@__PURE__*/
 export type AmqpTarget = Message<"cronmesh.registry.v1.AmqpTarget"> & {
   /**
    * An existing exchange, at most 255 characters. Empty means the default
-   * exchange (routing_key is then a queue name).
+   * exchange (routing_key is then a queue name). The exchange (on the
+   * default exchange: the queue) must be the job's namespace's: named
+   * "<namespace>." followed by at least one character, or on the
+   * namespace's allow-list (the registry's and dispatcher's
+   * --target-amqp-allow); never one of cronmesh's own exchanges or queues
+   * ("cronmesh.*" and every configured internal name). The registry refuses
+   * others (InvalidArgument); the dispatcher checks again at delivery and
+   * dead-letters a refused one.
    *
    * @generated from field: string exchange = 1;
    */
   exchange: string;
 
   /**
-   * At most 255 characters.
+   * At most 255 characters. On a named exchange any key: the exchange's
+   * bindings decide where it goes.
    *
    * @generated from field: string routing_key = 2;
    */
