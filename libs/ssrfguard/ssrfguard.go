@@ -49,11 +49,12 @@ const globallyReachable = ""
 // specialRanges is the SSRF guard's immutable table, most specific first
 // (the first matching row decides; a row whose what is globallyReachable
 // lets the address through). It holds every entry of IANA's IPv4 and IPv6
-// Special-Purpose Address Registries (as of the 2024-10 IPv6 and 2024-01
-// IPv4 updates), refused where the registry's "Globally Reachable" column
-// is False or N/A and let through where it is True, except where a comment
-// says why not; and a few ranges that are not in those registries but that
-// no tenant may reach: cloud metadata endpoints, multicast, site-local.
+// Special-Purpose Address Registries (reviewed 2026-11: a new entry needs
+// a row here and one in registry_test.go), refused where the registry's
+// "Globally Reachable" column is False or N/A and let through where it is
+// True, except where a comment says why not; and a few ranges that are
+// not in those registries but that no tenant may reach: cloud metadata
+// endpoints, multicast, site-local.
 //
 // Three registry entries have no row because the address is judged by the
 // IPv4 address it carries (see addressClass): ::ffff:0:0/96 (IPv4-mapped,
