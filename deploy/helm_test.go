@@ -266,6 +266,8 @@ func TestChartDefaults(t *testing.T) {
 		require.Falsef(t, ok, "%s exports spans although no collector is set", svc)
 		_, ok = env(t, r, svc)["CRONMESH_TRACE_LINK_TEMPLATE"]
 		require.Falsef(t, ok, "%s has a trace link template although none is set", svc)
+		_, ok = env(t, r, svc)["CRONMESH_TARGET_AMQP_ALLOW"]
+		require.Falsef(t, ok, "%s: no AMQP allow-list by default (each namespace has its own prefix only)", svc)
 		limit := env(t, r, svc)["GOMEMLIMIT"].ValueFrom
 		require.NotNilf(t, limit, "%s: the Go runtime knows the memory limit", svc)
 		require.Equal(t, "limits.memory", limit.ResourceFieldRef.Resource)
@@ -422,6 +424,15 @@ func TestChartOptions(t *testing.T) {
 	require.Equal(t, "500:1000", value(env(t, r, "dispatcher")["CRONMESH_RATE_LIMIT"]), "config wins over global.rateLimit")
 	require.Equal(t, "team-a=50000,sandbox=100", value(env(t, r, "registry")["CRONMESH_MAX_JOBS_NAMESPACES"]))
 	require.Equal(t, "10000", value(env(t, r, "registry")["CRONMESH_MAX_JOBS"]))
+	for _, svc := range services {
+		allow, ok := env(t, r, svc)["CRONMESH_TARGET_AMQP_ALLOW"]
+		if svc == "registry" || svc == "dispatcher" {
+			require.Truef(t, ok, "%s enforces the AMQP allow-list", svc)
+			require.Equal(t, "team-a=shared.events,team-b=partners.*", value(allow))
+			continue
+		}
+		require.Falsef(t, ok, "%s validates no targets", svc)
+	}
 }
 
 // checkWorkloads: every container of every Deployment and StatefulSet has

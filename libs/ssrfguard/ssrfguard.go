@@ -16,9 +16,10 @@ import (
 	"syscall"
 )
 
-// blockedRange is one row of the SSRF guard's table: addresses in prefix are
-// refused as what (a phrase completing "X is ...").
-type blockedRange struct {
+// specialRange is one row of the SSRF guard's table: addresses in prefix are
+// refused as what (a phrase completing "X is ..."), or let through when what
+// is globallyReachable.
+type specialRange struct {
 	prefix netip.Prefix
 	what   string
 }
@@ -35,46 +36,97 @@ const (
 	whatShared        = "a shared (CGNAT) address"
 	whatReserved      = "a reserved address"
 	whatDocumentation = "a documentation address"
+	whatBenchmarking  = "a benchmarking address"
+	whatIdentifier    = "an identifier, not a routable address"
 	whatInvalid       = "not a valid IP address"
 )
 
-// blockedRanges is the SSRF guard's immutable table, most specific first
-// (the first matching row names the refusal). IPv4-mapped IPv6 addresses
-// (::ffff:a.b.c.d) are unmapped before the lookup, and the IPv6 forms that
-// embed an IPv4 address reachable through a translator (NAT64, 6to4,
-// IPv4-compatible) are judged by that IPv4 address; see addressClass.
-var blockedRanges = [...]blockedRange{
+// globallyReachable marks a row that lets its prefix through although a
+// wider row below refuses it, or that only records a registry entry whose
+// "Globally Reachable" column is True.
+const globallyReachable = ""
+
+// specialRanges is the SSRF guard's immutable table, most specific first
+// (the first matching row decides; a row whose what is globallyReachable
+// lets the address through). It holds every entry of IANA's IPv4 and IPv6
+// Special-Purpose Address Registries (reviewed 2026-11: a new entry needs
+// a row here and one in registry_test.go), refused where the registry's
+// "Globally Reachable" column is False or N/A and let through where it is
+// True, except where a comment says why not; and a few ranges that are
+// not in those registries but that no tenant may reach: cloud metadata
+// endpoints, multicast, site-local.
+//
+// Three registry entries have no row because the address is judged by the
+// IPv4 address it carries (see addressClass): ::ffff:0:0/96 (IPv4-mapped,
+// "not globally reachable" as IPv6, but a socket to one is a connection to
+// its IPv4 address, so that address decides), 64:ff9b::/96 (NAT64, True)
+// and 2002::/16 (6to4, N/A: the relay connects to the embedded address).
+var specialRanges = [...]specialRange{
 	// IPv4.
 	{netip.MustParsePrefix("169.254.169.254/32"), whatMetadata}, // AWS, GCP, Azure, OCI, DigitalOcean
 	{netip.MustParsePrefix("100.100.100.200/32"), whatMetadata}, // Alibaba Cloud
 	{netip.MustParsePrefix("255.255.255.255/32"), whatBroadcast},
-	{netip.MustParsePrefix("0.0.0.0/8"), whatUnspecified}, // "this network"; Linux connects 0.0.0.0 to localhost
+	{netip.MustParsePrefix("0.0.0.0/8"), whatUnspecified}, // "this network" and 0.0.0.0/32; Linux connects 0.0.0.0 to localhost
 	{netip.MustParsePrefix("127.0.0.0/8"), whatLoopback},
 	{netip.MustParsePrefix("10.0.0.0/8"), whatPrivate},
 	{netip.MustParsePrefix("172.16.0.0/12"), whatPrivate},
 	{netip.MustParsePrefix("192.168.0.0/16"), whatPrivate},
 	{netip.MustParsePrefix("100.64.0.0/10"), whatShared},
 	{netip.MustParsePrefix("169.254.0.0/16"), whatLinkLocal},
-	{netip.MustParsePrefix("192.0.0.0/24"), whatReserved},  // IETF protocol assignments
-	{netip.MustParsePrefix("198.18.0.0/15"), whatReserved}, // benchmarking, often used inside networks
-	{netip.MustParsePrefix("192.0.2.0/24"), whatDocumentation},
-	{netip.MustParsePrefix("198.51.100.0/24"), whatDocumentation},
-	{netip.MustParsePrefix("203.0.113.0/24"), whatDocumentation},
-	{netip.MustParsePrefix("224.0.0.0/4"), whatMulticast},
+	// 192.0.0.0/24, IETF protocol assignments, is not globally reachable
+	// and holds 192.0.0.0/29 (IPv4 service continuity, DS-Lite),
+	// 192.0.0.8/32 (IPv4 dummy address) and 192.0.0.170-171 (NAT64/DNS64
+	// discovery); its two anycast services are globally reachable.
+	{netip.MustParsePrefix("192.0.0.9/32"), globallyReachable},  // Port Control Protocol anycast
+	{netip.MustParsePrefix("192.0.0.10/32"), globallyReachable}, // TURN anycast
+	{netip.MustParsePrefix("192.0.0.0/24"), whatReserved},
+	{netip.MustParsePrefix("192.0.2.0/24"), whatDocumentation},    // TEST-NET-1
+	{netip.MustParsePrefix("198.51.100.0/24"), whatDocumentation}, // TEST-NET-2
+	{netip.MustParsePrefix("203.0.113.0/24"), whatDocumentation},  // TEST-NET-3
+	{netip.MustParsePrefix("198.18.0.0/15"), whatBenchmarking},    // often used inside networks
+	{netip.MustParsePrefix("192.31.196.0/24"), globallyReachable}, // AS112-v4
+	{netip.MustParsePrefix("192.52.193.0/24"), globallyReachable}, // AMT
+	{netip.MustParsePrefix("192.175.48.0/24"), globallyReachable}, // AS112 direct delegation
+	// Deprecated 6to4 relay anycast (RFC 7526), N/A in the registry: the
+	// relays that still answer are operated inside provider networks. The
+	// 6a44 relay anycast address 192.88.99.2, marked globally reachable,
+	// is refused with its deprecated block: no job targets a tunnel relay.
+	{netip.MustParsePrefix("192.88.99.0/24"), whatReserved},
+	{netip.MustParsePrefix("224.0.0.0/4"), whatMulticast}, // not in the registry; never a unicast target
 	{netip.MustParsePrefix("240.0.0.0/4"), whatReserved},
 	// IPv6.
 	{netip.MustParsePrefix("fd00:ec2::254/128"), whatMetadata}, // AWS IMDS over IPv6
 	{netip.MustParsePrefix("::1/128"), whatLoopback},
 	{netip.MustParsePrefix("::/128"), whatUnspecified},
 	{netip.MustParsePrefix("fe80::/10"), whatLinkLocal},
-	{netip.MustParsePrefix("fec0::/10"), whatPrivate}, // deprecated site-local
-	{netip.MustParsePrefix("fc00::/7"), whatPrivate},  // unique local
-	{netip.MustParsePrefix("64:ff9b:1::/48"), whatPrivate},
-	{netip.MustParsePrefix("ff00::/8"), whatMulticast},
-	{netip.MustParsePrefix("100::/64"), whatReserved},  // discard-only
-	{netip.MustParsePrefix("2001::/32"), whatReserved}, // Teredo: the embedded IPv4 is obfuscated
+	{netip.MustParsePrefix("fec0::/10"), whatPrivate},       // deprecated site-local, not in the registry
+	{netip.MustParsePrefix("fc00::/7"), whatPrivate},        // unique local
+	{netip.MustParsePrefix("64:ff9b:1::/48"), whatPrivate},  // local-use IPv4/IPv6 translation
+	{netip.MustParsePrefix("ff00::/8"), whatMulticast},      // not in the registry; never a unicast target
+	{netip.MustParsePrefix("100::/64"), whatReserved},       // discard-only
+	{netip.MustParsePrefix("100:0:0:1::/64"), whatReserved}, // dummy IPv6 prefix
+	// 2001::/23, IETF protocol assignments, is not globally reachable;
+	// these entries inside it are.
+	{netip.MustParsePrefix("2001:1::1/128"), globallyReachable},   // Port Control Protocol anycast
+	{netip.MustParsePrefix("2001:1::2/128"), globallyReachable},   // TURN anycast
+	{netip.MustParsePrefix("2001:1::3/128"), globallyReachable},   // DNS-SD service registration protocol anycast
+	{netip.MustParsePrefix("2001:3::/32"), globallyReachable},     // AMT
+	{netip.MustParsePrefix("2001:4:112::/48"), globallyReachable}, // AS112-v6
+	{netip.MustParsePrefix("2001::/32"), whatReserved},            // Teredo (N/A): the embedded IPv4 is obfuscated
+	{netip.MustParsePrefix("2001:2::/48"), whatBenchmarking},
+	// ORCHID (deprecated, N/A), ORCHIDv2 and drone remote ID entity tags
+	// (both marked globally reachable) are cryptographic host identifiers
+	// that RFC 7343 and RFC 9374 say are not routable at the IP layer: a
+	// socket to one reaches whatever a local overlay maps it to, never a
+	// public host, so all three are refused.
+	{netip.MustParsePrefix("2001:10::/28"), whatIdentifier},
+	{netip.MustParsePrefix("2001:20::/28"), whatIdentifier},
+	{netip.MustParsePrefix("2001:30::/28"), whatIdentifier},
+	{netip.MustParsePrefix("2001::/23"), whatReserved},
 	{netip.MustParsePrefix("2001:db8::/32"), whatDocumentation},
 	{netip.MustParsePrefix("3fff::/20"), whatDocumentation},
+	{netip.MustParsePrefix("2620:4f:8000::/48"), globallyReachable}, // AS112 direct delegation
+	{netip.MustParsePrefix("5f00::/16"), whatReserved},              // segment routing (SRv6) SIDs
 }
 
 // Prefixes of IPv6 forms that carry an IPv4 address a translator or tunnel
@@ -107,7 +159,7 @@ func addressClass(addr netip.Addr) string {
 			return ""
 		}
 	}
-	for _, r := range blockedRanges {
+	for _, r := range specialRanges {
 		if r.prefix.Contains(addr) {
 			return r.what
 		}

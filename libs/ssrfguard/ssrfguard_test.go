@@ -43,7 +43,7 @@ func TestAddressClass(t *testing.T) {
 		{"255.255.255.255", whatBroadcast},
 		{"240.0.0.1", whatReserved},
 		{"192.0.0.170", whatReserved},
-		{"198.18.0.1", whatReserved},
+		{"198.18.0.1", whatBenchmarking},
 		{"192.0.2.1", whatDocumentation},
 		// IPv6.
 		{"::1", whatLoopback},

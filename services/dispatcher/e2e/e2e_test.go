@@ -86,7 +86,7 @@ func newStack(t *testing.T) *stack {
 		s.schemas[svc] = schema
 	}
 	for _, n := range []string{"jobs", "dispatch", "dispatchq", "retry", "retryq", "dead", "deadq", "executions"} {
-		s.names[n] = amqptest.UniqueName(t, n)
+		s.names[n] = amqptest.UniqueName(t, "cronmesh."+n) // names a namespace could reach are refused at start
 	}
 	t.Cleanup(func() {
 		for _, p := range s.procs {

@@ -195,6 +195,10 @@ instead of letting the heap reach it. */}}
 - name: CRONMESH_ADVERTISE
   value: {{ printf "$(POD_IP):%v" .Values.port | quote }}
 {{- end }}
+{{- if and (get .Values "amqpTargetPolicy") $g.amqpTargets.allow }}
+- name: CRONMESH_TARGET_AMQP_ALLOW
+  value: {{ join "," $g.amqpTargets.allow | quote }}
+{{- end }}
 {{- with get .Values "traceLinkTemplate" }}
 - name: CRONMESH_TRACE_LINK_TEMPLATE
   value: {{ . | quote }}

@@ -24,6 +24,7 @@ import (
 	"github.com/cronmesh/cronmesh/libs/postgres"
 	"github.com/cronmesh/cronmesh/libs/server"
 	"github.com/cronmesh/cronmesh/libs/ssrfguard"
+	"github.com/cronmesh/cronmesh/libs/targetcheck"
 	"github.com/cronmesh/cronmesh/libs/telemetry"
 	"github.com/cronmesh/cronmesh/services/alerting/internal/api"
 	"github.com/cronmesh/cronmesh/services/alerting/internal/consume"
@@ -162,6 +163,16 @@ type App struct {
 // New connects to PostgreSQL, applies migrations and builds the parts.
 // Nothing serves until Run.
 func New(ctx context.Context, cfg Config, logger *slog.Logger) (_ *App, err error) {
+	// A job's AMQP target must never reach alerting's topology (it would
+	// forge executions or jobs).
+	if err := targetcheck.CheckInternalNames(
+		targetcheck.InternalName{Flag: "executions-exchange", Name: cfg.ExecutionsExchange},
+		targetcheck.InternalName{Flag: "executions-queue", Name: cfg.ExecutionsQueue},
+		targetcheck.InternalName{Flag: "jobs-exchange", Name: cfg.JobsExchange},
+		targetcheck.InternalName{Flag: "jobs-queue", Name: cfg.JobsQueue},
+	); err != nil {
+		return nil, err
+	}
 	// The configured keys, and the managed ones polled from the registry.
 	registryClient, err := cfg.Keys.HTTPClient()
 	if err != nil {

@@ -58,8 +58,8 @@ func startAlerting(t *testing.T, opts ...option) *alerting {
 	_, schema := pgtest.New(t)
 	execExchange := amqptest.UniqueName(t, "cronmesh.executions")
 	jobsExchange := amqptest.UniqueName(t, "cronmesh.jobs")
-	execQueue := amqptest.UniqueName(t, "alerting.executions")
-	jobsQueue := amqptest.UniqueName(t, "alerting.jobs")
+	execQueue := amqptest.UniqueName(t, "cronmesh.alerting.executions")
+	jobsQueue := amqptest.UniqueName(t, "cronmesh.alerting.jobs")
 	t.Cleanup(func() { deleteTopology(t, []string{execQueue, jobsQueue}, []string{execExchange, jobsExchange}) })
 	cfg := app.Config{
 		Common: config.Common{

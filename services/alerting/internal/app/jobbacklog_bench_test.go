@@ -37,9 +37,9 @@ const backlogEvents = 50_000
 func TestJobEventBacklog(t *testing.T) {
 	_, schema := pgtest.New(t)
 	jobsExchange := amqptest.UniqueName(t, "cronmesh.jobs")
-	jobsQueue := amqptest.UniqueName(t, "alerting.jobs")
+	jobsQueue := amqptest.UniqueName(t, "cronmesh.alerting.jobs")
 	execExchange := amqptest.UniqueName(t, "cronmesh.executions")
-	execQueue := amqptest.UniqueName(t, "alerting.executions")
+	execQueue := amqptest.UniqueName(t, "cronmesh.alerting.executions")
 	t.Cleanup(func() { deleteTopology(t, []string{execQueue, jobsQueue}, []string{execExchange, jobsExchange}) })
 	cfg := app.Config{
 		Common: config.Common{

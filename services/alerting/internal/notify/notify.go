@@ -24,6 +24,7 @@ import (
 
 	alertingv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/alerting/v1"
 	"github.com/cronmesh/cronmesh/libs/clock"
+	"github.com/cronmesh/cronmesh/libs/redact"
 	"github.com/cronmesh/cronmesh/libs/ssrfguard"
 	"github.com/cronmesh/cronmesh/libs/webhooksign"
 	"github.com/cronmesh/cronmesh/services/alerting/internal/payload"
@@ -127,7 +128,7 @@ func (s *Sender) webhook(ctx context.Context, url, secret, id string, body []byt
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
 	if err != nil {
-		return fmt.Errorf("webhook request: %w", err)
+		return fmt.Errorf("webhook request: %w", redact.URLError(err))
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("User-Agent", "cronmesh-alerting")
@@ -138,12 +139,12 @@ func (s *Sender) webhook(ctx context.Context, url, secret, id string, body []byt
 	if err != nil {
 		// *url.Error repeats the whole URL, whose path or query is often
 		// the receiver's secret (many webhook URLs are capability URLs):
-		// keep only the host in what is logged and returned.
+		// keep only the scheme and host in what is logged and returned.
 		var uerr *neturl.Error
 		if errors.As(err, &uerr) {
 			err = uerr.Err
 		}
-		return fmt.Errorf("webhook to %s: %w", req.URL.Host, err)
+		return fmt.Errorf("webhook to %s: %w", redact.URL(req.URL), err)
 	}
 	defer resp.Body.Close()
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))

@@ -50,6 +50,25 @@ func TestWebhookSSRFGuard(t *testing.T) {
 	require.Equal(t, int32(1), hits.Load())
 }
 
+func TestWebhookErrorsShowOnlySchemeAndHost(t *testing.T) {
+	t.Parallel()
+	body, err := json.Marshal(&payload.Payload{Type: "channel.test", NotificationID: "ntf_3"})
+	require.NoError(t, err)
+	s := notify.NewSender(notify.SenderOptions{})
+	for _, url := range []string{
+		"http://127.0.0.1:9/services/T000/B000/capability-s3cret?token=s3cret", // refused by the guard
+		"http://127.0.0.1:9/services/capability-s3cret\x7f?token=s3cret",       // not even a valid request
+	} {
+		ch := &store.Channel{
+			Def:    &alertingv1.Channel{Kind: &alertingv1.Channel_Webhook{Webhook: &alertingv1.WebhookChannel{Url: url}}},
+			Secret: secret,
+		}
+		err := s.Send(context.Background(), ch, "ntf_3", body)
+		require.Error(t, err)
+		require.NotContains(t, err.Error(), "s3cret", "a capability URL's path or query is the credential")
+	}
+}
+
 func TestWebhookRedirectIsAFailure(t *testing.T) {
 	t.Parallel()
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -22,6 +22,7 @@ import (
 
 	registryv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1"
 	"github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1/registryv1connect"
+	"github.com/cronmesh/cronmesh/libs/targetcheck"
 )
 
 // Action is what apply does to one job.
@@ -86,6 +87,9 @@ func Plan(ctx context.Context, client registryv1connect.JobServiceClient, specs 
 }
 
 func plan(s Spec, existing *registryv1.Job) Change {
+	// As the registry will: a credential header declared among the plain
+	// ones is a secret header, and is compared as one.
+	targetcheck.MoveCredentialHeaders(s.Job.GetTarget())
 	if existing == nil {
 		return Change{Spec: s, Action: Create, Diff: prefixLines("+ ", render(s.Job, s.Fields))}
 	}
@@ -162,7 +166,8 @@ func jobsByName(ctx context.Context, client registryv1connect.JobServiceClient) 
 // compared, because the registry stores defaults for what a file leaves out
 // (target.http.method POST, schedule.time_zone UTC); a map, a list, a
 // scalar or a Duration/Timestamp is compared whole. The signing secret is
-// never compared: it is input-only and never read back.
+// never compared and secret headers only by name: their values are
+// write-only and never read back (change one with cronctl jobs update).
 func equalDeclared(fd protoreflect.FieldDescriptor, want, have protoreflect.Message) bool {
 	if isPlainMessage(fd) {
 		if !want.Has(fd) {
@@ -178,6 +183,8 @@ func equalSet(want, have protoreflect.Message) bool {
 	want.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
 		switch {
 		case fd.Name() == "signing_secret":
+		case fd.Name() == "secret_headers":
+			equal = sameKeys(v.Map(), have.Get(fd).Map())
 		case isPlainMessage(fd):
 			equal = equalSet(v.Message(), have.Get(fd).Message())
 		default:
@@ -186,6 +193,19 @@ func equalSet(want, have protoreflect.Message) bool {
 		return equal
 	})
 	return equal
+}
+
+// sameKeys reports whether two maps have the same keys.
+func sameKeys(a, b protoreflect.Map) bool {
+	if a.Len() != b.Len() {
+		return false
+	}
+	same := true
+	a.Range(func(k protoreflect.MapKey, _ protoreflect.Value) bool {
+		same = b.Has(k)
+		return same
+	})
+	return same
 }
 
 // isPlainMessage is a singular message field other than a well-known type.

@@ -63,6 +63,7 @@ func stored() *registryv1.Job {
 		Schedule: &registryv1.Schedule{Kind: &registryv1.Schedule_Cron{Cron: "0 6 * * *"}, TimeZone: "UTC"},
 		Target: &registryv1.Target{Kind: &registryv1.Target_Http{Http: &registryv1.HttpTarget{
 			Method: "POST", Url: "https://hooks.example.invalid/r", Timeout: durationpb.New(30e9),
+			SecretHeaders: map[string]string{"Authorization": ""}, // as read back: names only
 		}}},
 		CatchUpWindow: durationpb.New(3600e9),
 		Priority:      registryv1.Priority_PRIORITY_NORMAL,
@@ -80,6 +81,9 @@ func TestPlan(t *testing.T) {
 	}{
 		{"defaults are no difference", "displayName: report\nschedule: {cron: '0 6 * * *'}\ntarget: {http: {url: 'https://hooks.example.invalid/r'}}\n", Unchanged, nil, nil},
 		{"the signing secret is not compared", "displayName: report\ntarget: {http: {url: 'https://hooks.example.invalid/r', signingSecret: whsec_x}}\n", Unchanged, nil, nil},
+		{"a credential header is a secret header, compared by name", "displayName: report\ntarget: {http: {url: 'https://hooks.example.invalid/r', headers: {Authorization: 'Bearer t'}}}\n", Unchanged, nil, nil},
+		{"secret headers compare by name", "displayName: report\ntarget: {http: {url: 'https://hooks.example.invalid/r', secretHeaders: {Authorization: 'Bearer t'}}}\n", Unchanged, nil, nil},
+		{"a new secret header", "displayName: report\ntarget: {http: {url: 'https://hooks.example.invalid/r', secretHeaders: {Authorization: 'a', X-Token: 'b'}}}\n", Update, []string{"target"}, nil},
 		{"one changed leaf", "displayName: report\nschedule: {cron: '0 7 * * *'}\n", Update, []string{"schedule"}, []string{"-   cron: 0 6 * * *\n", "+   cron: 0 7 * * *\n"}},
 		{"a declared false", "displayName: report\npaused: true\n", Update, []string{"paused"}, []string{"+ paused: true\n"}},
 		{"a oneof switch", "displayName: report\nschedule: {interval: {every: 60s}}\n", Update, []string{"schedule"}, []string{"-   cron: 0 6 * * *\n", "+   interval:\n"}},

@@ -93,6 +93,7 @@ type jobFlags struct {
 	sched                scheduleFlags
 	url, method, body    string
 	headers              keyValues
+	secretHeaders        keyValues
 	exchange, routingKey string
 	priority             string
 }
@@ -106,7 +107,8 @@ func (f *jobFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.url, "url", "", "HTTP target: the webhook URL")
 	fs.StringVar(&f.method, "method", "", "HTTP target: method (default POST)")
 	fs.StringVar(&f.body, "body", "", "target: request or message body")
-	fs.Var(&f.headers, "header", "HTTP target: header Name=value (repeatable)")
+	fs.Var(&f.headers, "header", "HTTP target: header Name=value (repeatable; Authorization, Cookie, X-Api-Key and the like are kept secret)")
+	fs.Var(&f.secretHeaders, "secret-header", "HTTP target: write-only header Name=value, never shown again (repeatable; on update, replaces every secret header)")
 	fs.StringVar(&f.exchange, "amqp-exchange", "", "AMQP target: exchange (empty: the default exchange)")
 	fs.StringVar(&f.routingKey, "amqp-routing-key", "", "AMQP target: routing key")
 	fs.StringVar(&f.priority, "priority", "", "high, normal or low")
@@ -147,7 +149,7 @@ func (f *jobFlags) apply(job *registryv1.Job) ([]string, error) {
 	case isAMQP:
 		a := &registryv1.AmqpTarget{Exchange: f.exchange, RoutingKey: f.routingKey, Body: f.body}
 		job.Target, paths = &registryv1.Target{Kind: &registryv1.Target_Amqp{Amqp: a}}, append(paths, "target")
-	case f.url != "" || f.method != "" || f.body != "" || len(f.headers) > 0:
+	case f.url != "" || f.method != "" || f.body != "" || len(f.headers) > 0 || len(f.secretHeaders) > 0:
 		h := job.GetTarget().GetHttp()
 		if h == nil {
 			h = &registryv1.HttpTarget{}
@@ -169,6 +171,9 @@ func (f *jobFlags) apply(job *registryv1.Job) ([]string, error) {
 		}
 		if len(f.headers) > 0 {
 			h.Headers, paths = f.headers, append(paths, "target.http.headers")
+		}
+		if len(f.secretHeaders) > 0 {
+			h.SecretHeaders, paths = f.secretHeaders, append(paths, "target.http.secret_headers")
 		}
 	}
 	if f.priority != "" {

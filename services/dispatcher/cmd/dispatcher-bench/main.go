@@ -146,7 +146,9 @@ type env struct {
 func run(ctx context.Context, o options, cmdline string) (string, error) {
 	e := &env{o: o, schema: o.tag + "_dispatcher", names: map[string]string{}}
 	for _, n := range []string{"dispatch", "dispatchq", "retry", "retryq", "dead", "deadq", "executions"} {
-		e.names[n] = o.tag + "." + n
+		// Under cronmesh.: the dispatcher refuses names a namespace's
+		// AMQP targets could reach ("<tag>." would be namespace <tag>'s).
+		e.names[n] = "cronmesh." + o.tag + "." + n
 	}
 	var err error
 	if e.db, err = pgxpool.New(ctx, o.postgresURL); err != nil {

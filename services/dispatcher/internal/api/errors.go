@@ -34,7 +34,10 @@ func invalid(list []*errdetails.BadRequest_FieldViolation) error {
 // act on. Internal details (SQL, hosts) never cross the wire: they are
 // logged.
 func (h *Handler) toConnect(ctx context.Context, procedure string, err error) error {
+	var cerr *connect.Error
 	switch {
+	case errors.As(err, &cerr):
+		return cerr // an invalid target_override, found inside the redrive
 	case errors.Is(err, store.ErrNotFound):
 		return connect.NewError(connect.CodeNotFound, store.ErrNotFound)
 	case errors.Is(err, store.ErrInvalidID):

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -29,6 +28,8 @@ import (
 	"github.com/cronmesh/cronmesh/libs/broker"
 	"github.com/cronmesh/cronmesh/libs/clock"
 	"github.com/cronmesh/cronmesh/libs/reqlimit"
+	"github.com/cronmesh/cronmesh/libs/rpcerr"
+	"github.com/cronmesh/cronmesh/libs/targetcheck"
 	"github.com/cronmesh/cronmesh/services/dispatcher/internal/pipeline"
 	"github.com/cronmesh/cronmesh/services/dispatcher/internal/store"
 )
@@ -73,6 +74,9 @@ type Options struct {
 	// PublishTimeout bounds one redrive's confirm. Default
 	// DefaultPublishTimeout.
 	PublishTimeout time.Duration
+	// Targets checks a redrive's target_override as the registry checks a
+	// job's target. Required.
+	Targets *targetcheck.Checker
 	// Clock gives cancellation times. Default clock.Real.
 	Clock clock.Clock
 	// Logger receives internal errors. Nil discards.
@@ -94,6 +98,8 @@ func NewHandler(opts Options) (*Handler, error) {
 		return nil, errors.New("api: Store is required")
 	case opts.Publisher == nil:
 		return nil, errors.New("api: Publisher is required")
+	case opts.Targets == nil:
+		return nil, errors.New("api: Targets is required")
 	case opts.PublishTimeout < 0:
 		return nil, errors.New("api: PublishTimeout must not be negative")
 	}
@@ -153,20 +159,30 @@ func (h *Handler) RedriveDeadLetter(ctx context.Context, req *connect.Request[di
 	if err != nil {
 		return nil, err
 	}
-	var violations []*errdetails.BadRequest_FieldViolation
+	v := &rpcerr.Violations{}
 	if req.Msg.Id == "" {
-		violations = append(violations, violation("id", "is required"))
-	} else if tooLong := overCap("id", req.Msg.Id, reqlimit.MaxIDBytes); tooLong != nil {
-		violations = append(violations, tooLong)
+		v.Add("id", "is required")
+	} else {
+		reqlimit.ID(v, "id", req.Msg.Id)
 	}
 	if o := req.Msg.TargetOverride; o != nil {
-		violations = append(violations, validateTarget("target_override", o)...)
+		// What does not depend on the dead letter is refused before it is
+		// taken; checkOverride checks the completed target again.
+		h.opts.Targets.Partial(v, "target_override", ns, proto.Clone(o).(*registryv1.Target))
 	}
-	if len(violations) > 0 {
-		return nil, invalid(violations)
+	if !v.Empty() {
+		return nil, v.Err()
 	}
 	letter, err := h.opts.Store.Redrive(ctx, ns, req.Msg.Id, func(ctx context.Context, d store.DeadLetter) error {
-		return h.publish(ctx, redriven(d.Request, req.Msg.TargetOverride))
+		target := d.Request.GetTarget()
+		if o := req.Msg.TargetOverride; o != nil {
+			checked, err := h.checkOverride(ns, o, target)
+			if err != nil {
+				return err
+			}
+			target = checked
+		}
+		return h.publish(ctx, redriven(d.Request, target))
 	})
 	if err != nil {
 		return nil, h.toConnect(ctx, "RedriveDeadLetter", err)
@@ -195,7 +211,7 @@ func (h *Handler) RedriveDeadLetters(ctx context.Context, req *connect.Request[d
 			sem <- struct{}{}
 			wg.Go(func() {
 				defer func() { <-sem }()
-				errs[i] = h.publish(ctx, redriven(d.Request, nil))
+				errs[i] = h.publish(ctx, redriven(d.Request, d.Request.GetTarget()))
 			})
 		}
 		wg.Wait()
@@ -266,10 +282,26 @@ func (h *Handler) publish(ctx context.Context, req *dispatchv1.DispatchRequest) 
 	return nil
 }
 
+// checkOverride is a redrive's target_override as it will be delivered:
+// completed with the dead letter's secrets where the rules of
+// targetcheck.KeepSecrets allow, then checked as the registry checks a
+// job's target (limits, forbidden headers such as traceparent, AMQP
+// names the namespace may publish to). A violation is InvalidArgument
+// naming the target_override field.
+func (h *Handler) checkOverride(namespace string, override, last *registryv1.Target) (*registryv1.Target, error) {
+	target := proto.Clone(override).(*registryv1.Target)
+	v := &rpcerr.Violations{}
+	targetcheck.MoveCredentialHeaders(target)
+	targetcheck.KeepSecrets(v, "target_override", target, last, false)
+	h.opts.Targets.Target(v, "target_override", namespace, target)
+	if !v.Empty() {
+		return nil, v.Err()
+	}
+	return target, nil
+}
+
 // redriven is the request that redrives a dead letter's: a new series of
-// attempts of the same execution (same webhook-id), with override as the
-// target when given. An HTTP override without a signing secret keeps the
-// original HTTP target's secret.
+// attempts of the same execution (same webhook-id), to target.
 //
 // The series starts at the attempt after the dead letter's last rather than
 // at 1: history and alerting identify a lifecycle event by (execution_id,
@@ -278,74 +310,13 @@ func (h *Handler) publish(ctx context.Context, req *dispatchv1.DispatchRequest) 
 // like old ones (its SUCCEEDED at attempt 1 lost to the DEAD at attempt 3,
 // so the history kept showing DEAD after a successful redrive).
 // first_attempt makes the retry policy count from the new series' start.
-func redriven(last *dispatchv1.DispatchRequest, override *registryv1.Target) *dispatchv1.DispatchRequest {
+func redriven(last *dispatchv1.DispatchRequest, target *registryv1.Target) *dispatchv1.DispatchRequest {
 	req := proto.Clone(last).(*dispatchv1.DispatchRequest)
 	req.Attempt = max(last.GetAttempt(), 0) + 1
 	req.FirstAttempt = req.Attempt
-	if override != nil {
-		target := proto.Clone(override).(*registryv1.Target)
-		if h := target.GetHttp(); h != nil && h.SigningSecret == "" {
-			h.SigningSecret = last.GetTarget().GetHttp().GetSigningSecret()
-		}
-		req.Target = target
-	}
+	req.Target = proto.Clone(target).(*registryv1.Target)
 	return req
 }
-
-// validateTarget checks an override minimally: the registry validated the
-// job's own target, and an override is the operator's deliberate choice,
-// so only what would make the attempt meaningless is refused.
-func validateTarget(field string, t *registryv1.Target) []*errdetails.BadRequest_FieldViolation {
-	var out []*errdetails.BadRequest_FieldViolation
-	switch k := t.Kind.(type) {
-	case *registryv1.Target_Http:
-		u, err := url.Parse(k.Http.GetUrl())
-		switch {
-		case k.Http.GetUrl() == "":
-			out = append(out, violation(field+".http.url", "is required"))
-		case len(k.Http.GetUrl()) > reqlimit.MaxURLBytes:
-			out = append(out, violation(field+".http.url", fmt.Sprintf("must be at most %d characters", reqlimit.MaxURLBytes)))
-		case err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "":
-			out = append(out, violation(field+".http.url", "must be an absolute http or https URL"))
-		}
-		switch strings.ToUpper(k.Http.GetMethod()) {
-		case "", "GET", "POST", "PUT", "PATCH", "DELETE":
-		default:
-			out = append(out, violation(field+".http.method", "must be GET, POST, PUT, PATCH or DELETE"))
-		}
-		out = append(out, headerCaps(field+".http.headers", k.Http.GetHeaders())...)
-		if n := len(k.Http.GetAcceptedStatusCodes()); n > reqlimit.MaxStatusCodes {
-			out = append(out, violation(field+".http.accepted_status_codes", fmt.Sprintf("must hold at most %d codes, got %d", reqlimit.MaxStatusCodes, n)))
-		}
-		for _, c := range []*errdetails.BadRequest_FieldViolation{
-			overCap(field+".http.body", k.Http.GetBody(), reqlimit.MaxBodyBytes),
-			overCap(field+".http.signing_secret", k.Http.GetSigningSecret(), maxSigningSecretBytes),
-		} {
-			if c != nil {
-				out = append(out, c)
-			}
-		}
-	case *registryv1.Target_Amqp:
-		for _, c := range []*errdetails.BadRequest_FieldViolation{
-			overCap(field+".amqp.exchange", k.Amqp.GetExchange(), reqlimit.MaxAMQPNameBytes),
-			overCap(field+".amqp.routing_key", k.Amqp.GetRoutingKey(), reqlimit.MaxAMQPNameBytes),
-			overCap(field+".amqp.content_type", k.Amqp.GetContentType(), reqlimit.MaxAMQPNameBytes),
-			overCap(field+".amqp.body", k.Amqp.GetBody(), reqlimit.MaxBodyBytes),
-		} {
-			if c != nil {
-				out = append(out, c)
-			}
-		}
-		out = append(out, headerCaps(field+".amqp.headers", k.Amqp.GetHeaders())...)
-	default:
-		out = append(out, violation(field, "must set http or amqp"))
-	}
-	return out
-}
-
-// maxSigningSecretBytes bounds a signing secret: "whsec_" and the base64
-// of at most 64 bytes.
-const maxSigningSecretBytes = 6 + 88
 
 // overCap is the violation of a field longer than maxBytes, or nil.
 func overCap(field, s string, maxBytes int) *errdetails.BadRequest_FieldViolation {
@@ -355,25 +326,8 @@ func overCap(field, s string, maxBytes int) *errdetails.BadRequest_FieldViolatio
 	return violation(field, fmt.Sprintf("must be at most %d bytes, got %d", maxBytes, len(s)))
 }
 
-// headerCaps checks the size of a target's headers: how many, and each
-// name's and value's length (the first too long is named).
-func headerCaps(field string, headers map[string]string) []*errdetails.BadRequest_FieldViolation {
-	if len(headers) > reqlimit.MaxHeaders {
-		return []*errdetails.BadRequest_FieldViolation{
-			violation(field, fmt.Sprintf("at most %d headers, got %d", reqlimit.MaxHeaders, len(headers))),
-		}
-	}
-	for name, value := range headers {
-		if len(name) > reqlimit.MaxHeaderNameBytes || len(value) > reqlimit.MaxHeaderValueBytes {
-			return []*errdetails.BadRequest_FieldViolation{violation(field, fmt.Sprintf(
-				"each name must be at most %d bytes and each value at most %d", reqlimit.MaxHeaderNameBytes, reqlimit.MaxHeaderValueBytes))}
-		}
-	}
-	return nil
-}
-
 // toProto is the API form of a dead letter: its request without the
-// signing secret.
+// signing secret and the secret header values.
 func toProto(d store.DeadLetter) *dispatcherv1.DeadLetter {
 	pb := &dispatcherv1.DeadLetter{
 		Id:              d.ID,

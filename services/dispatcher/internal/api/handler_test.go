@@ -18,6 +18,7 @@ import (
 	registryv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1"
 	"github.com/cronmesh/cronmesh/libs/apikey"
 	"github.com/cronmesh/cronmesh/libs/reqlimit"
+	"github.com/cronmesh/cronmesh/libs/targetcheck"
 	"github.com/cronmesh/cronmesh/services/dispatcher/internal/store"
 )
 
@@ -35,77 +36,86 @@ func httpTarget(url, secret string) *registryv1.Target {
 
 func TestRedriven(t *testing.T) {
 	t.Parallel()
-	amqpTarget := &registryv1.Target{Kind: &registryv1.Target_Amqp{Amqp: &registryv1.AmqpTarget{Exchange: "x", RoutingKey: "k"}}}
+	last := &dispatchv1.DispatchRequest{ExecutionId: uuid.NewString(), Attempt: 6, Target: httpTarget("https://a.example", "whsec_a"), Priority: registryv1.Priority_PRIORITY_HIGH}
+	before := proto.Clone(last)
+	override := httpTarget("https://b.example", "whsec_b")
+	got := redriven(last, override)
+	require.EqualValues(t, 7, got.Attempt, "attempt numbers go on: events of the redrive are not the old ones'")
+	require.EqualValues(t, 7, got.FirstAttempt, "the retry policy counts from the redrive")
+	require.Equal(t, last.ExecutionId, got.ExecutionId)
+	require.Equal(t, last.Priority, got.Priority)
+	require.True(t, proto.Equal(override, got.Target), "got %v", got.Target)
+	require.True(t, proto.Equal(before, last), "the dead letter's request is not modified")
+}
+
+func TestCheckOverride(t *testing.T) {
+	t.Parallel()
+	policy, err := targetcheck.NewAMQPPolicy(targetcheck.AMQPPolicyOptions{})
+	require.NoError(t, err)
+	h := &Handler{opts: Options{Targets: targetcheck.New(policy)}}
+	const secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+	withHeaders := func(target *registryv1.Target, plain, secret map[string]string) *registryv1.Target {
+		target.GetHttp().Headers, target.GetHttp().SecretHeaders = plain, secret
+		return target
+	}
+	amqpTarget := &registryv1.Target{Kind: &registryv1.Target_Amqp{Amqp: &registryv1.AmqpTarget{Exchange: "alpha.x", RoutingKey: "k"}}}
 	tests := []struct {
 		name     string
 		last     *registryv1.Target
 		override *registryv1.Target
-		want     *registryv1.Target
+		fields   []string
+		want     *registryv1.Target // the checked override when fields is empty
 	}{
-		{"no override keeps the target", httpTarget("https://a.example", "whsec_a"), nil, httpTarget("https://a.example", "whsec_a")},
-		{"override keeps the secret", httpTarget("https://a.example", "whsec_a"), httpTarget("https://b.example", ""), httpTarget("https://b.example", "whsec_a")},
-		{"override with its own secret", httpTarget("https://a.example", "whsec_a"), httpTarget("https://b.example", "whsec_b"), httpTarget("https://b.example", "whsec_b")},
-		{"http override of an amqp target has no secret to keep", amqpTarget, httpTarget("https://b.example", ""), httpTarget("https://b.example", "")},
-		{"amqp override", httpTarget("https://a.example", "whsec_a"), amqpTarget, amqpTarget},
+		{"keeps the secret", httpTarget("https://a.example", secret), httpTarget("https://b.example", ""), nil, httpTarget("https://b.example", secret)},
+		{"keeps secret headers at the same origin", withHeaders(httpTarget("https://a.example/x", secret), nil, map[string]string{"X-Token": "t"}),
+			httpTarget("https://a.example/y", ""), nil, withHeaders(httpTarget("https://a.example/y", secret), nil, map[string]string{"X-Token": "t"})},
+		{"never carries secret headers to another origin", withHeaders(httpTarget("https://a.example/x", secret), nil, map[string]string{"X-Token": "t"}),
+			httpTarget("https://b.example/y", ""), []string{`target_override.http.secret_headers["X-Token"]`}, nil},
+		{"traceparent", httpTarget("https://a.example", secret), withHeaders(httpTarget("https://b.example", ""), map[string]string{"traceparent": "00-x"}, nil),
+			[]string{`target_override.http.headers["traceparent"]`}, nil},
+		{"body limit", httpTarget("https://a.example", secret), func() *registryv1.Target {
+			o := httpTarget("https://b.example", "")
+			o.GetHttp().Body = string(make([]byte, targetcheck.MaxBody+1))
+			return o
+		}(), []string{"target_override.http.body"}, nil},
+		{"no kind", httpTarget("https://a.example", secret), &registryv1.Target{}, []string{"target_override"}, nil},
+		{"ftp", httpTarget("https://a.example", secret), httpTarget("ftp://a.example/", ""), []string{"target_override.http.url"}, nil},
+		{"amqp into cronmesh's exchanges", httpTarget("https://a.example", secret), &registryv1.Target{Kind: &registryv1.Target_Amqp{Amqp: &registryv1.AmqpTarget{Exchange: "cronmesh.dispatch", RoutingKey: "dispatch.high"}}},
+			[]string{"target_override.amqp.exchange"}, nil},
+		{"amqp override", httpTarget("https://a.example", secret), amqpTarget, nil, amqpTarget},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			last := &dispatchv1.DispatchRequest{ExecutionId: uuid.NewString(), Attempt: 6, Target: tt.last, Priority: registryv1.Priority_PRIORITY_HIGH}
-			before := proto.Clone(last)
-			got := redriven(last, tt.override)
-			require.EqualValues(t, 7, got.Attempt, "attempt numbers go on: events of the redrive are not the old ones'")
-			require.EqualValues(t, 7, got.FirstAttempt, "the retry policy counts from the redrive")
-			require.Equal(t, last.ExecutionId, got.ExecutionId)
-			require.Equal(t, last.Priority, got.Priority)
-			require.True(t, proto.Equal(tt.want, got.Target), "got %v", got.Target)
-			require.True(t, proto.Equal(before, last), "the dead letter's request is not modified")
-		})
-	}
-}
-
-func TestValidateTarget(t *testing.T) {
-	t.Parallel()
-	long := "https://a.example/" + string(make([]byte, 2048))
-	tests := []struct {
-		name   string
-		target *registryv1.Target
-		fields []string
-	}{
-		{"https", httpTarget("https://a.example/hook?x=1", ""), nil},
-		{"http", httpTarget("http://127.0.0.1:8080/", ""), nil},
-		{"no kind", &registryv1.Target{}, []string{"t"}},
-		{"no url", httpTarget("", ""), []string{"t.http.url"}},
-		{"ftp", httpTarget("ftp://a.example/", ""), []string{"t.http.url"}},
-		{"no host", httpTarget("https:///path", ""), []string{"t.http.url"}},
-		{"unparsable", httpTarget("http://[::1", ""), []string{"t.http.url"}},
-		{"too long", httpTarget(long, ""), []string{"t.http.url"}},
-		{"method", &registryv1.Target{Kind: &registryv1.Target_Http{Http: &registryv1.HttpTarget{Url: "https://a.example", Method: "TRACE"}}}, []string{"t.http.method"}},
-		{"amqp default exchange", &registryv1.Target{Kind: &registryv1.Target_Amqp{Amqp: &registryv1.AmqpTarget{RoutingKey: "q"}}}, nil},
-		{"amqp names", &registryv1.Target{Kind: &registryv1.Target_Amqp{Amqp: &registryv1.AmqpTarget{
-			Exchange: string(make([]byte, 256)), RoutingKey: string(make([]byte, 256)), ContentType: string(make([]byte, 256)),
-		}}}, []string{"t.amqp.exchange", "t.amqp.routing_key", "t.amqp.content_type"}},
-		{"http sizes", &registryv1.Target{Kind: &registryv1.Target_Http{Http: &registryv1.HttpTarget{
-			Url: "https://a.example", Body: string(make([]byte, reqlimit.MaxBodyBytes+1)),
-			SigningSecret:       "whsec_" + string(make([]byte, 100)),
-			AcceptedStatusCodes: make([]int32, reqlimit.MaxStatusCodes+1),
-			Headers:             manyHeaders(reqlimit.MaxHeaders + 1),
-		}}}, []string{"t.http.headers", "t.http.accepted_status_codes", "t.http.body", "t.http.signing_secret"}},
-		{"http header value", &registryv1.Target{Kind: &registryv1.Target_Http{Http: &registryv1.HttpTarget{
-			Url: "https://a.example", Headers: map[string]string{"X-A": string(make([]byte, reqlimit.MaxHeaderValueBytes+1))},
-		}}}, []string{"t.http.headers"}},
-		{"amqp sizes", &registryv1.Target{Kind: &registryv1.Target_Amqp{Amqp: &registryv1.AmqpTarget{
-			RoutingKey: "q", Body: string(make([]byte, reqlimit.MaxBodyBytes+1)), Headers: manyHeaders(reqlimit.MaxHeaders + 1),
-		}}}, []string{"t.amqp.body", "t.amqp.headers"}},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
-			var fields []string
-			for _, v := range validateTarget("t", tt.target) {
-				fields = append(fields, v.Field)
+			override := proto.Clone(tt.override).(*registryv1.Target)
+			got, err := h.checkOverride("alpha", override, tt.last)
+			require.True(t, proto.Equal(tt.override, override), "the request's override is not modified")
+			if len(tt.fields) > 0 {
+				var cerr *connect.Error
+				require.ErrorAs(t, err, &cerr)
+				require.Equal(t, connect.CodeInvalidArgument, cerr.Code())
+				var fields []string
+				for _, d := range cerr.Details() {
+					v, derr := d.Value()
+					require.NoError(t, derr)
+					for _, fv := range v.(*errdetails.BadRequest).FieldViolations {
+						fields = append(fields, fv.Field)
+					}
+				}
+				require.Equal(t, tt.fields, fields)
+				return
 			}
-			require.Equal(t, tt.fields, fields)
+			require.NoError(t, err)
+			// The checker fills defaults (timeout, content type): compare
+			// what the case is about.
+			switch {
+			case tt.want.GetHttp() != nil:
+				require.Equal(t, tt.want.GetHttp().GetUrl(), got.GetHttp().GetUrl())
+				require.Equal(t, tt.want.GetHttp().GetSigningSecret(), got.GetHttp().GetSigningSecret())
+				require.Equal(t, tt.want.GetHttp().GetSecretHeaders(), got.GetHttp().GetSecretHeaders())
+			default:
+				require.Equal(t, tt.want.GetAmqp().GetExchange(), got.GetAmqp().GetExchange())
+			}
 		})
 	}
 }
@@ -132,7 +142,9 @@ func TestPageToken(t *testing.T) {
 // the broker is touched (the stand-ins here would panic).
 func TestRequestFieldCaps(t *testing.T) {
 	t.Parallel()
-	h, err := NewHandler(Options{Store: struct{ Store }{}, Publisher: struct{ message.Publisher }{}})
+	policy, err := targetcheck.NewAMQPPolicy(targetcheck.AMQPPolicyOptions{})
+	require.NoError(t, err)
+	h, err := NewHandler(Options{Store: struct{ Store }{}, Publisher: struct{ message.Publisher }{}, Targets: targetcheck.New(policy)})
 	require.NoError(t, err)
 	ctx := apikey.WithNamespace(t.Context(), "alpha")
 	tooLong := strings.Repeat("x", 513)

@@ -24,6 +24,7 @@ import (
 	"github.com/cronmesh/cronmesh/libs/postgres"
 	"github.com/cronmesh/cronmesh/libs/server"
 	"github.com/cronmesh/cronmesh/libs/ssrfguard"
+	"github.com/cronmesh/cronmesh/libs/targetcheck"
 	"github.com/cronmesh/cronmesh/libs/telemetry"
 	"github.com/cronmesh/cronmesh/services/dispatcher/internal/api"
 	"github.com/cronmesh/cronmesh/services/dispatcher/internal/deliver"
@@ -84,6 +85,10 @@ type Config struct {
 	// TargetAMQPURL is the broker AMQP targets publish to; default the
 	// AMQPURL.
 	TargetAMQPURL string
+	// TargetAMQPAllow gives namespaces AMQP names outside their own
+	// "<namespace>." prefix (targetcheck.ParseAllowList); the registry
+	// must be given the same list.
+	TargetAMQPAllow config.StringList
 	// AllowNetworks are CIDRs the SSRF guard lets through (loopback for
 	// tests and `make dev`).
 	AllowNetworks config.StringList
@@ -120,7 +125,8 @@ func (c *Config) Register(fs *flag.FlagSet) {
 	fs.DurationVar(&c.EventLinger, "event-linger", pipeline.DefaultEventLinger, "how long a batch of lifecycle events waits to fill (negative: not at all)")
 	fs.IntVar(&c.EventPublishers, "event-publishers", pipeline.DefaultEventPublishers, "event batches published at once")
 	fs.IntVar(&c.PublisherChannels, "publisher-channels", DefaultPublisherChannels, "AMQP channels of the publisher of retries, dead letters, events and redrives")
-	fs.StringVar(&c.TargetAMQPURL, "target-amqp-url", "", "broker that AMQP targets publish to (default: --amqp-url)")
+	fs.StringVar(&c.TargetAMQPURL, "target-amqp-url", "", "broker that AMQP targets publish to (default: --amqp-url); a separate vhost or a user allowed only the tenants' names keeps targets out of cronmesh's own topology at the broker too")
+	fs.Var(&c.TargetAMQPAllow, "target-amqp-allow", "comma-separated namespace=name or namespace=prefix* entries: AMQP names a namespace's targets may publish to besides its own <namespace>.* (same list as the registry's)")
 	fs.Var(&c.AllowNetworks, "allow-networks", "comma-separated CIDRs that targets may resolve to although loopback, private or link-local (e.g. 127.0.0.0/8,::1/128 for development)")
 	fs.DurationVar(&c.CancellationRetention, "cancellation-retention", DefaultCancellationRetention, "how long cancellations are kept")
 	fs.DurationVar(&c.CompletionRetention, "completion-retention", DefaultCompletionRetention, "how long completed attempts are remembered, so that a redelivery of one is not delivered again")
@@ -141,6 +147,28 @@ func (c *Config) allowedNetworks() ([]netip.Prefix, error) {
 		return nil, fmt.Errorf("--allow-networks: %w", err)
 	}
 	return out, nil
+}
+
+// amqpPolicy is where AMQP targets may publish: the allow-list, and never
+// to one of the dispatcher's own exchanges and queues, whatever they are
+// named (a start fails when a namespace could reach one).
+func (c *Config) amqpPolicy() (*targetcheck.AMQPPolicy, error) {
+	allow, err := targetcheck.ParseAllowList(c.TargetAMQPAllow)
+	if err != nil {
+		return nil, fmt.Errorf("--target-amqp-allow: %w", err)
+	}
+	return targetcheck.NewAMQPPolicy(targetcheck.AMQPPolicyOptions{
+		Internal: []targetcheck.InternalName{
+			{Flag: "dispatch-exchange", Name: cmp.Or(c.DispatchExchange, pipeline.DefaultDispatchExchange)},
+			{Flag: "dispatch-queue", Name: cmp.Or(c.DispatchQueue, pipeline.DefaultDispatchQueue), Family: true},
+			{Flag: "retry-exchange", Name: cmp.Or(c.RetryExchange, pipeline.DefaultRetryExchange)},
+			{Flag: "retry-queue", Name: cmp.Or(c.RetryQueue, pipeline.DefaultRetryQueue), Family: true},
+			{Flag: "dead-exchange", Name: cmp.Or(c.DeadExchange, pipeline.DefaultDeadExchange)},
+			{Flag: "dead-queue", Name: cmp.Or(c.DeadQueue, pipeline.DefaultDeadQueue)},
+			{Flag: "executions-exchange", Name: cmp.Or(c.ExecutionsExchange, pipeline.DefaultExecutionsExchange)},
+		},
+		Allow: allow,
+	})
 }
 
 // DurationList is a flag.Value of comma-separated Go durations; Set
@@ -225,6 +253,10 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger, opts ...Option) (
 	if err != nil {
 		return nil, err
 	}
+	amqpPolicy, err := cfg.amqpPolicy()
+	if err != nil {
+		return nil, err
+	}
 	a := &App{cfg: cfg, logger: logger}
 	defer func() {
 		if err != nil {
@@ -279,6 +311,7 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger, opts ...Option) (
 		deliverer, err = deliver.New(deliver.Options{
 			AllowedNetworks: allowed,
 			Publisher:       a.targets,
+			AMQPPolicy:      amqpPolicy,
 			TracerProvider:  a.telemetry.TracerProvider,
 			Propagator:      a.telemetry.Propagator,
 			Logger:          logger.With(slog.String("component", "deliver")),
@@ -343,6 +376,7 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger, opts ...Option) (
 		Store:            a.store,
 		Publisher:        a.publisher,
 		DispatchExchange: cfg.DispatchExchange,
+		Targets:          targetcheck.New(amqpPolicy),
 		Propagator:       a.telemetry.Propagator,
 		Logger:           logger.With(slog.String("component", "api")),
 	})

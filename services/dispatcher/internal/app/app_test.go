@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"flag"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"os"
@@ -17,6 +18,7 @@ import (
 	amqp091 "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -31,6 +33,7 @@ import (
 	"github.com/cronmesh/cronmesh/libs/config"
 	"github.com/cronmesh/cronmesh/libs/execid"
 	"github.com/cronmesh/cronmesh/libs/pgtest"
+	"github.com/cronmesh/cronmesh/libs/targetcheck"
 	"github.com/cronmesh/cronmesh/services/dispatcher/internal/app"
 	"github.com/cronmesh/cronmesh/services/dispatcher/internal/deliver"
 	"github.com/cronmesh/cronmesh/services/dispatcher/internal/pipeline"
@@ -79,7 +82,14 @@ type dispatcher struct {
 	events  *events
 }
 
-func startDispatcher(t *testing.T) *dispatcher {
+// dispatcherOption changes a test dispatcher's config and app options
+// (which hold the fake deliverer by default).
+type dispatcherOption func(cfg *app.Config, opts *[]app.Option)
+
+// realDelivery makes the dispatcher deliver with the real HTTP/AMQP client.
+func realDelivery(_ *app.Config, opts *[]app.Option) { *opts = nil }
+
+func startDispatcher(t *testing.T, options ...dispatcherOption) *dispatcher {
 	t.Helper()
 	_, schema := pgtest.New(t)
 	cfg := app.Config{
@@ -88,17 +98,22 @@ func startDispatcher(t *testing.T) *dispatcher {
 		},
 		APIKeys:            config.StringList{"alpha=" + keyAlpha, "beta=" + keyBeta},
 		Schema:             schema,
-		DispatchExchange:   amqptest.UniqueName(t, "dispatch"),
-		DispatchQueue:      amqptest.UniqueName(t, "dispatchq"),
-		RetryExchange:      amqptest.UniqueName(t, "retry"),
-		RetryQueue:         amqptest.UniqueName(t, "retryq"),
+		DispatchExchange:   amqptest.UniqueName(t, "cronmesh.dispatch"),
+		DispatchQueue:      amqptest.UniqueName(t, "cronmesh.dispatchq"),
+		RetryExchange:      amqptest.UniqueName(t, "cronmesh.retry"),
+		RetryQueue:         amqptest.UniqueName(t, "cronmesh.retryq"),
 		RetryTiers:         app.DurationList{100 * time.Millisecond, time.Second},
-		DeadExchange:       amqptest.UniqueName(t, "dead"),
-		DeadQueue:          amqptest.UniqueName(t, "deadq"),
-		ExecutionsExchange: amqptest.UniqueName(t, "executions"),
+		DeadExchange:       amqptest.UniqueName(t, "cronmesh.dead"),
+		DeadQueue:          amqptest.UniqueName(t, "cronmesh.deadq"),
+		ExecutionsExchange: amqptest.UniqueName(t, "cronmesh.executions"),
 		HighWorkers:        2, NormalWorkers: 2, LowWorkers: 2, DrainerWorkers: 2,
 	}
-	d := &dispatcher{cfg: cfg, target: &target{}, events: &events{}}
+	d := &dispatcher{target: &target{}, events: &events{}}
+	appOpts := []app.Option{app.WithDeliverer(d.target)}
+	for _, o := range options {
+		o(&cfg, &appOpts)
+	}
+	d.cfg = cfg
 	eventsQueue := amqptest.DeclareTopicQueue(t, cfg.ExecutionsExchange, "#")
 	d.events.consume(t, eventsQueue)
 	t.Cleanup(func() {
@@ -119,7 +134,7 @@ func startDispatcher(t *testing.T) *dispatcher {
 	})
 	logger := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	ctx, cancel := context.WithCancel(context.Background())
-	a, err := app.New(ctx, cfg, logger, app.WithDeliverer(d.target))
+	a, err := app.New(ctx, cfg, logger, appOpts...)
 	require.NoError(t, err)
 	done := make(chan error, 1)
 	go func() { done <- a.Run(ctx) }()
@@ -281,6 +296,8 @@ func testDispatchService(t *testing.T, opts ...connect.ClientOption) {
 	}
 	onlyA := listAll(t, alpha, jobA)
 	require.ElementsMatch(t, []string{a1.ExecutionId, a2.ExecutionId}, []string{onlyA[0].ExecutionId, onlyA[1].ExecutionId})
+	// beta's dead letter may be drained after alpha's three.
+	require.Eventually(t, func() bool { return len(listAll(t, betaClient, "")) == 1 }, 30*time.Second, 20*time.Millisecond)
 	betaList := listAll(t, betaClient, "")
 	require.Len(t, betaList, 1, "namespaces are isolated")
 	require.Equal(t, beta.ExecutionId, betaList[0].ExecutionId)
@@ -360,6 +377,54 @@ func testDispatchService(t *testing.T, opts ...connect.ClientOption) {
 	require.Eventually(t, func() bool { return len(d.target.of(beta.ExecutionId)) == 2 }, 30*time.Second, 10*time.Millisecond)
 }
 
+func TestDeadLettersNeverShowSecretHeaders(t *testing.T) {
+	t.Parallel()
+	d := startDispatcher(t)
+	ctx := context.Background()
+	job := uuid.NewString()
+	nominal := time.Now().Truncate(time.Second)
+	req := &dispatchv1.DispatchRequest{
+		ExecutionId: execid.For(job, nominal), JobId: job, Namespace: "alpha", Attempt: 1,
+		NominalTime: timestamppb.New(nominal), FireTime: timestamppb.New(nominal),
+		Target: &registryv1.Target{Kind: &registryv1.Target_Http{Http: &registryv1.HttpTarget{
+			Method: "POST", Url: "https://a.example/gone", SigningSecret: secret, Timeout: durationpb.New(time.Second),
+			SecretHeaders: map[string]string{"X-Token": "tok-s3cret"},
+		}}},
+		RetryPolicy: &registryv1.RetryPolicy{MaxRetries: proto.Int32(0)},
+		Priority:    registryv1.Priority_PRIORITY_LOW,
+	}
+	d.publish(t, req)
+	alpha := d.client(keyAlpha)
+	require.Eventually(t, func() bool { return len(listAll(t, alpha, job)) == 1 }, 30*time.Second, 20*time.Millisecond)
+	dead := listAll(t, alpha, job)[0]
+	require.Equal(t, map[string]string{"X-Token": ""}, dead.Request.GetTarget().GetHttp().GetSecretHeaders())
+	require.NotContains(t, protojson.Format(dead), "tok-s3cret")
+
+	// An override to another origin does not get the stored header; the
+	// dead letter stays.
+	elsewhere := &registryv1.Target{Kind: &registryv1.Target_Http{Http: &registryv1.HttpTarget{Url: "https://attacker.example/collect"}}}
+	_, err := alpha.RedriveDeadLetter(ctx, connect.NewRequest(&dispatcherv1.RedriveDeadLetterRequest{Id: dead.Id, TargetOverride: elsewhere}))
+	requireCode(t, err, connect.CodeInvalidArgument, "secret header to another origin")
+	var cerr *connect.Error
+	require.ErrorAs(t, err, &cerr)
+	var fields []string
+	for _, detail := range cerr.Details() {
+		v, derr := detail.Value()
+		require.NoError(t, derr)
+		for _, fv := range v.(*errdetails.BadRequest).FieldViolations {
+			fields = append(fields, fv.Field)
+		}
+	}
+	require.Equal(t, []string{`target_override.http.secret_headers["X-Token"]`}, fields)
+	require.Len(t, listAll(t, alpha, job), 1)
+	// To the same origin it is kept and delivered.
+	fixed := &registryv1.Target{Kind: &registryv1.Target_Http{Http: &registryv1.HttpTarget{Url: "https://a.example/fixed"}}}
+	_, err = alpha.RedriveDeadLetter(ctx, connect.NewRequest(&dispatcherv1.RedriveDeadLetterRequest{Id: dead.Id, TargetOverride: fixed}))
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return len(d.target.of(req.ExecutionId)) == 2 }, 30*time.Second, 10*time.Millisecond)
+	require.Equal(t, map[string]string{"X-Token": "tok-s3cret"}, d.target.of(req.ExecutionId)[1].GetTarget().GetHttp().GetSecretHeaders())
+}
+
 func TestDispatchServiceErrors(t *testing.T) {
 	t.Parallel()
 	d := startDispatcher(t)
@@ -417,6 +482,27 @@ func TestDispatchServiceErrors(t *testing.T) {
 				TargetOverride: &registryv1.Target{Kind: &registryv1.Target_Http{Http: &registryv1.HttpTarget{Url: "/hook"}}}}))
 			return err
 		}, connect.CodeInvalidArgument, "target_override.http.url"},
+		{"override sets traceparent", func() error {
+			_, err := c.RedriveDeadLetter(ctx, connect.NewRequest(&dispatcherv1.RedriveDeadLetterRequest{Id: uuid.NewString(),
+				TargetOverride: &registryv1.Target{Kind: &registryv1.Target_Http{Http: &registryv1.HttpTarget{
+					Url: "https://x.example/", Headers: map[string]string{"Traceparent": "00-forged"},
+				}}}}))
+			return err
+		}, connect.CodeInvalidArgument, `target_override.http.headers["Traceparent"]`},
+		{"override body over the limit", func() error {
+			_, err := c.RedriveDeadLetter(ctx, connect.NewRequest(&dispatcherv1.RedriveDeadLetterRequest{Id: uuid.NewString(),
+				TargetOverride: &registryv1.Target{Kind: &registryv1.Target_Http{Http: &registryv1.HttpTarget{
+					Url: "https://x.example/", Body: strings.Repeat("x", targetcheck.MaxBody+1),
+				}}}}))
+			return err
+		}, connect.CodeInvalidArgument, "target_override.http.body"},
+		{"override into cronmesh's exchanges", func() error {
+			_, err := c.RedriveDeadLetter(ctx, connect.NewRequest(&dispatcherv1.RedriveDeadLetterRequest{Id: uuid.NewString(),
+				TargetOverride: &registryv1.Target{Kind: &registryv1.Target_Amqp{Amqp: &registryv1.AmqpTarget{
+					Exchange: "cronmesh.dispatch", RoutingKey: "dispatch.high",
+				}}}}))
+			return err
+		}, connect.CodeInvalidArgument, "target_override.amqp.exchange"},
 		{"override empty", func() error {
 			_, err := c.RedriveDeadLetter(ctx, connect.NewRequest(&dispatcherv1.RedriveDeadLetterRequest{Id: uuid.NewString(),
 				TargetOverride: &registryv1.Target{}}))
@@ -494,9 +580,19 @@ func TestNewRefusesBadConfig(t *testing.T) {
 	tests := []struct {
 		name string
 		mod  func(*app.Config)
+		want string
 	}{
-		{"no keys", func(c *app.Config) { c.APIKeys = nil }},
-		{"bad network", func(c *app.Config) { c.AllowNetworks = config.StringList{"localhost"} }},
+		{"no keys", func(c *app.Config) { c.APIKeys = nil }, "no API keys"},
+		{"bad network", func(c *app.Config) { c.AllowNetworks = config.StringList{"localhost"} }, "--allow-networks"},
+		{"a dispatch exchange a namespace could publish to", func(c *app.Config) { c.DispatchExchange = "team-a.dispatch" },
+			`--dispatch-exchange "team-a.dispatch" could be published to by the AMQP targets of namespace "team-a"`},
+		{"retry queues a namespace could publish to", func(c *app.Config) { c.RetryQueue = "retries" },
+			`--retry-queue "retries" could be published to by the AMQP targets of namespace "retries"`},
+		{"an allow-list that reaches the dispatch exchange", func(c *app.Config) {
+			c.DispatchExchange = "ops_dispatch"
+			c.TargetAMQPAllow = config.StringList{"alpha=ops_*"}
+		}, `--dispatch-exchange "ops_dispatch" is on the AMQP allow-list of namespace "alpha"`},
+		{"a malformed allow-list", func(c *app.Config) { c.TargetAMQPAllow = config.StringList{"alpha"} }, "--target-amqp-allow"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -504,8 +600,63 @@ func TestNewRefusesBadConfig(t *testing.T) {
 			cfg := base
 			tt.mod(&cfg)
 			_, err := app.New(context.Background(), cfg, slog.New(slog.DiscardHandler))
-			require.Error(t, err)
+			require.ErrorContains(t, err, tt.want)
 		})
+	}
+}
+
+// TestAMQPTargetsAreCheckedAtDelivery runs the real AMQP client against
+// RabbitMQ with a renamed dispatch exchange: a request stored before the
+// rules (or forged) that publishes into it or into another namespace's
+// exchange is dead-lettered with the reason, and nothing is published.
+func TestAMQPTargetsAreCheckedAtDelivery(t *testing.T) {
+	t.Parallel()
+	d := startDispatcher(t, realDelivery, func(c *app.Config, _ *[]app.Option) {
+		c.DispatchExchange = amqptest.UniqueName(t, "ops_dispatch") // renamed, out of any namespace's reach
+	})
+	own := amqptest.UniqueName(t, "alpha")
+	ownQueue := amqptest.DeclareTopicQueue(t, own, "#")
+	other := amqptest.UniqueName(t, "beta")
+	otherQueue := amqptest.DeclareTopicQueue(t, other, "#")
+	forgedQueue := amqptest.DeclareTopicQueue(t, d.cfg.DispatchExchange, "forged.#")
+
+	job := uuid.NewString()
+	nominal := time.Now().Truncate(time.Second)
+	send := func(i int, exchange, key string) *dispatchv1.DispatchRequest {
+		at := nominal.Add(time.Duration(i) * time.Second)
+		req := &dispatchv1.DispatchRequest{
+			ExecutionId: execid.For(job, at), JobId: job, Namespace: "alpha", Attempt: 1,
+			NominalTime: timestamppb.New(at), FireTime: timestamppb.New(at),
+			Target: &registryv1.Target{Kind: &registryv1.Target_Amqp{Amqp: &registryv1.AmqpTarget{
+				Exchange: exchange, RoutingKey: key, Body: "{}", SecretHeaders: map[string]string{"x-token": "tok"},
+			}}},
+			RetryPolicy: &registryv1.RetryPolicy{MaxRetries: proto.Int32(0)},
+			Priority:    registryv1.Priority_PRIORITY_LOW,
+		}
+		d.publish(t, req)
+		return req
+	}
+	delivered := send(0, own, "reports.nightly")
+	intoDispatch := send(1, d.cfg.DispatchExchange, "forged.high")
+	intoOther := send(2, other, "reports.nightly")
+
+	got := amqptest.Consume(t, ownQueue, 1, 30*time.Second)[0]
+	require.Equal(t, delivered.ExecutionId, got.MessageId, "the namespace's own exchange is published to")
+	require.Equal(t, "tok", got.Headers["x-token"])
+
+	alpha := d.client(keyAlpha)
+	require.Eventually(t, func() bool { return len(listAll(t, alpha, job)) == 2 }, 30*time.Second, 20*time.Millisecond)
+	reasons := map[string]string{}
+	for _, dl := range listAll(t, alpha, job) {
+		reasons[dl.ExecutionId] = dl.Reason
+	}
+	require.Contains(t, reasons[intoDispatch.ExecutionId], fmt.Sprintf("exchange %q is reserved for cronmesh", d.cfg.DispatchExchange))
+	require.Contains(t, reasons[intoOther.ExecutionId], fmt.Sprintf("exchange %q is not the namespace's", other))
+	ch := amqptest.Channel(t)
+	for _, q := range []string{forgedQueue, otherQueue} {
+		state, err := ch.QueueDeclarePassive(q, true, false, false, false, nil)
+		require.NoError(t, err)
+		require.Zero(t, state.Messages, "nothing was published to %s", q)
 	}
 }
 

@@ -98,10 +98,9 @@ func (c *Client) deliverAMQP(ctx context.Context, req *dispatchv1.DispatchReques
 		return permanent("invalid exchange name %q: '|' is not allowed", exchange)
 	case exchange == "" && key == "":
 		return permanent("no routing key: on the default exchange it names the queue")
-	case exchange == "" && c.hasReservedPrefix(key):
-		return permanent("queue %q is reserved for cronmesh", key)
-	case c.hasReservedPrefix(exchange):
-		return permanent("exchange %q is reserved for cronmesh", exchange)
+	}
+	if _, reason := c.amqpPolicy.Refusal(req.GetNamespace(), exchange, key); reason != "" {
+		return permanent("%s", reason)
 	}
 	destination := exchange
 	if destination == "" {
@@ -124,6 +123,9 @@ func (c *Client) deliverAMQP(ctx context.Context, req *dispatchv1.DispatchReques
 
 	msg := message.NewMessage(req.GetExecutionId(), []byte(t.GetBody()))
 	for k, v := range t.GetHeaders() {
+		msg.Metadata.Set(k, v)
+	}
+	for k, v := range t.GetSecretHeaders() {
 		msg.Metadata.Set(k, v)
 	}
 	contentType := t.GetContentType()

@@ -19,6 +19,7 @@ import (
 	registryv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1"
 	"github.com/cronmesh/cronmesh/libs/amqptest"
 	"github.com/cronmesh/cronmesh/libs/broker"
+	"github.com/cronmesh/cronmesh/libs/targetcheck"
 )
 
 const amqpWait = 10 * time.Second
@@ -36,6 +37,7 @@ func amqpRequest(exchange, key string, mod func(*registryv1.AmqpTarget)) *dispat
 	return &dispatchv1.DispatchRequest{
 		ExecutionId: testExecutionID,
 		JobId:       "0195b9a4-0000-7000-8000-000000000002",
+		Namespace:   "deliver", // the test exchanges are amqptest.UniqueName(t, "deliver")
 		Attempt:     2,
 		Target:      &registryv1.Target{Kind: &registryv1.Target_Amqp{Amqp: target}},
 	}
@@ -80,6 +82,7 @@ func TestAMQPPublish(t *testing.T) {
 			ctx, parent := tp.Tracer("test").Start(context.Background(), "consume")
 			out := c.Deliver(ctx, amqpRequest(exchange, "reports.nightly", func(a *registryv1.AmqpTarget) {
 				a.ContentType = tt.contentType
+				a.SecretHeaders = map[string]string{"x-token": "tok-s3cret"}
 			}))
 			parent.End()
 			require.Equal(t, Succeeded, out.Result, out.Reason)
@@ -93,6 +96,7 @@ func TestAMQPPublish(t *testing.T) {
 			require.Equal(t, tt.wantContentType, got.ContentType)
 			require.Equal(t, amqp091.Persistent, got.DeliveryMode)
 			require.Equal(t, "alpha", got.Headers["x-tenant"])
+			require.Equal(t, "tok-s3cret", got.Headers["x-token"], "secret headers are published like the others")
 			require.NotContains(t, got.Headers, metadataContentType)
 
 			var producer sdktrace.ReadOnlySpan
@@ -103,6 +107,9 @@ func TestAMQPPublish(t *testing.T) {
 			}
 			require.NotNil(t, producer)
 			require.Equal(t, "publish "+exchange, producer.Name())
+			for _, kv := range producer.Attributes() {
+				require.NotContains(t, kv.Value.Emit(), "tok-s3cret", kv.Key)
+			}
 			require.Equal(t, parent.SpanContext().SpanID(), producer.Parent().SpanID())
 			require.Equal(t, fmt.Sprintf("00-%s-%s-01", producer.SpanContext().TraceID(), producer.SpanContext().SpanID()),
 				got.Headers["traceparent"])
@@ -116,7 +123,9 @@ func TestAMQPDefaultExchange(t *testing.T) {
 	// declare it.
 	queue := amqptest.DeclareTopicQueue(t, amqptest.UniqueName(t, "deliver"), "unused")
 	c := newAMQPClient(t, amqptest.URL(), nil)
-	out := c.Deliver(context.Background(), amqpRequest("", queue, nil))
+	req := amqpRequest("", queue, nil)
+	req.Namespace = "q" // amqptest's queues are named "q.<random>"
+	out := c.Deliver(context.Background(), req)
 	require.Equal(t, Succeeded, out.Result, out.Reason)
 	got := amqptest.Consume(t, queue, 1, amqpWait)[0]
 	require.Equal(t, testExecutionID, got.MessageId)
@@ -164,7 +173,7 @@ func TestAMQPMissingExchange(t *testing.T) {
 func TestAMQPBrokerDownIsRetryable(t *testing.T) {
 	t.Parallel()
 	c := newAMQPClient(t, "amqp://guest:guest@127.0.0.1:1/", nil)
-	out := c.Deliver(context.Background(), amqpRequest("some.exchange", "k", nil))
+	out := c.Deliver(context.Background(), amqpRequest("deliver.some-exchange", "k", nil))
 	require.Equal(t, Retryable, out.Result)
 	require.Contains(t, out.Reason, "connect to RabbitMQ")
 	require.NotContains(t, out.Reason, "guest:guest")
@@ -190,22 +199,40 @@ func (f *fakePublisher) Close() error { return nil }
 
 func TestAMQPRefusedTargets(t *testing.T) {
 	t.Parallel()
+	renamed, err := targetcheck.NewAMQPPolicy(targetcheck.AMQPPolicyOptions{
+		Internal: []targetcheck.InternalName{
+			{Flag: "dispatch-exchange", Name: "ops_dispatch"},
+			{Flag: "dispatch-queue", Name: "ops_dispatch", Family: true},
+		},
+		Allow: map[string][]string{"deliver": {"shared.events", "partners.*"}},
+	})
+	require.NoError(t, err)
 	tests := []struct {
 		name         string
 		noPublisher  bool
-		reserved     []string
+		policy       *targetcheck.AMQPPolicy
+		namespace    string
 		exchange     string
 		key          string
 		wantReason   string
 		wantNoReason bool
 	}{
-		{name: "no publisher", noPublisher: true, exchange: "x", key: "k", wantReason: "AMQP targets are not configured on this dispatcher"},
-		{name: "separator in exchange", exchange: "a|b", key: "k", wantReason: `invalid exchange name "a|b": '|' is not allowed`},
+		{name: "no publisher", noPublisher: true, exchange: "deliver.x", key: "k", wantReason: "AMQP targets are not configured on this dispatcher"},
+		{name: "separator in exchange", exchange: "deliver.a|b", key: "k", wantReason: `invalid exchange name "deliver.a|b": '|' is not allowed`},
 		{name: "default exchange without queue", wantReason: "no routing key: on the default exchange it names the queue"},
 		{name: "reserved exchange", exchange: "cronmesh.dispatch", key: "dispatch.high", wantReason: `exchange "cronmesh.dispatch" is reserved for cronmesh`},
 		{name: "reserved queue", key: "cronmesh.dispatch.high", wantReason: `queue "cronmesh.dispatch.high" is reserved for cronmesh`},
-		{name: "custom reserved prefix", reserved: []string{"internal."}, exchange: "internal.x", key: "k", wantReason: `exchange "internal.x" is reserved for cronmesh`},
-		{name: "nothing reserved", reserved: []string{}, exchange: "cronmesh.dispatch", key: "k", wantNoReason: true},
+		{name: "another namespace's exchange", exchange: "beta.events", key: "k", wantReason: `exchange "beta.events" is not the namespace's: a name must start with "deliver." or be on its allow-list`},
+		{name: "another namespace's queue", key: "beta.inbox", wantReason: `queue "beta.inbox" is not the namespace's: a name must start with "deliver." or be on its allow-list`},
+		{name: "a job stored without a namespace", namespace: "-", exchange: "deliver.x", key: "k", wantReason: `exchange "deliver.x" is not the namespace's: a name must start with "." or be on its allow-list`},
+		{name: "RabbitMQ's built-in exchanges", namespace: "amq", exchange: "amq.topic", key: "k", wantReason: `exchange "amq.topic" is not the namespace's: a name must start with "amq." or be on its allow-list`},
+		{name: "own exchange", exchange: "deliver.events", key: "any", wantNoReason: true},
+		{name: "own queue", key: "deliver.inbox", wantNoReason: true},
+		{name: "renamed dispatch exchange", policy: renamed, exchange: "ops_dispatch", key: "dispatch.high", wantReason: `exchange "ops_dispatch" is reserved for cronmesh`},
+		{name: "renamed dispatch queue", policy: renamed, key: "ops_dispatch.high", wantReason: `queue "ops_dispatch.high" is reserved for cronmesh`},
+		{name: "allow-listed name", policy: renamed, exchange: "shared.events", key: "k", wantNoReason: true},
+		{name: "allow-listed prefix", policy: renamed, key: "partners.acme", wantNoReason: true},
+		{name: "another namespace's allow-list", policy: renamed, namespace: "beta", exchange: "shared.events", key: "k", wantReason: `exchange "shared.events" is not the namespace's: a name must start with "beta." or be on its allow-list`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -215,9 +242,17 @@ func TestAMQPRefusedTargets(t *testing.T) {
 				if !tt.noPublisher {
 					o.Publisher = pub
 				}
-				o.ReservedAMQPPrefixes = tt.reserved
+				o.AMQPPolicy = tt.policy
 			})
-			out := c.Deliver(context.Background(), amqpRequest(tt.exchange, tt.key, nil))
+			req := amqpRequest(tt.exchange, tt.key, nil)
+			switch tt.namespace {
+			case "":
+			case "-":
+				req.Namespace = ""
+			default:
+				req.Namespace = tt.namespace
+			}
+			out := c.Deliver(context.Background(), req)
 			if tt.wantNoReason {
 				require.Equal(t, Succeeded, out.Result, out.Reason)
 				require.Equal(t, []string{broker.Route(tt.exchange, tt.key)}, pub.topics)
@@ -238,7 +273,7 @@ func TestAMQPPublishErrors(t *testing.T) {
 		want       Result
 		wantReason string
 	}{
-		{"not found", fmt.Errorf("broker: declare exchange %q: %w", "ex", &amqp091.Error{Code: amqp091.NotFound, Reason: "NOT_FOUND"}), Permanent, `exchange "ex" does not exist`},
+		{"not found", fmt.Errorf("broker: declare exchange %q: %w", "deliver.ex", &amqp091.Error{Code: amqp091.NotFound, Reason: "NOT_FOUND"}), Permanent, `exchange "deliver.ex" does not exist`},
 		{"access refused", &amqp091.Error{Code: amqp091.AccessRefused, Reason: "ACCESS_REFUSED - no"}, Permanent, "access refused: ACCESS_REFUSED - no"},
 		{"precondition failed", &amqp091.Error{Code: amqp091.PreconditionFailed, Reason: "PRECONDITION_FAILED - too big"}, Permanent, "refused by the broker: PRECONDITION_FAILED - too big"},
 		{"connection forced", &amqp091.Error{Code: amqp091.ConnectionForced, Reason: "CONNECTION_FORCED"}, Retryable, ""},
@@ -252,12 +287,12 @@ func TestAMQPPublishErrors(t *testing.T) {
 			t.Parallel()
 			pub := &fakePublisher{err: tt.err}
 			c, _ := newTestClient(t, func(o *Options) { o.Publisher = pub })
-			out := c.Deliver(context.Background(), amqpRequest("ex", "k", nil))
+			out := c.Deliver(context.Background(), amqpRequest("deliver.ex", "k", nil))
 			require.Equal(t, tt.want, out.Result)
 			if tt.wantReason != "" {
 				require.Equal(t, tt.wantReason, out.Reason)
 			}
-			require.Equal(t, []string{"ex|k"}, pub.topics)
+			require.Equal(t, []string{"deliver.ex|k"}, pub.topics)
 			msg := pub.msgs[0]
 			require.Equal(t, testExecutionID, msg.UUID)
 			require.Equal(t, "application/json", msg.Metadata.Get(metadataContentType))

@@ -10,8 +10,6 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
-	"slices"
-	"strings"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -23,6 +21,7 @@ import (
 	registryv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1"
 	"github.com/cronmesh/cronmesh/libs/clock"
 	"github.com/cronmesh/cronmesh/libs/ssrfguard"
+	"github.com/cronmesh/cronmesh/libs/targetcheck"
 )
 
 // Defaults of [Options].
@@ -62,9 +61,6 @@ const (
 	maxDrain = 256 << 10
 )
 
-// defaultReservedAMQPPrefixes is the default of Options.ReservedAMQPPrefixes.
-var defaultReservedAMQPPrefixes = [...]string{"cronmesh."}
-
 // Options configures [New]. The zero value is valid: it refuses every
 // non-public HTTP target and every AMQP target (no Publisher).
 type Options struct {
@@ -87,12 +83,12 @@ type Options struct {
 	// every AMQP attempt fails as Permanent ("AMQP targets are not
 	// configured"). The Client does not close it.
 	Publisher message.Publisher
-	// ReservedAMQPPrefixes are prefixes of exchange names (and, on the
-	// default exchange "", queue names) that AMQP targets may not publish
-	// to, so a job cannot inject dispatch requests or lifecycle events
-	// into cronmesh's own topology. nil means {"cronmesh."}; an empty
-	// non-nil slice reserves nothing.
-	ReservedAMQPPrefixes []string
+	// AMQPPolicy says where a request's namespace may publish
+	// (targetcheck): checked again at every attempt, so that a job stored
+	// before a rule, or a redrive, cannot publish into cronmesh's own
+	// topology or another namespace's. Default: targetcheck's rules with no
+	// internal names but "cronmesh.*" and no allow-list.
+	AMQPPolicy *targetcheck.AMQPPolicy
 	// TracerProvider makes the attempt's client (HTTP) or producer (AMQP)
 	// span. Default: no spans (the caller's span context still travels).
 	TracerProvider trace.TracerProvider
@@ -132,7 +128,7 @@ type Client struct {
 	userAgent   string
 	maxTimeout  time.Duration
 	amqpTimeout time.Duration
-	reserved    []string
+	amqpPolicy  *targetcheck.AMQPPolicy
 }
 
 var _ Deliverer = (*Client)(nil)
@@ -155,13 +151,11 @@ func New(opts Options) (*Client, error) {
 		}
 		allowed = append(allowed, p.Masked())
 	}
-	reserved := slices.Clone(opts.ReservedAMQPPrefixes)
-	if opts.ReservedAMQPPrefixes == nil {
-		reserved = slices.Clone(defaultReservedAMQPPrefixes[:])
-	}
-	for _, r := range reserved {
-		if r == "" {
-			return nil, errors.New("deliver: an empty reserved AMQP prefix would reserve every name")
+	amqpPolicy := opts.AMQPPolicy
+	if amqpPolicy == nil {
+		var err error
+		if amqpPolicy, err = targetcheck.NewAMQPPolicy(targetcheck.AMQPPolicyOptions{}); err != nil {
+			return nil, err
 		}
 	}
 	maxTimeout := cmp.Or(opts.MaxTimeout, DefaultMaxTimeout)
@@ -203,7 +197,7 @@ func New(opts Options) (*Client, error) {
 		userAgent:   cmp.Or(opts.UserAgent, DefaultUserAgent),
 		maxTimeout:  maxTimeout,
 		amqpTimeout: cmp.Or(opts.AMQPTimeout, DefaultAMQPTimeout),
-		reserved:    reserved,
+		amqpPolicy:  amqpPolicy,
 	}
 	tp := opts.TracerProvider
 	if tp == nil {
@@ -277,15 +271,4 @@ func permanent(format string, args ...any) Outcome {
 
 func retryable(format string, args ...any) Outcome {
 	return Outcome{Result: Retryable, Reason: fmt.Sprintf(format, args...)}
-}
-
-// hasReservedPrefix reports whether name starts with one of the reserved
-// prefixes.
-func (c *Client) hasReservedPrefix(name string) bool {
-	for _, p := range c.reserved {
-		if strings.HasPrefix(name, p) {
-			return true
-		}
-	}
-	return false
 }

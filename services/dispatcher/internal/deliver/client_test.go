@@ -20,7 +20,6 @@ func TestNewValidates(t *testing.T) {
 		{"negative AMQPTimeout", Options{AMQPTimeout: -1}, "must not be negative"},
 		{"negative pool", Options{MaxIdleConnsPerHost: -1}, "must not be negative"},
 		{"invalid network", Options{AllowedNetworks: []netip.Prefix{{}}}, "invalid allowed network"},
-		{"empty reserved prefix", Options{ReservedAMQPPrefixes: []string{""}}, "empty reserved AMQP prefix"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -38,15 +37,14 @@ func TestNewDefaults(t *testing.T) {
 	require.Equal(t, DefaultMaxTimeout, c.maxTimeout)
 	require.Equal(t, DefaultAMQPTimeout, c.amqpTimeout)
 	require.Equal(t, DefaultUserAgent, c.userAgent)
-	require.Equal(t, []string{"cronmesh."}, c.reserved)
+	require.NotNil(t, c.amqpPolicy, "AMQP targets are checked at delivery by default")
 	require.Nil(t, c.transport.Proxy, "a proxy would connect past the SSRF guard")
 	require.Equal(t, DefaultMaxIdleConnsPerHost, c.transport.MaxIdleConnsPerHost)
 	require.Equal(t, DefaultMaxTimeout, c.transport.ResponseHeaderTimeout)
 	require.ErrorIs(t, c.http.CheckRedirect(nil, nil), http.ErrUseLastResponse)
 
-	c, err = New(Options{ReservedAMQPPrefixes: []string{}, MaxTimeout: time.Minute, UserAgent: "x/1"})
+	c, err = New(Options{MaxTimeout: time.Minute, UserAgent: "x/1"})
 	require.NoError(t, err)
-	require.Empty(t, c.reserved)
 	require.Equal(t, time.Minute, c.maxTimeout)
 	require.Equal(t, "x/1", c.userAgent)
 }

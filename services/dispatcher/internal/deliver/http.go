@@ -21,6 +21,7 @@ import (
 
 	dispatchv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/dispatch/v1"
 	registryv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1"
+	"github.com/cronmesh/cronmesh/libs/redact"
 	"github.com/cronmesh/cronmesh/libs/ssrfguard"
 	"github.com/cronmesh/cronmesh/libs/webhooksign"
 )
@@ -76,7 +77,7 @@ func (c *Client) deliverHTTP(ctx context.Context, req *dispatchv1.DispatchReques
 	timeout = min(timeout, c.maxTimeout)
 	body := []byte(t.GetBody())
 
-	safeURL := redactURL(u)
+	safeURL := redact.URL(u)
 	ctx, span := c.tracer.Start(ctx, method,
 		trace.WithSpanKind(trace.SpanKindClient),
 		trace.WithAttributes(
@@ -119,15 +120,17 @@ func (c *Client) callHTTP(ctx context.Context, req *dispatchv1.DispatchRequest, 
 		}
 		return permanent("invalid request: %v", err)
 	}
-	for name, value := range t.GetHeaders() {
-		if !validHeaderName(name) || !validHeaderValue(value) {
-			return permanent("invalid header %q", name)
+	for _, headers := range [...]map[string]string{t.GetHeaders(), t.GetSecretHeaders()} {
+		for name, value := range headers {
+			if !validHeaderName(name) || !validHeaderValue(value) {
+				return permanent("invalid header %q", name)
+			}
+			name = http.CanonicalHeaderKey(name)
+			if slices.Contains(droppedHeaders[:], name) {
+				continue
+			}
+			httpReq.Header.Set(name, value)
 		}
-		name = http.CanonicalHeaderKey(name)
-		if slices.Contains(droppedHeaders[:], name) {
-			continue
-		}
-		httpReq.Header.Set(name, value)
 	}
 	id := req.GetExecutionId()
 	now := c.clock.Now()
@@ -154,7 +157,7 @@ func (c *Client) callHTTP(ctx context.Context, req *dispatchv1.DispatchRequest, 
 		if errType == errTypeRefused {
 			c.log.Warn("deliver: target refused by the SSRF guard",
 				"execution_id", id, "job_id", req.GetJobId(), "namespace", req.GetNamespace(),
-				"url", redactURL(u), "reason", out.Reason)
+				"url", redact.URL(u), "reason", out.Reason)
 		}
 		return out
 	}
@@ -166,7 +169,7 @@ func (c *Client) callHTTP(ctx context.Context, req *dispatchv1.DispatchRequest, 
 		Result:     classifyStatus(resp.StatusCode, t.GetAcceptedStatusCodes()),
 		StatusCode: resp.StatusCode,
 		Headers:    resp.Header,
-		Excerpt:    string(excerpt),
+		Excerpt:    scrubSecrets(string(excerpt), t.GetSecretHeaders()),
 		RetryAfter: parseRetryAfter(resp.Header.Get("Retry-After"), c.clock.Now()),
 	}
 	switch {
@@ -253,10 +256,24 @@ func parseRetryAfter(v string, now time.Time) time.Duration {
 	return 0
 }
 
-// redactURL is u without user info, query and fragment, for spans, logs
-// and reasons: those may carry credentials.
-func redactURL(u *url.URL) string {
-	return strings.ToLower(u.Scheme) + "://" + u.Host + u.EscapedPath()
+// minScrubbed is the shortest secret value scrubbed from an excerpt: a
+// shorter one would mostly hit unrelated text.
+const minScrubbed = 6
+
+// scrubSecrets replaces in a response excerpt every secret header value,
+// and the credential after an auth scheme ("Bearer <token>"), with
+// "[redacted]": an echoing endpoint (or an error page quoting the request)
+// must not carry a write-only header into the dead letters and the
+// history.
+func scrubSecrets(excerpt string, secret map[string]string) string {
+	for _, v := range secret {
+		for _, s := range []string{v, v[strings.LastIndexByte(v, ' ')+1:]} {
+			if len(s) >= minScrubbed {
+				excerpt = strings.ReplaceAll(excerpt, s, "[redacted]")
+			}
+		}
+	}
+	return excerpt
 }
 
 // port is u's port, or the scheme's default.

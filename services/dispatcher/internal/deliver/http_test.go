@@ -287,6 +287,23 @@ func TestHTTPExcerpt(t *testing.T) {
 	}
 }
 
+func TestHTTPExcerptScrubsSecretHeaders(t *testing.T) {
+	t.Parallel()
+	// An echoing endpoint returns the request's headers in its body.
+	srv := newTarget(t, func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusBadRequest)
+		_, _ = fmt.Fprintf(w, `{"auth":%q,"token":%q,"bare":%q,"short":%q}`,
+			r.Header.Get("Authorization"), r.Header.Get("X-Token"), strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer "), r.Header.Get("X-Pin"))
+	})
+	c, _ := newTestClient(t, nil)
+	out := c.Deliver(context.Background(), httpRequest(srv.URL, func(h *registryv1.HttpTarget) {
+		h.SecretHeaders = map[string]string{"Authorization": "Bearer b3arer-t0ken", "X-Token": "x-t0ken-value", "X-Pin": "1234"}
+	}))
+	require.Equal(t, Permanent, out.Result)
+	require.Equal(t, `{"auth":"[redacted]","token":"[redacted]","bare":"[redacted]","short":"1234"}`, out.Excerpt,
+		"secret values (and a bearer's token) never reach the dead letters; values under 6 bytes are left alone")
+}
+
 func TestHTTPRequest(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
@@ -307,6 +324,16 @@ func TestHTTPRequest(t *testing.T) {
 			wantMethod: "POST", wantBody: `{"hello":"world"}`,
 			wantContentType: "application/json", wantUserAgent: DefaultUserAgent,
 			wantHeaders: map[string]string{"X-Custom": "one", "Authorization": "Bearer t0k3n"},
+		},
+		{
+			name: "secret headers are sent like the others",
+			mod: func(h *registryv1.HttpTarget) {
+				h.Headers = map[string]string{"X-Custom": "one"}
+				h.SecretHeaders = map[string]string{"x-token": "s3cr3t", "Authorization": "Bearer t0k3n"}
+			},
+			wantMethod: "POST", wantBody: `{"hello":"world"}`,
+			wantContentType: "application/json", wantUserAgent: DefaultUserAgent,
+			wantHeaders: map[string]string{"X-Custom": "one", "X-Token": "s3cr3t", "Authorization": "Bearer t0k3n"},
 		},
 		{
 			name: "PUT with the job's content type and user agent",
@@ -383,7 +410,9 @@ func TestHTTPTraceContext(t *testing.T) {
 	ts, err := trace.ParseTraceState("vendor=abc")
 	require.NoError(t, err)
 	ctx = trace.ContextWithSpanContext(ctx, parent.SpanContext().WithTraceState(ts))
-	out := c.Deliver(ctx, httpRequest(srv.URL+"/hook?token=s3cr3t", nil))
+	out := c.Deliver(ctx, httpRequest(srv.URL+"/services/T000/B000/capability-s3cr3t?token=s3cr3t", func(h *registryv1.HttpTarget) {
+		h.SecretHeaders = map[string]string{"X-Token": "header-s3cr3t"}
+	}))
 	parent.End()
 	require.Equal(t, Retryable, out.Result)
 
@@ -409,7 +438,7 @@ func TestHTTPTraceContext(t *testing.T) {
 	attrs := attribute.NewSet(client.Attributes()...)
 	for _, kv := range []attribute.KeyValue{
 		semconv.HTTPRequestMethodKey.String("POST"),
-		semconv.URLFull(srv.URL + "/hook"), // no query: it may carry secrets
+		semconv.URLFull(srv.URL), // scheme and host only: a path or query may be the credential
 		semconv.ServerAddress(host),
 		semconv.ServerPort(p),
 		semconv.HTTPResponseStatusCode(503),
@@ -421,6 +450,9 @@ func TestHTTPTraceContext(t *testing.T) {
 		require.Equal(t, kv.Value, v, kv.Key)
 	}
 	require.Equal(t, "Error", client.Status().Code.String())
+	for _, kv := range client.Attributes() {
+		require.NotContains(t, kv.Value.Emit(), "s3cr3t", kv.Key)
+	}
 }
 
 func TestHTTPTraceContextWithoutTracer(t *testing.T) {

@@ -20,6 +20,7 @@ import (
 
 	dispatchv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/dispatch/v1"
 	"github.com/cronmesh/cronmesh/libs/migrate"
+	"github.com/cronmesh/cronmesh/libs/targetcheck"
 )
 
 // Domain errors; the API and the drainer map them.
@@ -118,15 +119,14 @@ func (d DeadLetter) Validate() error {
 }
 
 // StripSecret returns a copy of req without the HTTP target's signing
-// secret, for showing to API callers. A nil req gives nil.
+// secret and the values of its secret headers (targetcheck.Redact), for
+// showing to API callers. A nil req gives nil.
 func StripSecret(req *dispatchv1.DispatchRequest) *dispatchv1.DispatchRequest {
 	if req == nil {
 		return nil
 	}
 	out := proto.Clone(req).(*dispatchv1.DispatchRequest)
-	if h := out.GetTarget().GetHttp(); h != nil {
-		h.SigningSecret = ""
-	}
+	targetcheck.Redact(out.GetTarget())
 	return out
 }
 

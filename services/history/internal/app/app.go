@@ -20,6 +20,7 @@ import (
 	"github.com/cronmesh/cronmesh/libs/migrate"
 	"github.com/cronmesh/cronmesh/libs/postgres"
 	"github.com/cronmesh/cronmesh/libs/server"
+	"github.com/cronmesh/cronmesh/libs/targetcheck"
 	"github.com/cronmesh/cronmesh/libs/telemetry"
 	"github.com/cronmesh/cronmesh/services/history/internal/api"
 	"github.com/cronmesh/cronmesh/services/history/internal/ingest"
@@ -140,6 +141,14 @@ type App struct {
 // New connects to PostgreSQL (applying migrations and creating the
 // partitions) and builds every part. Nothing consumes or serves until Run.
 func New(ctx context.Context, cfg Config, logger *slog.Logger, opts ...Option) (_ *App, err error) {
+	// A job's AMQP target must never reach the history's topology (it
+	// would forge executions).
+	if err := targetcheck.CheckInternalNames(
+		targetcheck.InternalName{Flag: "executions-exchange", Name: cfg.ExecutionsExchange},
+		targetcheck.InternalName{Flag: "queue", Name: cfg.Queue},
+	); err != nil {
+		return nil, err
+	}
 	var o options
 	for _, opt := range opts {
 		opt(&o)

@@ -55,8 +55,8 @@ func startHistory(t *testing.T) *history {
 		},
 		APIKeys:            config.StringList{"alpha=" + keyAlpha, "beta=" + keyBeta},
 		Schema:             schema,
-		ExecutionsExchange: amqptest.UniqueName(t, "executions"),
-		Queue:              amqptest.UniqueName(t, "history"),
+		ExecutionsExchange: amqptest.UniqueName(t, "cronmesh.executions"),
+		Queue:              amqptest.UniqueName(t, "cronmesh.history"),
 		// One message per batch: with the fake clock the linger would
 		// never end, and a full batch is written at once.
 		Workers:           1,

@@ -24,6 +24,7 @@ import (
 	"github.com/cronmesh/cronmesh/libs/jobspec"
 	"github.com/cronmesh/cronmesh/libs/reqlimit"
 	"github.com/cronmesh/cronmesh/libs/rpcerr"
+	"github.com/cronmesh/cronmesh/libs/targetcheck"
 	"github.com/cronmesh/cronmesh/services/registry/internal/store"
 	"github.com/cronmesh/cronmesh/services/registry/internal/validate"
 )
@@ -51,15 +52,17 @@ var updatablePaths = []string{
 
 // Handler implements registryv1connect.JobServiceHandler.
 type Handler struct {
-	store  *store.Store
-	logger *slog.Logger
+	store   *store.Store
+	targets *targetcheck.Checker
+	logger  *slog.Logger
 }
 
 var _ registryv1connect.JobServiceHandler = (*Handler)(nil)
 
-// NewHandler returns a JobService handler backed by s.
-func NewHandler(s *store.Store, logger *slog.Logger) *Handler {
-	return &Handler{store: s, logger: logger}
+// NewHandler returns a JobService handler backed by s, whose jobs' targets
+// must pass targets.
+func NewHandler(s *store.Store, targets *targetcheck.Checker, logger *slog.Logger) *Handler {
+	return &Handler{store: s, targets: targets, logger: logger}
 }
 
 // namespace returns the caller's namespace. A request that reached a handler
@@ -87,7 +90,7 @@ func (h *Handler) CreateJob(ctx context.Context, req *connect.Request[registryv1
 	if err != nil {
 		return nil, h.toConnect(ctx, "CreateJob", err)
 	}
-	return connect.NewResponse(&registryv1.CreateJobResponse{Job: jobs[0]}), nil
+	return connect.NewResponse(&registryv1.CreateJobResponse{Job: withoutSecretHeaders(jobs[0])}), nil
 }
 
 // BatchCreateJobs implements JobService.BatchCreateJobs.
@@ -121,7 +124,22 @@ func (h *Handler) BatchCreateJobs(ctx context.Context, req *connect.Request[regi
 	if err != nil {
 		return nil, h.toConnect(ctx, "BatchCreateJobs", err)
 	}
+	for i, j := range jobs {
+		jobs[i] = withoutSecretHeaders(j)
+	}
 	return connect.NewResponse(&registryv1.BatchCreateJobsResponse{Jobs: jobs}), nil
+}
+
+// withoutSecretHeaders is job as a create call answers it: the signing
+// secret it was given or generated is shown (this once), the secret header
+// values, which the caller sent, are not.
+func withoutSecretHeaders(job *registryv1.Job) *registryv1.Job {
+	secret := job.GetTarget().GetHttp().GetSigningSecret()
+	targetcheck.Redact(job.GetTarget())
+	if h := job.GetTarget().GetHttp(); h != nil {
+		h.SigningSecret = secret
+	}
+	return job
 }
 
 // prepareNew validates one create request and gives the job its identity.
@@ -142,7 +160,7 @@ func (h *Handler) prepareNew(v *rpcerr.Violations, prefix string, req *registryv
 		job.CreateTime = timestamppb.New(created)
 		job.UpdateTime, job.Etag, job.Version = nil, "", 0
 	}
-	validate.Job(v, prefix+"job", job, created)
+	validate.Job(v, h.targets, prefix+"job", job, created)
 	return store.NewJob{Job: job, RequestID: req.RequestId}
 }
 
@@ -244,19 +262,23 @@ func (h *Handler) UpdateJob(ctx context.Context, req *connect.Request[registryv1
 		return nil, v.Err()
 	}
 	var generatedSecret string
+	replaceSecretHeaders := slices.ContainsFunc(paths, func(p string) bool {
+		return p == "target.http.secret_headers" || p == "target.amqp.secret_headers"
+	})
 	job, err := h.store.Update(ctx, ns, patch.Id, patch.Etag, eventsv1.JobEventKind_JOB_EVENT_KIND_UPDATED, func(job *registryv1.Job) error {
 		before := proto.Clone(job).(*registryv1.Job)
-		oldSecret := job.GetTarget().GetHttp().GetSigningSecret()
+		// The stored secrets are taken out before the patch goes in, so
+		// that what the patch leaves empty is told apart from what it
+		// gives; KeepSecrets then puts back what may be kept.
+		targetcheck.Redact(job.Target)
 		src := proto.Clone(patch).(*registryv1.Job)
 		for _, p := range paths {
 			applyPath(job.ProtoReflect(), src.ProtoReflect(), strings.Split(p, "."))
 		}
-		// A target replaced without a secret keeps the secret it had.
-		if h := job.GetTarget().GetHttp(); h != nil && h.SigningSecret == "" {
-			h.SigningSecret = oldSecret
-		}
+		targetcheck.MoveCredentialHeaders(job.Target)
+		targetcheck.KeepSecrets(v, "job.target", job.Target, before.Target, replaceSecretHeaders)
 		hadSecret := job.GetTarget().GetHttp().GetSigningSecret() != ""
-		validate.Job(v, "job", job, job.CreateTime.AsTime())
+		validate.Job(v, h.targets, "job", job, job.CreateTime.AsTime())
 		if !v.Empty() {
 			return v.Err()
 		}

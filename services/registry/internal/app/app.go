@@ -23,6 +23,7 @@ import (
 	"github.com/cronmesh/cronmesh/libs/postgres"
 	"github.com/cronmesh/cronmesh/libs/quota"
 	"github.com/cronmesh/cronmesh/libs/server"
+	"github.com/cronmesh/cronmesh/libs/targetcheck"
 	"github.com/cronmesh/cronmesh/libs/telemetry"
 	"github.com/cronmesh/cronmesh/services/registry/internal/api"
 	"github.com/cronmesh/cronmesh/services/registry/internal/store"
@@ -65,6 +66,11 @@ type Config struct {
 	// Keys paces the refresh of the managed API keys (only Refresh is
 	// used: the registry reads them from its own database).
 	Keys keyring.Config
+	// TargetAMQPAllow gives namespaces AMQP names outside their own
+	// "<namespace>." prefix: "namespace=name" or "namespace=prefix*"
+	// entries (targetcheck.ParseAllowList). The dispatcher must be given
+	// the same list.
+	TargetAMQPAllow config.StringList
 }
 
 // Register adds the registry's flags to fs.
@@ -77,6 +83,20 @@ func (c *Config) Register(fs *flag.FlagSet) {
 	fs.IntVar(&c.MaxJobs.Default, "max-jobs", DefaultMaxJobs, "most jobs a namespace may hold (0: no limit); creates beyond are refused with RESOURCE_EXHAUSTED")
 	fs.Var(&c.MaxJobs.Namespaces, "max-jobs-namespaces", "per-namespace overrides of --max-jobs, comma separated, each namespace=N (0: no limit)")
 	c.Keys.RegisterRefresh(fs)
+	fs.Var(&c.TargetAMQPAllow, "target-amqp-allow", "comma-separated namespace=name or namespace=prefix* entries: AMQP names a namespace's targets may publish to besides its own <namespace>.* (same list as the dispatcher's)")
+}
+
+// amqpPolicy is where AMQP targets may publish: the allow-list, and never
+// to the job events exchange.
+func (c *Config) amqpPolicy() (*targetcheck.AMQPPolicy, error) {
+	allow, err := targetcheck.ParseAllowList(c.TargetAMQPAllow)
+	if err != nil {
+		return nil, fmt.Errorf("--target-amqp-allow: %w", err)
+	}
+	return targetcheck.NewAMQPPolicy(targetcheck.AMQPPolicyOptions{
+		Internal: []targetcheck.InternalName{{Flag: "exchange", Name: cmp.Or(c.Exchange, DefaultExchange)}},
+		Allow:    allow,
+	})
 }
 
 // Migrate creates the database when missing and applies the schema's
@@ -130,6 +150,10 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger) (_ *App, err erro
 		return nil, err
 	}
 	if err := cfg.MaxJobs.Validate("max-jobs"); err != nil {
+		return nil, err
+	}
+	amqpPolicy, err := cfg.amqpPolicy()
+	if err != nil {
 		return nil, err
 	}
 	a := &App{cfg: cfg, logger: logger}
@@ -210,7 +234,7 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger) (_ *App, err erro
 		return nil, fmt.Errorf("load the managed API keys: %w", err)
 	}
 	a.server.UseMiddleware(a.keys.Middleware().Wrap)
-	path, handler := registryv1connect.NewJobServiceHandler(api.NewHandler(st, logger), a.server.HandlerOptions()...)
+	path, handler := registryv1connect.NewJobServiceHandler(api.NewHandler(st, targetcheck.New(amqpPolicy), logger), a.server.HandlerOptions()...)
 	a.server.Handle(registryv1connect.JobServiceName, path, handler)
 	keysChanged := func(ctx context.Context) {
 		if err := a.keys.Refresh(ctx); err != nil {

@@ -45,6 +45,15 @@ func withMaxJobs(limits quota.Limits) option { return func(c *app.Config) { c.Ma
 // withAMQPURL points the registry's relay at another broker address (a proxy).
 func withAMQPURL(url string) option { return func(c *app.Config) { c.AMQPURL = url } }
 
+// withExchange renames the job events exchange (its events are then not
+// on the harness's queue).
+func withExchange(name string) option { return func(c *app.Config) { c.Exchange = name } }
+
+// withAMQPAllow sets the AMQP allow-list.
+func withAMQPAllow(entries ...string) option {
+	return func(c *app.Config) { c.TargetAMQPAllow = entries }
+}
+
 func startRegistry(t *testing.T, opts ...option) *registry {
 	t.Helper()
 	_, schema := pgtest.New(t)

@@ -203,6 +203,15 @@ func TestCreateJobRejectsInvalidInput(t *testing.T) {
 		{"amqp into cronmesh's queues", func(j *registryv1.Job) {
 			j.Target = &registryv1.Target{Kind: &registryv1.Target_Amqp{Amqp: &registryv1.AmqpTarget{RoutingKey: "cronmesh.dispatch.high"}}}
 		}, "job.target.amqp.routing_key"},
+		{"amqp into another namespace's exchange", func(j *registryv1.Job) {
+			j.Target = &registryv1.Target{Kind: &registryv1.Target_Amqp{Amqp: &registryv1.AmqpTarget{Exchange: "beta.events", RoutingKey: "k"}}}
+		}, "job.target.amqp.exchange"},
+		{"amqp into another namespace's queue", func(j *registryv1.Job) {
+			j.Target = &registryv1.Target{Kind: &registryv1.Target_Amqp{Amqp: &registryv1.AmqpTarget{RoutingKey: "beta.inbox"}}}
+		}, "job.target.amqp.routing_key"},
+		{"amqp into RabbitMQ's built-in exchanges", func(j *registryv1.Job) {
+			j.Target = &registryv1.Target{Kind: &registryv1.Target_Amqp{Amqp: &registryv1.AmqpTarget{Exchange: "amq.topic", RoutingKey: "alpha.x"}}}
+		}, "job.target.amqp.exchange"},
 		{"amqp without queue", func(j *registryv1.Job) {
 			j.Target = &registryv1.Target{Kind: &registryv1.Target_Amqp{Amqp: &registryv1.AmqpTarget{}}}
 		}, "job.target.amqp.routing_key"},

@@ -18,6 +18,7 @@ import (
 	"github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1/registryv1connect"
 	"github.com/cronmesh/cronmesh/libs/rpcerr"
 	"github.com/cronmesh/cronmesh/libs/server"
+	"github.com/cronmesh/cronmesh/libs/targetcheck"
 	"github.com/cronmesh/cronmesh/services/registry/internal/api"
 	"github.com/cronmesh/cronmesh/services/registry/internal/validate"
 )
@@ -42,7 +43,7 @@ func TestRequestFieldCaps(t *testing.T) {
 		j.Schedule = s
 		return j
 	}
-	codes := make([]int32, validate.MaxStatusCodes+1)
+	codes := make([]int32, targetcheck.MaxStatusCodes+1)
 	for i := range codes {
 		codes[i] = 200
 	}
@@ -153,12 +154,12 @@ func largestJob() *registryv1.Job {
 		key := fmt.Sprintf("k%02d", i)
 		labels[key+strings.Repeat("x", validate.MaxLabelKey-len(key))] = strings.Repeat("v", validate.MaxLabelValue)
 	}
-	headers := make(map[string]string, validate.MaxHeaders)
-	for i := range validate.MaxHeaders {
+	headers := make(map[string]string, targetcheck.MaxHeaders)
+	for i := range targetcheck.MaxHeaders {
 		name := fmt.Sprintf("X-H%02d", i)
-		headers[name+strings.Repeat("x", validate.MaxHeaderName-len(name))] = strings.Repeat("v", validate.MaxHeaderValue)
+		headers[name+strings.Repeat("x", targetcheck.MaxHeaderName-len(name))] = strings.Repeat("v", targetcheck.MaxHeaderValue)
 	}
-	codes := make([]int32, validate.MaxStatusCodes)
+	codes := make([]int32, targetcheck.MaxStatusCodes)
 	for i := range codes {
 		codes[i] = int32(200 + i)
 	}
@@ -181,10 +182,10 @@ func largestJob() *registryv1.Job {
 		},
 		Target: &registryv1.Target{Kind: &registryv1.Target_Http{Http: &registryv1.HttpTarget{
 			Method:              "DELETE",
-			Url:                 url + strings.Repeat("p", validate.MaxURL-len(url)),
+			Url:                 url + strings.Repeat("p", targetcheck.MaxURL-len(url)),
 			Headers:             headers,
-			Body:                strings.Repeat("b", validate.MaxBody),
-			Timeout:             durationpb.New(validate.MaxTimeout),
+			Body:                strings.Repeat("b", targetcheck.MaxBody),
+			Timeout:             durationpb.New(targetcheck.MaxTimeout),
 			AcceptedStatusCodes: codes,
 			SigningSecret:       "whsec_" + strings.Repeat("A", 84) + "AA==", // base64 of 64 bytes, the most
 		}}},
@@ -207,8 +208,10 @@ func largestJob() *registryv1.Job {
 func TestLargestBatchFitsTheDefaultLimit(t *testing.T) {
 	t.Parallel()
 	job := largestJob()
+	policy, err := targetcheck.NewAMQPPolicy(targetcheck.AMQPPolicyOptions{})
+	require.NoError(t, err)
 	var v rpcerr.Violations
-	validate.Job(&v, "job", proto.Clone(job).(*registryv1.Job), time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	validate.Job(&v, targetcheck.New(policy), "job", proto.Clone(job).(*registryv1.Job), time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	require.True(t, v.Empty(), "the largest job must be valid: %v", v.List())
 
 	req := &registryv1.BatchCreateJobsRequest{Requests: make([]*registryv1.CreateJobRequest, api.MaxBatch)}

@@ -22,6 +22,7 @@ import (
 	"github.com/cronmesh/cronmesh/libs/migrate"
 	"github.com/cronmesh/cronmesh/libs/outbox"
 	"github.com/cronmesh/cronmesh/libs/quota"
+	"github.com/cronmesh/cronmesh/libs/targetcheck"
 )
 
 // Domain errors; the API maps them to Connect codes.
@@ -113,11 +114,12 @@ type NewJob struct {
 // Create inserts jobs in one transaction with one CREATED event each, all
 // or nothing. A job whose request_id the namespace already used is not
 // inserted: its slot in the result holds the stored job instead (for a
-// single-job call this is the idempotent retry; in a batch of more than one
-// it is ErrRequestIDReused, since the batch could differ). The result
-// carries the signing secrets. Jobs that would take the namespace beyond
-// its MaxJobs quota are a *quota.ExceededError, and none is inserted; a
-// replayed request takes no room.
+// single-job call this is the idempotent retry, answered without the
+// job's secrets; in a batch of more than one it is ErrRequestIDReused,
+// since the batch could differ). The result carries the new jobs' signing
+// secrets. Jobs that would take the namespace beyond its MaxJobs quota are
+// a *quota.ExceededError, and none is inserted; a replayed request takes no
+// room.
 func (s *Store) Create(ctx context.Context, namespace string, jobs []NewJob) ([]*registryv1.Job, error) {
 	result := make([]*registryv1.Job, len(jobs))
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
@@ -239,6 +241,10 @@ func (s *Store) claimRequestIDs(ctx context.Context, tx pgx.Tx, namespace string
 		if err != nil {
 			return nil, err
 		}
+		// A replay answers with the job as it is now, never its secrets:
+		// they were shown once, to the call that created it, and may
+		// have been rotated since.
+		redact(existing)
 		result[i] = existing
 	}
 	return fresh, nil
@@ -611,11 +617,10 @@ func scanJob(row pgx.Row) (*registryv1.Job, error) {
 	return job, nil
 }
 
-// redact removes what must never leave the registry after creation.
+// redact removes what must never leave the registry after creation: the
+// signing secret and the secret header values.
 func redact(job *registryv1.Job) {
-	if h := job.GetTarget().GetHttp(); h != nil {
-		h.SigningSecret = ""
-	}
+	targetcheck.Redact(job.GetTarget())
 }
 
 // etag is opaque to clients; deriving it from the version makes every

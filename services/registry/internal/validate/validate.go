@@ -4,11 +4,8 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"fmt"
-	"net/http"
-	"net/url"
 	"regexp"
 	"slices"
-	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -18,25 +15,18 @@ import (
 	"github.com/cronmesh/cronmesh/libs/jobspec"
 	"github.com/cronmesh/cronmesh/libs/reqlimit"
 	"github.com/cronmesh/cronmesh/libs/rpcerr"
+	"github.com/cronmesh/cronmesh/libs/targetcheck"
 )
 
 // Limits of a job definition. They bound what one job can cost the mesh
 // (memory in the trigger, bytes on the broker, time in the dispatcher).
+// A target's own limits are targetcheck's.
 const (
 	MaxDisplayName    = 200
 	MaxDescription    = 2000
 	MaxLabels         = reqlimit.MaxLabels
 	MaxLabelKey       = reqlimit.MaxLabelKeyBytes
 	MaxLabelValue     = reqlimit.MaxLabelValueBytes
-	MaxURL            = reqlimit.MaxURLBytes
-	MaxHeaders        = reqlimit.MaxHeaders
-	MaxHeaderName     = reqlimit.MaxHeaderNameBytes
-	MaxHeaderValue    = reqlimit.MaxHeaderValueBytes
-	MaxBody           = reqlimit.MaxBodyBytes
-	MaxStatusCodes    = reqlimit.MaxStatusCodes
-	MinTimeout        = time.Second
-	MaxTimeout        = 5 * time.Minute
-	DefaultTimeout    = 30 * time.Second
 	MaxRetries        = 10
 	DefaultMaxRetries = 5
 	MinBackoff        = time.Second
@@ -49,34 +39,17 @@ const (
 	MaxCatchUpWindow  = 7 * 24 * time.Hour
 	DefaultCatchUp    = time.Hour
 	MaxSpreadWindow   = time.Hour
-	MaxAMQPName       = reqlimit.MaxAMQPNameBytes
 	MaxRequestID      = 128
 	// MaxCron bounds a cron expression: six fields of lists and ranges fit
 	// with room to spare.
 	MaxCron = 256
 	// MaxTimeZone bounds a time zone name: the longest IANA name has 32
 	// characters.
-	MaxTimeZone        = 64
-	DefaultContentType = "application/json"
-	// ReservedAMQPPrefix starts the names of cronmesh's own exchanges and
-	// queues.
-	ReservedAMQPPrefix = "cronmesh."
+	MaxTimeZone = 64
 )
 
-// Rules that are tables, not state: compiled once and never written.
-var (
-	labelKeyPattern   = regexp.MustCompile(`^[a-z0-9][a-z0-9._/-]*$`)
-	headerNamePattern = regexp.MustCompile("^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
-	// forbiddenHeaders are set by the dispatcher itself or describe the
-	// connection rather than the request; letting a job set them would let it
-	// forge a signature or smuggle a second request.
-	forbiddenHeaders = []string{
-		"connection", "content-length", "host", "keep-alive", "proxy-authorization", "proxy-connection",
-		"te", "trailer", "transfer-encoding", "upgrade", "traceparent", "tracestate",
-		"webhook-id", "webhook-timestamp", "webhook-signature", "idempotency-key",
-	}
-	httpMethods = []string{http.MethodGet, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete}
-)
+// labelKeyPattern is a rule, not state: compiled once and never written.
+var labelKeyPattern = regexp.MustCompile(`^[a-z0-9][a-z0-9._/-]*$`)
 
 // RequestID checks a client idempotency key.
 func RequestID(v *rpcerr.Violations, path, id string) {
@@ -86,10 +59,11 @@ func RequestID(v *rpcerr.Violations, path, id string) {
 }
 
 // Job checks job (at path, for example "job" or "requests[3].job") as it
-// will be stored, given its create time, and fills its defaults in place.
-// Output-only fields are the caller's business. It never stops at the first
-// problem.
-func Job(v *rpcerr.Violations, path string, job *registryv1.Job, created time.Time) {
+// will be stored, given its create time, and fills its defaults in place;
+// targets checks its target, as the job's namespace may publish. An HTTP
+// target without a signing secret gets a new one. Output-only fields are
+// the caller's business. It never stops at the first problem.
+func Job(v *rpcerr.Violations, targets *targetcheck.Checker, path string, job *registryv1.Job, created time.Time) {
 	if job == nil {
 		v.Add(path, "is required")
 		return
@@ -114,7 +88,14 @@ func Job(v *rpcerr.Violations, path string, job *registryv1.Job, created time.Ti
 		}
 	}
 
-	target(v, p("target"), job)
+	if job.Target == nil {
+		v.Add(p("target"), "one of http or amqp is required")
+	} else {
+		targets.Target(v, p("target"), job.Namespace, job.Target)
+	}
+	if h := job.GetTarget().GetHttp(); h != nil && h.SigningSecret == "" {
+		h.SigningSecret = NewSigningSecret()
+	}
 	retryPolicy(v, p("retry_policy"), job)
 
 	job.CatchUpWindow = durationOrDefault(v, p("catch_up_window"), job.CatchUpWindow, DefaultCatchUp, 0, MaxCatchUpWindow)
@@ -168,110 +149,6 @@ func labels(v *rpcerr.Violations, field string, labels map[string]string) {
 	}
 }
 
-func target(v *rpcerr.Violations, field string, job *registryv1.Job) {
-	switch t := job.GetTarget().GetKind().(type) {
-	case *registryv1.Target_Http:
-		httpTarget(v, field+".http", t.Http)
-	case *registryv1.Target_Amqp:
-		amqpTarget(v, field+".amqp", t.Amqp)
-	default:
-		v.Add(field, "one of http or amqp is required")
-	}
-}
-
-func httpTarget(v *rpcerr.Violations, field string, t *registryv1.HttpTarget) {
-	if t == nil {
-		v.Add(field, "is required")
-		return
-	}
-	if t.Method == "" {
-		t.Method = http.MethodPost
-	}
-	t.Method = strings.ToUpper(t.Method)
-	if !slices.Contains(httpMethods, t.Method) {
-		v.Add(field+".method", "must be one of %s", strings.Join(httpMethods, ", "))
-	}
-	if len(t.Url) > MaxURL {
-		v.Add(field+".url", "must be at most %d characters", MaxURL)
-	} else if u, err := url.Parse(t.Url); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil {
-		v.Add(field+".url", "must be an absolute http or https URL without credentials")
-	}
-	headers(v, field+".headers", t.Headers, true)
-	if len(t.Body) > MaxBody {
-		v.Add(field+".body", "must be at most %d bytes, got %d", MaxBody, len(t.Body))
-	}
-	t.Timeout = durationOrDefault(v, field+".timeout", t.Timeout, DefaultTimeout, MinTimeout, MaxTimeout)
-	if !reqlimit.Count(v, field+".accepted_status_codes", len(t.AcceptedStatusCodes), MaxStatusCodes) {
-		t.AcceptedStatusCodes = nil // reported; not worth checking one by one
-	}
-	for i, code := range t.AcceptedStatusCodes {
-		if code < 100 || code > 599 {
-			v.Add(fmt.Sprintf("%s.accepted_status_codes[%d]", field, i), "must be an HTTP status code (100-599), got %d", code)
-		}
-	}
-	if t.SigningSecret == "" {
-		t.SigningSecret = NewSigningSecret()
-	} else if !validSigningSecret(t.SigningSecret) {
-		v.Add(field+".signing_secret", `must be "whsec_" followed by base64 of 24 to 64 bytes`)
-	}
-}
-
-func amqpTarget(v *rpcerr.Violations, field string, t *registryv1.AmqpTarget) {
-	if t == nil {
-		v.Add(field, "is required")
-		return
-	}
-	if len(t.Exchange) > MaxAMQPName || !utf8.ValidString(t.Exchange) {
-		v.Add(field+".exchange", "must be valid UTF-8 of at most %d bytes", MaxAMQPName)
-	}
-	if len(t.RoutingKey) > MaxAMQPName || !utf8.ValidString(t.RoutingKey) {
-		v.Add(field+".routing_key", "must be valid UTF-8 of at most %d bytes", MaxAMQPName)
-	}
-	if t.Exchange == "" && t.RoutingKey == "" {
-		v.Add(field+".routing_key", "is required when publishing to the default exchange (it names the queue)")
-	}
-	// A job must not publish into cronmesh's own exchanges and queues (a
-	// forged dispatch request or lifecycle event); the dispatcher refuses
-	// them too, this tells the user at once.
-	if strings.HasPrefix(t.Exchange, ReservedAMQPPrefix) {
-		v.Add(field+".exchange", "names starting with %q are reserved for cronmesh", ReservedAMQPPrefix)
-	}
-	if t.Exchange == "" && strings.HasPrefix(t.RoutingKey, ReservedAMQPPrefix) {
-		v.Add(field+".routing_key", "queues starting with %q are reserved for cronmesh", ReservedAMQPPrefix)
-	}
-	if strings.Contains(t.Exchange, "|") {
-		v.Add(field+".exchange", "is not a valid AMQP exchange name")
-	}
-	headers(v, field+".headers", t.Headers, false)
-	if len(t.Body) > MaxBody {
-		v.Add(field+".body", "must be at most %d bytes, got %d", MaxBody, len(t.Body))
-	}
-	if t.ContentType == "" {
-		t.ContentType = DefaultContentType
-	} else if len(t.ContentType) > MaxAMQPName {
-		v.Add(field+".content_type", "must be at most %d bytes", MaxAMQPName)
-	}
-}
-
-func headers(v *rpcerr.Violations, field string, h map[string]string, isHTTP bool) {
-	if len(h) > MaxHeaders {
-		v.Add(field, "at most %d headers, got %d", MaxHeaders, len(h))
-		return
-	}
-	for _, name := range sortedKeys(h) {
-		path := fmt.Sprintf("%s[%q]", field, name)
-		switch {
-		case len(name) > MaxHeaderName || (isHTTP && !headerNamePattern.MatchString(name)) || name == "":
-			v.Add(path, "name must be a valid header name of at most %d characters", MaxHeaderName)
-		case isHTTP && slices.Contains(forbiddenHeaders, strings.ToLower(name)):
-			v.Add(path, "is set by cronmesh and cannot be overridden")
-		}
-		if val := h[name]; len(val) > MaxHeaderValue || strings.ContainsAny(val, "\r\n\x00") || !utf8.ValidString(val) {
-			v.Add(path, "value must be at most %d bytes of UTF-8 without line breaks", MaxHeaderValue)
-		}
-	}
-}
-
 func retryPolicy(v *rpcerr.Violations, field string, job *registryv1.Job) {
 	if job.RetryPolicy == nil {
 		job.RetryPolicy = &registryv1.RetryPolicy{}
@@ -319,15 +196,6 @@ func NewSigningSecret() string {
 	var raw [32]byte
 	_, _ = rand.Read(raw[:]) // crypto/rand.Read never fails on supported platforms.
 	return "whsec_" + base64.StdEncoding.EncodeToString(raw[:])
-}
-
-func validSigningSecret(s string) bool {
-	b64, ok := strings.CutPrefix(s, "whsec_")
-	if !ok {
-		return false
-	}
-	raw, err := base64.StdEncoding.DecodeString(b64)
-	return err == nil && len(raw) >= 24 && len(raw) <= 64
 }
 
 func sortedKeys(m map[string]string) []string {

@@ -27,6 +27,7 @@ import (
 	"github.com/cronmesh/cronmesh/libs/quota"
 	"github.com/cronmesh/cronmesh/libs/ring"
 	"github.com/cronmesh/cronmesh/libs/server"
+	"github.com/cronmesh/cronmesh/libs/targetcheck"
 	"github.com/cronmesh/cronmesh/libs/telemetry"
 	"github.com/cronmesh/cronmesh/services/trigger/internal/api"
 	"github.com/cronmesh/cronmesh/services/trigger/internal/firing"
@@ -169,6 +170,16 @@ type App struct {
 // partition count) and etcd, and builds every part. Nothing runs until Run.
 func New(ctx context.Context, cfg Config, logger *slog.Logger) (_ *App, err error) {
 	cfg.fillDefaults()
+	// A job's AMQP target must never reach the trigger's topology.
+	if err := targetcheck.CheckInternalNames(
+		targetcheck.InternalName{Flag: "jobs-exchange", Name: cfg.JobsExchange},
+		targetcheck.InternalName{Flag: "jobs-queue", Name: cfg.JobsQueue},
+		targetcheck.InternalName{Flag: "dispatch-exchange", Name: cfg.DispatchExchange},
+		targetcheck.InternalName{Flag: "dispatch-queue", Name: cfg.DispatchQueue, Family: true},
+		targetcheck.InternalName{Flag: "executions-exchange", Name: cfg.ExecutionsExchange},
+	); err != nil {
+		return nil, err
+	}
 	// The configured keys, and the managed ones polled from the registry.
 	registryClient, err := cfg.Keys.HTTPClient()
 	if err != nil {

@@ -575,9 +575,13 @@ type HttpTarget struct {
 	Method string `protobuf:"bytes,1,opt,name=method,proto3" json:"method,omitempty"`
 	// An absolute http or https URL, at most 2,048 characters.
 	Url string `protobuf:"bytes,2,opt,name=url,proto3" json:"url,omitempty"`
-	// At most 32 headers; each name a valid HTTP token of at most 256
-	// characters, each value at most 4 KiB. Hop-by-hop headers, Host,
-	// Content-Length and the webhook-* signature headers are refused.
+	// At most 32 headers together with secret_headers; each name a valid
+	// HTTP token of at most 256 characters, each value at most 4 KiB.
+	// Hop-by-hop headers, Host, Content-Length, trace context and the
+	// webhook-* signature headers are refused. A well-known credential
+	// header given here (Authorization, Cookie, X-Api-Key, Api-Key,
+	// X-Auth-Token, X-Access-Token, Private-Token; any case) is moved to
+	// secret_headers on create and update.
 	Headers map[string]string `protobuf:"bytes,3,rep,name=headers,proto3" json:"headers,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	// Request body, at most 256 KiB.
 	Body string `protobuf:"bytes,4,opt,name=body,proto3" json:"body,omitempty"`
@@ -590,6 +594,20 @@ type HttpTarget struct {
 	// in the CreateJob or BatchCreateJobs response; never returned or logged
 	// afterwards.
 	SigningSecret string `protobuf:"bytes,7,opt,name=signing_secret,json=signingSecret,proto3" json:"signing_secret,omitempty"`
+	// Write-only headers, sent with every request like headers: same name
+	// rules and limits, a name in only one of the two maps, a value never
+	// empty on input. No read returns a value (GetJob, ListJobs, UpdateJob,
+	// a CreateJob replay, dead letters): a read shows each name with an
+	// empty value, and they appear in no log or span. On UpdateJob, a
+	// target whose secret_headers is empty keeps the stored ones, and an
+	// entry with an empty value keeps that header's stored value; naming
+	// target.http.secret_headers in the update mask replaces the set (an
+	// empty map removes them all). Stored values are never carried to
+	// another origin: when the URL's scheme, host or port changes, they
+	// must be given again (InvalidArgument otherwise). A redrive's
+	// target_override follows the same rules against the dead letter's
+	// target.
+	SecretHeaders map[string]string `protobuf:"bytes,8,rep,name=secret_headers,json=secretHeaders,proto3" json:"secret_headers,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -673,21 +691,42 @@ func (x *HttpTarget) GetSigningSecret() string {
 	return ""
 }
 
+func (x *HttpTarget) GetSecretHeaders() map[string]string {
+	if x != nil {
+		return x.SecretHeaders
+	}
+	return nil
+}
+
 // AmqpTarget publishes one message to a RabbitMQ exchange with publisher
 // confirms; its message-id is the execution's idempotency key.
 type AmqpTarget struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// An existing exchange, at most 255 characters. Empty means the default
-	// exchange (routing_key is then a queue name).
+	// exchange (routing_key is then a queue name). The exchange (on the
+	// default exchange: the queue) must be the job's namespace's: named
+	// "<namespace>." followed by at least one character, or on the
+	// namespace's allow-list (the registry's and dispatcher's
+	// --target-amqp-allow); never one of cronmesh's own exchanges or queues
+	// ("cronmesh.*" and every configured internal name). The registry refuses
+	// others (InvalidArgument); the dispatcher checks again at delivery and
+	// dead-letters a refused one.
 	Exchange string `protobuf:"bytes,1,opt,name=exchange,proto3" json:"exchange,omitempty"`
-	// At most 255 characters.
+	// At most 255 characters. On a named exchange any key: the exchange's
+	// bindings decide where it goes.
 	RoutingKey string `protobuf:"bytes,2,opt,name=routing_key,json=routingKey,proto3" json:"routing_key,omitempty"`
-	// At most 32 headers, values at most 4 KiB.
+	// At most 32 headers together with secret_headers, values at most
+	// 4 KiB. Well-known credential headers are moved to secret_headers, as
+	// for HttpTarget.headers.
 	Headers map[string]string `protobuf:"bytes,3,rep,name=headers,proto3" json:"headers,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	// Message body, at most 256 KiB.
 	Body string `protobuf:"bytes,4,opt,name=body,proto3" json:"body,omitempty"`
 	// Default "application/json".
-	ContentType   string `protobuf:"bytes,5,opt,name=content_type,json=contentType,proto3" json:"content_type,omitempty"`
+	ContentType string `protobuf:"bytes,5,opt,name=content_type,json=contentType,proto3" json:"content_type,omitempty"`
+	// Write-only headers, published like headers and kept secret like
+	// HttpTarget.secret_headers; stored values are carried over only while
+	// exchange and routing_key are unchanged.
+	SecretHeaders map[string]string `protobuf:"bytes,6,rep,name=secret_headers,json=secretHeaders,proto3" json:"secret_headers,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -755,6 +794,13 @@ func (x *AmqpTarget) GetContentType() string {
 		return x.ContentType
 	}
 	return ""
+}
+
+func (x *AmqpTarget) GetSecretHeaders() map[string]string {
+	if x != nil {
+		return x.SecretHeaders
+	}
+	return nil
 }
 
 // RetryPolicy: the delay before retry n (1-based) is
@@ -876,7 +922,7 @@ const file_cronmesh_registry_v1_job_proto_rawDesc = "" +
 	"\x06Target\x126\n" +
 	"\x04http\x18\x01 \x01(\v2 .cronmesh.registry.v1.HttpTargetH\x00R\x04http\x126\n" +
 	"\x04amqp\x18\x02 \x01(\v2 .cronmesh.registry.v1.AmqpTargetH\x00R\x04amqpB\x06\n" +
-	"\x04kind\"\xdf\x02\n" +
+	"\x04kind\"\xfd\x03\n" +
 	"\n" +
 	"HttpTarget\x12\x16\n" +
 	"\x06method\x18\x01 \x01(\tR\x06method\x12\x10\n" +
@@ -885,10 +931,14 @@ const file_cronmesh_registry_v1_job_proto_rawDesc = "" +
 	"\x04body\x18\x04 \x01(\tR\x04body\x123\n" +
 	"\atimeout\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\atimeout\x122\n" +
 	"\x15accepted_status_codes\x18\x06 \x03(\x05R\x13acceptedStatusCodes\x12%\n" +
-	"\x0esigning_secret\x18\a \x01(\tR\rsigningSecret\x1a:\n" +
+	"\x0esigning_secret\x18\a \x01(\tR\rsigningSecret\x12Z\n" +
+	"\x0esecret_headers\x18\b \x03(\v23.cronmesh.registry.v1.HttpTarget.SecretHeadersEntryR\rsecretHeaders\x1a:\n" +
 	"\fHeadersEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x85\x02\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a@\n" +
+	"\x12SecretHeadersEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xa3\x03\n" +
 	"\n" +
 	"AmqpTarget\x12\x1a\n" +
 	"\bexchange\x18\x01 \x01(\tR\bexchange\x12\x1f\n" +
@@ -896,8 +946,12 @@ const file_cronmesh_registry_v1_job_proto_rawDesc = "" +
 	"routingKey\x12G\n" +
 	"\aheaders\x18\x03 \x03(\v2-.cronmesh.registry.v1.AmqpTarget.HeadersEntryR\aheaders\x12\x12\n" +
 	"\x04body\x18\x04 \x01(\tR\x04body\x12!\n" +
-	"\fcontent_type\x18\x05 \x01(\tR\vcontentType\x1a:\n" +
+	"\fcontent_type\x18\x05 \x01(\tR\vcontentType\x12Z\n" +
+	"\x0esecret_headers\x18\x06 \x03(\v23.cronmesh.registry.v1.AmqpTarget.SecretHeadersEntryR\rsecretHeaders\x1a:\n" +
 	"\fHeadersEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a@\n" +
+	"\x12SecretHeadersEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xe3\x01\n" +
 	"\vRetryPolicy\x12$\n" +
@@ -929,7 +983,7 @@ func file_cronmesh_registry_v1_job_proto_rawDescGZIP() []byte {
 }
 
 var file_cronmesh_registry_v1_job_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_cronmesh_registry_v1_job_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
+var file_cronmesh_registry_v1_job_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
 var file_cronmesh_registry_v1_job_proto_goTypes = []any{
 	(Priority)(0),                 // 0: cronmesh.registry.v1.Priority
 	(*Job)(nil),                   // 1: cronmesh.registry.v1.Job
@@ -941,39 +995,43 @@ var file_cronmesh_registry_v1_job_proto_goTypes = []any{
 	(*RetryPolicy)(nil),           // 7: cronmesh.registry.v1.RetryPolicy
 	nil,                           // 8: cronmesh.registry.v1.Job.LabelsEntry
 	nil,                           // 9: cronmesh.registry.v1.HttpTarget.HeadersEntry
-	nil,                           // 10: cronmesh.registry.v1.AmqpTarget.HeadersEntry
-	(*durationpb.Duration)(nil),   // 11: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil), // 12: google.protobuf.Timestamp
+	nil,                           // 10: cronmesh.registry.v1.HttpTarget.SecretHeadersEntry
+	nil,                           // 11: cronmesh.registry.v1.AmqpTarget.HeadersEntry
+	nil,                           // 12: cronmesh.registry.v1.AmqpTarget.SecretHeadersEntry
+	(*durationpb.Duration)(nil),   // 13: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil), // 14: google.protobuf.Timestamp
 }
 var file_cronmesh_registry_v1_job_proto_depIdxs = []int32{
 	8,  // 0: cronmesh.registry.v1.Job.labels:type_name -> cronmesh.registry.v1.Job.LabelsEntry
 	2,  // 1: cronmesh.registry.v1.Job.schedule:type_name -> cronmesh.registry.v1.Schedule
 	4,  // 2: cronmesh.registry.v1.Job.target:type_name -> cronmesh.registry.v1.Target
 	7,  // 3: cronmesh.registry.v1.Job.retry_policy:type_name -> cronmesh.registry.v1.RetryPolicy
-	11, // 4: cronmesh.registry.v1.Job.catch_up_window:type_name -> google.protobuf.Duration
+	13, // 4: cronmesh.registry.v1.Job.catch_up_window:type_name -> google.protobuf.Duration
 	0,  // 5: cronmesh.registry.v1.Job.priority:type_name -> cronmesh.registry.v1.Priority
-	11, // 6: cronmesh.registry.v1.Job.spread_window:type_name -> google.protobuf.Duration
-	12, // 7: cronmesh.registry.v1.Job.create_time:type_name -> google.protobuf.Timestamp
-	12, // 8: cronmesh.registry.v1.Job.update_time:type_name -> google.protobuf.Timestamp
+	13, // 6: cronmesh.registry.v1.Job.spread_window:type_name -> google.protobuf.Duration
+	14, // 7: cronmesh.registry.v1.Job.create_time:type_name -> google.protobuf.Timestamp
+	14, // 8: cronmesh.registry.v1.Job.update_time:type_name -> google.protobuf.Timestamp
 	3,  // 9: cronmesh.registry.v1.Schedule.interval:type_name -> cronmesh.registry.v1.Interval
-	12, // 10: cronmesh.registry.v1.Schedule.at:type_name -> google.protobuf.Timestamp
-	11, // 11: cronmesh.registry.v1.Schedule.after:type_name -> google.protobuf.Duration
-	12, // 12: cronmesh.registry.v1.Schedule.start_time:type_name -> google.protobuf.Timestamp
-	12, // 13: cronmesh.registry.v1.Schedule.end_time:type_name -> google.protobuf.Timestamp
-	11, // 14: cronmesh.registry.v1.Interval.every:type_name -> google.protobuf.Duration
-	12, // 15: cronmesh.registry.v1.Interval.anchor_time:type_name -> google.protobuf.Timestamp
+	14, // 10: cronmesh.registry.v1.Schedule.at:type_name -> google.protobuf.Timestamp
+	13, // 11: cronmesh.registry.v1.Schedule.after:type_name -> google.protobuf.Duration
+	14, // 12: cronmesh.registry.v1.Schedule.start_time:type_name -> google.protobuf.Timestamp
+	14, // 13: cronmesh.registry.v1.Schedule.end_time:type_name -> google.protobuf.Timestamp
+	13, // 14: cronmesh.registry.v1.Interval.every:type_name -> google.protobuf.Duration
+	14, // 15: cronmesh.registry.v1.Interval.anchor_time:type_name -> google.protobuf.Timestamp
 	5,  // 16: cronmesh.registry.v1.Target.http:type_name -> cronmesh.registry.v1.HttpTarget
 	6,  // 17: cronmesh.registry.v1.Target.amqp:type_name -> cronmesh.registry.v1.AmqpTarget
 	9,  // 18: cronmesh.registry.v1.HttpTarget.headers:type_name -> cronmesh.registry.v1.HttpTarget.HeadersEntry
-	11, // 19: cronmesh.registry.v1.HttpTarget.timeout:type_name -> google.protobuf.Duration
-	10, // 20: cronmesh.registry.v1.AmqpTarget.headers:type_name -> cronmesh.registry.v1.AmqpTarget.HeadersEntry
-	11, // 21: cronmesh.registry.v1.RetryPolicy.initial_backoff:type_name -> google.protobuf.Duration
-	11, // 22: cronmesh.registry.v1.RetryPolicy.max_backoff:type_name -> google.protobuf.Duration
-	23, // [23:23] is the sub-list for method output_type
-	23, // [23:23] is the sub-list for method input_type
-	23, // [23:23] is the sub-list for extension type_name
-	23, // [23:23] is the sub-list for extension extendee
-	0,  // [0:23] is the sub-list for field type_name
+	13, // 19: cronmesh.registry.v1.HttpTarget.timeout:type_name -> google.protobuf.Duration
+	10, // 20: cronmesh.registry.v1.HttpTarget.secret_headers:type_name -> cronmesh.registry.v1.HttpTarget.SecretHeadersEntry
+	11, // 21: cronmesh.registry.v1.AmqpTarget.headers:type_name -> cronmesh.registry.v1.AmqpTarget.HeadersEntry
+	12, // 22: cronmesh.registry.v1.AmqpTarget.secret_headers:type_name -> cronmesh.registry.v1.AmqpTarget.SecretHeadersEntry
+	13, // 23: cronmesh.registry.v1.RetryPolicy.initial_backoff:type_name -> google.protobuf.Duration
+	13, // 24: cronmesh.registry.v1.RetryPolicy.max_backoff:type_name -> google.protobuf.Duration
+	25, // [25:25] is the sub-list for method output_type
+	25, // [25:25] is the sub-list for method input_type
+	25, // [25:25] is the sub-list for extension type_name
+	25, // [25:25] is the sub-list for extension extendee
+	0,  // [0:25] is the sub-list for field type_name
 }
 
 func init() { file_cronmesh_registry_v1_job_proto_init() }
@@ -998,7 +1056,7 @@ func file_cronmesh_registry_v1_job_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cronmesh_registry_v1_job_proto_rawDesc), len(file_cronmesh_registry_v1_job_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   10,
+			NumMessages:   12,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -12,7 +12,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file cronmesh/registry/v1/job.proto.
  */
 export const file_cronmesh_registry_v1_job: GenFile = /*@__PURE__*/
-  fileDesc("Ch5jcm9ubWVzaC9yZWdpc3RyeS92MS9qb2IucHJvdG8SFGNyb25tZXNoLnJlZ2lzdHJ5LnYxIvcECgNKb2ISCgoCaWQYASABKAkSEQoJbmFtZXNwYWNlGAIgASgJEhQKDGRpc3BsYXlfbmFtZRgDIAEoCRITCgtkZXNjcmlwdGlvbhgEIAEoCRI1CgZsYWJlbHMYBSADKAsyJS5jcm9ubWVzaC5yZWdpc3RyeS52MS5Kb2IuTGFiZWxzRW50cnkSMAoIc2NoZWR1bGUYBiABKAsyHi5jcm9ubWVzaC5yZWdpc3RyeS52MS5TY2hlZHVsZRIsCgZ0YXJnZXQYByABKAsyHC5jcm9ubWVzaC5yZWdpc3RyeS52MS5UYXJnZXQSNwoMcmV0cnlfcG9saWN5GAggASgLMiEuY3Jvbm1lc2gucmVnaXN0cnkudjEuUmV0cnlQb2xpY3kSMgoPY2F0Y2hfdXBfd2luZG93GAkgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEg4KBnBhdXNlZBgKIAEoCBIwCghwcmlvcml0eRgLIAEoDjIeLmNyb25tZXNoLnJlZ2lzdHJ5LnYxLlByaW9yaXR5EjAKDXNwcmVhZF93aW5kb3cYDCABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SLwoLY3JlYXRlX3RpbWUYDSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi8KC3VwZGF0ZV90aW1lGA4gASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIMCgRldGFnGA8gASgJEg8KB3ZlcnNpb24YECABKAMaLQoLTGFiZWxzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASKdAgoIU2NoZWR1bGUSDgoEY3JvbhgBIAEoCUgAEjIKCGludGVydmFsGAIgASgLMh4uY3Jvbm1lc2gucmVnaXN0cnkudjEuSW50ZXJ2YWxIABIoCgJhdBgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXBIABIqCgVhZnRlchgEIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbkgAEhEKCXRpbWVfem9uZRgFIAEoCRIuCgpzdGFydF90aW1lGAYgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIsCghlbmRfdGltZRgHIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXBCBgoEa2luZCJlCghJbnRlcnZhbBIoCgVldmVyeRgBIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIvCgthbmNob3JfdGltZRgCIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAidAoGVGFyZ2V0EjAKBGh0dHAYASABKAsyIC5jcm9ubWVzaC5yZWdpc3RyeS52MS5IdHRwVGFyZ2V0SAASMAoEYW1xcBgCIAEoCzIgLmNyb25tZXNoLnJlZ2lzdHJ5LnYxLkFtcXBUYXJnZXRIAEIGCgRraW5kIooCCgpIdHRwVGFyZ2V0Eg4KBm1ldGhvZBgBIAEoCRILCgN1cmwYAiABKAkSPgoHaGVhZGVycxgDIAMoCzItLmNyb25tZXNoLnJlZ2lzdHJ5LnYxLkh0dHBUYXJnZXQuSGVhZGVyc0VudHJ5EgwKBGJvZHkYBCABKAkSKgoHdGltZW91dBgFIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIdChVhY2NlcHRlZF9zdGF0dXNfY29kZXMYBiADKAUSFgoOc2lnbmluZ19zZWNyZXQYByABKAkaLgoMSGVhZGVyc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEixwEKCkFtcXBUYXJnZXQSEAoIZXhjaGFuZ2UYASABKAkSEwoLcm91dGluZ19rZXkYAiABKAkSPgoHaGVhZGVycxgDIAMoCzItLmNyb25tZXNoLnJlZ2lzdHJ5LnYxLkFtcXBUYXJnZXQuSGVhZGVyc0VudHJ5EgwKBGJvZHkYBCABKAkSFAoMY29udGVudF90eXBlGAUgASgJGi4KDEhlYWRlcnNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIq8BCgtSZXRyeVBvbGljeRIYCgttYXhfcmV0cmllcxgBIAEoBUgAiAEBEjIKD2luaXRpYWxfYmFja29mZhgCIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIuCgttYXhfYmFja29mZhgDIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhISCgptdWx0aXBsaWVyGAQgASgBQg4KDF9tYXhfcmV0cmllcypeCghQcmlvcml0eRIYChRQUklPUklUWV9VTlNQRUNJRklFRBAAEhEKDVBSSU9SSVRZX0hJR0gQARITCg9QUklPUklUWV9OT1JNQUwQAhIQCgxQUklPUklUWV9MT1cQA0JFWkNnaXRodWIuY29tL2Nyb25tZXNoL2Nyb25tZXNoL2dlbi9nby9jcm9ubWVzaC9yZWdpc3RyeS92MTtyZWdpc3RyeXYxYgZwcm90bzM", [file_google_protobuf_duration, file_google_protobuf_timestamp]);
+  fileDesc("Ch5jcm9ubWVzaC9yZWdpc3RyeS92MS9qb2IucHJvdG8SFGNyb25tZXNoLnJlZ2lzdHJ5LnYxIvcECgNKb2ISCgoCaWQYASABKAkSEQoJbmFtZXNwYWNlGAIgASgJEhQKDGRpc3BsYXlfbmFtZRgDIAEoCRITCgtkZXNjcmlwdGlvbhgEIAEoCRI1CgZsYWJlbHMYBSADKAsyJS5jcm9ubWVzaC5yZWdpc3RyeS52MS5Kb2IuTGFiZWxzRW50cnkSMAoIc2NoZWR1bGUYBiABKAsyHi5jcm9ubWVzaC5yZWdpc3RyeS52MS5TY2hlZHVsZRIsCgZ0YXJnZXQYByABKAsyHC5jcm9ubWVzaC5yZWdpc3RyeS52MS5UYXJnZXQSNwoMcmV0cnlfcG9saWN5GAggASgLMiEuY3Jvbm1lc2gucmVnaXN0cnkudjEuUmV0cnlQb2xpY3kSMgoPY2F0Y2hfdXBfd2luZG93GAkgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEg4KBnBhdXNlZBgKIAEoCBIwCghwcmlvcml0eRgLIAEoDjIeLmNyb25tZXNoLnJlZ2lzdHJ5LnYxLlByaW9yaXR5EjAKDXNwcmVhZF93aW5kb3cYDCABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SLwoLY3JlYXRlX3RpbWUYDSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi8KC3VwZGF0ZV90aW1lGA4gASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIMCgRldGFnGA8gASgJEg8KB3ZlcnNpb24YECABKAMaLQoLTGFiZWxzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASKdAgoIU2NoZWR1bGUSDgoEY3JvbhgBIAEoCUgAEjIKCGludGVydmFsGAIgASgLMh4uY3Jvbm1lc2gucmVnaXN0cnkudjEuSW50ZXJ2YWxIABIoCgJhdBgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXBIABIqCgVhZnRlchgEIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbkgAEhEKCXRpbWVfem9uZRgFIAEoCRIuCgpzdGFydF90aW1lGAYgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIsCghlbmRfdGltZRgHIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXBCBgoEa2luZCJlCghJbnRlcnZhbBIoCgVldmVyeRgBIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIvCgthbmNob3JfdGltZRgCIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAidAoGVGFyZ2V0EjAKBGh0dHAYASABKAsyIC5jcm9ubWVzaC5yZWdpc3RyeS52MS5IdHRwVGFyZ2V0SAASMAoEYW1xcBgCIAEoCzIgLmNyb25tZXNoLnJlZ2lzdHJ5LnYxLkFtcXBUYXJnZXRIAEIGCgRraW5kIo0DCgpIdHRwVGFyZ2V0Eg4KBm1ldGhvZBgBIAEoCRILCgN1cmwYAiABKAkSPgoHaGVhZGVycxgDIAMoCzItLmNyb25tZXNoLnJlZ2lzdHJ5LnYxLkh0dHBUYXJnZXQuSGVhZGVyc0VudHJ5EgwKBGJvZHkYBCABKAkSKgoHdGltZW91dBgFIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIdChVhY2NlcHRlZF9zdGF0dXNfY29kZXMYBiADKAUSFgoOc2lnbmluZ19zZWNyZXQYByABKAkSSwoOc2VjcmV0X2hlYWRlcnMYCCADKAsyMy5jcm9ubWVzaC5yZWdpc3RyeS52MS5IdHRwVGFyZ2V0LlNlY3JldEhlYWRlcnNFbnRyeRouCgxIZWFkZXJzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ARo0ChJTZWNyZXRIZWFkZXJzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASLKAgoKQW1xcFRhcmdldBIQCghleGNoYW5nZRgBIAEoCRITCgtyb3V0aW5nX2tleRgCIAEoCRI+CgdoZWFkZXJzGAMgAygLMi0uY3Jvbm1lc2gucmVnaXN0cnkudjEuQW1xcFRhcmdldC5IZWFkZXJzRW50cnkSDAoEYm9keRgEIAEoCRIUCgxjb250ZW50X3R5cGUYBSABKAkSSwoOc2VjcmV0X2hlYWRlcnMYBiADKAsyMy5jcm9ubWVzaC5yZWdpc3RyeS52MS5BbXFwVGFyZ2V0LlNlY3JldEhlYWRlcnNFbnRyeRouCgxIZWFkZXJzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ARo0ChJTZWNyZXRIZWFkZXJzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASKvAQoLUmV0cnlQb2xpY3kSGAoLbWF4X3JldHJpZXMYASABKAVIAIgBARIyCg9pbml0aWFsX2JhY2tvZmYYAiABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SLgoLbWF4X2JhY2tvZmYYAyABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SEgoKbXVsdGlwbGllchgEIAEoAUIOCgxfbWF4X3JldHJpZXMqXgoIUHJpb3JpdHkSGAoUUFJJT1JJVFlfVU5TUEVDSUZJRUQQABIRCg1QUklPUklUWV9ISUdIEAESEwoPUFJJT1JJVFlfTk9STUFMEAISEAoMUFJJT1JJVFlfTE9XEANCRVpDZ2l0aHViLmNvbS9jcm9ubWVzaC9jcm9ubWVzaC9nZW4vZ28vY3Jvbm1lc2gvcmVnaXN0cnkvdjE7cmVnaXN0cnl2MWIGcHJvdG8z", [file_google_protobuf_duration, file_google_protobuf_timestamp]);
 
 /**
  * Job is a registered unit of scheduled work: when it runs (schedule), what it
@@ -318,9 +318,13 @@ export type HttpTarget = Message<"cronmesh.registry.v1.HttpTarget"> & {
   url: string;
 
   /**
-   * At most 32 headers; each name a valid HTTP token of at most 256
-   * characters, each value at most 4 KiB. Hop-by-hop headers, Host,
-   * Content-Length and the webhook-* signature headers are refused.
+   * At most 32 headers together with secret_headers; each name a valid
+   * HTTP token of at most 256 characters, each value at most 4 KiB.
+   * Hop-by-hop headers, Host, Content-Length, trace context and the
+   * webhook-* signature headers are refused. A well-known credential
+   * header given here (Authorization, Cookie, X-Api-Key, Api-Key,
+   * X-Auth-Token, X-Access-Token, Private-Token; any case) is moved to
+   * secret_headers on create and update.
    *
    * @generated from field: map<string, string> headers = 3;
    */
@@ -356,6 +360,25 @@ export type HttpTarget = Message<"cronmesh.registry.v1.HttpTarget"> & {
    * @generated from field: string signing_secret = 7;
    */
   signingSecret: string;
+
+  /**
+   * Write-only headers, sent with every request like headers: same name
+   * rules and limits, a name in only one of the two maps, a value never
+   * empty on input. No read returns a value (GetJob, ListJobs, UpdateJob,
+   * a CreateJob replay, dead letters): a read shows each name with an
+   * empty value, and they appear in no log or span. On UpdateJob, a
+   * target whose secret_headers is empty keeps the stored ones, and an
+   * entry with an empty value keeps that header's stored value; naming
+   * target.http.secret_headers in the update mask replaces the set (an
+   * empty map removes them all). Stored values are never carried to
+   * another origin: when the URL's scheme, host or port changes, they
+   * must be given again (InvalidArgument otherwise). A redrive's
+   * target_override follows the same rules against the dead letter's
+   * target.
+   *
+   * @generated from field: map<string, string> secret_headers = 8;
+   */
+  secretHeaders: { [key: string]: string };
 };
 
 /**
@@ -374,21 +397,31 @@ export const HttpTargetSchema: GenMessage<HttpTarget> = /*@__PURE__*/
 export type AmqpTarget = Message<"cronmesh.registry.v1.AmqpTarget"> & {
   /**
    * An existing exchange, at most 255 characters. Empty means the default
-   * exchange (routing_key is then a queue name).
+   * exchange (routing_key is then a queue name). The exchange (on the
+   * default exchange: the queue) must be the job's namespace's: named
+   * "<namespace>." followed by at least one character, or on the
+   * namespace's allow-list (the registry's and dispatcher's
+   * --target-amqp-allow); never one of cronmesh's own exchanges or queues
+   * ("cronmesh.*" and every configured internal name). The registry refuses
+   * others (InvalidArgument); the dispatcher checks again at delivery and
+   * dead-letters a refused one.
    *
    * @generated from field: string exchange = 1;
    */
   exchange: string;
 
   /**
-   * At most 255 characters.
+   * At most 255 characters. On a named exchange any key: the exchange's
+   * bindings decide where it goes.
    *
    * @generated from field: string routing_key = 2;
    */
   routingKey: string;
 
   /**
-   * At most 32 headers, values at most 4 KiB.
+   * At most 32 headers together with secret_headers, values at most
+   * 4 KiB. Well-known credential headers are moved to secret_headers, as
+   * for HttpTarget.headers.
    *
    * @generated from field: map<string, string> headers = 3;
    */
@@ -407,6 +440,15 @@ export type AmqpTarget = Message<"cronmesh.registry.v1.AmqpTarget"> & {
    * @generated from field: string content_type = 5;
    */
   contentType: string;
+
+  /**
+   * Write-only headers, published like headers and kept secret like
+   * HttpTarget.secret_headers; stored values are carried over only while
+   * exchange and routing_key are unchanged.
+   *
+   * @generated from field: map<string, string> secret_headers = 6;
+   */
+  secretHeaders: { [key: string]: string };
 };
 
 /**
