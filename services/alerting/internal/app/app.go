@@ -18,6 +18,7 @@ import (
 
 	"github.com/cronmesh/cronmesh/gen/go/cronmesh/alerting/v1/alertingv1connect"
 	"github.com/cronmesh/cronmesh/libs/apikey"
+	"github.com/cronmesh/cronmesh/libs/authz"
 	"github.com/cronmesh/cronmesh/libs/clock"
 	"github.com/cronmesh/cronmesh/libs/config"
 	"github.com/cronmesh/cronmesh/libs/migrate"
@@ -253,7 +254,7 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger) (_ *App, err erro
 		return nil, err
 	}
 	a.server.UseMiddleware(keys.Middleware().Wrap)
-	path, handler := alertingv1connect.NewAlertServiceHandler(api.NewHandler(a.store, sender, a.evaluator.Invalidate, logger), a.server.HandlerOptions()...)
+	path, handler := alertingv1connect.NewAlertServiceHandler(api.NewHandler(a.store, sender, a.evaluator.Invalidate, logger), a.server.HandlerOptions(authz.NewInterceptor())...)
 	a.server.Handle(alertingv1connect.AlertServiceName, path, handler)
 	return a, nil
 }

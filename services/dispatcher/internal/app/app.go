@@ -17,6 +17,7 @@ import (
 
 	"github.com/cronmesh/cronmesh/gen/go/cronmesh/dispatcher/v1/dispatcherv1connect"
 	"github.com/cronmesh/cronmesh/libs/apikey"
+	"github.com/cronmesh/cronmesh/libs/authz"
 	"github.com/cronmesh/cronmesh/libs/broker"
 	"github.com/cronmesh/cronmesh/libs/clock"
 	"github.com/cronmesh/cronmesh/libs/config"
@@ -335,7 +336,7 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger, opts ...Option) (
 		return nil, err
 	}
 	a.server.UseMiddleware(keys.Middleware().Wrap)
-	path, h := dispatcherv1connect.NewDispatchServiceHandler(handler, a.server.HandlerOptions()...)
+	path, h := dispatcherv1connect.NewDispatchServiceHandler(handler, a.server.HandlerOptions(authz.NewInterceptor())...)
 	a.server.Handle(dispatcherv1connect.DispatchServiceName, path, h)
 	return a, nil
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/cronmesh/cronmesh/gen/go/cronmesh/history/v1/historyv1connect"
 	"github.com/cronmesh/cronmesh/libs/apikey"
+	"github.com/cronmesh/cronmesh/libs/authz"
 	"github.com/cronmesh/cronmesh/libs/clock"
 	"github.com/cronmesh/cronmesh/libs/config"
 	"github.com/cronmesh/cronmesh/libs/migrate"
@@ -205,7 +206,7 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger, opts ...Option) (
 		return nil, err
 	}
 	a.server.UseMiddleware(keys.Middleware().Wrap)
-	path, h := historyv1connect.NewHistoryServiceHandler(handler, a.server.HandlerOptions()...)
+	path, h := historyv1connect.NewHistoryServiceHandler(handler, a.server.HandlerOptions(authz.NewInterceptor())...)
 	a.server.Handle(historyv1connect.HistoryServiceName, path, h)
 	return a, nil
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1/registryv1connect"
 	"github.com/cronmesh/cronmesh/libs/apikey"
+	"github.com/cronmesh/cronmesh/libs/authz"
 	"github.com/cronmesh/cronmesh/libs/broker"
 	"github.com/cronmesh/cronmesh/libs/config"
 	"github.com/cronmesh/cronmesh/libs/migrate"
@@ -174,7 +175,7 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger) (_ *App, err erro
 		return nil, err
 	}
 	a.server.UseMiddleware(keys.Middleware().Wrap)
-	path, handler := registryv1connect.NewJobServiceHandler(api.NewHandler(st, logger), a.server.HandlerOptions()...)
+	path, handler := registryv1connect.NewJobServiceHandler(api.NewHandler(st, logger), a.server.HandlerOptions(authz.NewInterceptor())...)
 	a.server.Handle(registryv1connect.JobServiceName, path, handler)
 	return a, nil
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/cronmesh/cronmesh/gen/go/cronmesh/trigger/v1/triggerv1connect"
 	"github.com/cronmesh/cronmesh/libs/apikey"
+	"github.com/cronmesh/cronmesh/libs/authz"
 	"github.com/cronmesh/cronmesh/libs/broker"
 	"github.com/cronmesh/cronmesh/libs/clock"
 	"github.com/cronmesh/cronmesh/libs/config"
@@ -343,7 +344,7 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger) (_ *App, err erro
 		return nil, err
 	}
 	a.server.UseMiddleware(keys.Middleware().Wrap)
-	path, handler := triggerv1connect.NewTriggerServiceHandler(api.NewHandler(st, a.ring, logger), a.server.HandlerOptions()...)
+	path, handler := triggerv1connect.NewTriggerServiceHandler(api.NewHandler(st, a.ring, logger), a.server.HandlerOptions(authz.NewInterceptor())...)
 	a.server.Handle(triggerv1connect.TriggerServiceName, path, handler)
 	return a, nil
 }
