@@ -39,6 +39,9 @@ func TestParse(t *testing.T) {
 		"one key, two ns":    {"alpha=shared-key-0123456789", "beta=shared-key-0123456789"},
 		"empty namespace":    {"=alpha-key-0123456789"},
 		"namespace too long": {string(make([]byte, 64)) + "=alpha-key-0123456789"},
+		"unknown role":       {"alpha:owner=alpha-key-0123456789"},
+		"empty role":         {"alpha:=alpha-key-0123456789"},
+		"one key, two roles": {"alpha:viewer=shared-key-0123456789", "alpha:editor=shared-key-0123456789"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			_, err := apikey.Parse(entries)
@@ -94,4 +97,36 @@ func TestMiddleware(t *testing.T) {
 	ns, ok := apikey.NamespaceFrom(apikey.WithNamespace(context.Background(), "beta"))
 	require.True(t, ok)
 	require.Equal(t, "beta", ns)
+}
+
+// TestConfiguredRoles: "namespace:role=key" gives a configured key a role
+// below admin, which the middleware passes on in the principal.
+func TestConfiguredRoles(t *testing.T) {
+	t.Parallel()
+	keys, err := apikey.Parse([]string{
+		"alpha=admin-key-0123456789", "alpha:editor=editor-key-0123456789",
+		"alpha:viewer=viewer-key-0123456789", "alpha:admin=admin2-key-0123456789",
+	})
+	require.NoError(t, err)
+	var principal apikey.Principal
+	handler := keys.Middleware().Wrap(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
+		principal, _ = apikey.PrincipalFrom(r.Context())
+	}))
+	for key, want := range map[string]apikey.Role{
+		"admin-key-0123456789":  apikey.RoleAdmin,
+		"editor-key-0123456789": apikey.RoleEditor,
+		"viewer-key-0123456789": apikey.RoleViewer,
+		"admin2-key-0123456789": apikey.RoleAdmin,
+	} {
+		req := httptest.NewRequest(http.MethodPost, "/cronmesh.registry.v1.JobService/ListJobs", nil)
+		req.Header.Set("Authorization", "Bearer "+key)
+		handler.ServeHTTP(httptest.NewRecorder(), req)
+		require.Equal(t, apikey.Principal{Namespace: "alpha", KeyID: apikey.ConfiguredKeyID(key), Role: want}, principal, key)
+		ns, ok := keys.Namespace(key)
+		require.True(t, ok)
+		require.Equal(t, "alpha", ns)
+	}
+	p, ok := apikey.PrincipalFrom(apikey.WithPrincipal(context.Background(), apikey.Principal{Namespace: "beta", KeyID: "k", Role: apikey.RoleViewer}))
+	require.True(t, ok)
+	require.Equal(t, apikey.RoleViewer, p.Role)
 }
