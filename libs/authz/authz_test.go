@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/types/descriptorpb"
 
 	alertingv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/alerting/v1"
+	auditv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/audit/v1"
 	dispatcherv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/dispatcher/v1"
 	historyv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/history/v1"
 	registryv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1"
@@ -23,8 +24,10 @@ import (
 	"github.com/cronmesh/cronmesh/libs/authz"
 )
 
-// publicFiles are the files of the five public APIs.
+// publicFiles are the files of the five public APIs, and of the audit log
+// every service serves.
 var publicFiles = []protoreflect.FileDescriptor{
+	auditv1.File_cronmesh_audit_v1_audit_service_proto,
 	registryv1.File_cronmesh_registry_v1_job_service_proto,
 	triggerv1.File_cronmesh_trigger_v1_trigger_service_proto,
 	dispatcherv1.File_cronmesh_dispatcher_v1_dispatch_service_proto,
@@ -36,6 +39,8 @@ var publicFiles = []protoreflect.FileDescriptor{
 // may not call. Adding one is a decision, so it is spelled out here too.
 var adminOnly = map[protoreflect.FullName]bool{
 	"cronmesh.trigger.v1.TriggerService.GetRing": true,
+	// The audit log names the namespace's keys, which are admin business.
+	"cronmesh.audit.v1.AuditService.ListAuditEvents": true,
 }
 
 // TestEveryRPCStatesItsRole is what makes a forgotten role a test failure:

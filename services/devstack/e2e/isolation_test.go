@@ -3,6 +3,7 @@ package e2e_test
 import (
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -19,6 +20,8 @@ import (
 
 	alertingv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/alerting/v1"
 	"github.com/cronmesh/cronmesh/gen/go/cronmesh/alerting/v1/alertingv1connect"
+	auditv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/audit/v1"
+	"github.com/cronmesh/cronmesh/gen/go/cronmesh/audit/v1/auditv1connect"
 	dispatcherv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/dispatcher/v1"
 	"github.com/cronmesh/cronmesh/gen/go/cronmesh/dispatcher/v1/dispatcherv1connect"
 	historyv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/history/v1"
@@ -50,14 +53,16 @@ type tenantA struct {
 	incidentID, executionID  string
 	deadLetterID             string
 	jobDisplayName, ruleName string
+	keyID                    string // A's key's id, as audit records name it
 	// signingSecret is a well-formed secret for the channels B tries to
 	// write over A's.
 	signingSecret string
 }
 
-// ids are the strings that must never appear in an answer to tenant B.
+// ids are the strings that must never appear in an answer to tenant B:
+// A's objects, their names and A's key id.
 func (a *tenantA) ids() []string {
-	return []string{a.jobID, a.ruleID, a.channelID, a.incidentID, a.executionID, a.deadLetterID, a.jobDisplayName, a.ruleName}
+	return []string{a.jobID, a.ruleID, a.channelID, a.incidentID, a.executionID, a.deadLetterID, a.jobDisplayName, a.ruleName, a.keyID}
 }
 
 // unknown returns A's objects with every id replaced by one that exists
@@ -105,6 +110,7 @@ func isolationCases() map[protoreflect.FullName]matrixCase {
 		dispatcher = "cronmesh.dispatcher.v1.DispatchService."
 		history    = "cronmesh.history.v1.HistoryService."
 		alerting   = "cronmesh.alerting.v1.AlertService."
+		audit      = "cronmesh.audit.v1.AuditService."
 	)
 	viewer, editor, admin := apikey.RoleViewer, apikey.RoleEditor, apikey.RoleAdmin
 	return map[protoreflect.FullName]matrixCase{
@@ -202,8 +208,16 @@ func isolationCases() map[protoreflect.FullName]matrixCase {
 		alerting + "AcknowledgeIncident": {role: editor, foreign: func(a *tenantA) proto.Message {
 			return &alertingv1.AcknowledgeIncidentRequest{Id: a.incidentID}
 		}},
+
+		// Served by each of the five services, each listing its own records.
+		audit + "ListAuditEvents": {role: admin, answers: true, foreign: func(a *tenantA) proto.Message {
+			return &auditv1.ListAuditEventsRequest{KeyId: a.keyID}
+		}},
 	}
 }
+
+// auditService is the audit log's API, which every service serves.
+var auditService = auditv1.File_cronmesh_audit_v1_audit_service_proto.Services().Get(0)
 
 // publicServices are the five public APIs and where the mesh serves each.
 func publicServices(mesh *meshrun.Mesh) map[protoreflect.ServiceDescriptor]string {
@@ -255,7 +269,11 @@ func (r rpc) call(t *testing.T, key string, req proto.Message) (*dynamicpb.Messa
 //     that holds nothing of A; afterwards A's objects are as they were;
 //   - a viewer, an editor and an admin key each get PERMISSION_DENIED from
 //     exactly the RPCs above their role, through the services' real API key
-//     middleware and role interceptor.
+//     middleware and role interceptor;
+//   - each service's audit log holds its namespace's changes by key id, B's
+//     attempts on A's objects in B's log and not in A's.
+//
+// The AuditService, which every service serves, is walked on each of them.
 func TestIsolationMatrix(t *testing.T) {
 	mesh := meshtest.Start(t, bins, meshtest.Options{
 		APIKeys: map[string]string{
@@ -266,15 +284,19 @@ func TestIsolationMatrix(t *testing.T) {
 	})
 	cases := isolationCases()
 	var rpcs []rpc
+	walked := map[protoreflect.FullName]bool{}
 	for svc, url := range publicServices(mesh) {
-		for i := range svc.Methods().Len() {
-			md := svc.Methods().Get(i)
-			_, ok := cases[md.FullName()]
-			require.Truef(t, ok, "%s has no row in the isolation matrix: add one to isolationCases", md.FullName())
-			rpcs = append(rpcs, rpc{method: md, url: url})
+		for _, served := range []protoreflect.ServiceDescriptor{svc, auditService} {
+			for i := range served.Methods().Len() {
+				md := served.Methods().Get(i)
+				_, ok := cases[md.FullName()]
+				require.Truef(t, ok, "%s has no row in the isolation matrix: add one to isolationCases", md.FullName())
+				rpcs = append(rpcs, rpc{method: md, url: url})
+				walked[md.FullName()] = true
+			}
 		}
 	}
-	require.Len(t, rpcs, len(cases), "every row of the matrix is an RPC of the five services")
+	require.Len(t, walked, len(cases), "every row of the matrix is an RPC of the services")
 
 	a := seedTenantA(t, mesh)
 	t.Run("CrossNamespace", func(t *testing.T) {
@@ -315,6 +337,42 @@ func TestIsolationMatrix(t *testing.T) {
 		}
 		a.requireUntouched(t, mesh)
 	})
+	t.Run("AuditLog", func(t *testing.T) {
+		// Each service's log holds its own namespace's changes, by key; B's
+		// attempts on A's objects are in B's log, not A's.
+		ownLog := func(url, key string) []*auditv1.AuditEvent {
+			resp, err := auditv1connect.NewAuditServiceClient(http.DefaultClient, url, bearer(key)).
+				ListAuditEvents(t.Context(), connect.NewRequest(&auditv1.ListAuditEventsRequest{PageSize: 1000}))
+			require.NoError(t, err)
+			return resp.Msg.GetEvents()
+		}
+		find := func(events []*auditv1.AuditEvent, procedure, objectID string) *auditv1.AuditEvent {
+			for _, ev := range events {
+				if ev.GetProcedure() == procedure && slices.Contains(ev.GetObjectIds(), objectID) {
+					return ev
+				}
+			}
+			return nil
+		}
+		created := find(ownLog(mesh.Registry.URL, tenantAKey), registryv1connect.JobServiceCreateJobProcedure, a.jobID)
+		require.NotNil(t, created, "A's CreateJob is in the registry's log")
+		require.Equal(t, a.keyID, created.GetKeyId())
+		require.Equal(t, "ok", created.GetCode())
+		rule := find(ownLog(mesh.Alerting.URL, tenantAKey), alertingv1connect.AlertServiceCreateRuleProcedure, a.ruleID)
+		require.NotNil(t, rule, "A's CreateRule is in the alerting service's log")
+		require.Equal(t, a.keyID, rule.GetKeyId())
+
+		bLog := ownLog(mesh.Registry.URL, tenantBKey)
+		attempt := find(bLog, registryv1connect.JobServiceDeleteJobProcedure, a.jobID)
+		require.NotNil(t, attempt, "B's attempt to delete A's job is in B's log")
+		require.Equal(t, apikey.ConfiguredKeyID(tenantBKey), attempt.GetKeyId())
+		require.Equal(t, "not_found", attempt.GetCode())
+		require.Nil(t, find(ownLog(mesh.Registry.URL, tenantAKey), registryv1connect.JobServiceDeleteJobProcedure, a.jobID),
+			"B's attempt is not in A's log")
+		purge := find(ownLog(mesh.Dispatcher.URL, tenantBKey), dispatcherv1connect.DispatchServicePurgeDeadLetterProcedure, a.deadLetterID)
+		require.NotNil(t, purge, "the dispatcher keeps its own log")
+		require.Equal(t, "not_found", purge.GetCode())
+	})
 	t.Run("Roles", func(t *testing.T) {
 		keys := map[apikey.Role]string{apikey.RoleViewer: roleViewKey, apikey.RoleEditor: roleEditKey, apikey.RoleAdmin: roleAdminKey}
 		for _, r := range rpcs {
@@ -350,6 +408,7 @@ func seedTenantA(t *testing.T, mesh *meshrun.Mesh) *tenantA {
 	a := &tenantA{
 		label: fmt.Sprintf("m%d", time.Now().UnixNano()), requestID: fmt.Sprintf("matrix-%d", time.Now().UnixNano()),
 		jobDisplayName: "tenant A's secret job", ruleName: "tenant A's secret rule", signingSecret: newSigningSecret(t),
+		keyID: apikey.ConfiguredKeyID(tenantAKey),
 	}
 	hook := newRecorder(t, http.StatusNoContent)
 	channel, err := c.alerts.CreateChannel(ctx, connect.NewRequest(&alertingv1.CreateChannelRequest{Channel: &alertingv1.Channel{

@@ -18,6 +18,7 @@ import (
 
 	"github.com/cronmesh/cronmesh/gen/go/cronmesh/alerting/v1/alertingv1connect"
 	"github.com/cronmesh/cronmesh/libs/apikey"
+	"github.com/cronmesh/cronmesh/libs/audit"
 	"github.com/cronmesh/cronmesh/libs/authz"
 	"github.com/cronmesh/cronmesh/libs/clock"
 	"github.com/cronmesh/cronmesh/libs/config"
@@ -131,6 +132,7 @@ func applyMigrations(ctx context.Context, pool *pgxpool.Pool, schema string, log
 	if err != nil {
 		return err
 	}
+	migrations = append(migrations, audit.Migration())
 	applied, err := migrate.ApplyAll(ctx, pool, schema, migrations)
 	if err != nil {
 		return fmt.Errorf("migrate schema %s: %w", schema, err)
@@ -254,7 +256,9 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger) (_ *App, err erro
 		return nil, err
 	}
 	a.server.UseMiddleware(keys.Middleware().Wrap)
-	path, handler := alertingv1connect.NewAlertServiceHandler(api.NewHandler(a.store, sender, a.evaluator.Invalidate, logger), a.server.HandlerOptions(authz.NewInterceptor())...)
+	auditLog := audit.New(a.pool, logger)
+	auditLog.Mount(a.server)
+	path, handler := alertingv1connect.NewAlertServiceHandler(api.NewHandler(a.store, sender, a.evaluator.Invalidate, logger), a.server.HandlerOptions(auditLog.Interceptor(), authz.NewInterceptor())...)
 	a.server.Handle(alertingv1connect.AlertServiceName, path, handler)
 	return a, nil
 }

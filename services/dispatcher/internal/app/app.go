@@ -17,6 +17,7 @@ import (
 
 	"github.com/cronmesh/cronmesh/gen/go/cronmesh/dispatcher/v1/dispatcherv1connect"
 	"github.com/cronmesh/cronmesh/libs/apikey"
+	"github.com/cronmesh/cronmesh/libs/audit"
 	"github.com/cronmesh/cronmesh/libs/authz"
 	"github.com/cronmesh/cronmesh/libs/broker"
 	"github.com/cronmesh/cronmesh/libs/clock"
@@ -241,6 +242,7 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger, opts ...Option) (
 	if err != nil {
 		return nil, err
 	}
+	migrations = append(migrations, audit.Migration())
 	if _, err := migrate.ApplyAll(ctx, a.pool, cfg.Schema, migrations); err != nil {
 		return nil, fmt.Errorf("migrate schema %s: %w", cfg.Schema, err)
 	}
@@ -336,7 +338,9 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger, opts ...Option) (
 		return nil, err
 	}
 	a.server.UseMiddleware(keys.Middleware().Wrap)
-	path, h := dispatcherv1connect.NewDispatchServiceHandler(handler, a.server.HandlerOptions(authz.NewInterceptor())...)
+	auditLog := audit.New(a.pool, logger)
+	auditLog.Mount(a.server)
+	path, h := dispatcherv1connect.NewDispatchServiceHandler(handler, a.server.HandlerOptions(auditLog.Interceptor(), authz.NewInterceptor())...)
 	a.server.Handle(dispatcherv1connect.DispatchServiceName, path, h)
 	return a, nil
 }

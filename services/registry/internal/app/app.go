@@ -16,6 +16,7 @@ import (
 
 	"github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1/registryv1connect"
 	"github.com/cronmesh/cronmesh/libs/apikey"
+	"github.com/cronmesh/cronmesh/libs/audit"
 	"github.com/cronmesh/cronmesh/libs/authz"
 	"github.com/cronmesh/cronmesh/libs/broker"
 	"github.com/cronmesh/cronmesh/libs/config"
@@ -86,6 +87,7 @@ func applyMigrations(ctx context.Context, pool *pgxpool.Pool, schema string, log
 	if err != nil {
 		return err
 	}
+	migrations = append(migrations, audit.Migration())
 	applied, err := migrate.ApplyAll(ctx, pool, schema, migrations)
 	if err != nil {
 		return fmt.Errorf("migrate schema %s: %w", schema, err)
@@ -175,7 +177,9 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger) (_ *App, err erro
 		return nil, err
 	}
 	a.server.UseMiddleware(keys.Middleware().Wrap)
-	path, handler := registryv1connect.NewJobServiceHandler(api.NewHandler(st, logger), a.server.HandlerOptions(authz.NewInterceptor())...)
+	auditLog := audit.New(a.pool, logger)
+	auditLog.Mount(a.server)
+	path, handler := registryv1connect.NewJobServiceHandler(api.NewHandler(st, logger), a.server.HandlerOptions(auditLog.Interceptor(), authz.NewInterceptor())...)
 	a.server.Handle(registryv1connect.JobServiceName, path, handler)
 	return a, nil
 }

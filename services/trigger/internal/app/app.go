@@ -17,6 +17,7 @@ import (
 
 	"github.com/cronmesh/cronmesh/gen/go/cronmesh/trigger/v1/triggerv1connect"
 	"github.com/cronmesh/cronmesh/libs/apikey"
+	"github.com/cronmesh/cronmesh/libs/audit"
 	"github.com/cronmesh/cronmesh/libs/authz"
 	"github.com/cronmesh/cronmesh/libs/broker"
 	"github.com/cronmesh/cronmesh/libs/clock"
@@ -199,6 +200,7 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger) (_ *App, err erro
 	if err != nil {
 		return nil, err
 	}
+	migrations = append(migrations, audit.Migration())
 	if _, err := migrate.ApplyAll(ctx, a.pool, cfg.Schema, migrations); err != nil {
 		return nil, fmt.Errorf("migrate schema %s: %w", cfg.Schema, err)
 	}
@@ -344,7 +346,9 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger) (_ *App, err erro
 		return nil, err
 	}
 	a.server.UseMiddleware(keys.Middleware().Wrap)
-	path, handler := triggerv1connect.NewTriggerServiceHandler(api.NewHandler(st, a.ring, logger), a.server.HandlerOptions(authz.NewInterceptor())...)
+	auditLog := audit.New(a.pool, logger)
+	auditLog.Mount(a.server)
+	path, handler := triggerv1connect.NewTriggerServiceHandler(api.NewHandler(st, a.ring, logger), a.server.HandlerOptions(auditLog.Interceptor(), authz.NewInterceptor())...)
 	a.server.Handle(triggerv1connect.TriggerServiceName, path, handler)
 	return a, nil
 }
