@@ -83,6 +83,7 @@ func tree() *command {
 		deadLettersCommand(),
 		historyCommand(),
 		alertsCommand(),
+		auditCommand(),
 		{name: "ring", summary: "the trigger tier's hash ring", subs: []*command{
 			{name: "status", summary: "members and partition owners", setup: ringStatusSetup},
 		}},
