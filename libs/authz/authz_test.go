@@ -4,6 +4,9 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -73,6 +76,30 @@ func TestEveryRPCStatesItsRole(t *testing.T) {
 		}
 	}
 	require.Greater(t, seen, 30, "the five services' RPCs were walked")
+}
+
+// TestEveryServiceIsChecked: every service declared under proto/ is among
+// publicFiles, so a new service's RPCs are checked too.
+func TestEveryServiceIsChecked(t *testing.T) {
+	t.Parallel()
+	checked := map[string]bool{}
+	for _, file := range publicFiles {
+		for i := range file.Services().Len() {
+			checked[string(file.Services().Get(i).FullName())] = true
+		}
+	}
+	files, err := filepath.Glob("../../proto/cronmesh/*/*/*.proto")
+	require.NoError(t, err)
+	require.NotEmpty(t, files)
+	pkg, service := regexp.MustCompile(`(?m)^package ([\w.]+);`), regexp.MustCompile(`(?m)^service (\w+) \{`)
+	for _, file := range files {
+		src, err := os.ReadFile(file)
+		require.NoError(t, err)
+		for _, m := range service.FindAllStringSubmatch(string(src), -1) {
+			name := pkg.FindStringSubmatch(string(src))[1] + "." + m[1]
+			require.Truef(t, checked[name], "%s (%s): add its file to publicFiles", name, file)
+		}
+	}
 }
 
 func TestAllows(t *testing.T) {

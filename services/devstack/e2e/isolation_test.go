@@ -3,6 +3,9 @@ package e2e_test
 import (
 	"fmt"
 	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -220,14 +223,40 @@ func isolationCases() map[protoreflect.FullName]matrixCase {
 var auditService = auditv1.File_cronmesh_audit_v1_audit_service_proto.Services().Get(0)
 
 // publicServices are the five public APIs and where the mesh serves each.
-func publicServices(mesh *meshrun.Mesh) map[protoreflect.ServiceDescriptor]string {
-	return map[protoreflect.ServiceDescriptor]string{
-		registryv1.File_cronmesh_registry_v1_job_service_proto.Services().Get(0):          mesh.Registry.URL,
-		triggerv1.File_cronmesh_trigger_v1_trigger_service_proto.Services().Get(0):        mesh.Triggers[0].URL,
-		dispatcherv1.File_cronmesh_dispatcher_v1_dispatch_service_proto.Services().Get(0): mesh.Dispatcher.URL,
-		historyv1.File_cronmesh_history_v1_history_service_proto.Services().Get(0):        mesh.History.URL,
-		alertingv1.File_cronmesh_alerting_v1_alert_service_proto.Services().Get(0):        mesh.Alerting.URL,
+var publicServices = []struct {
+	desc protoreflect.ServiceDescriptor
+	url  func(*meshrun.Mesh) string
+}{
+	{registryv1.File_cronmesh_registry_v1_job_service_proto.Services().Get(0), func(m *meshrun.Mesh) string { return m.Registry.URL }},
+	{triggerv1.File_cronmesh_trigger_v1_trigger_service_proto.Services().Get(0), func(m *meshrun.Mesh) string { return m.Triggers[0].URL }},
+	{dispatcherv1.File_cronmesh_dispatcher_v1_dispatch_service_proto.Services().Get(0), func(m *meshrun.Mesh) string { return m.Dispatcher.URL }},
+	{historyv1.File_cronmesh_history_v1_history_service_proto.Services().Get(0), func(m *meshrun.Mesh) string { return m.History.URL }},
+	{alertingv1.File_cronmesh_alerting_v1_alert_service_proto.Services().Get(0), func(m *meshrun.Mesh) string { return m.Alerting.URL }},
+}
+
+// TestMatrixCoversEveryService: every service declared under proto/ is one
+// the matrix walks, so a new service cannot escape it either.
+func TestMatrixCoversEveryService(t *testing.T) {
+	t.Parallel()
+	walked := map[string]bool{string(auditService.FullName()): true}
+	for _, svc := range publicServices {
+		walked[string(svc.desc.FullName())] = true
 	}
+	files, err := filepath.Glob("../../../proto/cronmesh/*/*/*.proto")
+	require.NoError(t, err)
+	require.NotEmpty(t, files)
+	pkg, service := regexp.MustCompile(`(?m)^package ([\w.]+);`), regexp.MustCompile(`(?m)^service (\w+) \{`)
+	declared := 0
+	for _, file := range files {
+		src, err := os.ReadFile(file)
+		require.NoError(t, err)
+		for _, m := range service.FindAllStringSubmatch(string(src), -1) {
+			declared++
+			name := pkg.FindStringSubmatch(string(src))[1] + "." + m[1]
+			require.Truef(t, walked[name], "%s (%s) is not walked by the isolation matrix: add it to publicServices", name, file)
+		}
+	}
+	require.Equal(t, len(walked), declared, "the matrix walks only declared services")
 }
 
 // rpc is one RPC of the mesh, callable with any request message.
@@ -285,8 +314,9 @@ func TestIsolationMatrix(t *testing.T) {
 	cases := isolationCases()
 	var rpcs []rpc
 	walked := map[protoreflect.FullName]bool{}
-	for svc, url := range publicServices(mesh) {
-		for _, served := range []protoreflect.ServiceDescriptor{svc, auditService} {
+	for _, svc := range publicServices {
+		url := svc.url(mesh)
+		for _, served := range []protoreflect.ServiceDescriptor{svc.desc, auditService} {
 			for i := range served.Methods().Len() {
 				md := served.Methods().Get(i)
 				_, ok := cases[md.FullName()]
