@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"connectrpc.com/connect"
@@ -33,6 +34,11 @@ const (
 	writeTimeout = 5 * time.Second
 	// maxObjectIDs caps the ids one record keeps (a batch of 1,000 jobs).
 	maxObjectIDs = 1000
+	// DefaultRetention is how long records are kept when Options leave it 0.
+	DefaultRetention = 90 * 24 * time.Hour
+	// pruneEvery is how often a process deletes the records past the
+	// retention: lazily, after the first record written once it is due.
+	pruneEvery = time.Hour
 	// Page sizes of ListAuditEvents.
 	defaultPageSize = 100
 	maxPageSize     = 1000
@@ -53,7 +59,21 @@ CREATE TABLE audit_events (
 );
 -- ListAuditEvents: a namespace's records, newest first (ids are UUIDv7).
 CREATE INDEX audit_events_namespace_id ON audit_events (namespace, id DESC);
+-- The retention's DELETE.
+CREATE INDEX audit_events_occur_time ON audit_events (occur_time);
 `)
+}
+
+// Options configure a Log.
+type Options struct {
+	// Pool is the service's database, with Migration applied; required.
+	Pool *pgxpool.Pool
+	// Logger receives records that could not be written; nil discards.
+	Logger *slog.Logger
+	// Retention is how long records are kept; 0 means DefaultRetention.
+	Retention time.Duration
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
 }
 
 // Log is a service's audit log in its database. It is both the interceptor
@@ -61,15 +81,27 @@ CREATE INDEX audit_events_namespace_id ON audit_events (namespace, id DESC);
 type Log struct {
 	auditv1connect.UnimplementedAuditServiceHandler
 
-	pool   *pgxpool.Pool
-	logger *slog.Logger
-	now    func() time.Time
+	pool      *pgxpool.Pool
+	logger    *slog.Logger
+	retention time.Duration
+	now       func() time.Time
+	// nextPrune is when the records past the retention are next deleted
+	// (Unix nanoseconds); 0 means at the first record.
+	nextPrune atomic.Int64
 }
 
-// New returns the audit log kept in pool's schema (where Migration was
-// applied). A nil logger discards.
-func New(pool *pgxpool.Pool, logger *slog.Logger) *Log {
-	return &Log{pool: pool, logger: cmp.Or(logger, slog.New(slog.DiscardHandler)), now: time.Now}
+// New returns the audit log kept in opts.Pool's schema.
+func New(opts Options) *Log {
+	l := &Log{
+		pool:      opts.Pool,
+		logger:    cmp.Or(opts.Logger, slog.New(slog.DiscardHandler)),
+		retention: cmp.Or(opts.Retention, DefaultRetention),
+		now:       opts.Now,
+	}
+	if l.now == nil {
+		l.now = time.Now
+	}
+	return l
 }
 
 // Interceptor returns the Connect handler interceptor that records every
@@ -141,6 +173,21 @@ func (l *Log) record(ctx context.Context, procedure string, ids []string, callEr
 		l.logger.ErrorContext(ctx, "audit record not written", slog.Any("error", err),
 			slog.String("namespace", p.Namespace), slog.String("key_id", p.KeyID), slog.String("procedure", procedure),
 			slog.Any("object_ids", ids), slog.String("code", code), slog.Time("time", at))
+	}
+	l.pruneIfDue(ctx, at)
+}
+
+// pruneIfDue deletes the records older than the retention, at most once
+// per pruneEvery per process. Every replica prunes; the DELETEs of two at
+// once are harmless. Doing it after a write rather than on a timer keeps
+// the log free of a lifecycle of its own.
+func (l *Log) pruneIfDue(ctx context.Context, now time.Time) {
+	due := l.nextPrune.Load()
+	if now.UnixNano() < due || !l.nextPrune.CompareAndSwap(due, now.Add(pruneEvery).UnixNano()) {
+		return
+	}
+	if _, err := l.pool.Exec(ctx, `DELETE FROM audit_events WHERE occur_time < $1`, now.Add(-l.retention)); err != nil {
+		l.logger.WarnContext(ctx, "deleting audit records past the retention", slog.Any("error", err))
 	}
 }
 

@@ -4,7 +4,9 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"connectrpc.com/authn"
 	"connectrpc.com/connect"
@@ -59,12 +61,13 @@ type clients struct {
 
 // serve mounts a JobService and the AuditService behind a stand-in for the
 // API key middleware, with the interceptors in the order the services use.
-func serve(t *testing.T) clients {
+func serve(t *testing.T, opts audit.Options) clients {
 	t.Helper()
 	pool, schema := pgtest.New(t)
 	_, err := migrate.ApplyAll(t.Context(), pool, schema, []migrate.Migration{audit.Migration()})
 	require.NoError(t, err)
-	log := audit.New(pool, nil)
+	opts.Pool = pool
+	log := audit.New(opts)
 	mux := http.NewServeMux()
 	mux.Handle(registryv1connect.NewJobServiceHandler(jobs{}, connect.WithInterceptors(log.Interceptor(), authz.NewInterceptor())))
 	mux.Handle(auditv1connect.NewAuditServiceHandler(log, connect.WithInterceptors(log.Interceptor(), authz.NewInterceptor())))
@@ -105,7 +108,7 @@ func list(t *testing.T, c auditv1connect.AuditServiceClient, req *auditv1.ListAu
 
 func TestEveryChangeIsRecordedReadsAreNot(t *testing.T) {
 	t.Parallel()
-	c := serve(t)
+	c := serve(t, audit.Options{})
 	ctx := t.Context()
 	editor := c.jobs("alpha-editor")
 	_, err := editor.CreateJob(ctx, connect.NewRequest(&registryv1.CreateJobRequest{RequestId: "req-1", Job: &registryv1.Job{DisplayName: "x"}}))
@@ -150,7 +153,7 @@ func TestEveryChangeIsRecordedReadsAreNot(t *testing.T) {
 
 func TestListingNeedsAdminAndPages(t *testing.T) {
 	t.Parallel()
-	c := serve(t)
+	c := serve(t, audit.Options{})
 	ctx := t.Context()
 	for range 5 {
 		_, err := c.jobs("alpha-editor").CreateJob(ctx, connect.NewRequest(&registryv1.CreateJobRequest{Job: &registryv1.Job{DisplayName: "x"}}))
@@ -181,4 +184,39 @@ func TestListingNeedsAdminAndPages(t *testing.T) {
 	require.Equal(t, connect.CodeInvalidArgument, connect.CodeOf(err))
 	_, err = c.audit("alpha-admin").ListAuditEvents(ctx, connect.NewRequest(&auditv1.ListAuditEventsRequest{PageSize: 1001}))
 	require.Equal(t, connect.CodeInvalidArgument, connect.CodeOf(err))
+}
+
+// TestRecordsPastTheRetentionGo: the first record an hour or more after
+// the last pruning deletes the records older than the retention.
+func TestRecordsPastTheRetentionGo(t *testing.T) {
+	t.Parallel()
+	var now atomic.Pointer[time.Time]
+	set := func(at time.Time) { now.Store(&at) }
+	start := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	set(start)
+	c := serve(t, audit.Options{Retention: 24 * time.Hour, Now: func() time.Time { return *now.Load() }})
+	create := func() {
+		_, err := c.jobs("alpha-editor").CreateJob(t.Context(), connect.NewRequest(&registryv1.CreateJobRequest{Job: &registryv1.Job{DisplayName: "x"}}))
+		require.NoError(t, err)
+	}
+	times := func() []time.Time {
+		var got []time.Time
+		for _, ev := range list(t, c.audit("alpha-admin"), &auditv1.ListAuditEventsRequest{}) {
+			got = append(got, ev.GetTime().AsTime())
+		}
+		return got
+	}
+	at := func(d time.Duration) time.Time { return start.Add(d) }
+	create() // prunes nothing; the next pruning is due an hour later
+	set(at(30 * time.Minute))
+	create()
+	set(at(24*time.Hour + 15*time.Minute))
+	create() // due: the first record is past the retention
+	require.Equal(t, []time.Time{at(24*time.Hour + 15*time.Minute), at(30 * time.Minute)}, times())
+	set(at(24*time.Hour + 45*time.Minute))
+	create() // the second is past the retention too, but no pruning is due
+	require.Len(t, times(), 3)
+	set(at(25*time.Hour + 15*time.Minute))
+	create()
+	require.Equal(t, []time.Time{at(25*time.Hour + 15*time.Minute), at(24*time.Hour + 45*time.Minute), at(24*time.Hour + 15*time.Minute)}, times())
 }

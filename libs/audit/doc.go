@@ -11,4 +11,8 @@
 // The price: a process that dies between a change's commit and its record
 // loses that record, and a record that cannot be written (the database
 // down) is logged at error level, with every field, instead.
+//
+// Records older than the retention (Options.Retention, 90 days by default)
+// are deleted by the first record written an hour or more after the last
+// deletion, so the log needs no lifecycle of its own.
 package audit

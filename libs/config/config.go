@@ -22,6 +22,8 @@ const (
 	DefaultLogLevel = "info"
 	// DefaultShutdownTimeout bounds graceful shutdown when none is given.
 	DefaultShutdownTimeout = 15 * time.Second
+	// DefaultAuditRetention is how long audit records are kept: 90 days.
+	DefaultAuditRetention = 90 * 24 * time.Hour
 )
 
 // EnvPrefix is prepended to the upper-cased flag name to form the name of the
@@ -52,6 +54,9 @@ type Common struct {
 	// Pprof serves net/http/pprof under /debug/pprof/ (--pprof,
 	// CRONMESH_PPROF). Off by default.
 	Pprof bool
+	// AuditRetention is how long the service keeps its audit log's records
+	// (--audit-retention, CRONMESH_AUDIT_RETENTION; libs/audit).
+	AuditRetention time.Duration
 }
 
 // Register adds the common flags to fs, with defaultListen as the default of
@@ -69,6 +74,7 @@ func (c *Common) Register(fs *flag.FlagSet, defaultListen string) {
 	fs.Var((*logLevel)(&c.LogLevel), "log-level", "log level: debug, info, warn or error")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", DefaultShutdownTimeout, "graceful shutdown timeout")
 	fs.BoolVar(&c.Pprof, "pprof", false, "serve net/http/pprof under /debug/pprof/ (for profiling; off in production)")
+	fs.DurationVar(&c.AuditRetention, "audit-retention", DefaultAuditRetention, "how long the audit log of the calls that changed state is kept")
 }
 
 // EnvName returns the environment variable that backs the flag named name:

@@ -51,6 +51,7 @@ func TestParse(t *testing.T) {
 					EtcdEndpoints:   []string{"127.0.0.1:2379"},
 					LogLevel:        "info",
 					ShutdownTimeout: 15 * time.Second,
+					AuditRetention:  90 * 24 * time.Hour,
 				}, *c)
 				require.Empty(t, keys)
 				require.Equal(t, 4, workers)

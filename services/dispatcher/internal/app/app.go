@@ -338,7 +338,7 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger, opts ...Option) (
 		return nil, err
 	}
 	a.server.UseMiddleware(keys.Middleware().Wrap)
-	auditLog := audit.New(a.pool, logger)
+	auditLog := audit.New(audit.Options{Pool: a.pool, Logger: logger, Retention: cfg.AuditRetention})
 	auditLog.Mount(a.server)
 	path, h := dispatcherv1connect.NewDispatchServiceHandler(handler, a.server.HandlerOptions(auditLog.Interceptor(), authz.NewInterceptor())...)
 	a.server.Handle(dispatcherv1connect.DispatchServiceName, path, h)

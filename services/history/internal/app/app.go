@@ -208,7 +208,7 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger, opts ...Option) (
 		return nil, err
 	}
 	a.server.UseMiddleware(keys.Middleware().Wrap)
-	auditLog := audit.New(a.pool, logger)
+	auditLog := audit.New(audit.Options{Pool: a.pool, Logger: logger, Retention: cfg.AuditRetention})
 	auditLog.Mount(a.server)
 	path, h := historyv1connect.NewHistoryServiceHandler(handler, a.server.HandlerOptions(auditLog.Interceptor(), authz.NewInterceptor())...)
 	a.server.Handle(historyv1connect.HistoryServiceName, path, h)
