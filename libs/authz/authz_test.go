@@ -137,11 +137,21 @@ func (ring) BackfillJob(context.Context, *connect.Request[triggerv1.BackfillJobR
 // API key middleware, which is what sets the principal in the services.
 const roleHeader = "Test-Role"
 
-func serve(t *testing.T) triggerv1connect.TriggerServiceClient {
+func serve(t *testing.T, opts ...connect.ClientOption) triggerv1connect.TriggerServiceClient {
+	t.Helper()
+	return serveRecording(t, nil, append([]connect.ClientOption{connect.WithGRPC()}, opts...)...)
+}
+
+// serveRecording serves the ring behind the interceptor, noting each HTTP
+// method in methods when it is not nil.
+func serveRecording(t *testing.T, methods *[]string, opts ...connect.ClientOption) triggerv1connect.TriggerServiceClient {
 	t.Helper()
 	path, handler := triggerv1connect.NewTriggerServiceHandler(ring{}, connect.WithInterceptors(authz.NewInterceptor()))
 	mux := http.NewServeMux()
 	mux.Handle(path, authn.NewMiddleware(func(_ context.Context, r *http.Request) (any, error) {
+		if methods != nil {
+			*methods = append(*methods, r.Method)
+		}
 		role := r.Header.Get(roleHeader)
 		if role == "" {
 			return nil, nil // no principal: the interceptor must refuse
@@ -152,7 +162,20 @@ func serve(t *testing.T) triggerv1connect.TriggerServiceClient {
 	srv.EnableHTTP2 = true
 	srv.StartTLS()
 	t.Cleanup(srv.Close)
-	return triggerv1connect.NewTriggerServiceClient(srv.Client(), srv.URL, connect.WithGRPC())
+	return triggerv1connect.NewTriggerServiceClient(srv.Client(), srv.URL, opts...)
+}
+
+// TestReadsOverGET: reads are NO_SIDE_EFFECTS, so Connect clients may send
+// them as HTTP GET; the role check applies to them the same.
+func TestReadsOverGET(t *testing.T) {
+	t.Parallel()
+	var methods []string
+	client := serveRecording(t, &methods, connect.WithHTTPGet())
+	require.NoError(t, call(t.Context(), client, "viewer", "ListSlots"))
+	err := call(t.Context(), client, "editor", "GetRing")
+	require.Equal(t, connect.CodePermissionDenied, connect.CodeOf(err), "%v", err)
+	require.NoError(t, call(t.Context(), client, "admin", "GetRing"))
+	require.Equal(t, []string{http.MethodGet, http.MethodGet, http.MethodGet}, methods)
 }
 
 func call(ctx context.Context, client triggerv1connect.TriggerServiceClient, role string, rpc string) error {
