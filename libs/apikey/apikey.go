@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
-	"net/http"
 	"regexp"
 	"strings"
 
@@ -19,20 +18,37 @@ var namespacePattern = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`
 // minKeyLength keeps out keys short enough to guess.
 const minKeyLength = 16
 
-// Keys maps the SHA-256 digest of each accepted key to its namespace.
+// Keys maps the SHA-256 digest of each accepted key to its namespace and
+// role.
 type Keys struct {
-	byDigest map[[sha256.Size]byte]string
+	byDigest map[[sha256.Size]byte]grant
+}
+
+// grant is what a configured key is allowed.
+type grant struct {
+	namespace string
+	role      Role
 }
 
 // Parse builds Keys from entries of the form "namespace=key" or
-// "namespace=sha256:<64 hex digits>". Several keys may share a namespace;
-// one key may not map to two namespaces. Errors never contain the key.
+// "namespace=sha256:<64 hex digits>", which make the key its namespace's
+// admin, or "namespace:role=..." with role admin, editor or viewer. Several
+// keys may share a namespace; one key may not map to two namespaces or two
+// roles. Errors never contain the key.
 func Parse(entries []string) (*Keys, error) {
-	keys := &Keys{byDigest: make(map[[sha256.Size]byte]string, len(entries))}
+	keys := &Keys{byDigest: make(map[[sha256.Size]byte]grant, len(entries))}
 	for i, entry := range entries {
-		namespace, secret, ok := strings.Cut(strings.TrimSpace(entry), "=")
+		who, secret, ok := strings.Cut(strings.TrimSpace(entry), "=")
 		if !ok {
 			return nil, fmt.Errorf("api key %d: want namespace=key", i+1)
+		}
+		namespace, roleName, hasRole := strings.Cut(who, ":")
+		role := RoleAdmin
+		if hasRole {
+			role = Role(roleName)
+			if role != RoleAdmin && role != RoleEditor && role != RoleViewer {
+				return nil, fmt.Errorf("api key %d: role %q must be admin, editor or viewer", i+1, roleName)
+			}
 		}
 		if !namespacePattern.MatchString(namespace) {
 			return nil, fmt.Errorf("api key %d: namespace %q must be 1-63 characters of [a-z0-9-]", i+1, namespace)
@@ -50,10 +66,12 @@ func Parse(entries []string) (*Keys, error) {
 			}
 			digest = sha256.Sum256([]byte(secret))
 		}
-		if other, dup := keys.byDigest[digest]; dup && other != namespace {
-			return nil, fmt.Errorf("api key %d: the same key is configured for namespaces %q and %q", i+1, other, namespace)
+		if other, dup := keys.byDigest[digest]; dup && other.namespace != namespace {
+			return nil, fmt.Errorf("api key %d: the same key is configured for namespaces %q and %q", i+1, other.namespace, namespace)
+		} else if dup && other.role != role {
+			return nil, fmt.Errorf("api key %d: the same key is configured as %s and %s of %q", i+1, other.role, role, namespace)
 		}
-		keys.byDigest[digest] = namespace
+		keys.byDigest[digest] = grant{namespace: namespace, role: role}
 	}
 	return keys, nil
 }
@@ -61,29 +79,16 @@ func Parse(entries []string) (*Keys, error) {
 // Len is the number of distinct keys.
 func (k *Keys) Len() int { return len(k.byDigest) }
 
-// Namespace returns the namespace of key. Looking up a digest rather than
-// comparing keys keeps the time taken independent of how much of a wrong key
-// matches a right one.
-func (k *Keys) Namespace(key string) (string, bool) {
-	ns, ok := k.byDigest[sha256.Sum256([]byte(key))]
-	return ns, ok
-}
-
-// Middleware returns HTTP middleware that rejects requests without a valid
-// "Authorization: Bearer <key>" header with the Connect/gRPC code
-// Unauthenticated, and records the key's namespace for NamespaceFrom.
-func (k *Keys) Middleware() *authn.Middleware {
-	return authn.NewMiddleware(func(_ context.Context, req *http.Request) (any, error) {
-		key, ok := authn.BearerToken(req)
-		if !ok {
-			return nil, authn.Errorf("missing bearer API key")
-		}
-		ns, ok := k.Namespace(key)
-		if !ok {
-			return nil, authn.Errorf("invalid API key")
-		}
-		return Principal{Namespace: ns, KeyID: ConfiguredKeyID(key), Role: RoleAdmin}, nil
-	})
+// Principal returns who key is: its namespace, its id and its role. Looking
+// up a digest rather than comparing keys keeps the time taken independent
+// of how much of a wrong key matches a right one. The authentication
+// middleware of every service is keyring's, which asks this first.
+func (k *Keys) Principal(key string) (Principal, bool) {
+	g, ok := k.byDigest[sha256.Sum256([]byte(key))]
+	if !ok {
+		return Principal{}, false
+	}
+	return Principal{Namespace: g.namespace, KeyID: ConfiguredKeyID(key), Role: g.role}, true
 }
 
 // Role is what a key may do in its namespace.
@@ -139,5 +144,11 @@ func NamespaceFrom(ctx context.Context) (string, bool) {
 // WithNamespace returns a context that NamespaceFrom reads as authenticated
 // for namespace; for tests and in-process callers that bypass HTTP.
 func WithNamespace(ctx context.Context, namespace string) context.Context {
-	return authn.SetInfo(ctx, Principal{Namespace: namespace, KeyID: "test", Role: RoleAdmin})
+	return WithPrincipal(ctx, Principal{Namespace: namespace, KeyID: "test", Role: RoleAdmin})
+}
+
+// WithPrincipal returns a context that PrincipalFrom reads as the
+// authenticated caller p; for tests and in-process callers that bypass HTTP.
+func WithPrincipal(ctx context.Context, p Principal) context.Context {
+	return authn.SetInfo(ctx, p)
 }

@@ -4,8 +4,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"net/http"
-	"net/http/httptest"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -24,11 +22,11 @@ func TestParse(t *testing.T) {
 		"hashed-key-0123456789": "beta",
 		"second-alpha-key-0123": "alpha",
 	} {
-		ns, ok := keys.Namespace(key)
+		p, ok := keys.Principal(key)
 		require.True(t, ok, key)
-		require.Equal(t, want, ns)
+		require.Equal(t, want, p.Namespace)
 	}
-	_, ok := keys.Namespace("alpha-key-012345678")
+	_, ok := keys.Principal("alpha-key-012345678")
 	require.False(t, ok, "a prefix of a key is not a key")
 
 	for name, entries := range map[string][]string{
@@ -39,6 +37,9 @@ func TestParse(t *testing.T) {
 		"one key, two ns":    {"alpha=shared-key-0123456789", "beta=shared-key-0123456789"},
 		"empty namespace":    {"=alpha-key-0123456789"},
 		"namespace too long": {string(make([]byte, 64)) + "=alpha-key-0123456789"},
+		"unknown role":       {"alpha:owner=alpha-key-0123456789"},
+		"empty role":         {"alpha:=alpha-key-0123456789"},
+		"one key, two roles": {"alpha:viewer=shared-key-0123456789", "alpha:editor=shared-key-0123456789"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			_, err := apikey.Parse(entries)
@@ -48,50 +49,48 @@ func TestParse(t *testing.T) {
 	}
 }
 
-func TestMiddleware(t *testing.T) {
+func TestPrincipal(t *testing.T) {
 	t.Parallel()
 	keys, err := apikey.Parse([]string{"alpha=alpha-key-0123456789"})
 	require.NoError(t, err)
-	var seen string
-	var principal apikey.Principal
-	handler := keys.Middleware().Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		ns, ok := apikey.NamespaceFrom(r.Context())
-		require.True(t, ok)
-		seen = ns
-		principal, _ = apikey.PrincipalFrom(r.Context())
-	}))
-	for _, tc := range []struct {
-		name, header string
-		status       int
-	}{
-		{"valid", "Bearer alpha-key-0123456789", http.StatusOK},
-		{"missing", "", http.StatusUnauthorized},
-		{"wrong", "Bearer alpha-key-9876543210", http.StatusUnauthorized},
-		{"not bearer", "Basic YWxwaGE6eA==", http.StatusUnauthorized},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			seen = ""
-			req := httptest.NewRequest(http.MethodPost, "/cronmesh.registry.v1.JobService/ListJobs", nil)
-			req.Header.Set("Content-Type", "application/json")
-			if tc.header != "" {
-				req.Header.Set("Authorization", tc.header)
-			}
-			rec := httptest.NewRecorder()
-			handler.ServeHTTP(rec, req)
-			require.Equal(t, tc.status, rec.Code)
-			if tc.status == http.StatusOK {
-				require.Equal(t, "alpha", seen)
-				require.Equal(t, apikey.Principal{
-					Namespace: "alpha", KeyID: apikey.ConfiguredKeyID("alpha-key-0123456789"), Role: apikey.RoleAdmin,
-				}, principal, "a configured key is its namespace's bootstrap admin")
-				require.Regexp(t, `^cfg-[0-9a-f]{12}$`, principal.KeyID)
-				require.NotEqual(t, apikey.ConfiguredKeyID("alpha-key-9876543210"), principal.KeyID)
-			}
-		})
+	p, ok := keys.Principal("alpha-key-0123456789")
+	require.True(t, ok)
+	require.Equal(t, apikey.Principal{
+		Namespace: "alpha", KeyID: apikey.ConfiguredKeyID("alpha-key-0123456789"), Role: apikey.RoleAdmin,
+	}, p, "a configured key is its namespace's bootstrap admin")
+	require.Regexp(t, `^cfg-[0-9a-f]{12}$`, p.KeyID)
+	require.NotEqual(t, apikey.ConfiguredKeyID("alpha-key-9876543210"), p.KeyID)
+	for _, wrong := range []string{"alpha-key-9876543210", "", "alpha-key-012345678"} {
+		_, ok := keys.Principal(wrong)
+		require.False(t, ok, wrong)
 	}
-	_, ok := apikey.NamespaceFrom(context.Background())
+	_, ok = apikey.NamespaceFrom(context.Background())
 	require.False(t, ok)
 	ns, ok := apikey.NamespaceFrom(apikey.WithNamespace(context.Background(), "beta"))
 	require.True(t, ok)
 	require.Equal(t, "beta", ns)
+}
+
+// TestConfiguredRoles: "namespace:role=key" gives a configured key a role
+// below admin, which its principal carries.
+func TestConfiguredRoles(t *testing.T) {
+	t.Parallel()
+	keys, err := apikey.Parse([]string{
+		"alpha=admin-key-0123456789", "alpha:editor=editor-key-0123456789",
+		"alpha:viewer=viewer-key-0123456789", "alpha:admin=admin2-key-0123456789",
+	})
+	require.NoError(t, err)
+	for key, want := range map[string]apikey.Role{
+		"admin-key-0123456789":  apikey.RoleAdmin,
+		"editor-key-0123456789": apikey.RoleEditor,
+		"viewer-key-0123456789": apikey.RoleViewer,
+		"admin2-key-0123456789": apikey.RoleAdmin,
+	} {
+		principal, ok := keys.Principal(key)
+		require.True(t, ok)
+		require.Equal(t, apikey.Principal{Namespace: "alpha", KeyID: apikey.ConfiguredKeyID(key), Role: want}, principal, key)
+	}
+	p, ok := apikey.PrincipalFrom(apikey.WithPrincipal(context.Background(), apikey.Principal{Namespace: "beta", KeyID: "k", Role: apikey.RoleViewer}))
+	require.True(t, ok)
+	require.Equal(t, apikey.RoleViewer, p.Role)
 }

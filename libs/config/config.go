@@ -27,6 +27,8 @@ const (
 	DefaultLogLevel = "info"
 	// DefaultShutdownTimeout bounds graceful shutdown when none is given.
 	DefaultShutdownTimeout = 15 * time.Second
+	// DefaultAuditRetention is how long audit records are kept: 90 days.
+	DefaultAuditRetention = 90 * 24 * time.Hour
 )
 
 // EnvPrefix is prepended to the upper-cased flag name to form the name of the
@@ -81,6 +83,9 @@ type Common struct {
 	// those of package server; a MaxRequestBytes set before Register is
 	// that service's default instead.
 	Limits server.Limits
+	// AuditRetention is how long the service keeps its audit log's records
+	// (--audit-retention, CRONMESH_AUDIT_RETENTION; libs/audit).
+	AuditRetention time.Duration
 }
 
 // Register adds the common flags to fs, with defaultListen as the default of
@@ -106,6 +111,7 @@ func (c *Common) Register(fs *flag.FlagSet, defaultListen string) {
 	fs.Var((*logLevel)(&c.LogLevel), "log-level", "log level: debug, info, warn or error")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", DefaultShutdownTimeout, "graceful shutdown timeout")
 	fs.BoolVar(&c.Pprof, "pprof", false, "serve net/http/pprof under /debug/pprof/ (for profiling; off in production)")
+	fs.DurationVar(&c.AuditRetention, "audit-retention", DefaultAuditRetention, "how long the audit log of the calls that changed state is kept")
 	fs.IntVar(&c.Limits.MaxRequestBytes, "max-request-bytes", cmp.Or(c.Limits.MaxRequestBytes, server.DefaultMaxRequestBytes),
 		"largest request message accepted, in bytes, after decompression (and, with framing, its raw body); beyond it RESOURCE_EXHAUSTED")
 	fs.DurationVar(&c.Limits.ReadTimeout, "read-timeout", server.DefaultReadTimeout, "time to read a request's headers and body")

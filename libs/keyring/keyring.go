@@ -185,14 +185,14 @@ func (r *Ring) Run(ctx context.Context) error {
 // Stop makes Run return; safe to call twice and before Run.
 func (r *Ring) Stop() { r.stopOnce.Do(func() { close(r.stop) }) }
 
-// Authenticate returns the principal of secret: a configured key is the
-// admin of its namespace; a managed key has its own role, and a previous
+// Authenticate returns the principal of secret: a configured key has the
+// role it is configured with (admin unless it says otherwise); a managed key has its own role, and a previous
 // secret of a rotated key only until its grace period ends. The lookup is by
 // digest, so its time does not depend on how much of a wrong secret matches
 // a right one.
 func (r *Ring) Authenticate(secret string) (apikey.Principal, bool) {
-	if ns, ok := r.configured.Namespace(secret); ok {
-		return apikey.Principal{Namespace: ns, KeyID: apikey.ConfiguredKeyID(secret), Role: apikey.RoleAdmin}, true
+	if p, ok := r.configured.Principal(secret); ok {
+		return p, true
 	}
 	e, ok := r.set.Load().byDigest[apikey.Digest(secret)]
 	if !ok || (!e.expires.IsZero() && !r.clock.Now().Before(e.expires)) {

@@ -272,3 +272,17 @@ func TestRegistrySource(t *testing.T) {
 	require.Equal(t, "Bearer "+configuredKey, stub.headers.Get("Authorization"), "the first plain configured key")
 	require.Regexp(t, `^00-[0-9a-f]{32}-[0-9a-f]{16}-00$`, stub.headers.Get("Traceparent"), "the registry is told not to record the poll")
 }
+
+// TestConfiguredKeyKeepsItsRole: a configured key of a lesser role
+// ("namespace:viewer=key") is not promoted to admin by the ring.
+func TestConfiguredKeyKeepsItsRole(t *testing.T) {
+	t.Parallel()
+	const viewerKey = "viewer-key-0123456789"
+	configured, err := keyring.ParseConfigured([]string{"alpha=" + configuredKey, "alpha:viewer=" + viewerKey})
+	require.NoError(t, err)
+	r, err := keyring.New(keyring.Options{Configured: configured, Source: &fakeSource{}, Clock: clock.NewFake(time.Unix(1e9, 0))})
+	require.NoError(t, err)
+	p, ok := r.Authenticate(viewerKey)
+	require.True(t, ok)
+	require.Equal(t, apikey.Principal{Namespace: "alpha", KeyID: apikey.ConfiguredKeyID(viewerKey), Role: apikey.RoleViewer}, p)
+}

@@ -44,6 +44,7 @@ type scenario struct {
 	history  historyv1connect.HistoryServiceClient
 	alerts   alertingv1connect.AlertServiceClient
 	trigger  triggerv1connect.TriggerServiceClient
+	keys     registryv1connect.KeyServiceClient
 }
 
 // TestScenarios runs the end-to-end scenarios against one mesh of

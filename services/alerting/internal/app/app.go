@@ -17,6 +17,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/cronmesh/cronmesh/gen/go/cronmesh/alerting/v1/alertingv1connect"
+	"github.com/cronmesh/cronmesh/libs/audit"
+	"github.com/cronmesh/cronmesh/libs/authz"
 	"github.com/cronmesh/cronmesh/libs/clock"
 	"github.com/cronmesh/cronmesh/libs/config"
 	"github.com/cronmesh/cronmesh/libs/keyring"
@@ -94,7 +96,7 @@ func (c *Config) Register(fs *flag.FlagSet) {
 	// This API's requests are small: see server.SmallAPIMaxRequestBytes.
 	c.Limits.MaxRequestBytes = server.SmallAPIMaxRequestBytes
 	c.Common.Register(fs, DefaultListen)
-	fs.Var(&c.APIKeys, "api-keys", "comma-separated API keys, each namespace=key or namespace=sha256:<hex digest of the key>")
+	fs.Var(&c.APIKeys, "api-keys", "comma-separated API keys, each namespace=key or namespace=sha256:<hex digest of the key>, admin of the namespace; namespace:editor=... or namespace:viewer=... for a lesser role")
 	c.Keys.Register(fs)
 	fs.StringVar(&c.Schema, "schema", DefaultSchema, "PostgreSQL schema of the alerting tables")
 	fs.DurationVar(&c.SendTimeout, "send-timeout", notify.DefaultTimeout, "bound on one notification delivery attempt (webhook request or SMTP session)")
@@ -136,6 +138,7 @@ func applyMigrations(ctx context.Context, pool *pgxpool.Pool, schema string, log
 	if err != nil {
 		return err
 	}
+	migrations = append(migrations, audit.Migration())
 	applied, err := migrate.ApplyAll(ctx, pool, schema, migrations)
 	if err != nil {
 		return fmt.Errorf("migrate schema %s: %w", schema, err)
@@ -279,7 +282,9 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger) (_ *App, err erro
 		return nil, err
 	}
 	a.server.UseMiddleware(keys.Middleware().Wrap)
-	path, handler := alertingv1connect.NewAlertServiceHandler(api.NewHandler(a.store, sender, a.evaluator.Invalidate, logger), a.server.HandlerOptions()...)
+	auditLog := audit.New(audit.Options{Pool: a.pool, Logger: logger, Retention: cfg.AuditRetention})
+	auditLog.Mount(a.server)
+	path, handler := alertingv1connect.NewAlertServiceHandler(api.NewHandler(a.store, sender, a.evaluator.Invalidate, logger), a.server.HandlerOptions(auditLog.Interceptor(), authz.NewInterceptor())...)
 	a.server.Handle(alertingv1connect.AlertServiceName, path, handler)
 	return a, nil
 }

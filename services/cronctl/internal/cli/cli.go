@@ -86,6 +86,7 @@ func tree() *command {
 		historyCommand(),
 		alertsCommand(),
 		keysCommand(),
+		auditCommand(),
 		{name: "ring", summary: "the trigger tier's hash ring", subs: []*command{
 			{name: "status", summary: "members and partition owners", setup: ringStatusSetup},
 		}},

@@ -16,6 +16,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/cronmesh/cronmesh/gen/go/cronmesh/dispatcher/v1/dispatcherv1connect"
+	"github.com/cronmesh/cronmesh/libs/audit"
+	"github.com/cronmesh/cronmesh/libs/authz"
 	"github.com/cronmesh/cronmesh/libs/broker"
 	"github.com/cronmesh/cronmesh/libs/clock"
 	"github.com/cronmesh/cronmesh/libs/config"
@@ -104,7 +106,7 @@ func (c *Config) Register(fs *flag.FlagSet) {
 	// This API's requests are small: see server.SmallAPIMaxRequestBytes.
 	c.Limits.MaxRequestBytes = server.SmallAPIMaxRequestBytes
 	c.Common.Register(fs, DefaultListen)
-	fs.Var(&c.APIKeys, "api-keys", "comma-separated API keys, each namespace=key or namespace=sha256:<hex digest of the key>")
+	fs.Var(&c.APIKeys, "api-keys", "comma-separated API keys, each namespace=key or namespace=sha256:<hex digest of the key>, admin of the namespace; namespace:editor=... or namespace:viewer=... for a lesser role")
 	c.Keys.Register(fs)
 	fs.StringVar(&c.Schema, "schema", DefaultSchema, "PostgreSQL schema of the dispatcher's tables")
 	fs.StringVar(&c.DispatchExchange, "dispatch-exchange", pipeline.DefaultDispatchExchange, "exchange of dispatch requests")
@@ -284,6 +286,7 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger, opts ...Option) (
 	if err != nil {
 		return nil, err
 	}
+	migrations = append(migrations, audit.Migration())
 	if _, err := migrate.ApplyAll(ctx, a.pool, cfg.Schema, migrations); err != nil {
 		return nil, fmt.Errorf("migrate schema %s: %w", cfg.Schema, err)
 	}
@@ -384,7 +387,9 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger, opts ...Option) (
 		return nil, err
 	}
 	a.server.UseMiddleware(keys.Middleware().Wrap)
-	path, h := dispatcherv1connect.NewDispatchServiceHandler(handler, a.server.HandlerOptions()...)
+	auditLog := audit.New(audit.Options{Pool: a.pool, Logger: logger, Retention: cfg.AuditRetention})
+	auditLog.Mount(a.server)
+	path, h := dispatcherv1connect.NewDispatchServiceHandler(handler, a.server.HandlerOptions(auditLog.Interceptor(), authz.NewInterceptor())...)
 	a.server.Handle(dispatcherv1connect.DispatchServiceName, path, h)
 	return a, nil
 }

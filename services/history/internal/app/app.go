@@ -14,6 +14,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/cronmesh/cronmesh/gen/go/cronmesh/history/v1/historyv1connect"
+	"github.com/cronmesh/cronmesh/libs/audit"
+	"github.com/cronmesh/cronmesh/libs/authz"
 	"github.com/cronmesh/cronmesh/libs/clock"
 	"github.com/cronmesh/cronmesh/libs/config"
 	"github.com/cronmesh/cronmesh/libs/keyring"
@@ -68,7 +70,7 @@ func (c *Config) Register(fs *flag.FlagSet) {
 	// This API's requests are small: see server.SmallAPIMaxRequestBytes.
 	c.Limits.MaxRequestBytes = server.SmallAPIMaxRequestBytes
 	c.Common.Register(fs, DefaultListen)
-	fs.Var(&c.APIKeys, "api-keys", "comma-separated API keys, each namespace=key or namespace=sha256:<hex digest of the key>")
+	fs.Var(&c.APIKeys, "api-keys", "comma-separated API keys, each namespace=key or namespace=sha256:<hex digest of the key>, admin of the namespace; namespace:editor=... or namespace:viewer=... for a lesser role")
 	c.Keys.Register(fs)
 	fs.StringVar(&c.Schema, "schema", DefaultSchema, "PostgreSQL schema of the history's tables")
 	fs.StringVar(&c.ExecutionsExchange, "executions-exchange", ingest.DefaultExchange, "exchange of execution lifecycle events")
@@ -105,6 +107,7 @@ func applyMigrations(ctx context.Context, pool *pgxpool.Pool, schema string, log
 	if err != nil {
 		return err
 	}
+	migrations = append(migrations, audit.Migration())
 	applied, err := migrate.ApplyAll(ctx, pool, schema, migrations)
 	if err != nil {
 		return fmt.Errorf("migrate schema %s: %w", schema, err)
@@ -229,7 +232,9 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger, opts ...Option) (
 		return nil, err
 	}
 	a.server.UseMiddleware(keys.Middleware().Wrap)
-	path, h := historyv1connect.NewHistoryServiceHandler(handler, a.server.HandlerOptions()...)
+	auditLog := audit.New(audit.Options{Pool: a.pool, Logger: logger, Retention: cfg.AuditRetention})
+	auditLog.Mount(a.server)
+	path, h := historyv1connect.NewHistoryServiceHandler(handler, a.server.HandlerOptions(auditLog.Interceptor(), authz.NewInterceptor())...)
 	a.server.Handle(historyv1connect.HistoryServiceName, path, h)
 	return a, nil
 }

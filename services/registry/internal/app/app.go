@@ -15,6 +15,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1/registryv1connect"
+	"github.com/cronmesh/cronmesh/libs/audit"
+	"github.com/cronmesh/cronmesh/libs/authz"
 	"github.com/cronmesh/cronmesh/libs/broker"
 	"github.com/cronmesh/cronmesh/libs/config"
 	"github.com/cronmesh/cronmesh/libs/keyring"
@@ -76,7 +78,7 @@ type Config struct {
 // Register adds the registry's flags to fs.
 func (c *Config) Register(fs *flag.FlagSet) {
 	c.Common.Register(fs, DefaultListen)
-	fs.Var(&c.APIKeys, "api-keys", "comma-separated API keys, each namespace=key or namespace=sha256:<hex digest of the key>")
+	fs.Var(&c.APIKeys, "api-keys", "comma-separated API keys, each namespace=key or namespace=sha256:<hex digest of the key>, admin of the namespace; namespace:editor=... or namespace:viewer=... for a lesser role")
 	fs.StringVar(&c.Schema, "schema", DefaultSchema, "PostgreSQL schema of the registry's tables")
 	fs.StringVar(&c.Exchange, "exchange", DefaultExchange, "RabbitMQ topic exchange for job events")
 	fs.IntVar(&c.OutboxLanes, "outbox-lanes", 16, "events the outbox relay publishes concurrently (order per job is kept)")
@@ -118,6 +120,7 @@ func applyMigrations(ctx context.Context, pool *pgxpool.Pool, schema string, log
 	if err != nil {
 		return err
 	}
+	migrations = append(migrations, audit.Migration())
 	applied, err := migrate.ApplyAll(ctx, pool, schema, migrations)
 	if err != nil {
 		return fmt.Errorf("migrate schema %s: %w", schema, err)
@@ -234,14 +237,16 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger) (_ *App, err erro
 		return nil, fmt.Errorf("load the managed API keys: %w", err)
 	}
 	a.server.UseMiddleware(a.keys.Middleware().Wrap)
-	path, handler := registryv1connect.NewJobServiceHandler(api.NewHandler(st, targetcheck.New(amqpPolicy), logger), a.server.HandlerOptions()...)
+	auditLog := audit.New(audit.Options{Pool: a.pool, Logger: logger, Retention: cfg.AuditRetention})
+	auditLog.Mount(a.server)
+	path, handler := registryv1connect.NewJobServiceHandler(api.NewHandler(st, targetcheck.New(amqpPolicy), logger), a.server.HandlerOptions(auditLog.Interceptor(), authz.NewInterceptor())...)
 	a.server.Handle(registryv1connect.JobServiceName, path, handler)
 	keysChanged := func(ctx context.Context) {
 		if err := a.keys.Refresh(ctx); err != nil {
 			logger.WarnContext(ctx, "refreshing the managed API keys after a change", slog.Any("error", err))
 		}
 	}
-	path, handler = registryv1connect.NewKeyServiceHandler(api.NewKeyHandler(st, logger, keysChanged), a.server.HandlerOptions()...)
+	path, handler = registryv1connect.NewKeyServiceHandler(api.NewKeyHandler(st, logger, keysChanged), a.server.HandlerOptions(auditLog.Interceptor(), authz.NewInterceptor())...)
 	a.server.Handle(registryv1connect.KeyServiceName, path, handler)
 	return a, nil
 }

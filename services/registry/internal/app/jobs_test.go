@@ -18,6 +18,7 @@ import (
 
 	eventsv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/events/v1"
 	registryv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1"
+	"github.com/cronmesh/cronmesh/libs/apikey"
 )
 
 func httpJob(name string) *registryv1.Job {
@@ -480,5 +481,8 @@ func TestPauseResumeRunDelete(t *testing.T) {
 	}, kinds)
 	require.Equal(t, run1.Msg.NominalTime.AsTime(), events[3].RunRequest.NominalTime.AsTime())
 	require.Equal(t, "run-a", events[3].RunRequest.RequestId)
+	for _, e := range events {
+		require.Equal(t, apikey.ConfiguredKeyID(keyAlpha), e.KeyId, "every event names the key that made the change")
+	}
 	require.EqualValues(t, 4, events[5].Version, "the delete is ordered after every earlier change")
 }

@@ -19,6 +19,7 @@ import (
 
 	eventsv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/events/v1"
 	registryv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1"
+	"github.com/cronmesh/cronmesh/libs/apikey"
 	"github.com/cronmesh/cronmesh/libs/migrate"
 	"github.com/cronmesh/cronmesh/libs/outbox"
 	"github.com/cronmesh/cronmesh/libs/quota"
@@ -512,6 +513,11 @@ func (s *Store) event(ctx context.Context, kind eventsv1.JobEventKind, job *regi
 		Version:    job.Version,
 		OccurTime:  timestamppb.New(s.Now()),
 		RunRequest: run,
+	}
+	// The principal rides on ctx from the API key middleware, so every
+	// change records its key without each method of the store taking it.
+	if p, ok := apikey.PrincipalFrom(ctx); ok {
+		ev.KeyId = p.KeyID
 	}
 	payload, err := proto.Marshal(ev)
 	if err != nil {

@@ -16,6 +16,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/cronmesh/cronmesh/gen/go/cronmesh/trigger/v1/triggerv1connect"
+	"github.com/cronmesh/cronmesh/libs/audit"
+	"github.com/cronmesh/cronmesh/libs/authz"
 	"github.com/cronmesh/cronmesh/libs/broker"
 	"github.com/cronmesh/cronmesh/libs/clock"
 	"github.com/cronmesh/cronmesh/libs/config"
@@ -106,7 +108,7 @@ func (c *Config) Register(fs *flag.FlagSet) {
 	// This API's requests are small: see server.SmallAPIMaxRequestBytes.
 	c.Limits.MaxRequestBytes = server.SmallAPIMaxRequestBytes
 	c.Common.Register(fs, DefaultListen)
-	fs.Var(&c.APIKeys, "api-keys", "comma-separated API keys, each namespace=key or namespace=sha256:<hex digest of the key>")
+	fs.Var(&c.APIKeys, "api-keys", "comma-separated API keys, each namespace=key or namespace=sha256:<hex digest of the key>, admin of the namespace; namespace:editor=... or namespace:viewer=... for a lesser role")
 	c.Keys.Register(fs)
 	fs.StringVar(&c.NodeID, "node-id", "", "this node's name in the ring (default: hostname-pid)")
 	fs.StringVar(&c.Advertise, "advertise", "", "API address shown to other nodes (default: --listen)")
@@ -238,6 +240,7 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger) (_ *App, err erro
 	if err != nil {
 		return nil, err
 	}
+	migrations = append(migrations, audit.Migration())
 	if _, err := migrate.ApplyAll(ctx, a.pool, cfg.Schema, migrations); err != nil {
 		return nil, fmt.Errorf("migrate schema %s: %w", cfg.Schema, err)
 	}
@@ -391,7 +394,9 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger) (_ *App, err erro
 		return nil, err
 	}
 	a.server.UseMiddleware(keys.Middleware().Wrap)
-	path, handler := triggerv1connect.NewTriggerServiceHandler(api.NewHandler(st, a.ring, logger), a.server.HandlerOptions()...)
+	auditLog := audit.New(audit.Options{Pool: a.pool, Logger: logger, Retention: cfg.AuditRetention})
+	auditLog.Mount(a.server)
+	path, handler := triggerv1connect.NewTriggerServiceHandler(api.NewHandler(st, a.ring, logger), a.server.HandlerOptions(auditLog.Interceptor(), authz.NewInterceptor())...)
 	// A backfill is paced: the most slots at the slowest rate (1 a second)
 	// run far longer than --write-timeout, and must still be answered.
 	longest := time.Duration(store.MaxBackfillSlots)*time.Second + cmp.Or(cfg.Limits.WriteTimeout, server.DefaultWriteTimeout)

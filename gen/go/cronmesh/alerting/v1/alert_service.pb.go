@@ -7,6 +7,7 @@
 package alertingv1
 
 import (
+	_ "github.com/cronmesh/cronmesh/gen/go/cronmesh/auth/v1"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	durationpb "google.golang.org/protobuf/types/known/durationpb"
@@ -2360,7 +2361,7 @@ var File_cronmesh_alerting_v1_alert_service_proto protoreflect.FileDescriptor
 
 const file_cronmesh_alerting_v1_alert_service_proto_rawDesc = "" +
 	"\n" +
-	"(cronmesh/alerting/v1/alert_service.proto\x12\x14cronmesh.alerting.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x8d\x05\n" +
+	"(cronmesh/alerting/v1/alert_service.proto\x12\x14cronmesh.alerting.v1\x1a\x1bcronmesh/auth/v1/auth.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x8d\x05\n" +
 	"\x04Rule\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12!\n" +
 	"\fdisplay_name\x18\x02 \x01(\tR\vdisplayName\x12=\n" +
@@ -2510,26 +2511,26 @@ const file_cronmesh_alerting_v1_alert_service_proto_rawDesc = "" +
 	"\"INCIDENT_KIND_CONSECUTIVE_FAILURES\x10\x01\x12!\n" +
 	"\x1dINCIDENT_KIND_MISSED_SCHEDULE\x10\x02\x12\x1f\n" +
 	"\x1bINCIDENT_KIND_DEAD_LETTERED\x10\x03\x12\x1c\n" +
-	"\x18INCIDENT_KIND_NO_SUCCESS\x10\x042\xb9\v\n" +
-	"\fAlertService\x12_\n" +
+	"\x18INCIDENT_KIND_NO_SUCCESS\x10\x042\x82\f\n" +
+	"\fAlertService\x12e\n" +
 	"\n" +
-	"CreateRule\x12'.cronmesh.alerting.v1.CreateRuleRequest\x1a(.cronmesh.alerting.v1.CreateRuleResponse\x12[\n" +
-	"\aGetRule\x12$.cronmesh.alerting.v1.GetRuleRequest\x1a%.cronmesh.alerting.v1.GetRuleResponse\"\x03\x90\x02\x01\x12a\n" +
-	"\tListRules\x12&.cronmesh.alerting.v1.ListRulesRequest\x1a'.cronmesh.alerting.v1.ListRulesResponse\"\x03\x90\x02\x01\x12_\n" +
+	"CreateRule\x12'.cronmesh.alerting.v1.CreateRuleRequest\x1a(.cronmesh.alerting.v1.CreateRuleResponse\"\x04\xe0\xab\x19\x02\x12_\n" +
+	"\aGetRule\x12$.cronmesh.alerting.v1.GetRuleRequest\x1a%.cronmesh.alerting.v1.GetRuleResponse\"\a\xe0\xab\x19\x01\x90\x02\x01\x12e\n" +
+	"\tListRules\x12&.cronmesh.alerting.v1.ListRulesRequest\x1a'.cronmesh.alerting.v1.ListRulesResponse\"\a\xe0\xab\x19\x01\x90\x02\x01\x12e\n" +
 	"\n" +
-	"UpdateRule\x12'.cronmesh.alerting.v1.UpdateRuleRequest\x1a(.cronmesh.alerting.v1.UpdateRuleResponse\x12_\n" +
+	"UpdateRule\x12'.cronmesh.alerting.v1.UpdateRuleRequest\x1a(.cronmesh.alerting.v1.UpdateRuleResponse\"\x04\xe0\xab\x19\x02\x12e\n" +
 	"\n" +
-	"DeleteRule\x12'.cronmesh.alerting.v1.DeleteRuleRequest\x1a(.cronmesh.alerting.v1.DeleteRuleResponse\x12h\n" +
-	"\rCreateChannel\x12*.cronmesh.alerting.v1.CreateChannelRequest\x1a+.cronmesh.alerting.v1.CreateChannelResponse\x12d\n" +
+	"DeleteRule\x12'.cronmesh.alerting.v1.DeleteRuleRequest\x1a(.cronmesh.alerting.v1.DeleteRuleResponse\"\x04\xe0\xab\x19\x02\x12n\n" +
+	"\rCreateChannel\x12*.cronmesh.alerting.v1.CreateChannelRequest\x1a+.cronmesh.alerting.v1.CreateChannelResponse\"\x04\xe0\xab\x19\x02\x12h\n" +
 	"\n" +
-	"GetChannel\x12'.cronmesh.alerting.v1.GetChannelRequest\x1a(.cronmesh.alerting.v1.GetChannelResponse\"\x03\x90\x02\x01\x12j\n" +
-	"\fListChannels\x12).cronmesh.alerting.v1.ListChannelsRequest\x1a*.cronmesh.alerting.v1.ListChannelsResponse\"\x03\x90\x02\x01\x12h\n" +
-	"\rUpdateChannel\x12*.cronmesh.alerting.v1.UpdateChannelRequest\x1a+.cronmesh.alerting.v1.UpdateChannelResponse\x12h\n" +
-	"\rDeleteChannel\x12*.cronmesh.alerting.v1.DeleteChannelRequest\x1a+.cronmesh.alerting.v1.DeleteChannelResponse\x12b\n" +
-	"\vTestChannel\x12(.cronmesh.alerting.v1.TestChannelRequest\x1a).cronmesh.alerting.v1.TestChannelResponse\x12m\n" +
-	"\rListIncidents\x12*.cronmesh.alerting.v1.ListIncidentsRequest\x1a+.cronmesh.alerting.v1.ListIncidentsResponse\"\x03\x90\x02\x01\x12g\n" +
-	"\vGetIncident\x12(.cronmesh.alerting.v1.GetIncidentRequest\x1a).cronmesh.alerting.v1.GetIncidentResponse\"\x03\x90\x02\x01\x12z\n" +
-	"\x13AcknowledgeIncident\x120.cronmesh.alerting.v1.AcknowledgeIncidentRequest\x1a1.cronmesh.alerting.v1.AcknowledgeIncidentResponseBEZCgithub.com/cronmesh/cronmesh/gen/go/cronmesh/alerting/v1;alertingv1b\x06proto3"
+	"GetChannel\x12'.cronmesh.alerting.v1.GetChannelRequest\x1a(.cronmesh.alerting.v1.GetChannelResponse\"\a\xe0\xab\x19\x01\x90\x02\x01\x12n\n" +
+	"\fListChannels\x12).cronmesh.alerting.v1.ListChannelsRequest\x1a*.cronmesh.alerting.v1.ListChannelsResponse\"\a\xe0\xab\x19\x01\x90\x02\x01\x12n\n" +
+	"\rUpdateChannel\x12*.cronmesh.alerting.v1.UpdateChannelRequest\x1a+.cronmesh.alerting.v1.UpdateChannelResponse\"\x04\xe0\xab\x19\x02\x12n\n" +
+	"\rDeleteChannel\x12*.cronmesh.alerting.v1.DeleteChannelRequest\x1a+.cronmesh.alerting.v1.DeleteChannelResponse\"\x04\xe0\xab\x19\x02\x12h\n" +
+	"\vTestChannel\x12(.cronmesh.alerting.v1.TestChannelRequest\x1a).cronmesh.alerting.v1.TestChannelResponse\"\x04\xe0\xab\x19\x02\x12q\n" +
+	"\rListIncidents\x12*.cronmesh.alerting.v1.ListIncidentsRequest\x1a+.cronmesh.alerting.v1.ListIncidentsResponse\"\a\xe0\xab\x19\x01\x90\x02\x01\x12k\n" +
+	"\vGetIncident\x12(.cronmesh.alerting.v1.GetIncidentRequest\x1a).cronmesh.alerting.v1.GetIncidentResponse\"\a\xe0\xab\x19\x01\x90\x02\x01\x12\x80\x01\n" +
+	"\x13AcknowledgeIncident\x120.cronmesh.alerting.v1.AcknowledgeIncidentRequest\x1a1.cronmesh.alerting.v1.AcknowledgeIncidentResponse\"\x04\xe0\xab\x19\x02BEZCgithub.com/cronmesh/cronmesh/gen/go/cronmesh/alerting/v1;alertingv1b\x06proto3"
 
 var (
 	file_cronmesh_alerting_v1_alert_service_proto_rawDescOnce sync.Once

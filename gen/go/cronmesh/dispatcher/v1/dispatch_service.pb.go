@@ -7,6 +7,7 @@
 package dispatcherv1
 
 import (
+	_ "github.com/cronmesh/cronmesh/gen/go/cronmesh/auth/v1"
 	v1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/dispatch/v1"
 	v11 "github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
@@ -615,7 +616,7 @@ var File_cronmesh_dispatcher_v1_dispatch_service_proto protoreflect.FileDescript
 
 const file_cronmesh_dispatcher_v1_dispatch_service_proto_rawDesc = "" +
 	"\n" +
-	"-cronmesh/dispatcher/v1/dispatch_service.proto\x12\x16cronmesh.dispatcher.v1\x1a+cronmesh/dispatch/v1/dispatch_request.proto\x1a\x1ecronmesh/registry/v1/job.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x95\x03\n" +
+	"-cronmesh/dispatcher/v1/dispatch_service.proto\x12\x16cronmesh.dispatcher.v1\x1a\x1bcronmesh/auth/v1/auth.proto\x1a+cronmesh/dispatch/v1/dispatch_request.proto\x1a\x1ecronmesh/registry/v1/job.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x95\x03\n" +
 	"\n" +
 	"DeadLetter\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12!\n" +
@@ -651,13 +652,13 @@ const file_cronmesh_dispatcher_v1_dispatch_service_proto_rawDesc = "" +
 	"\x17PurgeDeadLetterResponse\";\n" +
 	"\x16CancelExecutionRequest\x12!\n" +
 	"\fexecution_id\x18\x01 \x01(\tR\vexecutionId\"\x19\n" +
-	"\x17CancelExecutionResponse2\xe9\x04\n" +
-	"\x0fDispatchService\x12w\n" +
-	"\x0fListDeadLetters\x12..cronmesh.dispatcher.v1.ListDeadLettersRequest\x1a/.cronmesh.dispatcher.v1.ListDeadLettersResponse\"\x03\x90\x02\x01\x12x\n" +
-	"\x11RedriveDeadLetter\x120.cronmesh.dispatcher.v1.RedriveDeadLetterRequest\x1a1.cronmesh.dispatcher.v1.RedriveDeadLetterResponse\x12{\n" +
-	"\x12RedriveDeadLetters\x121.cronmesh.dispatcher.v1.RedriveDeadLettersRequest\x1a2.cronmesh.dispatcher.v1.RedriveDeadLettersResponse\x12r\n" +
-	"\x0fPurgeDeadLetter\x12..cronmesh.dispatcher.v1.PurgeDeadLetterRequest\x1a/.cronmesh.dispatcher.v1.PurgeDeadLetterResponse\x12r\n" +
-	"\x0fCancelExecution\x12..cronmesh.dispatcher.v1.CancelExecutionRequest\x1a/.cronmesh.dispatcher.v1.CancelExecutionResponseBIZGgithub.com/cronmesh/cronmesh/gen/go/cronmesh/dispatcher/v1;dispatcherv1b\x06proto3"
+	"\x17CancelExecutionResponse2\x86\x05\n" +
+	"\x0fDispatchService\x12{\n" +
+	"\x0fListDeadLetters\x12..cronmesh.dispatcher.v1.ListDeadLettersRequest\x1a/.cronmesh.dispatcher.v1.ListDeadLettersResponse\"\a\xe0\xab\x19\x01\x90\x02\x01\x12~\n" +
+	"\x11RedriveDeadLetter\x120.cronmesh.dispatcher.v1.RedriveDeadLetterRequest\x1a1.cronmesh.dispatcher.v1.RedriveDeadLetterResponse\"\x04\xe0\xab\x19\x02\x12\x81\x01\n" +
+	"\x12RedriveDeadLetters\x121.cronmesh.dispatcher.v1.RedriveDeadLettersRequest\x1a2.cronmesh.dispatcher.v1.RedriveDeadLettersResponse\"\x04\xe0\xab\x19\x02\x12x\n" +
+	"\x0fPurgeDeadLetter\x12..cronmesh.dispatcher.v1.PurgeDeadLetterRequest\x1a/.cronmesh.dispatcher.v1.PurgeDeadLetterResponse\"\x04\xe0\xab\x19\x02\x12x\n" +
+	"\x0fCancelExecution\x12..cronmesh.dispatcher.v1.CancelExecutionRequest\x1a/.cronmesh.dispatcher.v1.CancelExecutionResponse\"\x04\xe0\xab\x19\x02BIZGgithub.com/cronmesh/cronmesh/gen/go/cronmesh/dispatcher/v1;dispatcherv1b\x06proto3"
 
 var (
 	file_cronmesh_dispatcher_v1_dispatch_service_proto_rawDescOnce sync.Once

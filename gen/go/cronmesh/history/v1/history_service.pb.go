@@ -7,6 +7,7 @@
 package historyv1
 
 import (
+	_ "github.com/cronmesh/cronmesh/gen/go/cronmesh/auth/v1"
 	v1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/dispatch/v1"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
@@ -831,7 +832,7 @@ var File_cronmesh_history_v1_history_service_proto protoreflect.FileDescriptor
 
 const file_cronmesh_history_v1_history_service_proto_rawDesc = "" +
 	"\n" +
-	")cronmesh/history/v1/history_service.proto\x12\x13cronmesh.history.v1\x1a+cronmesh/dispatch/v1/dispatch_request.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xd8\x05\n" +
+	")cronmesh/history/v1/history_service.proto\x12\x13cronmesh.history.v1\x1a\x1bcronmesh/auth/v1/auth.proto\x1a+cronmesh/dispatch/v1/dispatch_request.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xd8\x05\n" +
 	"\tExecution\x12!\n" +
 	"\fexecution_id\x18\x01 \x01(\tR\vexecutionId\x12\x15\n" +
 	"\x06job_id\x18\x02 \x01(\tR\x05jobId\x12(\n" +
@@ -910,11 +911,11 @@ const file_cronmesh_history_v1_history_service_proto_rawDesc = "" +
 	"\x17EXECUTION_STATUS_FAILED\x10\x04\x12\x19\n" +
 	"\x15EXECUTION_STATUS_DEAD\x10\x05\x12\x1e\n" +
 	"\x1aEXECUTION_STATUS_CANCELLED\x10\x06\x12\x1b\n" +
-	"\x17EXECUTION_STATUS_MISSED\x10\a2\xd1\x02\n" +
-	"\x0eHistoryService\x12n\n" +
-	"\x0eListExecutions\x12*.cronmesh.history.v1.ListExecutionsRequest\x1a+.cronmesh.history.v1.ListExecutionsResponse\"\x03\x90\x02\x01\x12h\n" +
-	"\fGetExecution\x12(.cronmesh.history.v1.GetExecutionRequest\x1a).cronmesh.history.v1.GetExecutionResponse\"\x03\x90\x02\x01\x12e\n" +
-	"\vGetJobStats\x12'.cronmesh.history.v1.GetJobStatsRequest\x1a(.cronmesh.history.v1.GetJobStatsResponse\"\x03\x90\x02\x01BCZAgithub.com/cronmesh/cronmesh/gen/go/cronmesh/history/v1;historyv1b\x06proto3"
+	"\x17EXECUTION_STATUS_MISSED\x10\a2\xdd\x02\n" +
+	"\x0eHistoryService\x12r\n" +
+	"\x0eListExecutions\x12*.cronmesh.history.v1.ListExecutionsRequest\x1a+.cronmesh.history.v1.ListExecutionsResponse\"\a\xe0\xab\x19\x01\x90\x02\x01\x12l\n" +
+	"\fGetExecution\x12(.cronmesh.history.v1.GetExecutionRequest\x1a).cronmesh.history.v1.GetExecutionResponse\"\a\xe0\xab\x19\x01\x90\x02\x01\x12i\n" +
+	"\vGetJobStats\x12'.cronmesh.history.v1.GetJobStatsRequest\x1a(.cronmesh.history.v1.GetJobStatsResponse\"\a\xe0\xab\x19\x01\x90\x02\x01BCZAgithub.com/cronmesh/cronmesh/gen/go/cronmesh/history/v1;historyv1b\x06proto3"
 
 var (
 	file_cronmesh_history_v1_history_service_proto_rawDescOnce sync.Once

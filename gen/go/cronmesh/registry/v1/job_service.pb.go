@@ -7,6 +7,7 @@
 package registryv1
 
 import (
+	_ "github.com/cronmesh/cronmesh/gen/go/cronmesh/auth/v1"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	fieldmaskpb "google.golang.org/protobuf/types/known/fieldmaskpb"
@@ -1022,7 +1023,7 @@ var File_cronmesh_registry_v1_job_service_proto protoreflect.FileDescriptor
 
 const file_cronmesh_registry_v1_job_service_proto_rawDesc = "" +
 	"\n" +
-	"&cronmesh/registry/v1/job_service.proto\x12\x14cronmesh.registry.v1\x1a\x1ecronmesh/registry/v1/job.proto\x1a google/protobuf/field_mask.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"^\n" +
+	"&cronmesh/registry/v1/job_service.proto\x12\x14cronmesh.registry.v1\x1a\x1bcronmesh/auth/v1/auth.proto\x1a\x1ecronmesh/registry/v1/job.proto\x1a google/protobuf/field_mask.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"^\n" +
 	"\x10CreateJobRequest\x12+\n" +
 	"\x03job\x18\x01 \x01(\v2\x19.cronmesh.registry.v1.JobR\x03job\x12\x1d\n" +
 	"\n" +
@@ -1081,19 +1082,19 @@ const file_cronmesh_registry_v1_job_service_proto_rawDesc = "" +
 	"\x04from\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x04from\x12\x14\n" +
 	"\x05count\x18\x03 \x01(\x05R\x05count\"K\n" +
 	"\x17PreviewScheduleResponse\x120\n" +
-	"\x05times\x18\x01 \x03(\v2\x1a.google.protobuf.TimestampR\x05times2\xd3\a\n" +
+	"\x05times\x18\x01 \x03(\v2\x1a.google.protobuf.TimestampR\x05times2\x89\b\n" +
 	"\n" +
-	"JobService\x12\\\n" +
-	"\tCreateJob\x12&.cronmesh.registry.v1.CreateJobRequest\x1a'.cronmesh.registry.v1.CreateJobResponse\x12n\n" +
-	"\x0fBatchCreateJobs\x12,.cronmesh.registry.v1.BatchCreateJobsRequest\x1a-.cronmesh.registry.v1.BatchCreateJobsResponse\x12X\n" +
-	"\x06GetJob\x12#.cronmesh.registry.v1.GetJobRequest\x1a$.cronmesh.registry.v1.GetJobResponse\"\x03\x90\x02\x01\x12^\n" +
-	"\bListJobs\x12%.cronmesh.registry.v1.ListJobsRequest\x1a&.cronmesh.registry.v1.ListJobsResponse\"\x03\x90\x02\x01\x12\\\n" +
-	"\tUpdateJob\x12&.cronmesh.registry.v1.UpdateJobRequest\x1a'.cronmesh.registry.v1.UpdateJobResponse\x12\\\n" +
-	"\tDeleteJob\x12&.cronmesh.registry.v1.DeleteJobRequest\x1a'.cronmesh.registry.v1.DeleteJobResponse\x12Y\n" +
-	"\bPauseJob\x12%.cronmesh.registry.v1.PauseJobRequest\x1a&.cronmesh.registry.v1.PauseJobResponse\x12\\\n" +
-	"\tResumeJob\x12&.cronmesh.registry.v1.ResumeJobRequest\x1a'.cronmesh.registry.v1.ResumeJobResponse\x12S\n" +
-	"\x06RunJob\x12#.cronmesh.registry.v1.RunJobRequest\x1a$.cronmesh.registry.v1.RunJobResponse\x12s\n" +
-	"\x0fPreviewSchedule\x12,.cronmesh.registry.v1.PreviewScheduleRequest\x1a-.cronmesh.registry.v1.PreviewScheduleResponse\"\x03\x90\x02\x01BEZCgithub.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1;registryv1b\x06proto3"
+	"JobService\x12b\n" +
+	"\tCreateJob\x12&.cronmesh.registry.v1.CreateJobRequest\x1a'.cronmesh.registry.v1.CreateJobResponse\"\x04\xe0\xab\x19\x02\x12t\n" +
+	"\x0fBatchCreateJobs\x12,.cronmesh.registry.v1.BatchCreateJobsRequest\x1a-.cronmesh.registry.v1.BatchCreateJobsResponse\"\x04\xe0\xab\x19\x02\x12\\\n" +
+	"\x06GetJob\x12#.cronmesh.registry.v1.GetJobRequest\x1a$.cronmesh.registry.v1.GetJobResponse\"\a\xe0\xab\x19\x01\x90\x02\x01\x12b\n" +
+	"\bListJobs\x12%.cronmesh.registry.v1.ListJobsRequest\x1a&.cronmesh.registry.v1.ListJobsResponse\"\a\xe0\xab\x19\x01\x90\x02\x01\x12b\n" +
+	"\tUpdateJob\x12&.cronmesh.registry.v1.UpdateJobRequest\x1a'.cronmesh.registry.v1.UpdateJobResponse\"\x04\xe0\xab\x19\x02\x12b\n" +
+	"\tDeleteJob\x12&.cronmesh.registry.v1.DeleteJobRequest\x1a'.cronmesh.registry.v1.DeleteJobResponse\"\x04\xe0\xab\x19\x02\x12_\n" +
+	"\bPauseJob\x12%.cronmesh.registry.v1.PauseJobRequest\x1a&.cronmesh.registry.v1.PauseJobResponse\"\x04\xe0\xab\x19\x02\x12b\n" +
+	"\tResumeJob\x12&.cronmesh.registry.v1.ResumeJobRequest\x1a'.cronmesh.registry.v1.ResumeJobResponse\"\x04\xe0\xab\x19\x02\x12Y\n" +
+	"\x06RunJob\x12#.cronmesh.registry.v1.RunJobRequest\x1a$.cronmesh.registry.v1.RunJobResponse\"\x04\xe0\xab\x19\x02\x12w\n" +
+	"\x0fPreviewSchedule\x12,.cronmesh.registry.v1.PreviewScheduleRequest\x1a-.cronmesh.registry.v1.PreviewScheduleResponse\"\a\xe0\xab\x19\x01\x90\x02\x01BEZCgithub.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1;registryv1b\x06proto3"
 
 var (
 	file_cronmesh_registry_v1_job_service_proto_rawDescOnce sync.Once

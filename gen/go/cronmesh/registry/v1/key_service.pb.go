@@ -7,6 +7,7 @@
 package registryv1
 
 import (
+	_ "github.com/cronmesh/cronmesh/gen/go/cronmesh/auth/v1"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	durationpb "google.golang.org/protobuf/types/known/durationpb"
@@ -822,7 +823,7 @@ var File_cronmesh_registry_v1_key_service_proto protoreflect.FileDescriptor
 
 const file_cronmesh_registry_v1_key_service_proto_rawDesc = "" +
 	"\n" +
-	"&cronmesh/registry/v1/key_service.proto\x12\x14cronmesh.registry.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xab\x03\n" +
+	"&cronmesh/registry/v1/key_service.proto\x12\x14cronmesh.registry.v1\x1a\x1bcronmesh/auth/v1/auth.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xab\x03\n" +
 	"\x03Key\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1c\n" +
 	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12\x12\n" +
@@ -880,14 +881,14 @@ const file_cronmesh_registry_v1_key_service_proto_rawDesc = "" +
 	"\x14KEY_ROLE_UNSPECIFIED\x10\x00\x12\x12\n" +
 	"\x0eKEY_ROLE_ADMIN\x10\x01\x12\x13\n" +
 	"\x0fKEY_ROLE_EDITOR\x10\x02\x12\x13\n" +
-	"\x0fKEY_ROLE_VIEWER\x10\x032\xf8\x03\n" +
+	"\x0fKEY_ROLE_VIEWER\x10\x032\x92\x04\n" +
 	"\n" +
-	"KeyService\x12\\\n" +
-	"\tCreateKey\x12&.cronmesh.registry.v1.CreateKeyRequest\x1a'.cronmesh.registry.v1.CreateKeyResponse\x12^\n" +
-	"\bListKeys\x12%.cronmesh.registry.v1.ListKeysRequest\x1a&.cronmesh.registry.v1.ListKeysResponse\"\x03\x90\x02\x01\x12\\\n" +
-	"\tRotateKey\x12&.cronmesh.registry.v1.RotateKeyRequest\x1a'.cronmesh.registry.v1.RotateKeyResponse\x12\\\n" +
-	"\tRevokeKey\x12&.cronmesh.registry.v1.RevokeKeyRequest\x1a'.cronmesh.registry.v1.RevokeKeyResponse\x12p\n" +
-	"\x0eListKeyDigests\x12+.cronmesh.registry.v1.ListKeyDigestsRequest\x1a,.cronmesh.registry.v1.ListKeyDigestsResponse\"\x03\x90\x02\x01BEZCgithub.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1;registryv1b\x06proto3"
+	"KeyService\x12b\n" +
+	"\tCreateKey\x12&.cronmesh.registry.v1.CreateKeyRequest\x1a'.cronmesh.registry.v1.CreateKeyResponse\"\x04\xe0\xab\x19\x03\x12b\n" +
+	"\bListKeys\x12%.cronmesh.registry.v1.ListKeysRequest\x1a&.cronmesh.registry.v1.ListKeysResponse\"\a\xe0\xab\x19\x03\x90\x02\x01\x12b\n" +
+	"\tRotateKey\x12&.cronmesh.registry.v1.RotateKeyRequest\x1a'.cronmesh.registry.v1.RotateKeyResponse\"\x04\xe0\xab\x19\x03\x12b\n" +
+	"\tRevokeKey\x12&.cronmesh.registry.v1.RevokeKeyRequest\x1a'.cronmesh.registry.v1.RevokeKeyResponse\"\x04\xe0\xab\x19\x03\x12t\n" +
+	"\x0eListKeyDigests\x12+.cronmesh.registry.v1.ListKeyDigestsRequest\x1a,.cronmesh.registry.v1.ListKeyDigestsResponse\"\a\xe0\xab\x19\x03\x90\x02\x01BEZCgithub.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1;registryv1b\x06proto3"
 
 var (
 	file_cronmesh_registry_v1_key_service_proto_rawDescOnce sync.Once

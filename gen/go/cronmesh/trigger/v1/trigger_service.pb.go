@@ -7,6 +7,7 @@
 package triggerv1
 
 import (
+	_ "github.com/cronmesh/cronmesh/gen/go/cronmesh/auth/v1"
 	v1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/dispatch/v1"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
@@ -633,7 +634,7 @@ var File_cronmesh_trigger_v1_trigger_service_proto protoreflect.FileDescriptor
 
 const file_cronmesh_trigger_v1_trigger_service_proto_rawDesc = "" +
 	"\n" +
-	")cronmesh/trigger/v1/trigger_service.proto\x12\x13cronmesh.trigger.v1\x1a+cronmesh/dispatch/v1/dispatch_request.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x10\n" +
+	")cronmesh/trigger/v1/trigger_service.proto\x12\x13cronmesh.trigger.v1\x1a\x1bcronmesh/auth/v1/auth.proto\x1a+cronmesh/dispatch/v1/dispatch_request.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x10\n" +
 	"\x0eGetRingRequest\"\xb1\x01\n" +
 	"\x0fGetRingResponse\x12'\n" +
 	"\x0fpartition_count\x18\x01 \x01(\x05R\x0epartitionCount\x125\n" +
@@ -678,11 +679,11 @@ const file_cronmesh_trigger_v1_trigger_service_proto_rawDesc = "" +
 	"\tSlotState\x12\x1a\n" +
 	"\x16SLOT_STATE_UNSPECIFIED\x10\x00\x12\x14\n" +
 	"\x10SLOT_STATE_FIRED\x10\x01\x12\x15\n" +
-	"\x11SLOT_STATE_MISSED\x10\x022\xae\x02\n" +
-	"\x0eTriggerService\x12Y\n" +
-	"\aGetRing\x12#.cronmesh.trigger.v1.GetRingRequest\x1a$.cronmesh.trigger.v1.GetRingResponse\"\x03\x90\x02\x01\x12_\n" +
-	"\tListSlots\x12%.cronmesh.trigger.v1.ListSlotsRequest\x1a&.cronmesh.trigger.v1.ListSlotsResponse\"\x03\x90\x02\x01\x12`\n" +
-	"\vBackfillJob\x12'.cronmesh.trigger.v1.BackfillJobRequest\x1a(.cronmesh.trigger.v1.BackfillJobResponseBCZAgithub.com/cronmesh/cronmesh/gen/go/cronmesh/trigger/v1;triggerv1b\x06proto3"
+	"\x11SLOT_STATE_MISSED\x10\x022\xbc\x02\n" +
+	"\x0eTriggerService\x12]\n" +
+	"\aGetRing\x12#.cronmesh.trigger.v1.GetRingRequest\x1a$.cronmesh.trigger.v1.GetRingResponse\"\a\xe0\xab\x19\x03\x90\x02\x01\x12c\n" +
+	"\tListSlots\x12%.cronmesh.trigger.v1.ListSlotsRequest\x1a&.cronmesh.trigger.v1.ListSlotsResponse\"\a\xe0\xab\x19\x01\x90\x02\x01\x12f\n" +
+	"\vBackfillJob\x12'.cronmesh.trigger.v1.BackfillJobRequest\x1a(.cronmesh.trigger.v1.BackfillJobResponse\"\x04\xe0\xab\x19\x02BCZAgithub.com/cronmesh/cronmesh/gen/go/cronmesh/trigger/v1;triggerv1b\x06proto3"
 
 var (
 	file_cronmesh_trigger_v1_trigger_service_proto_rawDescOnce sync.Once
