@@ -18,6 +18,7 @@ import (
 	"google.golang.org/protobuf/types/known/emptypb"
 
 	"github.com/cronmesh/cronmesh/libs/apikey"
+	"github.com/cronmesh/cronmesh/libs/keyring"
 	"github.com/cronmesh/cronmesh/libs/clock"
 	"github.com/cronmesh/cronmesh/libs/quota"
 	"github.com/cronmesh/cronmesh/libs/ratelimit"
@@ -39,7 +40,7 @@ func principal(ns, keyID string) apikey.Principal {
 // a client of it calling with key.
 func serve(t *testing.T, l *ratelimit.Limiter, opts ...connect.ClientOption) func(key string) error {
 	t.Helper()
-	keys, err := apikey.Parse([]string{"alpha=" + keyA, "alpha=" + keyB})
+	keys, err := keyring.Config{}.NewRegistryRing([]string{"alpha=" + keyA, "alpha=" + keyB}, nil, nil, nil)
 	require.NoError(t, err)
 	const procedure = "/cronmesh.test.v1.PingService/Ping"
 	mux := http.NewServeMux()

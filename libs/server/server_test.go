@@ -26,7 +26,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
-	"github.com/cronmesh/cronmesh/libs/apikey"
+	"github.com/cronmesh/cronmesh/libs/keyring"
 	"github.com/cronmesh/cronmesh/libs/clock"
 	"github.com/cronmesh/cronmesh/libs/ratelimit"
 	"github.com/cronmesh/cronmesh/libs/server"
@@ -430,7 +430,7 @@ func TestMiddleware(t *testing.T) {
 func TestRateLimit(t *testing.T) {
 	t.Parallel()
 	const key = "alpha-key-0123456789abcdef"
-	keys, err := apikey.Parse([]string{"alpha=" + key})
+	keys, err := keyring.Config{}.NewRegistryRing([]string{"alpha=" + key}, nil, nil, nil)
 	require.NoError(t, err)
 	clk := clock.NewFake(time.Date(2026, 11, 26, 12, 0, 0, 0, time.UTC))
 	f := startWith(t, server.Options{
