@@ -49,7 +49,7 @@ func (c *Config) RegisterRefresh(fs *flag.FlagSet) {
 // Register adds --registry-url, --registry-api-key and --key-refresh to fs.
 func (c *Config) Register(fs *flag.FlagSet) {
 	fs.StringVar(&c.RegistryURL, "registry-url", DefaultRegistryURL, "base URL of the registry, which hands out the managed API keys")
-	fs.StringVar(&c.RegistryAPIKey, "registry-api-key", "", "configured (bootstrap admin) key to fetch the managed API keys with (default: the first plain key of --api-keys)")
+	fs.StringVar(&c.RegistryAPIKey, "registry-api-key", "", "configured (bootstrap admin) key to fetch the managed API keys with (default: the first plain admin key of --api-keys)")
 	fs.StringVar(&c.RegistryTLS.CAFile, "registry-ca-file", "", "PEM CA certificates an https --registry-url must chain to (default: the system's)")
 	fs.StringVar(&c.RegistryTLS.CertFile, "registry-client-cert", "", "PEM client certificate for a registry that requires one (mutual TLS)")
 	fs.StringVar(&c.RegistryTLS.KeyFile, "registry-client-key", "", "PEM key of --registry-client-cert")
@@ -98,7 +98,7 @@ func (c Config) NewRegistryRing(apiKeys []string, httpClient *http.Client, logge
 	}
 	key := c.RegistryAPIKey
 	if key == "" {
-		key = firstPlainKey(apiKeys)
+		key = firstAdminKey(apiKeys)
 	}
 	if key == "" {
 		return nil, errors.New("no key to fetch the managed API keys with: give --registry-api-key, or one --api-keys entry as a plain key")
@@ -112,11 +112,17 @@ func (c Config) NewRegistryRing(apiKeys []string, httpClient *http.Client, logge
 	})
 }
 
-// firstPlainKey returns the key of the first "namespace=key" entry whose key
-// is not a "sha256:" digest; "" when there is none.
-func firstPlainKey(entries []string) string {
+// firstAdminKey returns the key of the first admin entry ("namespace=key"
+// or "namespace:admin=key") whose key is not a "sha256:" digest; "" when
+// there is none.
+func firstAdminKey(entries []string) string {
 	for _, entry := range entries {
-		_, secret, ok := strings.Cut(strings.TrimSpace(entry), "=")
+		grantee, secret, ok := strings.Cut(strings.TrimSpace(entry), "=")
+		// Only an admin may fetch the keys: "namespace" or "namespace:admin",
+		// never "namespace:editor" or "namespace:viewer".
+		if _, role, hasRole := strings.Cut(grantee, ":"); hasRole && apikey.Role(role) != apikey.RoleAdmin {
+			continue
+		}
 		if ok && secret != "" && !strings.HasPrefix(secret, "sha256:") {
 			return secret
 		}

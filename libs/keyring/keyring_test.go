@@ -260,7 +260,9 @@ func TestRegistrySource(t *testing.T) {
 	t.Cleanup(srv.Close)
 
 	cfg := keyring.Config{RegistryURL: srv.URL}
-	r, err := cfg.NewRegistryRing([]string{"alpha=sha256:" + hexDigest("only-a-digest-0123456789"), "beta=" + configuredKey}, srv.Client(), nil, nil)
+	r, err := cfg.NewRegistryRing([]string{
+		"alpha=sha256:" + hexDigest("only-a-digest-0123456789"), "beta:viewer=viewer-key-0123456789", "beta=" + configuredKey,
+	}, srv.Client(), nil, nil)
 	require.NoError(t, err)
 	require.NoError(t, r.Refresh(context.Background()))
 	p, ok := r.Authenticate("cm_from_the_registry")
@@ -269,7 +271,7 @@ func TestRegistrySource(t *testing.T) {
 
 	stub.mu.Lock()
 	defer stub.mu.Unlock()
-	require.Equal(t, "Bearer "+configuredKey, stub.headers.Get("Authorization"), "the first plain configured key")
+	require.Equal(t, "Bearer "+configuredKey, stub.headers.Get("Authorization"), "the first plain configured admin key: a viewer may not fetch the keys")
 	require.Regexp(t, `^00-[0-9a-f]{32}-[0-9a-f]{16}-00$`, stub.headers.Get("Traceparent"), "the registry is told not to record the poll")
 }
 

@@ -100,7 +100,7 @@ Kubernetes into a CRONMESH_* value, and GOMEMLIMIT by the Go runtime. Credential
       key: {{ $g.secrets.keys.apiKeys }}
 {{- /* The managed API keys: the registry reads them from its database, the
 others poll it, authenticated with a configured key (the Secret's
-registry-api-key when present, else the first plain key of api-keys). */}}
+registry-api-key when present, else the first plain admin key of api-keys). */}}
 - name: CRONMESH_KEY_REFRESH
   value: {{ $g.keys.refresh | quote }}
 {{- if ne .Chart.Name "registry" }}
