@@ -562,7 +562,7 @@ func (a *tenantA) requireUntouched(t *testing.T, mesh *meshrun.Mesh) {
 	require.Len(t, keys.Msg.GetKeys(), 1)
 	require.Equal(t, a.managedKeyID, keys.Msg.GetKeys()[0].GetId())
 	require.Nil(t, keys.Msg.GetKeys()[0].GetRevokeTime(), "A's key is not revoked")
-	require.Nil(t, keys.Msg.GetKeys()[0].GetRotateTime(), "A's key is not rotated")
+	require.True(t, proto.Equal(keys.Msg.GetKeys()[0].GetCreateTime(), keys.Msg.GetKeys()[0].GetRotateTime()), "A's key is not rotated")
 }
 
 // newClients returns a client of each public API authenticated with key.
