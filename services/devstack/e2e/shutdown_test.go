@@ -1,0 +1,112 @@
+package e2e_test
+
+import (
+	"net/http"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/cronmesh/cronmesh/gen/go/cronmesh/alerting/v1/alertingv1connect"
+	"github.com/cronmesh/cronmesh/gen/go/cronmesh/dispatcher/v1/dispatcherv1connect"
+	"github.com/cronmesh/cronmesh/gen/go/cronmesh/history/v1/historyv1connect"
+	"github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1/registryv1connect"
+	"github.com/cronmesh/cronmesh/gen/go/cronmesh/trigger/v1/triggerv1connect"
+	"github.com/cronmesh/cronmesh/libs/amqptest"
+	"github.com/cronmesh/cronmesh/libs/etcdtest"
+	"github.com/cronmesh/cronmesh/libs/meshrun"
+	"github.com/cronmesh/cronmesh/libs/meshtest"
+	"github.com/cronmesh/cronmesh/libs/otlptest"
+	"github.com/cronmesh/cronmesh/libs/pgtest"
+)
+
+const shutdownKey = "shutdown-key-0123456789abcdef"
+
+const (
+	// shutdownTimeout is every service's --shutdown-timeout here.
+	shutdownTimeout = 5 * time.Second
+	// exitMargin is what a process may take past its shutdown timeout to
+	// be reaped: the runtime's exit and the test's own scheduling on a
+	// loaded machine.
+	exitMargin = 3 * time.Second
+)
+
+// TestShutdownWithDependenciesDown: each service, running alone (the
+// trigger as two nodes: a leader and a follower of its elections), is cut off
+// from every dependency it has — PostgreSQL and RabbitMQ behind proxies that
+// go down, its own etcd stopped, the OTLP collector gone with a span
+// waiting to be exported — and is then sent SIGTERM. It must exit on its
+// own, with status 0, within its --shutdown-timeout: Kubernetes would
+// otherwise SIGKILL it mid-shutdown.
+func TestShutdownWithDependenciesDown(t *testing.T) {
+	// A traced call of each service's API: a span for the exporter to flush
+	// at shutdown.
+	procedures := map[string]string{
+		"registry":   registryv1connect.JobServiceListJobsProcedure,
+		"trigger":    triggerv1connect.TriggerServiceGetRingProcedure,
+		"dispatcher": dispatcherv1connect.DispatchServiceListDeadLettersProcedure,
+		"history":    historyv1connect.HistoryServiceListExecutionsProcedure,
+		"alerting":   alertingv1connect.AlertServiceListRulesProcedure,
+	}
+	for _, svc := range meshrun.Services() {
+		t.Run(svc, func(t *testing.T) {
+			database := pgtest.NewProxy(t, false)
+			broker := amqptest.NewProxy(t, false)
+			etcd := etcdtest.New(t)
+			collector := otlptest.New(t)
+			mesh := meshtest.Start(t, bins, meshtest.Options{
+				APIKeys: map[string]string{"shutdown": shutdownKey}, Only: []string{svc}, TriggerNodes: 2,
+				Etcd: etcd, PostgresURL: database.URL(), AMQPURL: broker.URL(), OTLPEndpoint: collector.Endpoint(),
+				ExtraArgs: map[string][]string{svc: {"--shutdown-timeout", shutdownTimeout.String()}},
+			})
+			// Runs before the mesh's cleanup, which drops its schemas and
+			// queues through the proxies.
+			t.Cleanup(func() { database.Up(); broker.Up() })
+			procs := map[string][]*meshrun.Process{
+				"registry": {mesh.Registry}, "trigger": mesh.Triggers, "dispatcher": {mesh.Dispatcher},
+				"history": {mesh.History}, "alerting": {mesh.Alerting},
+			}[svc]
+
+			database.Down()
+			broker.Down()
+			etcd.Stop()
+			collector.Close()
+			call(t, procs[0].URL+procedures[svc])
+			// Past the trigger's lease: every part has noticed and is
+			// retrying (the trigger node that was not the retention sweep's
+			// leader is campaigning again), which is when an unbounded call
+			// hangs.
+			time.Sleep(3 * time.Second)
+
+			sent := time.Now()
+			for _, p := range procs {
+				require.NoError(t, p.Signal(syscall.SIGTERM))
+			}
+			for _, p := range procs {
+				select {
+				case <-p.Done():
+					t.Logf("%s exited %s after SIGTERM", p.Name, time.Since(sent).Round(time.Millisecond))
+					require.NoError(t, p.ExitErr(), "%s's exit status; log: %s", p.Name, p.LogPath)
+				case <-time.After(time.Until(sent.Add(shutdownTimeout + exitMargin))):
+					t.Fatalf("%s still running %s after SIGTERM (--shutdown-timeout %s)", p.Name, shutdownTimeout+exitMargin, shutdownTimeout)
+				}
+			}
+		})
+	}
+}
+
+// call makes an authenticated Connect call with an empty request; any
+// answer will do (the database is down), only the span matters.
+func call(t *testing.T, url string) {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, url, strings.NewReader("{}"))
+	require.NoError(t, err)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+shutdownKey)
+	client := &http.Client{Timeout: 10 * time.Second}
+	if resp, err := client.Do(req); err == nil {
+		resp.Body.Close()
+	}
+}
