@@ -115,8 +115,7 @@ func Start(t testing.TB, bins *Binaries, opts Options) *meshrun.Mesh {
 	logDir := t.TempDir()
 	mesh, err := meshrun.Start(context.Background(), meshrun.Options{
 		BinDir: bins.Dir(t), PostgresURL: cmp.Or(opts.PostgresURL, pgtest.URL()), AMQPURL: cmp.Or(opts.AMQPURL, amqptest.URL()),
-		EtcdEndpoints: etcd.Endpoints(),
-		Name: "m_" + randomHex(t), APIKeys: opts.APIKeys,
+		EtcdEndpoints: etcd.Endpoints(), Name: "m_" + randomHex(t), APIKeys: opts.APIKeys,
 		TriggerNodes: opts.TriggerNodes, Partitions: opts.Partitions, LeaseTTL: opts.LeaseTTL, RetryTiers: opts.RetryTiers,
 		OTLPEndpoint: opts.OTLPEndpoint, AllowNetworks: opts.AllowNetworks, LogDir: logDir, LogLevel: opts.LogLevel,
 		ExtraArgs: opts.ExtraArgs, Env: opts.Env, Only: opts.Only,
