@@ -354,9 +354,13 @@ func (a *App) Server() *server.Server { return a.server }
 // Run runs the node until ctx is done. Readiness (grpc.health.v1 SERVING)
 // waits until the node holds its partitions and the projection is
 // subscribed. Shutdown order: the API stops; the engine stops firing; the
-// ring releases the partitions (revoking the lease, so other nodes take over
-// at once); the projection and the relay stop (unpublished messages stay in
-// the outbox for whichever node's relay runs next).
+// relay stops starting publishes and drains those in flight (their confirms
+// and the DELETE of their rows, bounded by the outbox's drain timeout); only
+// then the ring releases the partitions (revoking the lease, so other nodes
+// take over at once): a new owner's relay must not read rows this one has
+// published and not yet deleted, or it publishes them again (a rolling
+// restart did, before this order). Unpublished rows stay in the outbox for
+// the new owner's relay. The projection and the rest stop last.
 func (a *App) Run(ctx context.Context) error {
 	// The dispatch queues must exist before the first dispatch request is
 	// published: RabbitMQ confirms and drops a message no queue is bound for.
@@ -379,8 +383,9 @@ func (a *App) Run(ctx context.Context) error {
 		})
 	}
 	engineCtx, stopEngine := context.WithCancel(bg)
+	relayCtx, stopRelay := context.WithCancel(bg)
 	ringCtx, stopRing := context.WithCancel(bg)
-	var engineDone, ringDone sync.WaitGroup
+	var engineDone, relayDone, ringDone sync.WaitGroup
 	engineDone.Go(func() {
 		if err := a.engine.Run(engineCtx); err != nil {
 			errs <- fmt.Errorf("engine: %w", err)
@@ -391,8 +396,12 @@ func (a *App) Run(ctx context.Context) error {
 			errs <- fmt.Errorf("ring: %w", err)
 		}
 	})
+	relayDone.Go(func() {
+		if err := a.relay.Run(relayCtx); err != nil {
+			errs <- fmt.Errorf("outbox relay: %w", err)
+		}
+	})
 	start("projection", a.projection.Run)
-	start("outbox relay", a.relay.Run)
 	start("retention", a.retention.Run)
 	start("timesync", a.timesync.Run)
 	go func() {
@@ -411,6 +420,8 @@ func (a *App) Run(ctx context.Context) error {
 	serveErr := a.server.Run(ctx)
 	stopEngine()
 	engineDone.Wait()
+	stopRelay()
+	relayDone.Wait()
 	stopRing()
 	ringDone.Wait()
 	stopBackground()
