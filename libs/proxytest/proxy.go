@@ -2,7 +2,6 @@ package proxytest
 
 import (
 	"errors"
-	"io"
 	"net"
 	"sync"
 	"testing"
@@ -11,16 +10,18 @@ import (
 // Proxy is a TCP proxy to one server address. Clients connect to
 // [Proxy.Addr]; [Proxy.Down] cuts every connection and refuses new ones
 // until [Proxy.Up]; [Proxy.Sever] cuts the current connections but keeps
-// accepting.
+// accepting; [Proxy.Blackhole] makes the server unreachable without an
+// error, as a network partition does.
 type Proxy struct {
 	t      testing.TB
 	ln     net.Listener
 	target string
 
-	mu    sync.Mutex
-	down  bool
-	conns map[net.Conn]struct{}
-	wg    sync.WaitGroup
+	mu     sync.Mutex
+	down   bool
+	silent bool // Blackhole: accept and hold, forward nothing
+	conns  map[net.Conn]struct{}
+	wg     sync.WaitGroup
 }
 
 // New starts a proxy on 127.0.0.1 to target (host:port). It starts Up
@@ -51,16 +52,33 @@ func (p *Proxy) Addr() string { return p.ln.Addr().String() }
 // accepted and closed at once, which clients see as a reset or EOF).
 func (p *Proxy) Down() {
 	p.mu.Lock()
-	p.down = true
+	p.down, p.silent = true, false
 	p.mu.Unlock()
 	p.Sever()
 }
 
-// Up lets new connections through again.
+// Blackhole keeps every connection open but forwards nothing either way
+// from now on, and accepts new connections only to hold them in the same
+// silence: clients see no error, only requests that never get an answer,
+// until their own timeouts (a server behind a network partition). Up or
+// Down ends it, cutting the connections that lived through it (bytes were
+// lost).
+func (p *Proxy) Blackhole() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.down, p.silent = false, true
+}
+
+// Up lets new connections through again; after a Blackhole it first cuts
+// the connections that lived through it.
 func (p *Proxy) Up() {
 	p.mu.Lock()
-	p.down = false
+	wasSilent := p.silent
+	p.down, p.silent = false, false
 	p.mu.Unlock()
+	if wasSilent {
+		p.Sever()
+	}
 }
 
 // Sever closes every proxied connection, as a broker restart would, but
@@ -85,10 +103,16 @@ func (p *Proxy) accept() {
 			return
 		}
 		p.mu.Lock()
-		down := p.down
+		down, silent := p.down, p.silent
+		if silent {
+			p.conns[client] = struct{}{} // held open, unanswered
+		}
 		p.mu.Unlock()
 		if down {
 			_ = client.Close()
+			continue
+		}
+		if silent {
 			continue
 		}
 		upstream, err := net.Dial("tcp", p.target)
@@ -112,15 +136,33 @@ func (p *Proxy) accept() {
 	}
 }
 
-// pipe copies src to dst; when either side ends, both are closed so the
-// peer notices promptly.
+// pipe copies src to dst, dropping what it reads while the proxy is
+// silent; when either side ends, both are closed so the peer notices
+// promptly.
 func (p *Proxy) pipe(dst, src net.Conn) {
 	defer p.wg.Done()
-	_, _ = io.Copy(dst, src)
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 && !p.isSilent() {
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				break
+			}
+		}
+		if err != nil {
+			break
+		}
+	}
 	_ = dst.Close()
 	_ = src.Close()
 	p.mu.Lock()
 	delete(p.conns, dst)
 	delete(p.conns, src)
 	p.mu.Unlock()
+}
+
+func (p *Proxy) isSilent() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.silent
 }
