@@ -220,7 +220,7 @@ func (c *Consumer) run(ctx context.Context, cfg amqp.Config) {
 		}
 		wg.Wait()
 	}
-	if err := sub.Close(); err != nil {
+	if err := broker.CloseSubscriber(sub); err != nil {
 		c.logger.Warn("closing the subscriber", slog.Any("error", err))
 	}
 }

@@ -181,7 +181,7 @@ func (d *Drainer) Run(ctx context.Context) error {
 		wg.Go(func() { d.consume(ctx, s.messages) })
 	}
 	wg.Wait()
-	if err := sub.Close(); err != nil {
+	if err := broker.CloseSubscriber(sub); err != nil {
 		d.logger.Warn("closing the dead-letter subscriber", slog.Any("error", err))
 	}
 	return nil

@@ -393,7 +393,7 @@ func (p *Pipeline) Run(ctx context.Context) error {
 	// way is settled); the workers then return.
 	wg.Wait()
 	close(workersDone)
-	if err := sub.Close(); err != nil {
+	if err := broker.CloseSubscriber(sub); err != nil {
 		p.logger.Warn("closing the dispatch subscriber", slog.Any("error", err))
 	}
 	return nil
