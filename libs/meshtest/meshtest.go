@@ -97,6 +97,8 @@ type Options struct {
 	// proxy registers its Up with t.Cleanup after Start, so that it runs
 	// first.
 	PostgresURL, AMQPURL string
+	// EtcdEndpoints, when set, replace Etcd's own (a proxy in front of it).
+	EtcdEndpoints []string
 	// Only: see meshrun.Options.Only.
 	Only []string
 }
@@ -112,10 +114,14 @@ func Start(t testing.TB, bins *Binaries, opts Options) *meshrun.Mesh {
 	if etcd == nil {
 		etcd = etcdtest.New(t)
 	}
+	etcdEndpoints := opts.EtcdEndpoints
+	if len(etcdEndpoints) == 0 {
+		etcdEndpoints = etcd.Endpoints()
+	}
 	logDir := t.TempDir()
 	mesh, err := meshrun.Start(context.Background(), meshrun.Options{
 		BinDir: bins.Dir(t), PostgresURL: cmp.Or(opts.PostgresURL, pgtest.URL()), AMQPURL: cmp.Or(opts.AMQPURL, amqptest.URL()),
-		EtcdEndpoints: etcd.Endpoints(), Name: "m_" + randomHex(t), APIKeys: opts.APIKeys,
+		EtcdEndpoints: etcdEndpoints, Name: "m_" + randomHex(t), APIKeys: opts.APIKeys,
 		TriggerNodes: opts.TriggerNodes, Partitions: opts.Partitions, LeaseTTL: opts.LeaseTTL, RetryTiers: opts.RetryTiers,
 		OTLPEndpoint: opts.OTLPEndpoint, AllowNetworks: opts.AllowNetworks, LogDir: logDir, LogLevel: opts.LogLevel,
 		ExtraArgs: opts.ExtraArgs, Env: opts.Env, Only: opts.Only,
