@@ -293,9 +293,13 @@ func (a *App) Run(ctx context.Context) error {
 		a.server.SetServing(true)
 	}()
 	serveErr := a.server.Run(ctx)
+	// Together: each may wait up to broker.CloseTimeout for an unreachable
+	// broker, and one after the other they would add up.
+	var consumersStopped sync.WaitGroup
 	for _, c := range a.consumers {
-		c.Stop()
+		consumersStopped.Go(c.Stop)
 	}
+	consumersStopped.Wait()
 	a.watchdog.Stop()
 	a.notifier.Stop()
 	a.close(bg)

@@ -415,12 +415,12 @@ const (
 // consume handles the messages of one subscription until it closes.
 func (p *Pipeline) consume(ctx, hard context.Context, priority string, s subscription) {
 	b := newBackoff(p.opts.Backoff, p.opts.MaxBackoff)
-	for msg := range s.messages {
-		if ctx.Err() != nil {
-			// Delivered while the subscription shuts down: leave it to
-			// whichever dispatcher runs next.
-			msg.Nack()
-			continue
+	for {
+		// Once ctx is done, what is not taken yet is left to whichever
+		// dispatcher runs next.
+		msg, ok := broker.Next(ctx, s.messages)
+		if !ok {
+			return
 		}
 		switch p.handle(hard, priority, s.queue, msg) {
 		case ack:
