@@ -2,6 +2,7 @@ package e2e_test
 
 import (
 	"net/http"
+	"net/url"
 	"strings"
 	"syscall"
 	"testing"
@@ -20,6 +21,7 @@ import (
 	"github.com/cronmesh/cronmesh/libs/meshtest"
 	"github.com/cronmesh/cronmesh/libs/otlptest"
 	"github.com/cronmesh/cronmesh/libs/pgtest"
+	"github.com/cronmesh/cronmesh/libs/proxytest"
 )
 
 const shutdownKey = "shutdown-key-0123456789abcdef"
@@ -34,12 +36,14 @@ const (
 )
 
 // TestShutdownWithDependenciesDown: each service, running alone (the
-// trigger as two nodes: a leader and a follower of its elections), is cut off
-// from every dependency it has — PostgreSQL and RabbitMQ behind proxies that
-// go down, its own etcd stopped, the OTLP collector gone with a span
+// trigger as two nodes: a leader and a follower of its elections), is cut
+// off from every dependency it has — PostgreSQL, RabbitMQ, its etcd and the
+// OTLP collector, each behind a proxy (libs/proxytest), with a span
 // waiting to be exported — and is then sent SIGTERM. It must exit on its
 // own, with status 0, within its --shutdown-timeout: Kubernetes would
-// otherwise SIGKILL it mid-shutdown.
+// otherwise SIGKILL it mid-shutdown. Twice: the dependencies refuse
+// connections (a stopped server), or they are unreachable without an error
+// (a network partition: every call waits for its own deadline).
 func TestShutdownWithDependenciesDown(t *testing.T) {
 	// A traced call of each service's API: a span for the exporter to flush
 	// at shutdown.
@@ -50,50 +54,62 @@ func TestShutdownWithDependenciesDown(t *testing.T) {
 		"history":    historyv1connect.HistoryServiceListExecutionsProcedure,
 		"alerting":   alertingv1connect.AlertServiceListRulesProcedure,
 	}
-	for _, svc := range meshrun.Services() {
-		t.Run(svc, func(t *testing.T) {
-			database := pgtest.NewProxy(t, false)
-			broker := amqptest.NewProxy(t, false)
-			etcd := etcdtest.New(t)
-			collector := otlptest.New(t)
-			mesh := meshtest.Start(t, bins, meshtest.Options{
-				APIKeys: map[string]string{"shutdown": shutdownKey}, Only: []string{svc}, TriggerNodes: 2,
-				Etcd: etcd, PostgresURL: database.URL(), AMQPURL: broker.URL(), OTLPEndpoint: collector.Endpoint(),
-				ExtraArgs: map[string][]string{svc: {"--shutdown-timeout", shutdownTimeout.String()}},
-			})
-			// Runs before the mesh's cleanup, which drops its schemas and
-			// queues through the proxies.
-			t.Cleanup(func() { database.Up(); broker.Up() })
-			procs := map[string][]*meshrun.Process{
-				"registry": {mesh.Registry}, "trigger": mesh.Triggers, "dispatcher": {mesh.Dispatcher},
-				"history": {mesh.History}, "alerting": {mesh.Alerting},
-			}[svc]
+	outages := []struct {
+		name string
+		cut  func(*proxytest.Proxy)
+	}{
+		{"refused", (*proxytest.Proxy).Down},
+		{"unreachable", (*proxytest.Proxy).Blackhole},
+	}
+	for _, outage := range outages {
+		for _, svc := range meshrun.Services() {
+			t.Run(outage.name+"/"+svc, func(t *testing.T) {
+				database := pgtest.NewProxy(t, false)
+				broker := amqptest.NewProxy(t, false)
+				etcd := etcdtest.New(t)
+				etcdURL, err := url.Parse(etcd.Endpoints()[0])
+				require.NoError(t, err)
+				etcdProxy := proxytest.New(t, etcdURL.Host, false)
+				collectorProxy := proxytest.New(t, otlptest.New(t).Endpoint(), false)
+				mesh := meshtest.Start(t, bins, meshtest.Options{
+					APIKeys: map[string]string{"shutdown": shutdownKey}, Only: []string{svc}, TriggerNodes: 2,
+					Etcd: etcd, EtcdEndpoints: []string{"http://" + etcdProxy.Addr()},
+					PostgresURL: database.URL(), AMQPURL: broker.URL(), OTLPEndpoint: collectorProxy.Addr(),
+					ExtraArgs: map[string][]string{svc: {"--shutdown-timeout", shutdownTimeout.String()}},
+				})
+				// Runs before the mesh's cleanup, which drops its schemas and
+				// queues through the proxies.
+				t.Cleanup(func() { database.Up(); broker.Up() })
+				procs := map[string][]*meshrun.Process{
+					"registry": {mesh.Registry}, "trigger": mesh.Triggers, "dispatcher": {mesh.Dispatcher},
+					"history": {mesh.History}, "alerting": {mesh.Alerting},
+				}[svc]
 
-			database.Down()
-			broker.Down()
-			etcd.Stop()
-			collector.Close()
-			call(t, procs[0].URL+procedures[svc])
-			// Past the trigger's lease: every part has noticed and is
-			// retrying (the trigger node that was not the retention sweep's
-			// leader is campaigning again), which is when an unbounded call
-			// hangs.
-			time.Sleep(3 * time.Second)
-
-			sent := time.Now()
-			for _, p := range procs {
-				require.NoError(t, p.Signal(syscall.SIGTERM))
-			}
-			for _, p := range procs {
-				select {
-				case <-p.Done():
-					t.Logf("%s exited %s after SIGTERM", p.Name, time.Since(sent).Round(time.Millisecond))
-					require.NoError(t, p.ExitErr(), "%s's exit status; log: %s", p.Name, p.LogPath)
-				case <-time.After(time.Until(sent.Add(shutdownTimeout + exitMargin))):
-					t.Fatalf("%s still running %s after SIGTERM (--shutdown-timeout %s)", p.Name, shutdownTimeout+exitMargin, shutdownTimeout)
+				for _, p := range []*proxytest.Proxy{database.Proxy, broker.Proxy, etcdProxy, collectorProxy} {
+					outage.cut(p)
 				}
-			}
-		})
+				call(t, procs[0].URL+procedures[svc])
+				// Past the trigger's lease: every part has noticed and is
+				// retrying (the trigger node that was not the retention
+				// sweep's leader is campaigning again), which is when an
+				// unbounded call hangs.
+				time.Sleep(3 * time.Second)
+
+				sent := time.Now()
+				for _, p := range procs {
+					require.NoError(t, p.Signal(syscall.SIGTERM))
+				}
+				for _, p := range procs {
+					select {
+					case <-p.Done():
+						t.Logf("%s exited %s after SIGTERM", p.Name, time.Since(sent).Round(time.Millisecond))
+						require.NoError(t, p.ExitErr(), "%s's exit status; log: %s", p.Name, p.LogPath)
+					case <-time.After(time.Until(sent.Add(shutdownTimeout + exitMargin))):
+						t.Fatalf("%s still running %s after SIGTERM (--shutdown-timeout %s)", p.Name, shutdownTimeout+exitMargin, shutdownTimeout)
+					}
+				}
+			})
+		}
 	}
 }
 
