@@ -265,8 +265,13 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger) (_ *App, err erro
 		Pool:      a.pool,
 		Publisher: a.publisher,
 		Logger:    logger.With(slog.String("component", "outbox")),
-		Metrics:   metrics,
-		Lanes:     cfg.OutboxLanes,
+		// A stop drains for up to twice this (confirms, then the
+		// DELETE): a quarter of the shutdown timeout each leaves the rest
+		// of the shutdown half of it, with a broker that swallows
+		// confirms. What does not make it is published again.
+		DrainTimeout: cfg.ShutdownTimeout / 4,
+		Metrics:      metrics,
+		Lanes:        cfg.OutboxLanes,
 		// Several cycles in flight: one cycle waits for its confirms and its
 		// DELETE, and a steady trickle of small commits would otherwise be
 		// bound by that latency (measured: 3,600 messages/s with one).
