@@ -1,9 +1,10 @@
 // Package meshrun starts the whole cronmesh mesh — registry, trigger nodes,
-// dispatcher, history and alerting — as real processes on loopback, isolated
-// from every other mesh on the same PostgreSQL, RabbitMQ and etcd by a name
-// prefix. End-to-end tests (through libs/meshtest), the end-to-end benchmark
-// and the fault-injection suite all start the mesh through it, so the way the
-// services are wired together is written once.
+// dispatcher, history and alerting — or any subset of it (Options.Only) as
+// real processes on loopback, isolated from every other mesh on the same
+// PostgreSQL, RabbitMQ and etcd by a name prefix. End-to-end tests (through
+// libs/meshtest), the end-to-end benchmark and the fault-injection suite all
+// start the mesh through it, so the way the services are wired together is
+// written once.
 //
 // The services are processes rather than in-process servers on purpose: a
 // SIGKILL, a SIGSTOP past a lease or a restart must hit a real process with
