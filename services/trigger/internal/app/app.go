@@ -360,12 +360,15 @@ func (a *App) Server() *server.Server { return a.server }
 // waits until the node holds its partitions and the projection is
 // subscribed. Shutdown order: the API stops; the engine stops firing; the
 // relay stops starting publishes and drains those in flight (their confirms
-// and the DELETE of their rows, bounded by the outbox's drain timeout); only
-// then the ring releases the partitions (revoking the lease, so other nodes
-// take over at once): a new owner's relay must not read rows this one has
-// published and not yet deleted, or it publishes them again (a rolling
-// restart did, before this order). Unpublished rows stay in the outbox for
-// the new owner's relay. The projection and the rest stop last.
+// and the DELETE of their rows); then the ring releases the partitions
+// (revoking the lease, so other nodes take over at once): a new owner's
+// relay must not read rows this one has published and not yet deleted, or
+// it publishes them again (a rolling restart did, before this order). The
+// ring waits for the drain at most a lease TTL, the longest a crashed
+// node's partitions wait too, so that a broker that stopped answering this
+// node only cannot hold its partitions back for the whole drain timeout.
+// Unpublished rows stay in the outbox for the new owner's relay. The
+// projection and the rest stop last.
 func (a *App) Run(ctx context.Context) error {
 	// The dispatch queues must exist before the first dispatch request is
 	// published: RabbitMQ confirms and drops a message no queue is bound for.
@@ -426,9 +429,19 @@ func (a *App) Run(ctx context.Context) error {
 	stopEngine()
 	engineDone.Wait()
 	stopRelay()
-	relayDone.Wait()
+	relayDrained := make(chan struct{})
+	go func() {
+		relayDone.Wait()
+		close(relayDrained)
+	}()
+	select {
+	case <-relayDrained:
+	case <-time.After(a.cfg.LeaseTTL):
+		a.logger.Warn("the outbox relay is still draining; releasing the partitions anyway (its rows in flight may be published again)")
+	}
 	stopRing()
 	ringDone.Wait()
+	<-relayDrained
 	stopBackground()
 	wg.Wait()
 	close(errs)
