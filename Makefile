@@ -107,7 +107,8 @@ chaos: tools services ## Fault-injection suites: trigger failover at 10x the job
 	@# Trigger tier: SIGKILL, SIGSTOP past the lease and a joining node under
 	@# $(CHAOS_JOBS) every-second jobs, and a 30 s broker outage; every slot
 	@# checked at the queue for fired-once and the 5 s promise (about 2
-	@# minutes). Whole mesh (services/devstack/chaos): nine faults, each on its
+	@# minutes). Whole mesh (services/devstack/chaos): ten faults (a rolling
+	@# restart of every service among them), each on its
 	@# own mesh with $(CHAOS_MESH_JOBS) every-second jobs and a ledger of every
 	@# slot. Both suites run whatever the first one says; the table is printed
 	@# even when a scenario fails, and make fails if either suite failed.

@@ -39,9 +39,10 @@ type BatchOptions struct {
 // the loop holds those through the backoff (so it pauses rather than spin
 // on redeliveries while a dependency is unwell) and then nacks them. A
 // batch is handled to its end even if ctx ends meanwhile (handle decides
-// how long it may take). ConsumeBatches returns once ctx is done and the
-// subscriptions' channels are closed; a message delivered after ctx ended
-// is nacked unhandled, for whichever consumer runs next.
+// how long it may take). ConsumeBatches returns once ctx is done, without
+// waiting for the subscriptions' channels to close (see Next); a message
+// taken after ctx ended is nacked unhandled, for whichever consumer runs
+// next.
 func ConsumeBatches(ctx context.Context, channels []<-chan *message.Message, opts BatchOptions,
 	handle func(context.Context, []*message.Message) (requeue []*message.Message)) {
 	in, fannedIn := FanIn(ctx, channels)
@@ -58,13 +59,17 @@ func ConsumeBatches(ctx context.Context, channels []<-chan *message.Message, opt
 // consumer runs next, instead of waiting for a reader that has stopped.
 // wait returns once every channel in channels is closed (watermill-amqp
 // closes them when its subscription's context ends or the subscriber is
-// closed).
+// closed) or ctx is done (see Next).
 func FanIn(ctx context.Context, channels []<-chan *message.Message) (in <-chan *message.Message, wait func()) {
 	merged := make(chan *message.Message)
 	var wg sync.WaitGroup
 	for _, ch := range channels {
 		wg.Go(func() {
-			for msg := range ch {
+			for {
+				msg, ok := Next(ctx, ch)
+				if !ok {
+					return
+				}
 				select {
 				case merged <- msg:
 				case <-ctx.Done():
@@ -74,6 +79,26 @@ func FanIn(ctx context.Context, channels []<-chan *message.Message) (in <-chan *
 		})
 	}
 	return merged, wg.Wait
+}
+
+// Next returns the next message of a subscription's channel, or false once
+// the channel is closed or ctx is done. A consumer that is stopping must
+// not wait for the channel to close: watermill-amqp closes it only after
+// closing its AMQP channel, a round trip to the broker that an unreachable
+// broker never answers. A message received after ctx ended is nacked, for
+// whichever consumer runs next; one left unread is requeued by the broker
+// when the connection closes.
+func Next(ctx context.Context, ch <-chan *message.Message) (*message.Message, bool) {
+	select {
+	case <-ctx.Done():
+		return nil, false
+	case msg, ok := <-ch:
+		if ok && ctx.Err() != nil {
+			msg.Nack()
+			return nil, false
+		}
+		return msg, ok
+	}
 }
 
 // batchLoop gathers batches from in and handles them until ctx is done.

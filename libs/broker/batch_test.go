@@ -103,22 +103,70 @@ func TestConsumeBatchesNacksWhatTheHandlerRequeues(t *testing.T) {
 	}
 }
 
-func TestConsumeBatchesNacksMessagesDeliveredAfterTheEnd(t *testing.T) {
+// TestConsumeBatchesStopsAtTheEnd: once ctx is done nothing more is
+// handled, and ConsumeBatches returns without waiting for the channels to
+// close (watermill-amqp closes them only after a round trip to the broker);
+// a message taken meanwhile is nacked, one never taken is requeued by the
+// broker when the connection closes.
+func TestConsumeBatchesStopsAtTheEnd(t *testing.T) {
 	t.Parallel()
 	msgs := messages(3)
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
+	open := make(chan *message.Message, len(msgs)) // never closed
+	for _, m := range msgs {
+		open <- m
+	}
 	opts := batchOptions()
 	opts.Loops = 0 // nothing takes messages: only the shutdown path can settle them
-	ConsumeBatches(ctx, subscriptions(2, msgs), opts, func(context.Context, []*message.Message) []*message.Message {
+	ConsumeBatches(ctx, []<-chan *message.Message{open}, opts, func(context.Context, []*message.Message) []*message.Message {
 		t.Error("no batch is handled after the end")
 		return nil
 	})
 	for _, m := range msgs {
 		select {
-		case <-m.Nacked():
+		case <-m.Acked():
+			t.Fatalf("message %s acked after the end", m.UUID)
 		default:
-			t.Fatalf("message %s was not nacked", m.UUID)
 		}
+	}
+}
+
+// TestNextDoesNotWaitForTheChannelToClose: once ctx is done, Next returns
+// at once although the subscription's channel stays open (watermill-amqp
+// closes it only after a round trip to the broker), and FanIn's wait
+// returns too; a message taken after ctx ended is nacked.
+func TestNextDoesNotWaitForTheChannelToClose(t *testing.T) {
+	t.Parallel()
+	open := make(chan *message.Message) // never closed
+	ctx, cancel := context.WithCancel(t.Context())
+	msg := message.NewMessage("m-1", nil)
+	got := make(chan *message.Message, 1)
+	go func() {
+		m, _ := Next(ctx, open)
+		got <- m
+	}()
+	open <- msg
+	require.Same(t, msg, <-got)
+
+	_, wait := FanIn(ctx, []<-chan *message.Message{open})
+	cancel()
+	m, ok := Next(ctx, open)
+	require.False(t, ok)
+	require.Nil(t, m)
+	wait() // returns: the forwarder stopped with ctx
+
+	buffered := make(chan *message.Message, 1)
+	late := message.NewMessage("m-2", nil)
+	buffered <- late
+	for { // select picks at random between the ready cases
+		if _, ok := Next(ctx, buffered); !ok && len(buffered) == 0 {
+			break
+		}
+	}
+	select {
+	case <-late.Nacked():
+	default:
+		t.Fatal("a message taken after ctx ended was not nacked")
 	}
 }

@@ -168,6 +168,29 @@ func TestPublisherBrokerDownThenUp(t *testing.T) {
 	require.ErrorIs(t, pub.Publish("job.created", message.NewMessage("m-3", nil)), ErrPublisherClosed)
 }
 
+// TestPublisherCloseBrokerUnreachable: Close returns within CloseTimeout
+// when the broker stops answering (it would wait for the close-ok until
+// missed heartbeats revealed the dead connection).
+func TestPublisherCloseBrokerUnreachable(t *testing.T) {
+	t.Parallel()
+	exchange := amqptest.UniqueName(t, "broker-test")
+	amqptest.DeclareTopicQueue(t, exchange, "#")
+	proxy := amqptest.NewProxy(t, false)
+	pub := newTestPublisher(t, proxy.URL(), exchange)
+	require.NoError(t, pub.Publish("job.created", message.NewMessage("m-0", nil)))
+
+	proxy.Blackhole()
+	t.Cleanup(proxy.Up)
+	closed := make(chan error, 1)
+	go func() { closed <- pub.Close() }()
+	select {
+	case err := <-closed:
+		require.Error(t, err, "no close-ok came")
+	case <-time.After(CloseTimeout + 10*time.Second):
+		t.Fatal("Close waited for the unreachable broker")
+	}
+}
+
 func TestPublisherHonorsMessageContext(t *testing.T) {
 	t.Parallel()
 	exchange := amqptest.UniqueName(t, "broker-test")

@@ -233,7 +233,8 @@ func (p *Publisher) awaitConfirm(msg *message.Message, dc *amqp091.DeferredConfi
 }
 
 // Close closes the connection, failing publishes in progress (their
-// pending confirms resolve as not confirmed). Publish calls after Close
+// pending confirms resolve as not confirmed), within CloseTimeout even when
+// the broker is unreachable. Publish calls after Close
 // return [ErrPublisherClosed]. Close is idempotent.
 func (p *Publisher) Close() error {
 	p.mu.Lock()
@@ -403,10 +404,11 @@ func (c *connection) forget(exchange string) {
 	c.mu.Unlock()
 }
 
-// close closes the connection, which closes its channels.
+// close closes the connection, which closes its channels, waiting for the
+// broker's answer at most CloseTimeout.
 func (c *connection) close() error {
 	if c.conn.IsClosed() {
 		return nil
 	}
-	return c.conn.Close()
+	return c.conn.CloseDeadline(time.Now().Add(CloseTimeout))
 }

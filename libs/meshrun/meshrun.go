@@ -1,9 +1,10 @@
 // Package meshrun starts the whole cronmesh mesh — registry, trigger nodes,
-// dispatcher, history and alerting — as real processes on loopback, isolated
-// from every other mesh on the same PostgreSQL, RabbitMQ and etcd by a name
-// prefix. End-to-end tests (through libs/meshtest), the end-to-end benchmark
-// and the fault-injection suite all start the mesh through it, so the way the
-// services are wired together is written once.
+// dispatcher, history and alerting — or any subset of it (Options.Only) as
+// real processes on loopback, isolated from every other mesh on the same
+// PostgreSQL, RabbitMQ and etcd by a name prefix. End-to-end tests (through
+// libs/meshtest), the end-to-end benchmark and the fault-injection suite all
+// start the mesh through it, so the way the services are wired together is
+// written once.
 //
 // The services are processes rather than in-process servers on purpose: a
 // SIGKILL, a SIGSTOP past a lease or a restart must hit a real process with
@@ -78,6 +79,10 @@ type Options struct {
 	// meshrun's own choices.
 	ExtraArgs map[string][]string
 	Env       []string // extra environment for every process
+	// Only, when not empty, starts just these services (names of
+	// Services), for a test of one service's process on its own; the
+	// fields of the others stay nil.
+	Only []string
 }
 
 // Names are the broker objects of one mesh.
@@ -121,6 +126,11 @@ func Start(ctx context.Context, opts Options) (*Mesh, error) {
 	if opts.BinDir == "" || opts.PostgresURL == "" || opts.AMQPURL == "" || len(opts.EtcdEndpoints) == 0 || opts.Name == "" || len(opts.APIKeys) == 0 || opts.LogDir == "" {
 		return nil, errors.New("meshrun: BinDir, PostgresURL, AMQPURL, EtcdEndpoints, Name, APIKeys and LogDir are required")
 	}
+	for _, svc := range opts.Only {
+		if !slices.Contains(Services(), svc) {
+			return nil, fmt.Errorf("meshrun: Only names %q, not a service", svc)
+		}
+	}
 	if strings.Trim(opts.Name, "abcdefghijklmnopqrstuvwxyz0123456789_") != "" {
 		return nil, fmt.Errorf("meshrun: Name %q: only lower-case letters, digits and '_'", opts.Name)
 	}
@@ -139,23 +149,34 @@ func Start(ctx context.Context, opts Options) (*Mesh, error) {
 		m.Schemas[svc] = opts.Name + "_" + svc
 	}
 
+	starts := func(svc string) bool { return len(opts.Only) == 0 || slices.Contains(opts.Only, svc) }
 	var err error
-	if m.Registry, err = m.start(ctx, "registry", "registry", m.registryArgs()); err != nil {
-		return nil, m.abort(err)
-	}
-	for i := range opts.TriggerNodes {
-		if _, err = m.AddTrigger(ctx, fmt.Sprintf("trigger-%d", i+1)); err != nil {
+	if starts("registry") {
+		if m.Registry, err = m.start(ctx, "registry", "registry", m.registryArgs()); err != nil {
 			return nil, m.abort(err)
 		}
 	}
-	if m.Dispatcher, err = m.start(ctx, "dispatcher", "dispatcher", m.dispatcherArgs()); err != nil {
-		return nil, m.abort(err)
+	if starts("trigger") {
+		for i := range opts.TriggerNodes {
+			if _, err = m.AddTrigger(ctx, fmt.Sprintf("trigger-%d", i+1)); err != nil {
+				return nil, m.abort(err)
+			}
+		}
 	}
-	if m.History, err = m.start(ctx, "history", "history", m.historyArgs()); err != nil {
-		return nil, m.abort(err)
+	if starts("dispatcher") {
+		if m.Dispatcher, err = m.start(ctx, "dispatcher", "dispatcher", m.dispatcherArgs()); err != nil {
+			return nil, m.abort(err)
+		}
 	}
-	if m.Alerting, err = m.start(ctx, "alerting", "alerting", m.alertingArgs()); err != nil {
-		return nil, m.abort(err)
+	if starts("history") {
+		if m.History, err = m.start(ctx, "history", "history", m.historyArgs()); err != nil {
+			return nil, m.abort(err)
+		}
+	}
+	if starts("alerting") {
+		if m.Alerting, err = m.start(ctx, "alerting", "alerting", m.alertingArgs()); err != nil {
+			return nil, m.abort(err)
+		}
 	}
 	return m, nil
 }

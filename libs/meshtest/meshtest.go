@@ -5,6 +5,7 @@ package meshtest
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -89,6 +90,17 @@ type Options struct {
 	// Etcd is the trigger ring's etcd; nil starts one for the test. A test
 	// that stops and restarts etcd passes its own.
 	Etcd *etcdtest.Cluster
+	// PostgresURL and AMQPURL default to the test servers (pgtest.URL,
+	// amqptest.URL); a test cutting a service off passes a proxy's URL
+	// (pgtest.NewProxy, amqptest.NewProxy). The cleanup drops the mesh's
+	// schemas and broker objects through them too: a test that cuts a
+	// proxy registers its Up with t.Cleanup after Start, so that it runs
+	// first.
+	PostgresURL, AMQPURL string
+	// EtcdEndpoints, when set, replace Etcd's own (a proxy in front of it).
+	EtcdEndpoints []string
+	// Only: see meshrun.Options.Only.
+	Only []string
 }
 
 // Start runs a mesh for t from the binaries in bins: its own schemas,
@@ -102,13 +114,17 @@ func Start(t testing.TB, bins *Binaries, opts Options) *meshrun.Mesh {
 	if etcd == nil {
 		etcd = etcdtest.New(t)
 	}
+	etcdEndpoints := opts.EtcdEndpoints
+	if len(etcdEndpoints) == 0 {
+		etcdEndpoints = etcd.Endpoints()
+	}
 	logDir := t.TempDir()
 	mesh, err := meshrun.Start(context.Background(), meshrun.Options{
-		BinDir: bins.Dir(t), PostgresURL: pgtest.URL(), AMQPURL: amqptest.URL(), EtcdEndpoints: etcd.Endpoints(),
-		Name: "m_" + randomHex(t), APIKeys: opts.APIKeys,
+		BinDir: bins.Dir(t), PostgresURL: cmp.Or(opts.PostgresURL, pgtest.URL()), AMQPURL: cmp.Or(opts.AMQPURL, amqptest.URL()),
+		EtcdEndpoints: etcdEndpoints, Name: "m_" + randomHex(t), APIKeys: opts.APIKeys,
 		TriggerNodes: opts.TriggerNodes, Partitions: opts.Partitions, LeaseTTL: opts.LeaseTTL, RetryTiers: opts.RetryTiers,
 		OTLPEndpoint: opts.OTLPEndpoint, AllowNetworks: opts.AllowNetworks, LogDir: logDir, LogLevel: opts.LogLevel,
-		ExtraArgs: opts.ExtraArgs, Env: opts.Env,
+		ExtraArgs: opts.ExtraArgs, Env: opts.Env, Only: opts.Only,
 	})
 	if err != nil {
 		dumpLogs(t, logDir)

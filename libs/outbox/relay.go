@@ -31,10 +31,8 @@ const (
 	DefaultLockCheckInterval = 5 * time.Second
 )
 
-// drainTimeout bounds the draining when Run stops or loses the lock: how
-// long publishes already in flight may still wait for their confirms, and
-// how long the DELETE of confirmed rows may take.
-const drainTimeout = 10 * time.Second
+// DefaultDrainTimeout is RelayOptions.DrainTimeout when it is 0.
+const DefaultDrainTimeout = 10 * time.Second
 
 // RelayOptions configures [NewRelay]. Zero durations and sizes mean the
 // defaults; negative ones are rejected.
@@ -141,6 +139,13 @@ type RelayOptions struct {
 	// trigger's is corrected to PostgreSQL's): the histogram then measures
 	// lateness on one clock. Default time.Now.
 	Now func() time.Time
+	// DrainTimeout bounds the draining when Run stops or loses the lock:
+	// how long publishes already in flight may still wait for their
+	// confirms, and then how long the DELETE of confirmed rows may take
+	// (so a stop takes up to twice this). A row whose confirm or DELETE
+	// did not make it is published again by the next relay. Default
+	// DefaultDrainTimeout; a service sets it to fit its shutdown timeout.
+	DrainTimeout time.Duration
 }
 
 // RowIDHeader is the message header holding the outbox row's id. Every
@@ -206,6 +211,7 @@ type Relay struct {
 	backoff    time.Duration
 	maxBackoff time.Duration
 	lockRetry  time.Duration
+	drain      time.Duration
 	lockCheck  time.Duration
 	lockKey    int64
 
@@ -241,7 +247,7 @@ func NewRelay(opts RelayOptions) (*Relay, error) {
 	case opts.Publisher == nil:
 		return nil, errors.New("outbox: RelayOptions.Publisher is required")
 	case opts.BatchSize < 0, opts.Lanes < 0, opts.Shards < 0, opts.PollInterval < 0, opts.Backoff < 0,
-		opts.MaxBackoff < 0, opts.LockRetryInterval < 0, opts.LockCheckInterval < 0:
+		opts.MaxBackoff < 0, opts.LockRetryInterval < 0, opts.LockCheckInterval < 0, opts.DrainTimeout < 0:
 		return nil, errors.New("outbox: negative size or duration in RelayOptions")
 	}
 	m, err := newMetrics(opts.Metrics)
@@ -260,6 +266,7 @@ func NewRelay(opts RelayOptions) (*Relay, error) {
 		backoff:    cmp.Or(opts.Backoff, DefaultBackoff),
 		maxBackoff: cmp.Or(opts.MaxBackoff, DefaultMaxBackoff),
 		lockRetry:  cmp.Or(opts.LockRetryInterval, DefaultLockRetryInterval),
+		drain:      cmp.Or(opts.DrainTimeout, DefaultDrainTimeout),
 		lockCheck:  cmp.Or(opts.LockCheckInterval, DefaultLockCheckInterval),
 		lockKey:    opts.LockKey,
 		ownership:  opts.Ownership,
@@ -292,8 +299,9 @@ func (r *Relay) Notify() {
 }
 
 // Run publishes the outbox until ctx is done, then returns nil after
-// draining: publishes in progress get up to 10s to be confirmed, no new ones
-// start, and the confirmed rows are deleted. Errors (database or broker
+// draining: publishes in progress get up to DrainTimeout to be confirmed,
+// no new ones start, and the confirmed rows are deleted (within
+// DrainTimeout too). Errors (database or broker
 // unavailable, lock lost) are logged and retried, never returned; Run
 // returns an error only when it is already running on this Relay.
 //
@@ -758,13 +766,13 @@ func (r *Relay) publish(ctx context.Context, rows []row, epochs map[int]int64, r
 	// Lanes stop starting publishes as soon as ctx ends, but a publish in
 	// flight then should still get its confirm, so that its row is deleted
 	// rather than published again by the next leader: it runs under pubCtx,
-	// which ends drainTimeout after ctx.
+	// which ends the drain timeout after ctx.
 	pubCtx, cancelPub := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelPub()
 	go func() {
 		select {
 		case <-ctx.Done():
-			t := time.NewTimer(drainTimeout)
+			t := time.NewTimer(r.drain)
 			defer t.Stop()
 			select {
 			case <-t.C:
@@ -923,14 +931,14 @@ func (r *Relay) holds(chunk []row, epochs map[int]int64) bool {
 	return true
 }
 
-// delete removes confirmed rows. It outlives ctx (bounded by drainTimeout):
+// delete removes confirmed rows. It outlives ctx (bounded by DrainTimeout):
 // on shutdown, deleting what was confirmed is the draining that saves
 // consumers a redelivery. If it fails, the rows are published again later.
 func (r *Relay) delete(ctx context.Context, ids []int64) error {
 	if len(ids) == 0 {
 		return nil
 	}
-	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), drainTimeout)
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.drain)
 	defer cancel()
 	if _, err := r.pool.Exec(dctx, `DELETE FROM outbox WHERE id = ANY($1)`, ids); err != nil {
 		return fmt.Errorf("outbox: delete %d published rows (they will be published again): %w", len(ids), err)

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -160,4 +161,27 @@ func TestCreatesMissingDatabase(t *testing.T) {
 	var current string
 	require.NoError(t, pool.QueryRow(t.Context(), "SELECT current_database()").Scan(&current))
 	require.Equal(t, dbName, current)
+}
+
+// TestProxy: the proxy carries a real PostgreSQL session, and Down cuts it
+// and refuses new ones until Up.
+func TestProxy(t *testing.T) {
+	t.Parallel()
+	p := pgtest.NewProxy(t, false)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, p.URL())
+	require.NoError(t, err)
+	defer conn.Close(context.Background())
+	require.NoError(t, conn.Ping(ctx))
+
+	p.Down()
+	require.Error(t, conn.Ping(ctx), "a cut connection")
+	_, err = pgx.Connect(ctx, p.URL())
+	require.Error(t, err, "down refuses")
+
+	p.Up()
+	again, err := pgx.Connect(ctx, p.URL())
+	require.NoError(t, err)
+	require.NoError(t, again.Close(ctx))
 }

@@ -192,3 +192,30 @@ func EnsureDatabase(ctx context.Context, url string) error {
 	}
 	return nil
 }
+
+// CloseTimeout bounds Close's wait for the pool's connections to close.
+const CloseTimeout = time.Second
+
+// Close closes pool and waits at most CloseTimeout, or until ctx is done,
+// for its connections to close, returning an error if it stopped waiting.
+// pgxpool's own Close waits for every connection, and a connection whose
+// query was cancelled first sends the server a cancel request, for up to
+// 15 s when the server is unreachable: a service's shutdown must not wait
+// for that. A connection not closed in time is closed by the process exit.
+func Close(ctx context.Context, pool *pgxpool.Pool) error {
+	done := make(chan struct{})
+	go func() {
+		pool.Close()
+		close(done)
+	}()
+	timer := time.NewTimer(CloseTimeout)
+	defer timer.Stop()
+	select {
+	case <-done:
+		return nil
+	case <-timer.C:
+		return fmt.Errorf("postgres: connections still closing after %s; left to the process exit", CloseTimeout)
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}

@@ -343,3 +343,36 @@ func BenchmarkEncodeUUIDArray(b *testing.B) {
 		}
 	}
 }
+
+// TestCloseWithServerUnreachable: a connection whose query was cancelled
+// while the server is unreachable spends 15 s trying to send it a cancel
+// request, and pgxpool's Close waits for it; Close gives up after
+// CloseTimeout instead.
+func TestCloseWithServerUnreachable(t *testing.T) {
+	t.Parallel()
+	proxy := pgtest.NewProxy(t, false)
+	t.Cleanup(proxy.Up) // before the proxy's own cleanup: cut the held connections
+	_, schema := pgtest.New(t)
+	pool, err := postgres.Connect(t.Context(), postgres.Options{URL: proxy.URL(), Schema: schema})
+	require.NoError(t, err)
+
+	proxy.Blackhole()
+	queryCtx, cancelQuery := context.WithCancel(context.Background())
+	failed := make(chan error, 1)
+	go func() {
+		_, err := pool.Exec(queryCtx, "SELECT 1")
+		failed <- err
+	}()
+	time.Sleep(100 * time.Millisecond) // the query is sent, into the silence
+	cancelQuery()
+	require.Error(t, <-failed)
+
+	closed := make(chan error, 1)
+	go func() { closed <- postgres.Close(context.Background(), pool) }()
+	select {
+	case err := <-closed:
+		require.ErrorContains(t, err, "still closing", "the cancelled connection could not have closed yet")
+	case <-time.After(postgres.CloseTimeout + 5*time.Second):
+		t.Fatal("Close waited for the unreachable server")
+	}
+}

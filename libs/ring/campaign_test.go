@@ -143,3 +143,54 @@ func TestCampaignWaitsForSession(t *testing.T) {
 	cancel()
 	require.NoError(t, <-done)
 }
+
+// TestCampaignReturnsWhileEtcdIsDown: with etcd unreachable, a leader and a
+// node waiting to lead both return from Campaign, and from Run, promptly
+// when their contexts end, rather than retrying an etcd call forever (a
+// trigger node would then never exit on SIGTERM).
+func TestCampaignReturnsWhileEtcdIsDown(t *testing.T) {
+	t.Parallel()
+	c := etcdtest.New(t)
+	nodes := startNodes(t, c, []string{"node-a", "node-b"}, func(o *Options) { o.Partitions = 4 })
+	var leading atomic.Int32
+	type campaign struct {
+		cancel context.CancelFunc
+		done   chan error
+	}
+	campaigns := make([]campaign, len(nodes))
+	for i, n := range nodes {
+		ctx, cancel := context.WithCancel(context.Background())
+		campaigns[i] = campaign{cancel: cancel, done: make(chan error, 1)}
+		go func() {
+			campaigns[i].done <- n.r.Campaign(ctx, "sweep", func(ctx context.Context) {
+				leading.Add(1)
+				<-ctx.Done()
+				leading.Add(-1)
+			})
+		}()
+	}
+	// One node leads and the other waits for the leader's key to go.
+	require.Eventually(t, func() bool { return leading.Load() == 1 }, waitFor, tick)
+	time.Sleep(200 * time.Millisecond) // the follower is watching by now
+
+	c.Stop()
+	// Past the lease: both sessions end and campaign again, against a dead
+	// etcd.
+	time.Sleep(3 * time.Second)
+	for i, n := range nodes {
+		campaigns[i].cancel()
+		n.cancel()
+	}
+	// Each etcd call Campaign and Run make is bounded by opTimeout.
+	bound := opTimeout + 5*time.Second
+	for i, n := range nodes {
+		select {
+		case err := <-campaigns[i].done:
+			require.NoError(t, err)
+		case <-time.After(bound):
+			t.Fatalf("%s: Campaign did not return within %s of its context ending while etcd was down", n.id, bound)
+		}
+		n.stop(t)
+	}
+	require.Zero(t, leading.Load())
+}

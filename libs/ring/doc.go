@@ -31,7 +31,9 @@
 // etcd errors never crash the ring: transient errors are retried with
 // backoff and jitter, a lost lease re-creates the session from scratch, and a
 // broken or compacted watch re-reads the keys and carries on. Owned, Holds,
-// Changes and Ready never block on etcd. Campaign runs singleton work
+// Changes and Ready never block on etcd, and every etcd call is bounded, so
+// Run and Campaign return promptly when their context ends even with etcd
+// unreachable (a node told to stop must exit). Campaign runs singleton work
 // (sweeps) on one node at a time, on the ring's own lease.
 //
 // etcd holds coordination keys only, never job data.

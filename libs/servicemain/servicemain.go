@@ -2,11 +2,13 @@
 // binary, so that they all behave alike: an optional first argument "serve"
 // (the default) or "migrate", flags that fall back to CRONMESH_<FLAG>
 // environment variables (libs/config), a JSON logger at the configured
-// level, SIGINT or SIGTERM as the start of a graceful shutdown, and the
-// garbage collector's target at DefaultGCPercent unless GOGC says otherwise.
+// level, SIGINT or SIGTERM as the start of a graceful shutdown bounded by
+// the configured shutdown timeout, and the garbage collector's target at
+// DefaultGCPercent unless GOGC says otherwise.
 package servicemain
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -16,7 +18,9 @@ import (
 	"os"
 	"os/signal"
 	"runtime/debug"
+	"runtime/pprof"
 	"syscall"
+	"time"
 
 	"github.com/cronmesh/cronmesh/libs/config"
 	"github.com/cronmesh/cronmesh/libs/telemetry"
@@ -30,6 +34,10 @@ type Service[C any] struct {
 	Register func(c *C, fs *flag.FlagSet)
 	// LogLevel returns the configured log level (config.Common.LogLevel).
 	LogLevel func(c C) string
+	// ShutdownTimeout returns the configured shutdown timeout
+	// (config.Common.ShutdownTimeout): how long Serve has to return once
+	// the signal arrived; 0 means config.DefaultShutdownTimeout.
+	ShutdownTimeout func(c C) time.Duration
 	// Serve runs the service until ctx ends (the signal), then shuts it
 	// down and returns.
 	Serve func(ctx context.Context, c C, logger *slog.Logger) error
@@ -49,7 +57,9 @@ type Service[C any] struct {
 const DefaultGCPercent = 200
 
 // Main runs s with the process's arguments, environment and stderr, and
-// exits with status 1, after printing the error, when it fails.
+// exits with status 1, after printing the error, when it fails, including
+// when its shutdown overran the timeout (Run then returns without waiting
+// for what is still running, which the exit ends).
 func Main[C any](s Service[C]) {
 	TuneGC(os.LookupEnv)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -81,8 +91,8 @@ type validator interface{ Validate() error }
 // (config.Common's: flags that go together); -h prints the usage and returns
 // flag.ErrHelp.
 func Run[C any](ctx context.Context, s Service[C], args []string, lookupEnv func(string) (string, bool), stderr io.Writer) error {
-	if s.Name == "" || s.Register == nil || s.LogLevel == nil || s.Serve == nil {
-		return errors.New("servicemain: Service needs a Name, Register, LogLevel and Serve")
+	if s.Name == "" || s.Register == nil || s.LogLevel == nil || s.ShutdownTimeout == nil || s.Serve == nil {
+		return errors.New("servicemain: Service needs a Name, Register, LogLevel, ShutdownTimeout and Serve")
 	}
 	command := "serve"
 	if len(args) > 0 && (args[0] == "serve" || (args[0] == "migrate" && s.Migrate != nil)) {
@@ -110,5 +120,32 @@ func Run[C any](ctx context.Context, s Service[C], args []string, lookupEnv func
 	if command == "migrate" {
 		return s.Migrate(ctx, cfg, logger)
 	}
-	return s.Serve(ctx, cfg, logger)
+	return serveBounded(ctx, s.Serve, cfg, logger, cmp.Or(s.ShutdownTimeout(cfg), config.DefaultShutdownTimeout), stderr)
+}
+
+// serveBounded runs serve until it returns, but once ctx is done (the
+// signal) waits at most timeout for it. A service whose shutdown overruns
+// has a bug, typically a call to a dependency that is down made without a
+// deadline: rather than leave the process to be killed by whatever sent
+// the signal (Kubernetes sends SIGKILL after its grace period), Run logs
+// that and every goroutine's stack, to find the call, and returns an
+// error, on which Main exits.
+func serveBounded[C any](ctx context.Context, serve func(context.Context, C, *slog.Logger) error, cfg C, logger *slog.Logger, timeout time.Duration, stderr io.Writer) error {
+	done := make(chan error, 1)
+	go func() { done <- serve(ctx, cfg, logger) }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+	}
+	overrun := time.NewTimer(timeout)
+	defer overrun.Stop()
+	select {
+	case err := <-done:
+		return err
+	case <-overrun.C:
+	}
+	logger.Error("shutdown did not finish within the shutdown timeout; exiting without waiting for it (goroutines follow)", "timeout", timeout.String())
+	_ = pprof.Lookup("goroutine").WriteTo(stderr, 1)
+	return fmt.Errorf("shutdown did not finish within %s", timeout)
 }

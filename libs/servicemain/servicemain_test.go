@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"runtime/debug"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -27,7 +28,8 @@ func service(ran *string, got *testConfig) servicemain.Service[testConfig] {
 			c.Common.Register(fs, "127.0.0.1:9999")
 			fs.StringVar(&c.Schema, "schema", "svc", "schema")
 		},
-		LogLevel: func(c testConfig) string { return c.LogLevel },
+		LogLevel:        func(c testConfig) string { return c.LogLevel },
+		ShutdownTimeout: func(c testConfig) time.Duration { return c.ShutdownTimeout },
 		Serve: func(_ context.Context, c testConfig, _ *slog.Logger) error {
 			*ran, *got = "serve", c
 			return nil
@@ -92,13 +94,50 @@ func TestRunPassesTheServiceError(t *testing.T) {
 	t.Parallel()
 	boom := errors.New("boom")
 	s := servicemain.Service[testConfig]{
-		Name:     "svc",
-		Register: func(c *testConfig, fs *flag.FlagSet) { c.Common.Register(fs, "127.0.0.1:9999") },
-		LogLevel: func(c testConfig) string { return c.LogLevel },
-		Serve:    func(context.Context, testConfig, *slog.Logger) error { return boom },
+		Name:            "svc",
+		Register:        func(c *testConfig, fs *flag.FlagSet) { c.Common.Register(fs, "127.0.0.1:9999") },
+		LogLevel:        func(c testConfig) string { return c.LogLevel },
+		ShutdownTimeout: func(c testConfig) time.Duration { return c.ShutdownTimeout },
+		Serve:           func(context.Context, testConfig, *slog.Logger) error { return boom },
 	}
 	require.ErrorIs(t, servicemain.Run(t.Context(), s, nil, func(string) (string, bool) { return "", false }, &bytes.Buffer{}), boom)
 	require.Error(t, servicemain.Run(t.Context(), servicemain.Service[testConfig]{Name: "x"}, nil, nil, &bytes.Buffer{}))
+}
+
+// TestRunBoundsShutdown: once ctx is done, a Serve that does not return
+// within --shutdown-timeout is given up on with an error and a goroutine
+// dump showing where it hangs; one that returns in time is waited for.
+func TestRunBoundsShutdown(t *testing.T) {
+	t.Parallel()
+	release := make(chan struct{})
+	t.Cleanup(func() { close(release) })
+	service := func(stopIn time.Duration) servicemain.Service[testConfig] {
+		return servicemain.Service[testConfig]{
+			Name:            "svc",
+			Register:        func(c *testConfig, fs *flag.FlagSet) { c.Common.Register(fs, "127.0.0.1:9999") },
+			LogLevel:        func(c testConfig) string { return c.LogLevel },
+			ShutdownTimeout: func(c testConfig) time.Duration { return c.ShutdownTimeout },
+			Serve: func(ctx context.Context, _ testConfig, _ *slog.Logger) error {
+				<-ctx.Done()
+				select {
+				case <-time.After(stopIn):
+				case <-release: // the hanging one, at the test's end
+				}
+				return nil
+			},
+		}
+	}
+	noEnv := func(string) (string, bool) { return "", false }
+	args := []string{"--shutdown-timeout", "200ms"}
+
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	var stderr bytes.Buffer
+	err := servicemain.Run(ctx, service(time.Hour), args, noEnv, &stderr)
+	require.ErrorContains(t, err, "shutdown did not finish within 200ms")
+	require.Contains(t, stderr.String(), "servicemain_test.TestRunBoundsShutdown", "the goroutine dump shows the hanging Serve")
+
+	require.NoError(t, servicemain.Run(ctx, service(0), args, noEnv, &bytes.Buffer{}))
 }
 
 // TestTuneGC changes the process's GC target, so it does not run in

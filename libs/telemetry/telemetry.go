@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -131,13 +132,23 @@ func (t *Telemetry) ForceFlush(ctx context.Context) error {
 	return t.sdk.ForceFlush(ctx)
 }
 
-// Shutdown flushes pending spans and stops the exporter, waiting at most until
-// ctx is done. It is safe to call twice (and concurrently): later calls
-// return the first call's result. Spans started after Shutdown are dropped.
-// A Telemetry not made by Setup has nothing to shut down and returns nil.
+// FlushTimeout bounds Shutdown's flush of pending spans. The exporter
+// retries a collector that is down for a minute; a service's exit must not
+// wait for that (its shutdown timeout is 15 s by default), and spans are
+// worth less than a prompt exit.
+const FlushTimeout = 2 * time.Second
+
+// Shutdown flushes pending spans and stops the exporter, waiting at most
+// FlushTimeout or until ctx is done, whichever comes first; the spans not
+// exported by then are dropped. It is safe to call twice (and concurrently):
+// later calls return the first call's result. Spans started after Shutdown
+// are dropped. A Telemetry not made by Setup has nothing to shut down and
+// returns nil.
 func (t *Telemetry) Shutdown(ctx context.Context) error {
 	t.shutdownOnce.Do(func() {
 		if t.sdk != nil {
+			ctx, cancel := context.WithTimeout(ctx, FlushTimeout)
+			defer cancel()
 			t.shutdownErr = t.sdk.Shutdown(ctx)
 		}
 	})

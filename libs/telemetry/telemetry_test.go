@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"net"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/otel/baggage"
@@ -192,4 +194,28 @@ func TestShutdownTwice(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, tel.Shutdown(t.Context()))
 	require.NoError(t, tel.Shutdown(t.Context()))
+}
+
+// TestShutdownWithCollectorDown: with a span pending and the collector
+// unreachable, Shutdown gives up after FlushTimeout even on a context
+// without a deadline (the exporter alone would retry for a minute).
+func TestShutdownWithCollectorDown(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	endpoint := ln.Addr().String()
+	require.NoError(t, ln.Close()) // nothing listens there now
+	tel, err := telemetry.Setup(t.Context(), telemetry.Options{ServiceName: "s", OTLPEndpoint: endpoint})
+	require.NoError(t, err)
+	_, span := tel.Tracer("test").Start(t.Context(), "pending")
+	span.End()
+
+	done := make(chan error, 1)
+	go func() { done <- tel.Shutdown(context.Background()) }()
+	select {
+	case err := <-done:
+		require.Error(t, err, "the span could not be exported")
+	case <-time.After(telemetry.FlushTimeout + 10*time.Second):
+		t.Fatal("Shutdown still waiting for the collector")
+	}
 }

@@ -1,9 +1,10 @@
 // Package chaos_test is the fault-injection suite: each test starts the
 // whole mesh (libs/meshtest), fires N every-second jobs at a recording HTTP
 // target, injects one fault mid-run (a SIGKILL, a SIGSTOP past the lease, a
-// restart of RabbitMQ, PostgreSQL or etcd, a hanging target, a skewed
-// clock), keeps the load on after recovery for a bounded window, and then
-// lets the independent ledger (./ledger) judge every slot of the window.
+// restart of RabbitMQ, PostgreSQL or etcd, a hanging target, a skewed clock,
+// a rolling restart of every service), keeps the load on after recovery for
+// a bounded window, and then lets the independent ledger (./ledger) judge
+// every slot of the window.
 //
 // `make test` runs a short version (CRONMESH_CHAOS_JOBS=200, short
 // outages); `make chaos` runs it longer and larger and prints the summary

@@ -326,9 +326,13 @@ func (a *App) Run(ctx context.Context) error {
 		a.server.SetServing(true)
 	}()
 	serveErr := a.server.Run(ctx)
+	// Together: each may wait up to broker.CloseTimeout for an unreachable
+	// broker, and one after the other they would add up.
+	var consumersStopped sync.WaitGroup
 	for _, c := range a.consumers {
-		c.Stop()
+		consumersStopped.Go(c.Stop)
 	}
+	consumersStopped.Wait()
 	a.watchdog.Stop()
 	a.notifier.Stop()
 	a.keys.Stop()
@@ -355,7 +359,9 @@ func (a *App) Store() *store.Store { return a.store }
 func (a *App) close(ctx context.Context) {
 	a.closeOnce.Do(func() {
 		if a.pool != nil {
-			a.pool.Close()
+			if err := postgres.Close(ctx, a.pool); err != nil {
+				a.logger.Warn("closing the database pool", slog.Any("error", err))
+			}
 		}
 		if a.telemetry != nil {
 			if err := a.telemetry.Shutdown(ctx); err != nil {

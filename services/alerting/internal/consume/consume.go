@@ -220,7 +220,7 @@ func (c *Consumer) run(ctx context.Context, cfg amqp.Config) {
 		}
 		wg.Wait()
 	}
-	if err := sub.Close(); err != nil {
+	if err := broker.CloseSubscriber(sub); err != nil {
 		c.logger.Warn("closing the subscriber", slog.Any("error", err))
 	}
 }
@@ -243,10 +243,10 @@ func (c *Consumer) trySubscribe(ctx context.Context, cfg amqp.Config) (message.S
 
 func (c *Consumer) consume(ctx context.Context, ch <-chan *message.Message) {
 	wait := time.Duration(0)
-	for msg := range ch {
-		if ctx.Err() != nil {
-			msg.Nack()
-			continue
+	for {
+		msg, ok := broker.Next(ctx, ch)
+		if !ok {
+			return
 		}
 		if c.handle(ctx, msg) {
 			wait = 0

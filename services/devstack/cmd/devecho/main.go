@@ -47,9 +47,10 @@ func (c *Config) Register(fs *flag.FlagSet) {
 
 func main() {
 	servicemain.Main(servicemain.Service[Config]{
-		Name:     "devecho",
-		Register: (*Config).Register,
-		LogLevel: func(c Config) string { return c.LogLevel },
+		Name:            "devecho",
+		Register:        (*Config).Register,
+		LogLevel:        func(c Config) string { return c.LogLevel },
+		ShutdownTimeout: func(c Config) time.Duration { return c.ShutdownTimeout },
 		Serve: func(ctx context.Context, c Config, logger *slog.Logger) error {
 			return serve(ctx, c, logger, slog.New(slog.NewTextHandler(os.Stdout, nil)))
 		},

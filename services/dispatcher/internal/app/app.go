@@ -483,7 +483,9 @@ func (a *App) close(ctx context.Context) {
 			}
 		}
 		if a.pool != nil {
-			a.pool.Close()
+			if err := postgres.Close(ctx, a.pool); err != nil {
+				a.logger.Warn("closing the database pool", slog.Any("error", err))
+			}
 		}
 		if a.telemetry != nil {
 			if err := a.telemetry.Shutdown(ctx); err != nil {

@@ -181,7 +181,7 @@ func (d *Drainer) Run(ctx context.Context) error {
 		wg.Go(func() { d.consume(ctx, s.messages) })
 	}
 	wg.Wait()
-	if err := sub.Close(); err != nil {
+	if err := broker.CloseSubscriber(sub); err != nil {
 		d.logger.Warn("closing the dead-letter subscriber", slog.Any("error", err))
 	}
 	return nil
@@ -189,10 +189,10 @@ func (d *Drainer) Run(ctx context.Context) error {
 
 func (d *Drainer) consume(ctx context.Context, messages <-chan *message.Message) {
 	b := newBackoff(d.opts.Backoff, d.opts.MaxBackoff)
-	for msg := range messages {
-		if ctx.Err() != nil {
-			msg.Nack()
-			continue
+	for {
+		msg, ok := broker.Next(ctx, messages)
+		if !ok {
+			return
 		}
 		if d.handle(ctx, msg) {
 			b.reset()

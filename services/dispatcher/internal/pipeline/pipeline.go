@@ -393,7 +393,7 @@ func (p *Pipeline) Run(ctx context.Context) error {
 	// way is settled); the workers then return.
 	wg.Wait()
 	close(workersDone)
-	if err := sub.Close(); err != nil {
+	if err := broker.CloseSubscriber(sub); err != nil {
 		p.logger.Warn("closing the dispatch subscriber", slog.Any("error", err))
 	}
 	return nil
@@ -415,12 +415,12 @@ const (
 // consume handles the messages of one subscription until it closes.
 func (p *Pipeline) consume(ctx, hard context.Context, priority string, s subscription) {
 	b := newBackoff(p.opts.Backoff, p.opts.MaxBackoff)
-	for msg := range s.messages {
-		if ctx.Err() != nil {
-			// Delivered while the subscription shuts down: leave it to
-			// whichever dispatcher runs next.
-			msg.Nack()
-			continue
+	for {
+		// Once ctx is done, what is not taken yet is left to whichever
+		// dispatcher runs next.
+		msg, ok := broker.Next(ctx, s.messages)
+		if !ok {
+			return
 		}
 		switch p.handle(hard, priority, s.queue, msg) {
 		case ack:

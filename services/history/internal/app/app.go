@@ -320,7 +320,9 @@ func (a *App) maintainLoop(ctx context.Context) {
 func (a *App) close(ctx context.Context) {
 	a.closeOnce.Do(func() {
 		if a.pool != nil {
-			a.pool.Close()
+			if err := postgres.Close(ctx, a.pool); err != nil {
+				a.logger.Warn("closing the database pool", slog.Any("error", err))
+			}
 		}
 		if a.telemetry != nil {
 			if err := a.telemetry.Shutdown(ctx); err != nil {

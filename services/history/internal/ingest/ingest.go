@@ -205,7 +205,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 	// previous is acked, so at most Workers messages are in hand.
 	in, fannedIn := broker.FanIn(ctx, chans)
 	c.loop(ctx, in)
-	if err := sub.Close(); err != nil {
+	if err := broker.CloseSubscriber(sub); err != nil {
 		c.logger.Warn("closing the subscriber", slog.Any("error", err))
 	}
 	fannedIn()

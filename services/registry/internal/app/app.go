@@ -193,9 +193,14 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger) (_ *App, err erro
 		Pool:      a.pool,
 		Publisher: a.publisher,
 		Logger:    logger.With(slog.String("component", "outbox")),
-		Metrics:   prometheus.WrapRegistererWith(prometheus.Labels{"service": "registry"}, a.telemetry.Metrics),
-		Lanes:     cfg.OutboxLanes,
-		LockKey:   outboxLockKey(cfg.schema()),
+		// A stop drains for up to twice this (confirms, then the
+		// DELETE): a quarter of the shutdown timeout each leaves the rest
+		// of the shutdown half of it, with a broker that swallows
+		// confirms. What does not make it is published again.
+		DrainTimeout: cfg.ShutdownTimeout / 4,
+		Metrics:      prometheus.WrapRegistererWith(prometheus.Labels{"service": "registry"}, a.telemetry.Metrics),
+		Lanes:        cfg.OutboxLanes,
+		LockKey:      outboxLockKey(cfg.schema()),
 		// A job event's row carries the trace of the RPC that changed the
 		// job: its publish is a span of that trace.
 		TracerProvider: a.telemetry.TracerProvider,
@@ -287,7 +292,9 @@ func (a *App) close(ctx context.Context) {
 			}
 		}
 		if a.pool != nil {
-			a.pool.Close()
+			if err := postgres.Close(ctx, a.pool); err != nil {
+				a.logger.Warn("closing the database pool", slog.Any("error", err))
+			}
 		}
 		if a.telemetry != nil {
 			if err := a.telemetry.Shutdown(ctx); err != nil {

@@ -313,8 +313,13 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger) (_ *App, err erro
 		Pool:      a.pool,
 		Publisher: a.publisher,
 		Logger:    logger.With(slog.String("component", "outbox")),
-		Metrics:   metrics,
-		Lanes:     cfg.OutboxLanes,
+		// A stop drains for up to twice this (confirms, then the
+		// DELETE): a quarter of the shutdown timeout each leaves the rest
+		// of the shutdown half of it, with a broker that swallows
+		// confirms. What does not make it is published again.
+		DrainTimeout: cfg.ShutdownTimeout / 4,
+		Metrics:      metrics,
+		Lanes:        cfg.OutboxLanes,
 		// Several cycles in flight: one cycle waits for its confirms and its
 		// DELETE, and a steady trickle of small commits would otherwise be
 		// bound by that latency (measured: 3,600 messages/s with one).
@@ -411,9 +416,16 @@ func (a *App) Server() *server.Server { return a.server }
 // Run runs the node until ctx is done. Readiness (grpc.health.v1 SERVING)
 // waits until the node holds its partitions and the projection is
 // subscribed. Shutdown order: the API stops; the engine stops firing; the
-// ring releases the partitions (revoking the lease, so other nodes take over
-// at once); the projection and the relay stop (unpublished messages stay in
-// the outbox for whichever node's relay runs next).
+// relay stops starting publishes and drains those in flight (their confirms
+// and the DELETE of their rows); then the ring releases the partitions
+// (revoking the lease, so other nodes take over at once): a new owner's
+// relay must not read rows this one has published and not yet deleted, or
+// it publishes them again (a rolling restart did, before this order). The
+// ring waits for the drain at most a lease TTL, the longest a crashed
+// node's partitions wait too, so that a broker that stopped answering this
+// node only cannot hold its partitions back for the whole drain timeout.
+// Unpublished rows stay in the outbox for the new owner's relay. The
+// projection and the rest stop last.
 func (a *App) Run(ctx context.Context) error {
 	// The dispatch queues must exist before the first dispatch request is
 	// published: RabbitMQ confirms and drops a message no queue is bound for.
@@ -436,8 +448,9 @@ func (a *App) Run(ctx context.Context) error {
 		})
 	}
 	engineCtx, stopEngine := context.WithCancel(bg)
+	relayCtx, stopRelay := context.WithCancel(bg)
 	ringCtx, stopRing := context.WithCancel(bg)
-	var engineDone, ringDone sync.WaitGroup
+	var engineDone, relayDone, ringDone sync.WaitGroup
 	engineDone.Go(func() {
 		if err := a.engine.Run(engineCtx); err != nil {
 			errs <- fmt.Errorf("engine: %w", err)
@@ -448,8 +461,12 @@ func (a *App) Run(ctx context.Context) error {
 			errs <- fmt.Errorf("ring: %w", err)
 		}
 	})
+	relayDone.Go(func() {
+		if err := a.relay.Run(relayCtx); err != nil {
+			errs <- fmt.Errorf("outbox relay: %w", err)
+		}
+	})
 	start("projection", a.projection.Run)
-	start("outbox relay", a.relay.Run)
 	start("retention", a.retention.Run)
 	start("timesync", a.timesync.Run)
 	start("keyring", a.keys.Run)
@@ -469,8 +486,20 @@ func (a *App) Run(ctx context.Context) error {
 	serveErr := a.server.Run(ctx)
 	stopEngine()
 	engineDone.Wait()
+	stopRelay()
+	relayDrained := make(chan struct{})
+	go func() {
+		relayDone.Wait()
+		close(relayDrained)
+	}()
+	select {
+	case <-relayDrained:
+	case <-time.After(a.cfg.LeaseTTL):
+		a.logger.Warn("the outbox relay is still draining; releasing the partitions anyway (its rows in flight may be published again)")
+	}
 	stopRing()
 	ringDone.Wait()
+	<-relayDrained
 	stopBackground()
 	wg.Wait()
 	close(errs)
@@ -493,7 +522,9 @@ func (a *App) close(ctx context.Context) {
 			_ = a.etcd.Close()
 		}
 		if a.pool != nil {
-			a.pool.Close()
+			if err := postgres.Close(ctx, a.pool); err != nil {
+				a.logger.Warn("closing the database pool", slog.Any("error", err))
+			}
 		}
 		if a.telemetry != nil {
 			if err := a.telemetry.Shutdown(ctx); err != nil {

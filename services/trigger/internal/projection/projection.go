@@ -254,7 +254,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 		Loops: c.opts.Batches, MaxBatch: c.opts.MaxBatch, Linger: c.opts.Linger,
 		Backoff: c.opts.Backoff, MaxBackoff: c.opts.MaxBackoff, Clock: c.opts.Clock,
 	}, c.apply)
-	if err := sub.Close(); err != nil {
+	if err := broker.CloseSubscriber(sub); err != nil {
 		c.logger.Warn("closing the job event subscriber", slog.Any("error", err))
 	}
 	return nil
