@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 	"unicode/utf8"
+
+	registryv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1"
 )
 
 // The placeholders of a body template, each with the longest value it can
@@ -189,4 +191,20 @@ func jsonEscape(v string) string {
 		}
 	}
 	return b.String()
+}
+
+// Body is what a target's body becomes for the attempt of s: body itself
+// unless format is BODY_FORMAT_TEMPLATE, the rendered template otherwise,
+// JSON-escaped when contentType is JSON. The registry has parsed the
+// template already; an error here (a syntax error, ErrTooLarge) means a
+// target that bypassed it, and the attempt cannot be made.
+func Body(body string, format registryv1.BodyFormat, contentType string, s Slot) ([]byte, error) {
+	if format != registryv1.BodyFormat_BODY_FORMAT_TEMPLATE {
+		return []byte(body), nil
+	}
+	t, err := Parse(body)
+	if err != nil {
+		return nil, err
+	}
+	return t.Render(s, IsJSON(contentType))
 }
