@@ -626,7 +626,9 @@ func (*Target_Http) isTarget_Kind() {}
 func (*Target_Amqp) isTarget_Kind() {}
 
 // HttpTarget calls a webhook. Every request carries the execution's
-// idempotency key and a Standard Webhooks signature.
+// idempotency key, a Standard Webhooks signature and the slot headers
+// (cronmesh-nominal-time, cronmesh-fire-time, cronmesh-attempt,
+// cronmesh-job-id, cronmesh-execution-id, cronmesh-trigger-kind).
 type HttpTarget struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// GET, POST, PUT, PATCH or DELETE. Default POST.
@@ -771,7 +773,8 @@ func (x *HttpTarget) GetBodyFormat() BodyFormat {
 }
 
 // AmqpTarget publishes one message to a RabbitMQ exchange with publisher
-// confirms; its message-id is the execution's idempotency key.
+// confirms; its message-id is the execution's idempotency key, and its
+// header table holds the slot headers as HttpTarget's requests do.
 type AmqpTarget struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// An existing exchange, at most 255 characters. Empty means the default

@@ -298,7 +298,9 @@ export const TargetSchema: GenMessage<Target> = /*@__PURE__*/
 
 /**
  * HttpTarget calls a webhook. Every request carries the execution's
- * idempotency key and a Standard Webhooks signature.
+ * idempotency key, a Standard Webhooks signature and the slot headers
+ * (cronmesh-nominal-time, cronmesh-fire-time, cronmesh-attempt,
+ * cronmesh-job-id, cronmesh-execution-id, cronmesh-trigger-kind).
  *
  * @generated from message cronmesh.registry.v1.HttpTarget
  */
@@ -402,7 +404,8 @@ export const HttpTargetSchema: GenMessage<HttpTarget> = /*@__PURE__*/
 
 /**
  * AmqpTarget publishes one message to a RabbitMQ exchange with publisher
- * confirms; its message-id is the execution's idempotency key.
+ * confirms; its message-id is the execution's idempotency key, and its
+ * header table holds the slot headers as HttpTarget's requests do.
  *
  * @generated from message cronmesh.registry.v1.AmqpTarget
  */
