@@ -16,6 +16,7 @@ import (
 	registryv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1"
 	"github.com/cronmesh/cronmesh/libs/reqlimit"
 	"github.com/cronmesh/cronmesh/libs/rpcerr"
+	"github.com/cronmesh/cronmesh/libs/slotinfo"
 	"github.com/cronmesh/cronmesh/libs/webhooksign"
 )
 
@@ -113,9 +114,7 @@ func httpTarget(v *rpcerr.Violations, field string, t *registryv1.HttpTarget, pa
 		v.Add(field+".url", "must be an absolute http or https URL without credentials")
 	}
 	headers(v, field, t.Headers, t.SecretHeaders, true, partial)
-	if len(t.Body) > MaxBody {
-		v.Add(field+".body", "must be at most %d bytes, got %d", MaxBody, len(t.Body))
-	}
+	body(v, field, t.Body, t.BodyFormat)
 	t.Timeout = durationOrDefault(v, field+".timeout", t.Timeout, DefaultTimeout, MinTimeout, MaxTimeout)
 	if !reqlimit.Count(v, field+".accepted_status_codes", len(t.AcceptedStatusCodes), MaxStatusCodes) {
 		t.AcceptedStatusCodes = nil // reported; not worth checking one by one
@@ -150,13 +149,35 @@ func (c *Checker) amqpTarget(v *rpcerr.Violations, field, namespace string, t *r
 		v.Add(field+"."+f, "%s", reason)
 	}
 	headers(v, field, t.Headers, t.SecretHeaders, false, partial)
-	if len(t.Body) > MaxBody {
-		v.Add(field+".body", "must be at most %d bytes, got %d", MaxBody, len(t.Body))
-	}
+	body(v, field, t.Body, t.BodyFormat)
 	if t.ContentType == "" {
 		t.ContentType = DefaultContentType
 	} else if len(t.ContentType) > MaxAMQPName {
 		v.Add(field+".content_type", "must be at most %d bytes", MaxAMQPName)
+	}
+}
+
+// body checks a target's body at field+".body" and its format: at most
+// MaxBody bytes, and a template must parse and its largest rendering (every
+// placeholder at its longest value) fit in MaxBody too, so that no attempt
+// ever sends more than a literal body could.
+func body(v *rpcerr.Violations, field, body string, format registryv1.BodyFormat) {
+	if len(body) > MaxBody {
+		v.Add(field+".body", "must be at most %d bytes, got %d", MaxBody, len(body))
+		return
+	}
+	switch format {
+	case registryv1.BodyFormat_BODY_FORMAT_UNSPECIFIED, registryv1.BodyFormat_BODY_FORMAT_LITERAL:
+	case registryv1.BodyFormat_BODY_FORMAT_TEMPLATE:
+		t, err := slotinfo.Parse(body)
+		switch {
+		case err != nil:
+			v.Add(field+".body", "%v", err)
+		case t.MaxSize() > MaxBody:
+			v.Add(field+".body", "as a template may render to %d bytes (each placeholder at its longest value), more than %d", t.MaxSize(), MaxBody)
+		}
+	default:
+		v.Add(field+".body_format", "must be BODY_FORMAT_LITERAL or BODY_FORMAT_TEMPLATE, got %d", int32(format))
 	}
 }
 
@@ -176,6 +197,8 @@ func headers(v *rpcerr.Violations, field string, plain, secret map[string]string
 				v.Add(path, "name must be a valid header name of at most %d characters", MaxHeaderName)
 			case isHTTP && slices.Contains(forbiddenHeaders, strings.ToLower(name)):
 				v.Add(path, "is set by cronmesh and cannot be overridden")
+			case slotinfo.IsReservedHeader(name):
+				v.Add(path, "is reserved: cronmesh sets the %s* headers", slotinfo.ReservedHeaderPrefix)
 			}
 			if other, dup := seen[strings.ToLower(name)]; dup {
 				v.Add(path, "is also given as %s", other)

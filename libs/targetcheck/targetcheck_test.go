@@ -1,6 +1,7 @@
 package targetcheck
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -170,4 +171,65 @@ func manyHeaders(prefix string, n int) map[string]string {
 		h[prefix+string(rune('a'+i))] = "v"
 	}
 	return h
+}
+
+func TestCheckerSlotHeadersAndBodyTemplate(t *testing.T) {
+	t.Parallel()
+	policy, err := NewAMQPPolicy(AMQPPolicyOptions{})
+	require.NoError(t, err)
+	c := New(policy)
+	templated := func(body string, format registryv1.BodyFormat) *registryv1.Target {
+		target := webhook("https://a.example", nil, nil)
+		target.GetHttp().Body, target.GetHttp().BodyFormat = body, format
+		return target
+	}
+	amqp := func(body string, format registryv1.BodyFormat, headers map[string]string) *registryv1.Target {
+		return &registryv1.Target{Kind: &registryv1.Target_Amqp{Amqp: &registryv1.AmqpTarget{
+			Exchange: "alpha.x", RoutingKey: "k", Body: body, BodyFormat: format, Headers: headers,
+		}}}
+	}
+	// 4,097 job ids of 64 bytes at most exceed 256 KiB though the template
+	// itself is 40 KiB.
+	tooLarge := strings.Repeat("{{job_id}}", MaxBody/64+1)
+	tests := []struct {
+		name   string
+		target *registryv1.Target
+		field  string // "" means valid
+		reason string
+	}{
+		{"a literal body with braces", templated(`{{.NominalTime}} {{nope`, registryv1.BodyFormat_BODY_FORMAT_LITERAL), "", ""},
+		{"an unspecified format is literal", templated(`{{nope`, registryv1.BodyFormat_BODY_FORMAT_UNSPECIFIED), "", ""},
+		{"a template", templated(`{"slot":"{{nominal_time}}","attempt":{{attempt}}}`, registryv1.BodyFormat_BODY_FORMAT_TEMPLATE), "", ""},
+		{"an unknown placeholder", templated(`{"slot":"{{nominal}}"}`, registryv1.BodyFormat_BODY_FORMAT_TEMPLATE),
+			"t.http.body", `template error at byte 9: unknown placeholder "nominal"`},
+		{"Go template syntax", templated(`{{.NominalTime}}`, registryv1.BodyFormat_BODY_FORMAT_TEMPLATE),
+			"t.http.body", `unknown placeholder ".NominalTime"`},
+		{"unclosed", templated(`{{attempt`, registryv1.BodyFormat_BODY_FORMAT_TEMPLATE), "t.http.body", `is not closed`},
+		{"a rendering over the limit", templated(tooLarge, registryv1.BodyFormat_BODY_FORMAT_TEMPLATE),
+			"t.http.body", "as a template may render to 262208 bytes"},
+		{"the same text literal is fine", templated(tooLarge, registryv1.BodyFormat_BODY_FORMAT_LITERAL), "", ""},
+		{"an unknown format", templated(`x`, registryv1.BodyFormat(7)), "t.http.body_format", "got 7"},
+		{"an AMQP template", amqp(`{{execution_id}}`, registryv1.BodyFormat_BODY_FORMAT_TEMPLATE, nil), "", ""},
+		{"a bad AMQP template", amqp(`{{ execution }}`, registryv1.BodyFormat_BODY_FORMAT_TEMPLATE, nil), "t.amqp.body", `unknown placeholder "execution"`},
+		{"a slot header on HTTP", webhook("https://a.example", map[string]string{"Cronmesh-Attempt": "9"}, nil),
+			`t.http.headers["Cronmesh-Attempt"]`, "is reserved: cronmesh sets the cronmesh-* headers"},
+		{"any cronmesh- header, secret too", webhook("https://a.example", nil, map[string]string{"CRONMESH-FUTURE": "x"}),
+			`t.http.secret_headers["CRONMESH-FUTURE"]`, "is reserved"},
+		{"a slot header on AMQP", amqp("", 0, map[string]string{"cronmesh-nominal-time": "x"}),
+			`t.amqp.headers["cronmesh-nominal-time"]`, "is reserved"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			v := &rpcerr.Violations{}
+			c.Target(v, "t", "alpha", tt.target)
+			if tt.field == "" {
+				require.True(t, v.Empty(), "%v", v.List())
+				return
+			}
+			require.Len(t, v.List(), 1, "%v", v.List())
+			require.Equal(t, tt.field, v.List()[0].Field)
+			require.Contains(t, v.List()[0].Description, tt.reason)
+		})
+	}
 }

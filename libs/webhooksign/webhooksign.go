@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/cronmesh/cronmesh/libs/execid"
 )
 
 // The Standard Webhooks headers (https://www.standardwebhooks.com). Header
@@ -61,7 +63,38 @@ var (
 	ErrTimestampTooNew = errors.New("webhooksign: webhook timestamp too new")
 	// ErrNoMatchingSignature: no "v1," signature in the header matches.
 	ErrNoMatchingSignature = errors.New("webhooksign: no matching webhook signature")
+	// ErrSlotMismatch: the cronmesh-nominal-time, cronmesh-job-id or
+	// cronmesh-execution-id header is absent, malformed, or not the slot
+	// the signed webhook-id was derived from.
+	ErrSlotMismatch = errors.New("webhooksign: the slot headers do not match the signed webhook-id")
 )
+
+// The slot headers VerifySlot checks (slotinfo names all of them; they are
+// repeated here so that a receiver importing this package pulls in nothing
+// of the dispatcher's).
+const (
+	headerNominalTime = "cronmesh-nominal-time"
+	headerJobID       = "cronmesh-job-id"
+	headerExecutionID = "cronmesh-execution-id"
+)
+
+// VerifySlot checks, after [Verify] has accepted a request, that its
+// cronmesh-job-id and cronmesh-nominal-time headers name the slot its
+// webhook-id belongs to, and that cronmesh-execution-id is the webhook-id.
+// The Standard Webhooks signature covers only the id, the timestamp and
+// the body; but the execution id is derived from (job id, nominal time)
+// (see libs/execid), so a signed id binds those two headers as well. The
+// attempt, fire time and trigger kind are not covered: a job that needs
+// them authenticated puts them in a body template (the body is signed).
+// It returns nil or [ErrSlotMismatch].
+func VerifySlot(header http.Header) error {
+	id := header.Get(HeaderWebhookID)
+	nominal, err := time.Parse(time.RFC3339Nano, header.Get(headerNominalTime))
+	if err != nil || id == "" || header.Get(headerExecutionID) != id || execid.For(header.Get(headerJobID), nominal) != id {
+		return ErrSlotMismatch
+	}
+	return nil
+}
 
 // Sign returns the Standard Webhooks webhook-signature header value of one
 // request: "v1," and the standard base64 of HMAC-SHA256(key, id + "." +

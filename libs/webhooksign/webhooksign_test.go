@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/cronmesh/cronmesh/libs/execid"
 )
 
 // The Standard Webhooks specification's published test vector, reproduced
@@ -129,5 +131,35 @@ func TestVerify(t *testing.T) {
 			}
 			require.ErrorIs(t, err, tt.want)
 		})
+	}
+}
+
+func TestVerifySlot(t *testing.T) {
+	t.Parallel()
+	const job = "0190f0c4-6c1e-7a00-8000-000000000001"
+	nominal := time.Date(2026, 3, 29, 1, 0, 0, 0, time.UTC)
+	id := execid.For(job, nominal)
+	slot := func(mod func(http.Header)) http.Header {
+		h := http.Header{}
+		h.Set("webhook-id", id)
+		h.Set("cronmesh-execution-id", id)
+		h.Set("cronmesh-job-id", job)
+		h.Set("cronmesh-nominal-time", "2026-03-29T01:00:00Z")
+		if mod != nil {
+			mod(h)
+		}
+		return h
+	}
+	require.NoError(t, VerifySlot(slot(nil)))
+	for name, mod := range map[string]func(http.Header){
+		"another nominal time":      func(h http.Header) { h.Set("cronmesh-nominal-time", "2026-03-29T02:00:00Z") },
+		"another job":               func(h http.Header) { h.Set("cronmesh-job-id", "0190f0c4-6c1e-7a00-8000-000000000002") },
+		"another execution id":      func(h http.Header) { h.Set("cronmesh-execution-id", execid.For(job, nominal.Add(time.Hour))) },
+		"no nominal time":           func(h http.Header) { h.Del("cronmesh-nominal-time") },
+		"a malformed nominal time":  func(h http.Header) { h.Set("cronmesh-nominal-time", "yesterday") },
+		"no webhook-id":             func(h http.Header) { h.Del("webhook-id") },
+		"a webhook-id of elsewhere": func(h http.Header) { h.Set("webhook-id", "msg_2KWPBgLlAfxdpx2AI54pPJ85f4W") },
+	} {
+		require.ErrorIs(t, VerifySlot(slot(mod)), ErrSlotMismatch, name)
 	}
 }

@@ -31,6 +31,7 @@ import (
 	"github.com/cronmesh/cronmesh/libs/meshrun"
 	"github.com/cronmesh/cronmesh/libs/meshtest"
 	"github.com/cronmesh/cronmesh/libs/smtptest"
+	"github.com/cronmesh/cronmesh/libs/webhooksign"
 )
 
 const scenarioKey = "scenario-key-0123456789abcdef"
@@ -182,6 +183,8 @@ func (s *scenario) signedDeliveryPauseRunNow(t *testing.T) {
 	require.Len(t, target.All(), len(deliveries)+1, "nothing but the manual run was delivered while paused")
 	runDelivery := target.ByID(manual.GetExecutionId())[0]
 	require.NoError(t, verifyStandardWebhook(secret, runDelivery.Header, runDelivery.Body, time.Now()))
+	require.Equal(t, "manual", runDelivery.Header.Get("cronmesh-trigger-kind"))
+	require.NoError(t, webhooksign.VerifySlot(runDelivery.Header), "a manual run's nominal time is bound to its id too")
 	require.Len(t, s.listExecutions(t, &historyv1.ListExecutionsRequest{JobId: jobID, TriggerKinds: manualKind}), 1)
 	var manualSlots int
 	for _, sl := range s.listSlots(t, jobID) {
@@ -254,7 +257,9 @@ func (s *scenario) retriesDeadLetterAlertRedrive(t *testing.T) {
 		DisplayName: displayName,
 		Labels:      map[string]string{"scenario": label},
 		Schedule:    schedule,
-		Target:      &registryv1.Target{Kind: &registryv1.Target_Http{Http: &registryv1.HttpTarget{Url: target.URL + "/fail"}}},
+		Target: &registryv1.Target{Kind: &registryv1.Target_Http{Http: &registryv1.HttpTarget{
+			Url: target.URL + "/fail", Body: `{"slot":"{{nominal_time}}","attempt":{{attempt}}}`, BodyFormat: registryv1.BodyFormat_BODY_FORMAT_TEMPLATE,
+		}}},
 		RetryPolicy: policy,
 	}}))
 	require.NoError(t, err)
@@ -281,6 +286,13 @@ func (s *scenario) retriesDeadLetterAlertRedrive(t *testing.T) {
 		for n, d := range got {
 			require.NoError(t, verifyStandardWebhook(secret, d.Header, d.Body, time.Now()), "attempt %d", n+1)
 			require.Equal(t, id, d.Header.Get("Idempotency-Key"), "every attempt carries the same idempotency key")
+			// The slot at the target: headers bound to the signed id, and
+			// the templated body rendered per attempt.
+			require.NoError(t, webhooksign.VerifySlot(d.Header), "attempt %d", n+1)
+			require.Equal(t, strconv.Itoa(n+1), d.Header.Get("cronmesh-attempt"))
+			require.Equal(t, "scheduled", d.Header.Get("cronmesh-trigger-kind"))
+			require.Equal(t, jobID, d.Header.Get("cronmesh-job-id"))
+			require.Equal(t, fmt.Sprintf(`{"slot":"%s","attempt":%d}`, d.Header.Get("cronmesh-nominal-time"), n+1), string(d.Body))
 			if n > 0 {
 				gap, want := d.At.Sub(got[n-1].At), policyBackoff(policy, n)
 				require.GreaterOrEqualf(t, gap, want, "execution %s: attempt %d came %s after attempt %d; the policy waits %s", id, n+1, gap, n, want)
@@ -353,6 +365,8 @@ func (s *scenario) retriesDeadLetterAlertRedrive(t *testing.T) {
 	require.Equal(t, http.StatusOK, redelivery.Status)
 	require.NoError(t, verifyStandardWebhook(secret, redelivery.Header, redelivery.Body, time.Now()))
 	require.Equal(t, execID, redelivery.Header.Get("Idempotency-Key"))
+	require.Equal(t, fmt.Sprintf(`{"slot":"%s","attempt":%d}`, slotTimes[1].Format(time.RFC3339Nano), attempts+1), string(redelivery.Body),
+		"a redrive renders the template with the attempt after the dead letter's last")
 
 	waitFor(t, 30*time.Second, "the history to show the redriven execution SUCCEEDED", func() bool {
 		resp, err := s.history.GetExecution(ctx, connect.NewRequest(&historyv1.GetExecutionRequest{ExecutionId: execID}))

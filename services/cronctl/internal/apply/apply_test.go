@@ -116,3 +116,23 @@ func TestUnified(t *testing.T) {
 	require.Equal(t, "+ a\n", unified("", "a\n"))
 	require.Equal(t, "- a\n", unified("a\n", ""))
 }
+
+func TestParseBodyTemplate(t *testing.T) {
+	t.Parallel()
+	specs, err := Parse("jobs.yaml", []byte(`
+displayName: nightly
+target:
+  http:
+    url: https://a.example/hook
+    bodyFormat: BODY_FORMAT_TEMPLATE
+    body: '{"slot":"{{nominal_time}}","attempt":{{attempt}}}'
+---
+displayName: events
+target:
+  amqp: {exchange: alpha.x, routing_key: k, body: "{{execution_id}}", body_format: BODY_FORMAT_TEMPLATE}
+`))
+	require.NoError(t, err)
+	require.Equal(t, registryv1.BodyFormat_BODY_FORMAT_TEMPLATE, specs[0].Job.GetTarget().GetHttp().GetBodyFormat())
+	require.Equal(t, `{"slot":"{{nominal_time}}","attempt":{{attempt}}}`, specs[0].Job.GetTarget().GetHttp().GetBody())
+	require.Equal(t, registryv1.BodyFormat_BODY_FORMAT_TEMPLATE, specs[1].Job.GetTarget().GetAmqp().GetBodyFormat())
+}

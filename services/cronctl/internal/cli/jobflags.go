@@ -92,6 +92,7 @@ type jobFlags struct {
 	labels               keyValues
 	sched                scheduleFlags
 	url, method, body    string
+	bodyTemplate         string
 	headers              keyValues
 	secretHeaders        keyValues
 	exchange, routingKey string
@@ -106,12 +107,27 @@ func (f *jobFlags) register(fs *flag.FlagSet) {
 	f.sched.register(fs)
 	fs.StringVar(&f.url, "url", "", "HTTP target: the webhook URL")
 	fs.StringVar(&f.method, "method", "", "HTTP target: method (default POST)")
-	fs.StringVar(&f.body, "body", "", "target: request or message body")
+	fs.StringVar(&f.body, "body", "", "target: request or message body, sent as written")
+	fs.StringVar(&f.bodyTemplate, "body-template", "", `target: body filled in per attempt: {{nominal_time}}, {{fire_time}}, {{attempt}}, {{job_id}}, {{execution_id}}, {{trigger_kind}}, {{namespace}}; "{{{{" is a literal "{{"`)
 	fs.Var(&f.headers, "header", "HTTP target: header Name=value (repeatable; Authorization, Cookie, X-Api-Key and the like are kept secret)")
 	fs.Var(&f.secretHeaders, "secret-header", "HTTP target: write-only header Name=value, never shown again (repeatable; on update, replaces every secret header)")
 	fs.StringVar(&f.exchange, "amqp-exchange", "", "AMQP target: exchange (empty: the default exchange)")
 	fs.StringVar(&f.routingKey, "amqp-routing-key", "", "AMQP target: routing key")
 	fs.StringVar(&f.priority, "priority", "", "high, normal or low")
+}
+
+// bodyAndFormat is the body --body or --body-template gives (at most one
+// of them) and its format.
+func (f *jobFlags) bodyAndFormat() (string, registryv1.BodyFormat, error) {
+	switch {
+	case f.body != "" && f.bodyTemplate != "":
+		return "", 0, usagef("give --body or --body-template, not both")
+	case f.bodyTemplate != "":
+		return f.bodyTemplate, registryv1.BodyFormat_BODY_FORMAT_TEMPLATE, nil
+	case f.body != "":
+		return f.body, registryv1.BodyFormat_BODY_FORMAT_LITERAL, nil
+	}
+	return "", registryv1.BodyFormat_BODY_FORMAT_UNSPECIFIED, nil
 }
 
 // apply sets what the flags give on job and returns the mask paths.
@@ -145,17 +161,21 @@ func (f *jobFlags) apply(job *registryv1.Job) ([]string, error) {
 	if isAMQP && f.url != "" {
 		return nil, usagef("give --url (HTTP) or --amqp-* (AMQP), not both")
 	}
+	body, format, err := f.bodyAndFormat()
+	if err != nil {
+		return nil, err
+	}
 	switch {
 	case isAMQP:
-		a := &registryv1.AmqpTarget{Exchange: f.exchange, RoutingKey: f.routingKey, Body: f.body}
+		a := &registryv1.AmqpTarget{Exchange: f.exchange, RoutingKey: f.routingKey, Body: body, BodyFormat: format}
 		job.Target, paths = &registryv1.Target{Kind: &registryv1.Target_Amqp{Amqp: a}}, append(paths, "target")
-	case f.url != "" || f.method != "" || f.body != "" || len(f.headers) > 0 || len(f.secretHeaders) > 0:
+	case f.url != "" || f.method != "" || body != "" || len(f.headers) > 0 || len(f.secretHeaders) > 0:
 		h := job.GetTarget().GetHttp()
 		if h == nil {
 			h = &registryv1.HttpTarget{}
 			job.Target = &registryv1.Target{Kind: &registryv1.Target_Http{Http: h}}
 		}
-		for flagVal, path := range map[*string]string{&f.url: "url", &f.method: "method", &f.body: "body"} {
+		for flagVal, path := range map[*string]string{&f.url: "url", &f.method: "method"} {
 			if *flagVal != "" {
 				paths = append(paths, "target.http."+path)
 			}
@@ -166,8 +186,11 @@ func (f *jobFlags) apply(job *registryv1.Job) ([]string, error) {
 		if f.method != "" {
 			h.Method = f.method
 		}
-		if f.body != "" {
-			h.Body = f.body
+		if body != "" {
+			// The format goes with the body: --body on a templated job
+			// makes it literal again.
+			h.Body, h.BodyFormat = body, format
+			paths = append(paths, "target.http.body", "target.http.body_format")
 		}
 		if len(f.headers) > 0 {
 			h.Headers, paths = f.headers, append(paths, "target.http.headers")

@@ -24,3 +24,34 @@ func TestSecretHeaderFlag(t *testing.T) {
 	require.Equal(t, map[string]string{"X-Plain": "p"}, job.GetTarget().GetHttp().GetHeaders())
 	require.Equal(t, map[string]string{"X-Token": "tok"}, job.GetTarget().GetHttp().GetSecretHeaders())
 }
+
+func TestBodyTemplateFlag(t *testing.T) {
+	t.Parallel()
+	parse := func(args ...string) (*registryv1.Job, []string, error) {
+		var f jobFlags
+		fs := flag.NewFlagSet("create", flag.ContinueOnError)
+		fs.SetOutput(io.Discard)
+		f.register(fs)
+		require.NoError(t, fs.Parse(args))
+		job := &registryv1.Job{}
+		paths, err := f.apply(job)
+		return job, paths, err
+	}
+	job, paths, err := parse("--url", "https://a.example", "--body-template", `{"slot":"{{nominal_time}}"}`)
+	require.NoError(t, err)
+	require.Equal(t, `{"slot":"{{nominal_time}}"}`, job.GetTarget().GetHttp().GetBody())
+	require.Equal(t, registryv1.BodyFormat_BODY_FORMAT_TEMPLATE, job.GetTarget().GetHttp().GetBodyFormat())
+	require.ElementsMatch(t, []string{"target.http.url", "target.http.body", "target.http.body_format"}, paths)
+
+	job, paths, err = parse("--body", `{"a":"{{x}}"}`)
+	require.NoError(t, err)
+	require.Equal(t, registryv1.BodyFormat_BODY_FORMAT_LITERAL, job.GetTarget().GetHttp().GetBodyFormat(), "--body on a templated job makes it literal")
+	require.ElementsMatch(t, []string{"target.http.body", "target.http.body_format"}, paths)
+
+	job, _, err = parse("--amqp-exchange", "alpha.x", "--amqp-routing-key", "k", "--body-template", "{{attempt}}")
+	require.NoError(t, err)
+	require.Equal(t, registryv1.BodyFormat_BODY_FORMAT_TEMPLATE, job.GetTarget().GetAmqp().GetBodyFormat())
+
+	_, _, err = parse("--body", "a", "--body-template", "b")
+	require.ErrorContains(t, err, "not both")
+}

@@ -1,6 +1,7 @@
 // Command devecho is the webhook target of the local stack (`make dev`):
 // it logs every request to stdout, one line each (method, path, webhook-id,
-// Idempotency-Key, traceparent, the start of the body), and answers 200, or
+// Idempotency-Key, traceparent, the slot's nominal time, attempt and
+// trigger kind, the start of the body), and answers 200, or
 // the code /status/{code} asks for, or 200 after /slow/{duration}. It also
 // serves /healthz, /readyz and grpc.health.v1 like the services. It is a
 // development tool: it checks no signature and keeps nothing.

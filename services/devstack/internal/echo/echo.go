@@ -1,6 +1,7 @@
 // Package echo is the webhook target of the local stack (`make dev`): it
 // logs every request it receives, one line each, with the headers a
-// cronmesh delivery carries (webhook-id, Idempotency-Key, traceparent) and
+// cronmesh delivery carries (webhook-id, Idempotency-Key, traceparent, the
+// slot's cronmesh-nominal-time, cronmesh-attempt, cronmesh-trigger-kind) and
 // the start of the body, and answers what the path asks for, so that the
 // README's tour can show a succeeding job, a failing one and a slow one
 // without any other server and without internet access.
@@ -141,6 +142,9 @@ func (h *handler) record(r *http.Request, body []byte, code int, problem string)
 		"webhook_id", r.Header.Get("webhook-id"),
 		"idempotency_key", r.Header.Get("Idempotency-Key"),
 		"traceparent", r.Header.Get("traceparent"),
+		"nominal_time", r.Header.Get("cronmesh-nominal-time"),
+		"attempt", r.Header.Get("cronmesh-attempt"),
+		"trigger_kind", r.Header.Get("cronmesh-trigger-kind"),
 	}
 	if h.excerpt > 0 {
 		attrs = append(attrs, "bytes", len(body), "body", excerpt(body, h.excerpt))

@@ -82,12 +82,16 @@ func TestLogLineHoldsTheDeliveryHeaders(t *testing.T) {
 	req.Header.Set("Idempotency-Key", "exec-123")
 	req.Header.Set("traceparent", "00-0123456789abcdef0123456789abcdef-0123456789abcdef-01")
 	req.Header.Set("webhook-signature", "v1,c2VjcmV0")
+	req.Header.Set("Cronmesh-Nominal-Time", "2026-03-01T03:00:00Z")
+	req.Header.Set("Cronmesh-Attempt", "2")
+	req.Header.Set("Cronmesh-Trigger-Kind", "catch-up")
 	h.ServeHTTP(httptest.NewRecorder(), req)
 
 	line := log.buf.String()
 	for _, want := range []string{
 		"method=POST", "path=\"/hooks/demo?x=1\"", "status=200", "webhook_id=exec-123", "idempotency_key=exec-123",
-		"traceparent=00-0123456789abcdef0123456789abcdef-0123456789abcdef-01", "bytes=18", `body="{\"kind\":..."`,
+		"traceparent=00-0123456789abcdef0123456789abcdef-0123456789abcdef-01",
+		"nominal_time=2026-03-01T03:00:00Z attempt=2 trigger_kind=catch-up", "bytes=18", `body="{\"kind\":..."`,
 	} {
 		require.Contains(t, line, want)
 	}

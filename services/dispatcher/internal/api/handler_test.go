@@ -83,6 +83,13 @@ func TestCheckOverride(t *testing.T) {
 		{"amqp into cronmesh's exchanges", httpTarget("https://a.example", secret), &registryv1.Target{Kind: &registryv1.Target_Amqp{Amqp: &registryv1.AmqpTarget{Exchange: "cronmesh.dispatch", RoutingKey: "dispatch.high"}}},
 			[]string{"target_override.amqp.exchange"}, nil},
 		{"amqp override", httpTarget("https://a.example", secret), amqpTarget, nil, amqpTarget},
+		{"a body template that does not parse", httpTarget("https://a.example", secret), func() *registryv1.Target {
+			o := httpTarget("https://b.example", "")
+			o.GetHttp().Body, o.GetHttp().BodyFormat = "{{nominal}}", registryv1.BodyFormat_BODY_FORMAT_TEMPLATE
+			return o
+		}(), []string{"target_override.http.body"}, nil},
+		{"a slot header", httpTarget("https://a.example", secret), withHeaders(httpTarget("https://b.example", ""), map[string]string{"Cronmesh-Attempt": "1"}, nil),
+			[]string{`target_override.http.headers["Cronmesh-Attempt"]`}, nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

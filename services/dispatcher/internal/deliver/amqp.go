@@ -17,6 +17,7 @@ import (
 	dispatchv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/dispatch/v1"
 	registryv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1"
 	"github.com/cronmesh/cronmesh/libs/broker"
+	"github.com/cronmesh/cronmesh/libs/slotinfo"
 )
 
 // DefaultContentType is an AMQP target's content type when the job sets
@@ -121,16 +122,27 @@ func (c *Client) deliverAMQP(ctx context.Context, req *dispatchv1.DispatchReques
 		))
 	defer span.End()
 
-	msg := message.NewMessage(req.GetExecutionId(), []byte(t.GetBody()))
-	for k, v := range t.GetHeaders() {
-		msg.Metadata.Set(k, v)
-	}
-	for k, v := range t.GetSecretHeaders() {
-		msg.Metadata.Set(k, v)
-	}
 	contentType := t.GetContentType()
 	if contentType == "" {
 		contentType = DefaultContentType
+	}
+	slot := slotinfo.FromRequest(req)
+	body, err := slotinfo.Body(t.GetBody(), t.GetBodyFormat(), contentType, slot)
+	if err != nil {
+		out := permanent("invalid body template: %v", err)
+		span.SetStatus(codes.Error, out.Reason)
+		return out
+	}
+	msg := message.NewMessage(req.GetExecutionId(), body)
+	for _, headers := range [...]map[string]string{t.GetHeaders(), t.GetSecretHeaders()} {
+		for k, v := range headers {
+			if !slotinfo.IsReservedHeader(k) { // refused by the registry; defence in depth
+				msg.Metadata.Set(k, v)
+			}
+		}
+	}
+	for _, h := range slot.Headers() {
+		msg.Metadata.Set(h.Name, h.Value)
 	}
 	msg.Metadata.Set(metadataContentType, contentType)
 	broker.InjectTrace(ctx, c.propagator, msg.Metadata)
@@ -138,7 +150,7 @@ func (c *Client) deliverAMQP(ctx context.Context, req *dispatchv1.DispatchReques
 	defer cancel()
 	msg.SetContext(publishCtx)
 
-	err := c.publisher.Publish(broker.Route(exchange, key), msg)
+	err = c.publisher.Publish(broker.Route(exchange, key), msg)
 	if err == nil {
 		return Outcome{Result: Succeeded}
 	}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -14,6 +16,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	dispatchv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/dispatch/v1"
 	registryv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1"
@@ -315,4 +318,54 @@ func TestTargetMarshaler(t *testing.T) {
 	require.Equal(t, amqp091.Persistent, p.DeliveryMode)
 	require.Equal(t, "v", p.Headers["h"])
 	require.NotContains(t, p.Headers, metadataContentType)
+}
+
+// TestAMQPSlotHeadersAndTemplate publishes a templated job's attempts 1 and
+// 2 to the real RabbitMQ and reads back the header table and the body.
+func TestAMQPSlotHeadersAndTemplate(t *testing.T) {
+	t.Parallel()
+	exchange := amqptest.UniqueName(t, "deliver")
+	queue := amqptest.DeclareTopicQueue(t, exchange, "reports.#")
+	c := newAMQPClient(t, amqptest.URL(), nil)
+	nominal := time.Date(2026, 3, 1, 3, 0, 0, 0, time.UTC)
+	req := amqpRequest(exchange, "reports.nightly", func(a *registryv1.AmqpTarget) {
+		a.Body = `{"slot":"{{nominal_time}}","attempt":{{attempt}},"execution":"{{execution_id}}","job":"{{job_id}}"}`
+		a.BodyFormat = registryv1.BodyFormat_BODY_FORMAT_TEMPLATE
+		a.Headers["CRONMESH-ATTEMPT"] = "99" // refused by the registry; dropped here too
+	})
+	req.NominalTime = timestamppb.New(nominal)
+	req.FireTime = timestamppb.New(nominal.Add(2 * time.Second))
+	req.TriggerKind = dispatchv1.TriggerKind_TRIGGER_KIND_BACKFILL
+
+	for attempt := int32(1); attempt <= 2; attempt++ {
+		req.Attempt = attempt
+		out := c.Deliver(context.Background(), req)
+		require.Equal(t, Succeeded, out.Result, out.Reason)
+		got := amqptest.Consume(t, queue, 1, amqpWait)[0]
+
+		slot := amqp091.Table{}
+		for k, v := range got.Headers {
+			if strings.HasPrefix(strings.ToLower(k), "cronmesh-") {
+				slot[k] = v
+			}
+		}
+		require.Equal(t, amqp091.Table{
+			"cronmesh-nominal-time": "2026-03-01T03:00:00Z",
+			"cronmesh-fire-time":    "2026-03-01T03:00:02Z",
+			"cronmesh-attempt":      strconv.Itoa(int(attempt)),
+			"cronmesh-job-id":       req.JobId,
+			"cronmesh-execution-id": testExecutionID,
+			"cronmesh-trigger-kind": "backfill",
+		}, slot, "attempt %d", attempt)
+		require.Equal(t, "alpha", got.Headers["x-tenant"])
+		require.Equal(t, fmt.Sprintf(`{"slot":"2026-03-01T03:00:00Z","attempt":%d,"execution":"%s","job":"%s"}`,
+			attempt, testExecutionID, req.JobId), string(got.Body))
+	}
+
+	broken := amqpRequest(exchange, "reports.nightly", func(a *registryv1.AmqpTarget) {
+		a.Body, a.BodyFormat = `{{`, registryv1.BodyFormat_BODY_FORMAT_TEMPLATE
+	})
+	out := c.Deliver(context.Background(), broken)
+	require.Equal(t, Permanent, out.Result)
+	require.Contains(t, out.Reason, "invalid body template")
 }

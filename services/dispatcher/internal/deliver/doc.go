@@ -6,12 +6,15 @@
 // the pipeline's business.
 //
 // [Client] is the [Deliverer]. HTTP attempts carry the Standard Webhooks
-// headers ([Sign]; receivers check them with [Verify]), the execution id as
-// Idempotency-Key and the W3C trace context; redirects are not followed and
+// headers (webhooksign.Sign; receivers check them with webhooksign.Verify
+// and webhooksign.VerifySlot), the execution id as Idempotency-Key, the
+// cronmesh-* slot headers (libs/slotinfo) and the W3C trace context; redirects are not followed and
 // every connection goes through an SSRF guard that inspects the resolved
 // address in the dialer's Control hook, so DNS rebinding cannot get past
 // it. AMQP attempts go through a broker.Publisher built from
 // [PublisherConfig], which checks a job's exchange passively (cronmesh never
 // creates exchanges for jobs) and refuses cronmesh's own exchanges and
-// queues.
+// queues; the slot headers go in the message's header table. A body whose
+// format is BODY_FORMAT_TEMPLATE is rendered for each attempt, so a retry's
+// body says attempt 2.
 package deliver

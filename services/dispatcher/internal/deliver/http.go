@@ -22,12 +22,14 @@ import (
 	dispatchv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/dispatch/v1"
 	registryv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1"
 	"github.com/cronmesh/cronmesh/libs/redact"
+	"github.com/cronmesh/cronmesh/libs/slotinfo"
 	"github.com/cronmesh/cronmesh/libs/ssrfguard"
 	"github.com/cronmesh/cronmesh/libs/webhooksign"
 )
 
 // droppedHeaders are job headers the dispatcher never sends as given: the
-// transport owns framing and the Host, and the signature headers are ours.
+// transport owns framing and the Host, and the signature headers are ours
+// (so are the cronmesh-* slot headers, see slotinfo.IsReservedHeader).
 // The registry refuses them already; this is defence in depth. Keys are
 // canonical.
 var droppedHeaders = [...]string{
@@ -75,7 +77,10 @@ func (c *Client) deliverHTTP(ctx context.Context, req *dispatchv1.DispatchReques
 		timeout = DefaultTimeout
 	}
 	timeout = min(timeout, c.maxTimeout)
-	body := []byte(t.GetBody())
+	body, err := slotinfo.Body(t.GetBody(), t.GetBodyFormat(), httpContentType(t), slotinfo.FromRequest(req))
+	if err != nil {
+		return permanent("invalid body template: %v", err)
+	}
 
 	safeURL := redact.URL(u)
 	ctx, span := c.tracer.Start(ctx, method,
@@ -126,11 +131,14 @@ func (c *Client) callHTTP(ctx context.Context, req *dispatchv1.DispatchRequest, 
 				return permanent("invalid header %q", name)
 			}
 			name = http.CanonicalHeaderKey(name)
-			if slices.Contains(droppedHeaders[:], name) {
+			if slices.Contains(droppedHeaders[:], name) || slotinfo.IsReservedHeader(name) {
 				continue
 			}
 			httpReq.Header.Set(name, value)
 		}
+	}
+	for _, h := range slotinfo.FromRequest(req).Headers() {
+		httpReq.Header.Set(h.Name, h.Value)
 	}
 	id := req.GetExecutionId()
 	now := c.clock.Now()
@@ -185,6 +193,17 @@ func (c *Client) callHTTP(ctx context.Context, req *dispatchv1.DispatchRequest, 
 		span.SetAttributes(semconv.ErrorTypeKey.String(strconv.Itoa(resp.StatusCode)))
 	}
 	return out
+}
+
+// httpContentType is the content type a request of t is sent with when it
+// has a body: the job's Content-Type header (any case), or application/json.
+func httpContentType(t *registryv1.HttpTarget) string {
+	for name, value := range t.GetHeaders() {
+		if strings.EqualFold(name, "Content-Type") {
+			return value
+		}
+	}
+	return "application/json"
 }
 
 // classifyError turns a failed round trip into an outcome and the span's

@@ -26,10 +26,12 @@ import (
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	dispatchv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/dispatch/v1"
 	registryv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1"
 	"github.com/cronmesh/cronmesh/libs/clock"
+	"github.com/cronmesh/cronmesh/libs/execid"
 	"github.com/cronmesh/cronmesh/libs/webhooksign"
 )
 
@@ -594,4 +596,89 @@ func TestHTTPConcurrentDeliveries(t *testing.T) {
 	}
 	require.Equal(t, int64(n), srv.hits.Load())
 	require.Len(t, seen, n)
+}
+
+// TestHTTPSlotHeadersAndTemplate delivers a templated job's first attempt
+// and its retry to a real HTTP receiver, which checks the signature, the
+// slot headers against the signed webhook-id, and the rendered body.
+func TestHTTPSlotHeadersAndTemplate(t *testing.T) {
+	t.Parallel()
+	const jobID = "0195b9a4-0000-7000-8000-000000000001"
+	nominal := time.Date(2026, 3, 1, 3, 0, 0, 0, time.UTC)
+	fire := time.Date(2026, 3, 1, 11, 59, 58, 125_000_000, time.UTC)
+	srv := newTarget(t, status(503))
+	c, fake := newTestClient(t, nil)
+	req := httpRequest(srv.URL, func(h *registryv1.HttpTarget) {
+		h.Body = `{"slot":"{{nominal_time}}","attempt":{{ attempt }},"kind":"{{trigger_kind}}","literal":"{{{{x}}"}`
+		h.BodyFormat = registryv1.BodyFormat_BODY_FORMAT_TEMPLATE
+		h.Headers = map[string]string{"X-Custom": "one", "Cronmesh-Attempt": "99"} // the registry refuses the latter
+	})
+	req.JobId = jobID
+	req.ExecutionId = execid.For(jobID, nominal)
+	req.NominalTime = timestamppb.New(nominal)
+	req.FireTime = timestamppb.New(fire)
+	req.TriggerKind = dispatchv1.TriggerKind_TRIGGER_KIND_CATCH_UP
+
+	for attempt := int32(1); attempt <= 2; attempt++ {
+		req.Attempt = attempt
+		out := c.Deliver(context.Background(), req)
+		require.Equal(t, Retryable, out.Result, out.Reason)
+		got := <-srv.reqs
+
+		require.Equal(t, map[string][]string{
+			"Cronmesh-Nominal-Time": {"2026-03-01T03:00:00Z"},
+			"Cronmesh-Fire-Time":    {"2026-03-01T11:59:58.125Z"},
+			"Cronmesh-Attempt":      {strconv.Itoa(int(attempt))},
+			"Cronmesh-Job-Id":       {jobID},
+			"Cronmesh-Execution-Id": {req.ExecutionId},
+			"Cronmesh-Trigger-Kind": {"catch-up"},
+		}, cronmeshHeaders(got.header), "attempt %d", attempt)
+		require.Equal(t, "one", got.header.Get("X-Custom"))
+		require.Equal(t, fmt.Sprintf(`{"slot":"2026-03-01T03:00:00Z","attempt":%d,"kind":"catch-up","literal":"{{x}}"}`, attempt), string(got.body))
+		require.Equal(t, "application/json", got.header.Get("Content-Type"))
+
+		// The receiver's checks: the signature covers the rendered body,
+		// and the signed webhook-id vouches for the job and nominal time.
+		require.NoError(t, webhooksign.Verify(vectorSecret, got.header, got.body, 0, fake.Now()))
+		require.NoError(t, webhooksign.VerifySlot(got.header))
+		forged := got.header.Clone()
+		forged.Set("Cronmesh-Nominal-Time", "2026-03-01T04:00:00Z")
+		require.ErrorIs(t, webhooksign.VerifySlot(forged), webhooksign.ErrSlotMismatch)
+		require.ErrorIs(t, webhooksign.Verify(vectorSecret, got.header, []byte(`{"slot":"2026-03-01T04:00:00Z"}`), 0, fake.Now()),
+			webhooksign.ErrNoMatchingSignature, "a body of another slot does not verify")
+	}
+
+	t.Run("a literal body with placeholders is sent as written", func(t *testing.T) {
+		literal := httpRequest(srv.URL, func(h *registryv1.HttpTarget) { h.Body = `{"a":"{{nominal_time}}"}` })
+		c.Deliver(context.Background(), literal)
+		require.Equal(t, `{"a":"{{nominal_time}}"}`, string((<-srv.reqs).body))
+	})
+	t.Run("a broken template that bypassed the registry is permanent", func(t *testing.T) {
+		broken := httpRequest(srv.URL, func(h *registryv1.HttpTarget) {
+			h.Body, h.BodyFormat = `{{nope}}`, registryv1.BodyFormat_BODY_FORMAT_TEMPLATE
+		})
+		out := c.Deliver(context.Background(), broken)
+		require.Equal(t, Permanent, out.Result)
+		require.Contains(t, out.Reason, `invalid body template: template error at byte 0: unknown placeholder "nope"`)
+	})
+	t.Run("a text template is not JSON-escaped", func(t *testing.T) {
+		text := httpRequest(srv.URL, func(h *registryv1.HttpTarget) {
+			h.Body, h.BodyFormat = `ns={{namespace}}`, registryv1.BodyFormat_BODY_FORMAT_TEMPLATE
+			h.Headers = map[string]string{"content-type": "text/plain"}
+		})
+		text.Namespace = `al"pha`
+		c.Deliver(context.Background(), text)
+		require.Equal(t, `ns=al"pha`, string((<-srv.reqs).body))
+	})
+}
+
+// cronmeshHeaders is the cronmesh-* part of h.
+func cronmeshHeaders(h http.Header) map[string][]string {
+	out := map[string][]string{}
+	for k, v := range h {
+		if strings.HasPrefix(k, "Cronmesh-") {
+			out[k] = v
+		}
+	}
+	return out
 }

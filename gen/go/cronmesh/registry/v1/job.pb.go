@@ -23,6 +23,64 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// BodyFormat says whether a target's body is sent as given or filled in per
+// attempt with the slot's values.
+type BodyFormat int32
+
+const (
+	// Treated as BODY_FORMAT_LITERAL: a body written before templates existed
+	// is sent unchanged, braces included.
+	BodyFormat_BODY_FORMAT_UNSPECIFIED BodyFormat = 0
+	// The body is sent byte for byte.
+	BodyFormat_BODY_FORMAT_LITERAL BodyFormat = 1
+	// The body is a template: each {{name}} placeholder (nominal_time,
+	// fire_time, attempt, job_id, execution_id, trigger_kind, namespace) is
+	// replaced by the attempt's value, JSON-escaped when the content type is
+	// JSON; {{{{ is a literal {{. No other syntax: no code, no loops.
+	BodyFormat_BODY_FORMAT_TEMPLATE BodyFormat = 2
+)
+
+// Enum value maps for BodyFormat.
+var (
+	BodyFormat_name = map[int32]string{
+		0: "BODY_FORMAT_UNSPECIFIED",
+		1: "BODY_FORMAT_LITERAL",
+		2: "BODY_FORMAT_TEMPLATE",
+	}
+	BodyFormat_value = map[string]int32{
+		"BODY_FORMAT_UNSPECIFIED": 0,
+		"BODY_FORMAT_LITERAL":     1,
+		"BODY_FORMAT_TEMPLATE":    2,
+	}
+)
+
+func (x BodyFormat) Enum() *BodyFormat {
+	p := new(BodyFormat)
+	*p = x
+	return p
+}
+
+func (x BodyFormat) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (BodyFormat) Descriptor() protoreflect.EnumDescriptor {
+	return file_cronmesh_registry_v1_job_proto_enumTypes[0].Descriptor()
+}
+
+func (BodyFormat) Type() protoreflect.EnumType {
+	return &file_cronmesh_registry_v1_job_proto_enumTypes[0]
+}
+
+func (x BodyFormat) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use BodyFormat.Descriptor instead.
+func (BodyFormat) EnumDescriptor() ([]byte, []int) {
+	return file_cronmesh_registry_v1_job_proto_rawDescGZIP(), []int{0}
+}
+
 // Priority orders delivery under load: high is never starved behind low.
 type Priority int32
 
@@ -61,11 +119,11 @@ func (x Priority) String() string {
 }
 
 func (Priority) Descriptor() protoreflect.EnumDescriptor {
-	return file_cronmesh_registry_v1_job_proto_enumTypes[0].Descriptor()
+	return file_cronmesh_registry_v1_job_proto_enumTypes[1].Descriptor()
 }
 
 func (Priority) Type() protoreflect.EnumType {
-	return &file_cronmesh_registry_v1_job_proto_enumTypes[0]
+	return &file_cronmesh_registry_v1_job_proto_enumTypes[1]
 }
 
 func (x Priority) Number() protoreflect.EnumNumber {
@@ -74,7 +132,7 @@ func (x Priority) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Priority.Descriptor instead.
 func (Priority) EnumDescriptor() ([]byte, []int) {
-	return file_cronmesh_registry_v1_job_proto_rawDescGZIP(), []int{0}
+	return file_cronmesh_registry_v1_job_proto_rawDescGZIP(), []int{1}
 }
 
 // Job is a registered unit of scheduled work: when it runs (schedule), what it
@@ -568,7 +626,9 @@ func (*Target_Http) isTarget_Kind() {}
 func (*Target_Amqp) isTarget_Kind() {}
 
 // HttpTarget calls a webhook. Every request carries the execution's
-// idempotency key and a Standard Webhooks signature.
+// idempotency key, a Standard Webhooks signature and the slot headers
+// (cronmesh-nominal-time, cronmesh-fire-time, cronmesh-attempt,
+// cronmesh-job-id, cronmesh-execution-id, cronmesh-trigger-kind).
 type HttpTarget struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// GET, POST, PUT, PATCH or DELETE. Default POST.
@@ -577,8 +637,9 @@ type HttpTarget struct {
 	Url string `protobuf:"bytes,2,opt,name=url,proto3" json:"url,omitempty"`
 	// At most 32 headers together with secret_headers; each name a valid
 	// HTTP token of at most 256 characters, each value at most 4 KiB.
-	// Hop-by-hop headers, Host, Content-Length, trace context and the
-	// webhook-* signature headers are refused. A well-known credential
+	// Hop-by-hop headers, Host, Content-Length, trace context, the
+	// webhook-* signature headers and every cronmesh-* header (the slot
+	// headers cronmesh sets) are refused. A well-known credential
 	// header given here (Authorization, Cookie, X-Api-Key, Api-Key,
 	// X-Auth-Token, X-Access-Token, Private-Token; any case) is moved to
 	// secret_headers on create and update.
@@ -608,6 +669,12 @@ type HttpTarget struct {
 	// target_override follows the same rules against the dead letter's
 	// target.
 	SecretHeaders map[string]string `protobuf:"bytes,8,rep,name=secret_headers,json=secretHeaders,proto3" json:"secret_headers,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// How body is read: BODY_FORMAT_LITERAL (the default) sends it as
+	// given; BODY_FORMAT_TEMPLATE fills its slot placeholders
+	// ({{nominal_time}}, {{execution_id}}, ...) per attempt. A template is
+	// checked on create and update (InvalidArgument on body naming the
+	// problem). See docs/api.md, "What the target receives".
+	BodyFormat    BodyFormat `protobuf:"varint,9,opt,name=body_format,json=bodyFormat,proto3,enum=cronmesh.registry.v1.BodyFormat" json:"body_format,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -698,8 +765,16 @@ func (x *HttpTarget) GetSecretHeaders() map[string]string {
 	return nil
 }
 
+func (x *HttpTarget) GetBodyFormat() BodyFormat {
+	if x != nil {
+		return x.BodyFormat
+	}
+	return BodyFormat_BODY_FORMAT_UNSPECIFIED
+}
+
 // AmqpTarget publishes one message to a RabbitMQ exchange with publisher
-// confirms; its message-id is the execution's idempotency key.
+// confirms; its message-id is the execution's idempotency key, and its
+// header table holds the slot headers as HttpTarget's requests do.
 type AmqpTarget struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// An existing exchange, at most 255 characters. Empty means the default
@@ -717,7 +792,8 @@ type AmqpTarget struct {
 	RoutingKey string `protobuf:"bytes,2,opt,name=routing_key,json=routingKey,proto3" json:"routing_key,omitempty"`
 	// At most 32 headers together with secret_headers, values at most
 	// 4 KiB. Well-known credential headers are moved to secret_headers, as
-	// for HttpTarget.headers.
+	// for HttpTarget.headers; cronmesh-* headers are refused (cronmesh sets
+	// the slot headers on every message).
 	Headers map[string]string `protobuf:"bytes,3,rep,name=headers,proto3" json:"headers,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	// Message body, at most 256 KiB.
 	Body string `protobuf:"bytes,4,opt,name=body,proto3" json:"body,omitempty"`
@@ -727,6 +803,8 @@ type AmqpTarget struct {
 	// HttpTarget.secret_headers; stored values are carried over only while
 	// exchange and routing_key are unchanged.
 	SecretHeaders map[string]string `protobuf:"bytes,6,rep,name=secret_headers,json=secretHeaders,proto3" json:"secret_headers,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// As HttpTarget.body_format.
+	BodyFormat    BodyFormat `protobuf:"varint,7,opt,name=body_format,json=bodyFormat,proto3,enum=cronmesh.registry.v1.BodyFormat" json:"body_format,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -801,6 +879,13 @@ func (x *AmqpTarget) GetSecretHeaders() map[string]string {
 		return x.SecretHeaders
 	}
 	return nil
+}
+
+func (x *AmqpTarget) GetBodyFormat() BodyFormat {
+	if x != nil {
+		return x.BodyFormat
+	}
+	return BodyFormat_BODY_FORMAT_UNSPECIFIED
 }
 
 // RetryPolicy: the delay before retry n (1-based) is
@@ -922,7 +1007,7 @@ const file_cronmesh_registry_v1_job_proto_rawDesc = "" +
 	"\x06Target\x126\n" +
 	"\x04http\x18\x01 \x01(\v2 .cronmesh.registry.v1.HttpTargetH\x00R\x04http\x126\n" +
 	"\x04amqp\x18\x02 \x01(\v2 .cronmesh.registry.v1.AmqpTargetH\x00R\x04amqpB\x06\n" +
-	"\x04kind\"\xfd\x03\n" +
+	"\x04kind\"\xc0\x04\n" +
 	"\n" +
 	"HttpTarget\x12\x16\n" +
 	"\x06method\x18\x01 \x01(\tR\x06method\x12\x10\n" +
@@ -932,13 +1017,15 @@ const file_cronmesh_registry_v1_job_proto_rawDesc = "" +
 	"\atimeout\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\atimeout\x122\n" +
 	"\x15accepted_status_codes\x18\x06 \x03(\x05R\x13acceptedStatusCodes\x12%\n" +
 	"\x0esigning_secret\x18\a \x01(\tR\rsigningSecret\x12Z\n" +
-	"\x0esecret_headers\x18\b \x03(\v23.cronmesh.registry.v1.HttpTarget.SecretHeadersEntryR\rsecretHeaders\x1a:\n" +
+	"\x0esecret_headers\x18\b \x03(\v23.cronmesh.registry.v1.HttpTarget.SecretHeadersEntryR\rsecretHeaders\x12A\n" +
+	"\vbody_format\x18\t \x01(\x0e2 .cronmesh.registry.v1.BodyFormatR\n" +
+	"bodyFormat\x1a:\n" +
 	"\fHeadersEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a@\n" +
 	"\x12SecretHeadersEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xa3\x03\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xe6\x03\n" +
 	"\n" +
 	"AmqpTarget\x12\x1a\n" +
 	"\bexchange\x18\x01 \x01(\tR\bexchange\x12\x1f\n" +
@@ -947,7 +1034,9 @@ const file_cronmesh_registry_v1_job_proto_rawDesc = "" +
 	"\aheaders\x18\x03 \x03(\v2-.cronmesh.registry.v1.AmqpTarget.HeadersEntryR\aheaders\x12\x12\n" +
 	"\x04body\x18\x04 \x01(\tR\x04body\x12!\n" +
 	"\fcontent_type\x18\x05 \x01(\tR\vcontentType\x12Z\n" +
-	"\x0esecret_headers\x18\x06 \x03(\v23.cronmesh.registry.v1.AmqpTarget.SecretHeadersEntryR\rsecretHeaders\x1a:\n" +
+	"\x0esecret_headers\x18\x06 \x03(\v23.cronmesh.registry.v1.AmqpTarget.SecretHeadersEntryR\rsecretHeaders\x12A\n" +
+	"\vbody_format\x18\a \x01(\x0e2 .cronmesh.registry.v1.BodyFormatR\n" +
+	"bodyFormat\x1a:\n" +
 	"\fHeadersEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a@\n" +
@@ -963,7 +1052,12 @@ const file_cronmesh_registry_v1_job_proto_rawDesc = "" +
 	"\n" +
 	"multiplier\x18\x04 \x01(\x01R\n" +
 	"multiplierB\x0e\n" +
-	"\f_max_retries*^\n" +
+	"\f_max_retries*\\\n" +
+	"\n" +
+	"BodyFormat\x12\x1b\n" +
+	"\x17BODY_FORMAT_UNSPECIFIED\x10\x00\x12\x17\n" +
+	"\x13BODY_FORMAT_LITERAL\x10\x01\x12\x18\n" +
+	"\x14BODY_FORMAT_TEMPLATE\x10\x02*^\n" +
 	"\bPriority\x12\x18\n" +
 	"\x14PRIORITY_UNSPECIFIED\x10\x00\x12\x11\n" +
 	"\rPRIORITY_HIGH\x10\x01\x12\x13\n" +
@@ -982,56 +1076,59 @@ func file_cronmesh_registry_v1_job_proto_rawDescGZIP() []byte {
 	return file_cronmesh_registry_v1_job_proto_rawDescData
 }
 
-var file_cronmesh_registry_v1_job_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
+var file_cronmesh_registry_v1_job_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
 var file_cronmesh_registry_v1_job_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
 var file_cronmesh_registry_v1_job_proto_goTypes = []any{
-	(Priority)(0),                 // 0: cronmesh.registry.v1.Priority
-	(*Job)(nil),                   // 1: cronmesh.registry.v1.Job
-	(*Schedule)(nil),              // 2: cronmesh.registry.v1.Schedule
-	(*Interval)(nil),              // 3: cronmesh.registry.v1.Interval
-	(*Target)(nil),                // 4: cronmesh.registry.v1.Target
-	(*HttpTarget)(nil),            // 5: cronmesh.registry.v1.HttpTarget
-	(*AmqpTarget)(nil),            // 6: cronmesh.registry.v1.AmqpTarget
-	(*RetryPolicy)(nil),           // 7: cronmesh.registry.v1.RetryPolicy
-	nil,                           // 8: cronmesh.registry.v1.Job.LabelsEntry
-	nil,                           // 9: cronmesh.registry.v1.HttpTarget.HeadersEntry
-	nil,                           // 10: cronmesh.registry.v1.HttpTarget.SecretHeadersEntry
-	nil,                           // 11: cronmesh.registry.v1.AmqpTarget.HeadersEntry
-	nil,                           // 12: cronmesh.registry.v1.AmqpTarget.SecretHeadersEntry
-	(*durationpb.Duration)(nil),   // 13: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil), // 14: google.protobuf.Timestamp
+	(BodyFormat)(0),               // 0: cronmesh.registry.v1.BodyFormat
+	(Priority)(0),                 // 1: cronmesh.registry.v1.Priority
+	(*Job)(nil),                   // 2: cronmesh.registry.v1.Job
+	(*Schedule)(nil),              // 3: cronmesh.registry.v1.Schedule
+	(*Interval)(nil),              // 4: cronmesh.registry.v1.Interval
+	(*Target)(nil),                // 5: cronmesh.registry.v1.Target
+	(*HttpTarget)(nil),            // 6: cronmesh.registry.v1.HttpTarget
+	(*AmqpTarget)(nil),            // 7: cronmesh.registry.v1.AmqpTarget
+	(*RetryPolicy)(nil),           // 8: cronmesh.registry.v1.RetryPolicy
+	nil,                           // 9: cronmesh.registry.v1.Job.LabelsEntry
+	nil,                           // 10: cronmesh.registry.v1.HttpTarget.HeadersEntry
+	nil,                           // 11: cronmesh.registry.v1.HttpTarget.SecretHeadersEntry
+	nil,                           // 12: cronmesh.registry.v1.AmqpTarget.HeadersEntry
+	nil,                           // 13: cronmesh.registry.v1.AmqpTarget.SecretHeadersEntry
+	(*durationpb.Duration)(nil),   // 14: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil), // 15: google.protobuf.Timestamp
 }
 var file_cronmesh_registry_v1_job_proto_depIdxs = []int32{
-	8,  // 0: cronmesh.registry.v1.Job.labels:type_name -> cronmesh.registry.v1.Job.LabelsEntry
-	2,  // 1: cronmesh.registry.v1.Job.schedule:type_name -> cronmesh.registry.v1.Schedule
-	4,  // 2: cronmesh.registry.v1.Job.target:type_name -> cronmesh.registry.v1.Target
-	7,  // 3: cronmesh.registry.v1.Job.retry_policy:type_name -> cronmesh.registry.v1.RetryPolicy
-	13, // 4: cronmesh.registry.v1.Job.catch_up_window:type_name -> google.protobuf.Duration
-	0,  // 5: cronmesh.registry.v1.Job.priority:type_name -> cronmesh.registry.v1.Priority
-	13, // 6: cronmesh.registry.v1.Job.spread_window:type_name -> google.protobuf.Duration
-	14, // 7: cronmesh.registry.v1.Job.create_time:type_name -> google.protobuf.Timestamp
-	14, // 8: cronmesh.registry.v1.Job.update_time:type_name -> google.protobuf.Timestamp
-	3,  // 9: cronmesh.registry.v1.Schedule.interval:type_name -> cronmesh.registry.v1.Interval
-	14, // 10: cronmesh.registry.v1.Schedule.at:type_name -> google.protobuf.Timestamp
-	13, // 11: cronmesh.registry.v1.Schedule.after:type_name -> google.protobuf.Duration
-	14, // 12: cronmesh.registry.v1.Schedule.start_time:type_name -> google.protobuf.Timestamp
-	14, // 13: cronmesh.registry.v1.Schedule.end_time:type_name -> google.protobuf.Timestamp
-	13, // 14: cronmesh.registry.v1.Interval.every:type_name -> google.protobuf.Duration
-	14, // 15: cronmesh.registry.v1.Interval.anchor_time:type_name -> google.protobuf.Timestamp
-	5,  // 16: cronmesh.registry.v1.Target.http:type_name -> cronmesh.registry.v1.HttpTarget
-	6,  // 17: cronmesh.registry.v1.Target.amqp:type_name -> cronmesh.registry.v1.AmqpTarget
-	9,  // 18: cronmesh.registry.v1.HttpTarget.headers:type_name -> cronmesh.registry.v1.HttpTarget.HeadersEntry
-	13, // 19: cronmesh.registry.v1.HttpTarget.timeout:type_name -> google.protobuf.Duration
-	10, // 20: cronmesh.registry.v1.HttpTarget.secret_headers:type_name -> cronmesh.registry.v1.HttpTarget.SecretHeadersEntry
-	11, // 21: cronmesh.registry.v1.AmqpTarget.headers:type_name -> cronmesh.registry.v1.AmqpTarget.HeadersEntry
-	12, // 22: cronmesh.registry.v1.AmqpTarget.secret_headers:type_name -> cronmesh.registry.v1.AmqpTarget.SecretHeadersEntry
-	13, // 23: cronmesh.registry.v1.RetryPolicy.initial_backoff:type_name -> google.protobuf.Duration
-	13, // 24: cronmesh.registry.v1.RetryPolicy.max_backoff:type_name -> google.protobuf.Duration
-	25, // [25:25] is the sub-list for method output_type
-	25, // [25:25] is the sub-list for method input_type
-	25, // [25:25] is the sub-list for extension type_name
-	25, // [25:25] is the sub-list for extension extendee
-	0,  // [0:25] is the sub-list for field type_name
+	9,  // 0: cronmesh.registry.v1.Job.labels:type_name -> cronmesh.registry.v1.Job.LabelsEntry
+	3,  // 1: cronmesh.registry.v1.Job.schedule:type_name -> cronmesh.registry.v1.Schedule
+	5,  // 2: cronmesh.registry.v1.Job.target:type_name -> cronmesh.registry.v1.Target
+	8,  // 3: cronmesh.registry.v1.Job.retry_policy:type_name -> cronmesh.registry.v1.RetryPolicy
+	14, // 4: cronmesh.registry.v1.Job.catch_up_window:type_name -> google.protobuf.Duration
+	1,  // 5: cronmesh.registry.v1.Job.priority:type_name -> cronmesh.registry.v1.Priority
+	14, // 6: cronmesh.registry.v1.Job.spread_window:type_name -> google.protobuf.Duration
+	15, // 7: cronmesh.registry.v1.Job.create_time:type_name -> google.protobuf.Timestamp
+	15, // 8: cronmesh.registry.v1.Job.update_time:type_name -> google.protobuf.Timestamp
+	4,  // 9: cronmesh.registry.v1.Schedule.interval:type_name -> cronmesh.registry.v1.Interval
+	15, // 10: cronmesh.registry.v1.Schedule.at:type_name -> google.protobuf.Timestamp
+	14, // 11: cronmesh.registry.v1.Schedule.after:type_name -> google.protobuf.Duration
+	15, // 12: cronmesh.registry.v1.Schedule.start_time:type_name -> google.protobuf.Timestamp
+	15, // 13: cronmesh.registry.v1.Schedule.end_time:type_name -> google.protobuf.Timestamp
+	14, // 14: cronmesh.registry.v1.Interval.every:type_name -> google.protobuf.Duration
+	15, // 15: cronmesh.registry.v1.Interval.anchor_time:type_name -> google.protobuf.Timestamp
+	6,  // 16: cronmesh.registry.v1.Target.http:type_name -> cronmesh.registry.v1.HttpTarget
+	7,  // 17: cronmesh.registry.v1.Target.amqp:type_name -> cronmesh.registry.v1.AmqpTarget
+	10, // 18: cronmesh.registry.v1.HttpTarget.headers:type_name -> cronmesh.registry.v1.HttpTarget.HeadersEntry
+	14, // 19: cronmesh.registry.v1.HttpTarget.timeout:type_name -> google.protobuf.Duration
+	11, // 20: cronmesh.registry.v1.HttpTarget.secret_headers:type_name -> cronmesh.registry.v1.HttpTarget.SecretHeadersEntry
+	0,  // 21: cronmesh.registry.v1.HttpTarget.body_format:type_name -> cronmesh.registry.v1.BodyFormat
+	12, // 22: cronmesh.registry.v1.AmqpTarget.headers:type_name -> cronmesh.registry.v1.AmqpTarget.HeadersEntry
+	13, // 23: cronmesh.registry.v1.AmqpTarget.secret_headers:type_name -> cronmesh.registry.v1.AmqpTarget.SecretHeadersEntry
+	0,  // 24: cronmesh.registry.v1.AmqpTarget.body_format:type_name -> cronmesh.registry.v1.BodyFormat
+	14, // 25: cronmesh.registry.v1.RetryPolicy.initial_backoff:type_name -> google.protobuf.Duration
+	14, // 26: cronmesh.registry.v1.RetryPolicy.max_backoff:type_name -> google.protobuf.Duration
+	27, // [27:27] is the sub-list for method output_type
+	27, // [27:27] is the sub-list for method input_type
+	27, // [27:27] is the sub-list for extension type_name
+	27, // [27:27] is the sub-list for extension extendee
+	0,  // [0:27] is the sub-list for field type_name
 }
 
 func init() { file_cronmesh_registry_v1_job_proto_init() }
@@ -1055,7 +1152,7 @@ func file_cronmesh_registry_v1_job_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cronmesh_registry_v1_job_proto_rawDesc), len(file_cronmesh_registry_v1_job_proto_rawDesc)),
-			NumEnums:      1,
+			NumEnums:      2,
 			NumMessages:   12,
 			NumExtensions: 0,
 			NumServices:   0,

@@ -12,7 +12,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file cronmesh/registry/v1/job.proto.
  */
 export const file_cronmesh_registry_v1_job: GenFile = /*@__PURE__*/
-  fileDesc("Ch5jcm9ubWVzaC9yZWdpc3RyeS92MS9qb2IucHJvdG8SFGNyb25tZXNoLnJlZ2lzdHJ5LnYxIvcECgNKb2ISCgoCaWQYASABKAkSEQoJbmFtZXNwYWNlGAIgASgJEhQKDGRpc3BsYXlfbmFtZRgDIAEoCRITCgtkZXNjcmlwdGlvbhgEIAEoCRI1CgZsYWJlbHMYBSADKAsyJS5jcm9ubWVzaC5yZWdpc3RyeS52MS5Kb2IuTGFiZWxzRW50cnkSMAoIc2NoZWR1bGUYBiABKAsyHi5jcm9ubWVzaC5yZWdpc3RyeS52MS5TY2hlZHVsZRIsCgZ0YXJnZXQYByABKAsyHC5jcm9ubWVzaC5yZWdpc3RyeS52MS5UYXJnZXQSNwoMcmV0cnlfcG9saWN5GAggASgLMiEuY3Jvbm1lc2gucmVnaXN0cnkudjEuUmV0cnlQb2xpY3kSMgoPY2F0Y2hfdXBfd2luZG93GAkgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEg4KBnBhdXNlZBgKIAEoCBIwCghwcmlvcml0eRgLIAEoDjIeLmNyb25tZXNoLnJlZ2lzdHJ5LnYxLlByaW9yaXR5EjAKDXNwcmVhZF93aW5kb3cYDCABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SLwoLY3JlYXRlX3RpbWUYDSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi8KC3VwZGF0ZV90aW1lGA4gASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIMCgRldGFnGA8gASgJEg8KB3ZlcnNpb24YECABKAMaLQoLTGFiZWxzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASKdAgoIU2NoZWR1bGUSDgoEY3JvbhgBIAEoCUgAEjIKCGludGVydmFsGAIgASgLMh4uY3Jvbm1lc2gucmVnaXN0cnkudjEuSW50ZXJ2YWxIABIoCgJhdBgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXBIABIqCgVhZnRlchgEIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbkgAEhEKCXRpbWVfem9uZRgFIAEoCRIuCgpzdGFydF90aW1lGAYgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIsCghlbmRfdGltZRgHIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXBCBgoEa2luZCJlCghJbnRlcnZhbBIoCgVldmVyeRgBIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIvCgthbmNob3JfdGltZRgCIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAidAoGVGFyZ2V0EjAKBGh0dHAYASABKAsyIC5jcm9ubWVzaC5yZWdpc3RyeS52MS5IdHRwVGFyZ2V0SAASMAoEYW1xcBgCIAEoCzIgLmNyb25tZXNoLnJlZ2lzdHJ5LnYxLkFtcXBUYXJnZXRIAEIGCgRraW5kIo0DCgpIdHRwVGFyZ2V0Eg4KBm1ldGhvZBgBIAEoCRILCgN1cmwYAiABKAkSPgoHaGVhZGVycxgDIAMoCzItLmNyb25tZXNoLnJlZ2lzdHJ5LnYxLkh0dHBUYXJnZXQuSGVhZGVyc0VudHJ5EgwKBGJvZHkYBCABKAkSKgoHdGltZW91dBgFIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIdChVhY2NlcHRlZF9zdGF0dXNfY29kZXMYBiADKAUSFgoOc2lnbmluZ19zZWNyZXQYByABKAkSSwoOc2VjcmV0X2hlYWRlcnMYCCADKAsyMy5jcm9ubWVzaC5yZWdpc3RyeS52MS5IdHRwVGFyZ2V0LlNlY3JldEhlYWRlcnNFbnRyeRouCgxIZWFkZXJzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ARo0ChJTZWNyZXRIZWFkZXJzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASLKAgoKQW1xcFRhcmdldBIQCghleGNoYW5nZRgBIAEoCRITCgtyb3V0aW5nX2tleRgCIAEoCRI+CgdoZWFkZXJzGAMgAygLMi0uY3Jvbm1lc2gucmVnaXN0cnkudjEuQW1xcFRhcmdldC5IZWFkZXJzRW50cnkSDAoEYm9keRgEIAEoCRIUCgxjb250ZW50X3R5cGUYBSABKAkSSwoOc2VjcmV0X2hlYWRlcnMYBiADKAsyMy5jcm9ubWVzaC5yZWdpc3RyeS52MS5BbXFwVGFyZ2V0LlNlY3JldEhlYWRlcnNFbnRyeRouCgxIZWFkZXJzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ARo0ChJTZWNyZXRIZWFkZXJzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASKvAQoLUmV0cnlQb2xpY3kSGAoLbWF4X3JldHJpZXMYASABKAVIAIgBARIyCg9pbml0aWFsX2JhY2tvZmYYAiABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SLgoLbWF4X2JhY2tvZmYYAyABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SEgoKbXVsdGlwbGllchgEIAEoAUIOCgxfbWF4X3JldHJpZXMqXgoIUHJpb3JpdHkSGAoUUFJJT1JJVFlfVU5TUEVDSUZJRUQQABIRCg1QUklPUklUWV9ISUdIEAESEwoPUFJJT1JJVFlfTk9STUFMEAISEAoMUFJJT1JJVFlfTE9XEANCRVpDZ2l0aHViLmNvbS9jcm9ubWVzaC9jcm9ubWVzaC9nZW4vZ28vY3Jvbm1lc2gvcmVnaXN0cnkvdjE7cmVnaXN0cnl2MWIGcHJvdG8z", [file_google_protobuf_duration, file_google_protobuf_timestamp]);
+  fileDesc("Ch5jcm9ubWVzaC9yZWdpc3RyeS92MS9qb2IucHJvdG8SFGNyb25tZXNoLnJlZ2lzdHJ5LnYxIvcECgNKb2ISCgoCaWQYASABKAkSEQoJbmFtZXNwYWNlGAIgASgJEhQKDGRpc3BsYXlfbmFtZRgDIAEoCRITCgtkZXNjcmlwdGlvbhgEIAEoCRI1CgZsYWJlbHMYBSADKAsyJS5jcm9ubWVzaC5yZWdpc3RyeS52MS5Kb2IuTGFiZWxzRW50cnkSMAoIc2NoZWR1bGUYBiABKAsyHi5jcm9ubWVzaC5yZWdpc3RyeS52MS5TY2hlZHVsZRIsCgZ0YXJnZXQYByABKAsyHC5jcm9ubWVzaC5yZWdpc3RyeS52MS5UYXJnZXQSNwoMcmV0cnlfcG9saWN5GAggASgLMiEuY3Jvbm1lc2gucmVnaXN0cnkudjEuUmV0cnlQb2xpY3kSMgoPY2F0Y2hfdXBfd2luZG93GAkgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEg4KBnBhdXNlZBgKIAEoCBIwCghwcmlvcml0eRgLIAEoDjIeLmNyb25tZXNoLnJlZ2lzdHJ5LnYxLlByaW9yaXR5EjAKDXNwcmVhZF93aW5kb3cYDCABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SLwoLY3JlYXRlX3RpbWUYDSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi8KC3VwZGF0ZV90aW1lGA4gASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIMCgRldGFnGA8gASgJEg8KB3ZlcnNpb24YECABKAMaLQoLTGFiZWxzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASKdAgoIU2NoZWR1bGUSDgoEY3JvbhgBIAEoCUgAEjIKCGludGVydmFsGAIgASgLMh4uY3Jvbm1lc2gucmVnaXN0cnkudjEuSW50ZXJ2YWxIABIoCgJhdBgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXBIABIqCgVhZnRlchgEIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbkgAEhEKCXRpbWVfem9uZRgFIAEoCRIuCgpzdGFydF90aW1lGAYgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIsCghlbmRfdGltZRgHIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXBCBgoEa2luZCJlCghJbnRlcnZhbBIoCgVldmVyeRgBIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIvCgthbmNob3JfdGltZRgCIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAidAoGVGFyZ2V0EjAKBGh0dHAYASABKAsyIC5jcm9ubWVzaC5yZWdpc3RyeS52MS5IdHRwVGFyZ2V0SAASMAoEYW1xcBgCIAEoCzIgLmNyb25tZXNoLnJlZ2lzdHJ5LnYxLkFtcXBUYXJnZXRIAEIGCgRraW5kIsQDCgpIdHRwVGFyZ2V0Eg4KBm1ldGhvZBgBIAEoCRILCgN1cmwYAiABKAkSPgoHaGVhZGVycxgDIAMoCzItLmNyb25tZXNoLnJlZ2lzdHJ5LnYxLkh0dHBUYXJnZXQuSGVhZGVyc0VudHJ5EgwKBGJvZHkYBCABKAkSKgoHdGltZW91dBgFIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIdChVhY2NlcHRlZF9zdGF0dXNfY29kZXMYBiADKAUSFgoOc2lnbmluZ19zZWNyZXQYByABKAkSSwoOc2VjcmV0X2hlYWRlcnMYCCADKAsyMy5jcm9ubWVzaC5yZWdpc3RyeS52MS5IdHRwVGFyZ2V0LlNlY3JldEhlYWRlcnNFbnRyeRI1Cgtib2R5X2Zvcm1hdBgJIAEoDjIgLmNyb25tZXNoLnJlZ2lzdHJ5LnYxLkJvZHlGb3JtYXQaLgoMSGVhZGVyc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEaNAoSU2VjcmV0SGVhZGVyc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEigQMKCkFtcXBUYXJnZXQSEAoIZXhjaGFuZ2UYASABKAkSEwoLcm91dGluZ19rZXkYAiABKAkSPgoHaGVhZGVycxgDIAMoCzItLmNyb25tZXNoLnJlZ2lzdHJ5LnYxLkFtcXBUYXJnZXQuSGVhZGVyc0VudHJ5EgwKBGJvZHkYBCABKAkSFAoMY29udGVudF90eXBlGAUgASgJEksKDnNlY3JldF9oZWFkZXJzGAYgAygLMjMuY3Jvbm1lc2gucmVnaXN0cnkudjEuQW1xcFRhcmdldC5TZWNyZXRIZWFkZXJzRW50cnkSNQoLYm9keV9mb3JtYXQYByABKA4yIC5jcm9ubWVzaC5yZWdpc3RyeS52MS5Cb2R5Rm9ybWF0Gi4KDEhlYWRlcnNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBGjQKElNlY3JldEhlYWRlcnNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIq8BCgtSZXRyeVBvbGljeRIYCgttYXhfcmV0cmllcxgBIAEoBUgAiAEBEjIKD2luaXRpYWxfYmFja29mZhgCIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIuCgttYXhfYmFja29mZhgDIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhISCgptdWx0aXBsaWVyGAQgASgBQg4KDF9tYXhfcmV0cmllcypcCgpCb2R5Rm9ybWF0EhsKF0JPRFlfRk9STUFUX1VOU1BFQ0lGSUVEEAASFwoTQk9EWV9GT1JNQVRfTElURVJBTBABEhgKFEJPRFlfRk9STUFUX1RFTVBMQVRFEAIqXgoIUHJpb3JpdHkSGAoUUFJJT1JJVFlfVU5TUEVDSUZJRUQQABIRCg1QUklPUklUWV9ISUdIEAESEwoPUFJJT1JJVFlfTk9STUFMEAISEAoMUFJJT1JJVFlfTE9XEANCRVpDZ2l0aHViLmNvbS9jcm9ubWVzaC9jcm9ubWVzaC9nZW4vZ28vY3Jvbm1lc2gvcmVnaXN0cnkvdjE7cmVnaXN0cnl2MWIGcHJvdG8z", [file_google_protobuf_duration, file_google_protobuf_timestamp]);
 
 /**
  * Job is a registered unit of scheduled work: when it runs (schedule), what it
@@ -298,7 +298,9 @@ export const TargetSchema: GenMessage<Target> = /*@__PURE__*/
 
 /**
  * HttpTarget calls a webhook. Every request carries the execution's
- * idempotency key and a Standard Webhooks signature.
+ * idempotency key, a Standard Webhooks signature and the slot headers
+ * (cronmesh-nominal-time, cronmesh-fire-time, cronmesh-attempt,
+ * cronmesh-job-id, cronmesh-execution-id, cronmesh-trigger-kind).
  *
  * @generated from message cronmesh.registry.v1.HttpTarget
  */
@@ -320,8 +322,9 @@ export type HttpTarget = Message<"cronmesh.registry.v1.HttpTarget"> & {
   /**
    * At most 32 headers together with secret_headers; each name a valid
    * HTTP token of at most 256 characters, each value at most 4 KiB.
-   * Hop-by-hop headers, Host, Content-Length, trace context and the
-   * webhook-* signature headers are refused. A well-known credential
+   * Hop-by-hop headers, Host, Content-Length, trace context, the
+   * webhook-* signature headers and every cronmesh-* header (the slot
+   * headers cronmesh sets) are refused. A well-known credential
    * header given here (Authorization, Cookie, X-Api-Key, Api-Key,
    * X-Auth-Token, X-Access-Token, Private-Token; any case) is moved to
    * secret_headers on create and update.
@@ -379,6 +382,17 @@ export type HttpTarget = Message<"cronmesh.registry.v1.HttpTarget"> & {
    * @generated from field: map<string, string> secret_headers = 8;
    */
   secretHeaders: { [key: string]: string };
+
+  /**
+   * How body is read: BODY_FORMAT_LITERAL (the default) sends it as
+   * given; BODY_FORMAT_TEMPLATE fills its slot placeholders
+   * ({{nominal_time}}, {{execution_id}}, ...) per attempt. A template is
+   * checked on create and update (InvalidArgument on body naming the
+   * problem). See docs/api.md, "What the target receives".
+   *
+   * @generated from field: cronmesh.registry.v1.BodyFormat body_format = 9;
+   */
+  bodyFormat: BodyFormat;
 };
 
 /**
@@ -390,7 +404,8 @@ export const HttpTargetSchema: GenMessage<HttpTarget> = /*@__PURE__*/
 
 /**
  * AmqpTarget publishes one message to a RabbitMQ exchange with publisher
- * confirms; its message-id is the execution's idempotency key.
+ * confirms; its message-id is the execution's idempotency key, and its
+ * header table holds the slot headers as HttpTarget's requests do.
  *
  * @generated from message cronmesh.registry.v1.AmqpTarget
  */
@@ -421,7 +436,8 @@ export type AmqpTarget = Message<"cronmesh.registry.v1.AmqpTarget"> & {
   /**
    * At most 32 headers together with secret_headers, values at most
    * 4 KiB. Well-known credential headers are moved to secret_headers, as
-   * for HttpTarget.headers.
+   * for HttpTarget.headers; cronmesh-* headers are refused (cronmesh sets
+   * the slot headers on every message).
    *
    * @generated from field: map<string, string> headers = 3;
    */
@@ -449,6 +465,13 @@ export type AmqpTarget = Message<"cronmesh.registry.v1.AmqpTarget"> & {
    * @generated from field: map<string, string> secret_headers = 6;
    */
   secretHeaders: { [key: string]: string };
+
+  /**
+   * As HttpTarget.body_format.
+   *
+   * @generated from field: cronmesh.registry.v1.BodyFormat body_format = 7;
+   */
+  bodyFormat: BodyFormat;
 };
 
 /**
@@ -502,6 +525,45 @@ export const RetryPolicySchema: GenMessage<RetryPolicy> = /*@__PURE__*/
   messageDesc(file_cronmesh_registry_v1_job, 6);
 
 /**
+ * BodyFormat says whether a target's body is sent as given or filled in per
+ * attempt with the slot's values.
+ *
+ * @generated from enum cronmesh.registry.v1.BodyFormat
+ */
+export enum BodyFormat {
+  /**
+   * Treated as BODY_FORMAT_LITERAL: a body written before templates existed
+   * is sent unchanged, braces included.
+   *
+   * @generated from enum value: BODY_FORMAT_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * The body is sent byte for byte.
+   *
+   * @generated from enum value: BODY_FORMAT_LITERAL = 1;
+   */
+  LITERAL = 1,
+
+  /**
+   * The body is a template: each {{name}} placeholder (nominal_time,
+   * fire_time, attempt, job_id, execution_id, trigger_kind, namespace) is
+   * replaced by the attempt's value, JSON-escaped when the content type is
+   * JSON; {{{{ is a literal {{. No other syntax: no code, no loops.
+   *
+   * @generated from enum value: BODY_FORMAT_TEMPLATE = 2;
+   */
+  TEMPLATE = 2,
+}
+
+/**
+ * Describes the enum cronmesh.registry.v1.BodyFormat.
+ */
+export const BodyFormatSchema: GenEnum<BodyFormat> = /*@__PURE__*/
+  enumDesc(file_cronmesh_registry_v1_job, 0);
+
+/**
  * Priority orders delivery under load: high is never starved behind low.
  *
  * @generated from enum cronmesh.registry.v1.Priority
@@ -534,5 +596,5 @@ export enum Priority {
  * Describes the enum cronmesh.registry.v1.Priority.
  */
 export const PrioritySchema: GenEnum<Priority> = /*@__PURE__*/
-  enumDesc(file_cronmesh_registry_v1_job, 0);
+  enumDesc(file_cronmesh_registry_v1_job, 1);
 
