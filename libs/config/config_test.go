@@ -63,7 +63,7 @@ func TestParse(t *testing.T) {
 						IdleTimeout:     server.DefaultIdleTimeout,
 						MaxHeaderBytes:  server.DefaultMaxHeaderBytes,
 					},
-					AuditRetention:  90 * 24 * time.Hour,
+					AuditRetention: 90 * 24 * time.Hour,
 				}, *c)
 				require.Empty(t, keys)
 				require.Equal(t, 4, workers)

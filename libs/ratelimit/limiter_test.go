@@ -18,8 +18,8 @@ import (
 	"google.golang.org/protobuf/types/known/emptypb"
 
 	"github.com/cronmesh/cronmesh/libs/apikey"
-	"github.com/cronmesh/cronmesh/libs/keyring"
 	"github.com/cronmesh/cronmesh/libs/clock"
+	"github.com/cronmesh/cronmesh/libs/keyring"
 	"github.com/cronmesh/cronmesh/libs/quota"
 	"github.com/cronmesh/cronmesh/libs/ratelimit"
 )
