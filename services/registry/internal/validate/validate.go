@@ -44,7 +44,7 @@ const (
 	// any schedule, and a retry queue holding it that long is a leak.
 	MinExecutionDeadline = time.Second
 	MaxExecutionDeadline = 7 * 24 * time.Hour
-	MaxRequestID      = 128
+	MaxRequestID         = 128
 	// MaxCron bounds a cron expression: six fields of lists and ranges fit
 	// with room to spare.
 	MaxCron = 256
