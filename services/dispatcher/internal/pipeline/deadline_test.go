@@ -2,17 +2,22 @@ package pipeline_test
 
 import (
 	"context"
+	"net/http"
+	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	dispatchv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/dispatch/v1"
 	registryv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1"
 	"github.com/cronmesh/cronmesh/libs/clock"
+	"github.com/cronmesh/cronmesh/libs/targetcheck"
 	"github.com/cronmesh/cronmesh/services/dispatcher/internal/deliver"
 	"github.com/cronmesh/cronmesh/services/dispatcher/internal/pipeline"
 	"github.com/cronmesh/cronmesh/services/dispatcher/internal/store"
@@ -123,4 +128,46 @@ func TestDeadlineBeforeTheFirstAttempt(t *testing.T) {
 	require.Equal(t, map[string]int{"dead/1": 1}, e.events.kinds(stale.ExecutionId))
 	require.EqualValues(t, 2, metric(t, r.reg, "deadline_exceeded_total"))
 	require.Zero(t, e.queueDepth(e.dispatchQueue("high")))
+}
+
+// TestLongAttemptAtShutdown: an attempt may run for the longest timeout a
+// job can have (30 minutes), but shutdown does not wait for it: once the
+// drain timeout passes the request to the target is aborted and the
+// message requeued, and the next dispatcher attempts it again (same
+// execution, attempt 1, same webhook-id). A shutdown stays bounded by the
+// drain timeout whatever the jobs' timeouts.
+func TestLongAttemptAtShutdown(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	arrived, aborted := make(chan string, 2), make(chan struct{}, 2)
+	var requests atomic.Int32
+	target := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		arrived <- r.Header.Get("webhook-id")
+		if requests.Add(1) == 1 {
+			<-r.Context().Done() // the first attempt hangs until aborted
+			aborted <- struct{}{}
+			return
+		}
+		w.WriteHeader(http.StatusOK)
+	}))
+	t.Cleanup(target.Close)
+	first := e.start(httpClient(t), func(o *pipeline.Options) { o.DrainTimeout = 100 * time.Millisecond })
+	req := request(registryv1.Priority_PRIORITY_NORMAL, func(r *dispatchv1.DispatchRequest) {
+		r.Target.GetHttp().Url = target.URL
+		r.Target.GetHttp().Timeout = durationpb.New(targetcheck.MaxTimeout)
+	})
+	e.dispatch(nil, req)
+	require.Equal(t, req.ExecutionId, <-arrived)
+
+	first.stop(t)
+	select {
+	case <-aborted:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the attempt in flight was not aborted by the shutdown")
+	}
+	require.EqualValues(t, 1, metric(t, first.reg, "dispatch_requeued_total"))
+
+	e.start(httpClient(t))
+	e.waitFor(req.ExecutionId, succeeded, 1)
+	require.Equal(t, req.ExecutionId, <-arrived, "attempted again with the same webhook-id")
 }
