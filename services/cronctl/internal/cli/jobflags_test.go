@@ -3,8 +3,8 @@ package cli
 import (
 	"flag"
 	"io"
-	"time"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
