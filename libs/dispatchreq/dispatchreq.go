@@ -52,10 +52,21 @@ func New(job *registryv1.Job, slot Slot) *dispatchv1.DispatchRequest {
 		JobLabels:      job.GetLabels(),
 	}
 	if d := job.GetExecutionDeadline(); d != nil {
-		req.DeadlineTime = timestamppb.New(slot.Nominal.Add(d.AsDuration()))
+		req.DeadlineTime = timestamppb.New(deadlineBase(slot).Add(d.AsDuration()))
 	}
 	if job.GetStopRetriesAtNextSlot() && !slot.NextSlotFire.IsZero() {
 		req.NextSlotTime = timestamppb.New(slot.NextSlotFire)
 	}
 	return req
+}
+
+// deadlineBase is the instant an execution's deadline counts from: its
+// nominal time, except for a backfill, which fires long-past slots on
+// purpose and would otherwise be dead-lettered before its first attempt;
+// its age counts from when the backfill fired it.
+func deadlineBase(slot Slot) time.Time {
+	if slot.Kind == dispatchv1.TriggerKind_TRIGGER_KIND_BACKFILL {
+		return slot.Fire
+	}
+	return slot.Nominal
 }

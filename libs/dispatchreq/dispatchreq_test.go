@@ -76,3 +76,16 @@ func TestNewCarriesTheDeadlines(t *testing.T) {
 		})
 	}
 }
+
+// A backfill's slots are old on purpose: their deadline counts from when
+// the backfill fired them.
+func TestBackfillDeadlineCountsFromTheFireTime(t *testing.T) {
+	t.Parallel()
+	nominal := time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC)
+	fire := nominal.Add(72 * time.Hour)
+	job := &registryv1.Job{ExecutionDeadline: durationpb.New(time.Hour)}
+	got := dispatchreq.New(job, dispatchreq.Slot{Nominal: nominal, Fire: fire, Kind: dispatchv1.TriggerKind_TRIGGER_KIND_BACKFILL})
+	require.Equal(t, fire.Add(time.Hour), got.DeadlineTime.AsTime())
+	got = dispatchreq.New(job, dispatchreq.Slot{Nominal: nominal, Fire: fire, Kind: dispatchv1.TriggerKind_TRIGGER_KIND_CATCH_UP})
+	require.Equal(t, nominal.Add(time.Hour), got.DeadlineTime.AsTime())
+}

@@ -125,7 +125,8 @@ type DispatchRequest struct {
 	// No attempt of the execution starts at or after this instant, and no
 	// retry is scheduled to start at or after it: the dispatcher dead-letters
 	// the execution with the reason "deadline exceeded". The trigger sets it
-	// to nominal_time + the job's execution_deadline. Unset: no deadline. A
+	// to nominal_time + the job's execution_deadline (fire_time + it for a
+	// backfill, whose slots are old on purpose). Unset: no deadline. A
 	// redrive clears it.
 	DeadlineTime *timestamppb.Timestamp `protobuf:"bytes,20,opt,name=deadline_time,json=deadlineTime,proto3" json:"deadline_time,omitempty"`
 	// For a scheduled or catch-up slot of a job that stops retries at its

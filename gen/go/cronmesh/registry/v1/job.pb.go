@@ -125,7 +125,8 @@ type Job struct {
 	// no attempt (the first included) starts later than nominal_time +
 	// execution_deadline, and a retry whose delay would land past it is not
 	// scheduled. Such an execution is dead-lettered with the reason "deadline
-	// exceeded". Unset: no deadline. Otherwise 1 s to 7 days, and at least
+	// exceeded". A backfill's executions count from when the backfill fired
+	// them, not from their (long past) nominal times. Unset: no deadline. Otherwise 1 s to 7 days, and at least
 	// the attempt timeout (target.http.timeout).
 	ExecutionDeadline *durationpb.Duration `protobuf:"bytes,20,opt,name=execution_deadline,json=executionDeadline,proto3" json:"execution_deadline,omitempty"`
 	// If true, an execution of a scheduled or catch-up slot stops retrying

@@ -125,7 +125,8 @@ export type DispatchRequest = Message<"cronmesh.dispatch.v1.DispatchRequest"> & 
    * No attempt of the execution starts at or after this instant, and no
    * retry is scheduled to start at or after it: the dispatcher dead-letters
    * the execution with the reason "deadline exceeded". The trigger sets it
-   * to nominal_time + the job's execution_deadline. Unset: no deadline. A
+   * to nominal_time + the job's execution_deadline (fire_time + it for a
+   * backfill, whose slots are old on purpose). Unset: no deadline. A
    * redrive clears it.
    *
    * @generated from field: google.protobuf.Timestamp deadline_time = 20;
