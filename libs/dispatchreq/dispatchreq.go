@@ -21,14 +21,22 @@ type Slot struct {
 	Nominal     time.Time
 	Fire        time.Time
 	Kind        dispatchv1.TriggerKind
+	// NextSlotFire is when the job's next slot fires (its nominal time
+	// plus the job's spread offset), for a scheduled or catch-up slot;
+	// zero for other kinds and for the schedule's last slot. It bounds the
+	// execution's retries when the job stops retries at its next slot.
+	NextSlotFire time.Time
 }
 
 // New is the first attempt's request for slot of job. It carries the job's
 // namespace, target, retry policy, priority, display name and labels, so
 // that the dispatcher, the history and the alerting need not read the
-// registry to deliver and describe it.
+// registry to deliver and describe it, and the execution's deadlines
+// (execution_deadline from the nominal time; the next slot's firing time
+// when the job stops retries at its next slot), so that the dispatcher
+// enforces them without knowing the schedule.
 func New(job *registryv1.Job, slot Slot) *dispatchv1.DispatchRequest {
-	return &dispatchv1.DispatchRequest{
+	req := &dispatchv1.DispatchRequest{
 		ExecutionId:    slot.ExecutionID,
 		JobId:          slot.JobID,
 		Namespace:      job.GetNamespace(),
@@ -43,4 +51,22 @@ func New(job *registryv1.Job, slot Slot) *dispatchv1.DispatchRequest {
 		JobDisplayName: job.GetDisplayName(),
 		JobLabels:      job.GetLabels(),
 	}
+	if d := job.GetExecutionDeadline(); d != nil {
+		req.DeadlineTime = timestamppb.New(deadlineBase(slot).Add(d.AsDuration()))
+	}
+	if job.GetStopRetriesAtNextSlot() && !slot.NextSlotFire.IsZero() {
+		req.NextSlotTime = timestamppb.New(slot.NextSlotFire)
+	}
+	return req
+}
+
+// deadlineBase is the instant an execution's deadline counts from: its
+// nominal time, except for a backfill, which fires long-past slots on
+// purpose and would otherwise be dead-lettered before its first attempt;
+// its age counts from when the backfill fired it.
+func deadlineBase(slot Slot) time.Time {
+	if slot.Kind == dispatchv1.TriggerKind_TRIGGER_KIND_BACKFILL {
+		return slot.Fire
+	}
+	return slot.Nominal
 }

@@ -6,6 +6,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	dispatchv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/dispatch/v1"
@@ -37,4 +38,54 @@ func TestNewCarriesTheJobAndTheSlot(t *testing.T) {
 		JobVersion: 7, JobDisplayName: "nightly", JobLabels: map[string]string{"team": "a"},
 	}
 	require.True(t, proto.Equal(want, got), "got %v", got)
+}
+
+func TestNewCarriesTheDeadlines(t *testing.T) {
+	t.Parallel()
+	nominal := time.Date(2026, 3, 29, 1, 30, 0, 0, time.UTC)
+	next := nominal.Add(5*time.Minute + 7*time.Second)
+	tests := []struct {
+		name               string
+		deadline           time.Duration
+		stopAtNext         bool
+		nextSlot           time.Time
+		wantDeadline, want time.Time
+	}{
+		{"none", 0, false, next, time.Time{}, time.Time{}},
+		{"execution deadline", time.Hour, false, next, nominal.Add(time.Hour), time.Time{}},
+		{"next slot", 0, true, next, time.Time{}, next},
+		{"both", time.Hour, true, next, nominal.Add(time.Hour), next},
+		{"no next slot", 0, true, time.Time{}, time.Time{}, time.Time{}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			job := &registryv1.Job{StopRetriesAtNextSlot: tt.stopAtNext}
+			if tt.deadline != 0 {
+				job.ExecutionDeadline = durationpb.New(tt.deadline)
+			}
+			got := dispatchreq.New(job, dispatchreq.Slot{Nominal: nominal, NextSlotFire: tt.nextSlot})
+			require.Equal(t, !tt.wantDeadline.IsZero(), got.DeadlineTime != nil)
+			if got.DeadlineTime != nil {
+				require.Equal(t, tt.wantDeadline, got.DeadlineTime.AsTime())
+			}
+			require.Equal(t, !tt.want.IsZero(), got.NextSlotTime != nil)
+			if got.NextSlotTime != nil {
+				require.Equal(t, tt.want, got.NextSlotTime.AsTime())
+			}
+		})
+	}
+}
+
+// A backfill's slots are old on purpose: their deadline counts from when
+// the backfill fired them.
+func TestBackfillDeadlineCountsFromTheFireTime(t *testing.T) {
+	t.Parallel()
+	nominal := time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC)
+	fire := nominal.Add(72 * time.Hour)
+	job := &registryv1.Job{ExecutionDeadline: durationpb.New(time.Hour)}
+	got := dispatchreq.New(job, dispatchreq.Slot{Nominal: nominal, Fire: fire, Kind: dispatchv1.TriggerKind_TRIGGER_KIND_BACKFILL})
+	require.Equal(t, fire.Add(time.Hour), got.DeadlineTime.AsTime())
+	got = dispatchreq.New(job, dispatchreq.Slot{Nominal: nominal, Fire: fire, Kind: dispatchv1.TriggerKind_TRIGGER_KIND_CATCH_UP})
+	require.Equal(t, nominal.Add(time.Hour), got.DeadlineTime.AsTime())
 }

@@ -32,7 +32,7 @@ const (
 	MaxBody            = reqlimit.MaxBodyBytes
 	MaxStatusCodes     = reqlimit.MaxStatusCodes
 	MinTimeout         = time.Second
-	MaxTimeout         = 5 * time.Minute
+	MaxTimeout         = 30 * time.Minute
 	DefaultTimeout     = 30 * time.Second
 	MaxAMQPName        = reqlimit.MaxAMQPNameBytes
 	DefaultContentType = "application/json"

@@ -136,3 +136,22 @@ target:
 	require.Equal(t, `{"slot":"{{nominal_time}}","attempt":{{attempt}}}`, specs[0].Job.GetTarget().GetHttp().GetBody())
 	require.Equal(t, registryv1.BodyFormat_BODY_FORMAT_TEMPLATE, specs[1].Job.GetTarget().GetAmqp().GetBodyFormat())
 }
+
+// TestParseDeadline: apply -f carries the execution deadline fields.
+func TestParseDeadline(t *testing.T) {
+	t.Parallel()
+	specs, err := Parse("job.yaml", []byte(`
+displayName: nightly
+executionDeadline: 5400s
+stopRetriesAtNextSlot: true
+`))
+	require.NoError(t, err)
+	require.Len(t, specs, 1)
+	require.Equal(t, durationpb.New(5400e9).AsDuration(), specs[0].Job.GetExecutionDeadline().AsDuration())
+	require.True(t, specs[0].Job.GetStopRetriesAtNextSlot())
+	var names []string
+	for _, fd := range specs[0].Fields {
+		names = append(names, string(fd.Name()))
+	}
+	require.Equal(t, []string{"display_name", "execution_deadline", "stop_retries_at_next_slot"}, names)
+}

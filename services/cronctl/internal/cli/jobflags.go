@@ -4,6 +4,7 @@ import (
 	"flag"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -97,6 +98,23 @@ type jobFlags struct {
 	secretHeaders        keyValues
 	exchange, routingKey string
 	priority             string
+	executionDeadline    time.Duration
+	stopAtNextSlot       optionalBool
+}
+
+// optionalBool is a boolean flag that knows whether it was given, so that
+// an update changes only what the command line names.
+type optionalBool struct{ set, value bool }
+
+func (b *optionalBool) String() string   { return strconv.FormatBool(b.value) }
+func (b *optionalBool) IsBoolFlag() bool { return true }
+func (b *optionalBool) Set(s string) error {
+	v, err := strconv.ParseBool(s)
+	if err != nil {
+		return err
+	}
+	b.set, b.value = true, v
+	return nil
 }
 
 func (f *jobFlags) register(fs *flag.FlagSet) {
@@ -114,6 +132,8 @@ func (f *jobFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.exchange, "amqp-exchange", "", "AMQP target: exchange (empty: the default exchange)")
 	fs.StringVar(&f.routingKey, "amqp-routing-key", "", "AMQP target: routing key")
 	fs.StringVar(&f.priority, "priority", "", "high, normal or low")
+	fs.DurationVar(&f.executionDeadline, "execution-deadline", 0, "no attempt starts this long after the slot's nominal time; the execution is dead-lettered \"deadline exceeded\" (1s to 168h, at least the attempt timeout)")
+	fs.Var(&f.stopAtNextSlot, "stop-retries-at-next-slot", "no retry starts once the job's next slot fires (scheduled and catch-up slots)")
 }
 
 // bodyAndFormat is the body --body or --body-template gives (at most one
@@ -205,6 +225,12 @@ func (f *jobFlags) apply(job *registryv1.Job) ([]string, error) {
 			return nil, usagef("--priority: want high, normal or low")
 		}
 		job.Priority, paths = registryv1.Priority(p), append(paths, "priority")
+	}
+	if f.executionDeadline != 0 {
+		job.ExecutionDeadline, paths = durationpb.New(f.executionDeadline), append(paths, "execution_deadline")
+	}
+	if f.stopAtNextSlot.set {
+		job.StopRetriesAtNextSlot, paths = f.stopAtNextSlot.value, append(paths, "stop_retries_at_next_slot")
 	}
 	return paths, nil
 }

@@ -4,6 +4,7 @@ import (
 	"flag"
 	"io"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -54,4 +55,38 @@ func TestBodyTemplateFlag(t *testing.T) {
 
 	_, _, err = parse("--body", "a", "--body-template", "b")
 	require.ErrorContains(t, err, "not both")
+}
+
+func TestDeadlineFlags(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name      string
+		args      []string
+		wantPaths []string
+		deadline  time.Duration
+		stop      bool
+	}{
+		{"none", nil, nil, 0, false},
+		{"deadline", []string{"--execution-deadline", "90m"}, []string{"execution_deadline"}, 90 * time.Minute, false},
+		{"stop at next slot", []string{"--stop-retries-at-next-slot"}, []string{"stop_retries_at_next_slot"}, 0, true},
+		{"turned off", []string{"--stop-retries-at-next-slot=false"}, []string{"stop_retries_at_next_slot"}, 0, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			var f jobFlags
+			fs := flag.NewFlagSet("update", flag.ContinueOnError)
+			fs.SetOutput(io.Discard)
+			f.register(fs)
+			require.NoError(t, fs.Parse(tt.args))
+			job := &registryv1.Job{StopRetriesAtNextSlot: !tt.stop && len(tt.args) == 0}
+			paths, err := f.apply(job)
+			require.NoError(t, err)
+			require.Equal(t, tt.wantPaths, paths)
+			require.Equal(t, tt.deadline, job.GetExecutionDeadline().AsDuration())
+			if len(tt.args) > 0 {
+				require.Equal(t, tt.stop, job.StopRetriesAtNextSlot)
+			}
+		})
+	}
 }

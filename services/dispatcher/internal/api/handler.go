@@ -310,11 +310,15 @@ func (h *Handler) checkOverride(namespace string, override, last *registryv1.Tar
 // like old ones (its SUCCEEDED at attempt 1 lost to the DEAD at attempt 3,
 // so the history kept showing DEAD after a successful redrive).
 // first_attempt makes the retry policy count from the new series' start.
+// The deadlines are cleared: a redrive is an operator's deliberate choice
+// to deliver the execution now, stale or not (a dead letter of "deadline
+// exceeded" would otherwise be dead-lettered again at once).
 func redriven(last *dispatchv1.DispatchRequest, target *registryv1.Target) *dispatchv1.DispatchRequest {
 	req := proto.Clone(last).(*dispatchv1.DispatchRequest)
 	req.Attempt = max(last.GetAttempt(), 0) + 1
 	req.FirstAttempt = req.Attempt
 	req.Target = proto.Clone(target).(*registryv1.Target)
+	req.DeadlineTime, req.NextSlotTime = nil, nil
 	return req
 }
 

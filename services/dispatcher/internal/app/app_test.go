@@ -177,7 +177,14 @@ func (d *dispatcher) client(key string, opts ...connect.ClientOption) dispatcher
 // does, and returns it.
 func (d *dispatcher) dispatch(t *testing.T, namespace, job, url string, nominal time.Time) *dispatchv1.DispatchRequest {
 	t.Helper()
-	req := &dispatchv1.DispatchRequest{
+	req := d.request(namespace, job, url, nominal)
+	d.publish(t, req)
+	return req
+}
+
+// request is the attempt-1 request dispatch publishes.
+func (d *dispatcher) request(namespace, job, url string, nominal time.Time) *dispatchv1.DispatchRequest {
+	return &dispatchv1.DispatchRequest{
 		ExecutionId: execid.For(job, nominal), JobId: job, Namespace: namespace, Attempt: 1,
 		NominalTime: timestamppb.New(nominal), FireTime: timestamppb.New(nominal),
 		Target: &registryv1.Target{Kind: &registryv1.Target_Http{Http: &registryv1.HttpTarget{
@@ -186,8 +193,6 @@ func (d *dispatcher) dispatch(t *testing.T, namespace, job, url string, nominal 
 		RetryPolicy: &registryv1.RetryPolicy{MaxRetries: proto.Int32(0)},
 		Priority:    registryv1.Priority_PRIORITY_LOW,
 	}
-	d.publish(t, req)
-	return req
 }
 
 func (d *dispatcher) publish(t *testing.T, req *dispatchv1.DispatchRequest) {

@@ -27,8 +27,8 @@ import (
 // Defaults of [Options].
 const (
 	// DefaultMaxTimeout caps a job's timeout; the registry accepts at most
-	// 5 minutes too.
-	DefaultMaxTimeout = 5 * time.Minute
+	// 30 minutes too (targetcheck.MaxTimeout).
+	DefaultMaxTimeout = 30 * time.Minute
 	// DefaultTimeout is an HTTP attempt's timeout when the job sets none
 	// (the registry's default).
 	DefaultTimeout = 30 * time.Second

@@ -8,25 +8,26 @@ import (
 
 // metrics of a Pipeline.
 type metrics struct {
-	deliveries      *prometheus.CounterVec
-	duration        *prometheus.HistogramVec
-	startDelay      prometheus.Histogram
-	inFlight        prometheus.Gauge
-	retries         *prometheus.CounterVec
-	deadLetters     prometheus.Counter
-	cancelled       prometheus.Counter
-	events          prometheus.Counter
-	eventBatches    prometheus.Counter
-	publishFailures *prometheus.CounterVec
-	poison          prometheus.Counter
-	cancelErrors    prometheus.Counter
-	requeued        prometheus.Counter
-	duplicates      prometheus.Counter
-	lookUpsSkipped  prometheus.Counter
-	recordErrors    prometheus.Counter
-	unrecorded      prometheus.Gauge
-	unrecordedDrops prometheus.Counter
-	all             []prometheus.Collector
+	deliveries       *prometheus.CounterVec
+	duration         *prometheus.HistogramVec
+	startDelay       prometheus.Histogram
+	inFlight         prometheus.Gauge
+	retries          *prometheus.CounterVec
+	deadLetters      prometheus.Counter
+	cancelled        prometheus.Counter
+	deadlineExceeded prometheus.Counter
+	events           prometheus.Counter
+	eventBatches     prometheus.Counter
+	publishFailures  *prometheus.CounterVec
+	poison           prometheus.Counter
+	cancelErrors     prometheus.Counter
+	requeued         prometheus.Counter
+	duplicates       prometheus.Counter
+	lookUpsSkipped   prometheus.Counter
+	recordErrors     prometheus.Counter
+	unrecorded       prometheus.Gauge
+	unrecordedDrops  prometheus.Counter
+	all              []prometheus.Collector
 }
 
 func newMetrics() metrics {
@@ -61,6 +62,10 @@ func newMetrics() metrics {
 		cancelled: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "executions_cancelled_total",
 			Help: "Dispatch requests not delivered because their execution was cancelled.",
+		}),
+		deadlineExceeded: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "deadline_exceeded_total",
+			Help: "Dispatch requests dead-lettered without an attempt because their execution's deadline (or, for a retry, the job's next slot) had passed; retries not scheduled for it count in dead_letters_total only.",
 		}),
 		events: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "events_published_total",
@@ -107,7 +112,7 @@ func newMetrics() metrics {
 			Help: "Completed attempts neither recorded nor held (the in-memory hold was full): a redelivery of them would be delivered again.",
 		}),
 	}
-	m.all = []prometheus.Collector{m.deliveries, m.duration, m.startDelay, m.inFlight, m.retries, m.deadLetters, m.cancelled,
+	m.all = []prometheus.Collector{m.deliveries, m.duration, m.startDelay, m.inFlight, m.retries, m.deadLetters, m.cancelled, m.deadlineExceeded,
 		m.events, m.eventBatches, m.publishFailures, m.poison, m.cancelErrors, m.requeued, m.duplicates, m.lookUpsSkipped, m.recordErrors,
 		m.unrecorded, m.unrecordedDrops}
 	return m

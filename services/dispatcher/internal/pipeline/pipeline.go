@@ -487,14 +487,23 @@ func (p *Pipeline) handle(ctx context.Context, priority, queue string, msg *mess
 		return p.await(ctx, span, nil, wait)
 	}
 
+	if reason := attemptPastDeadline(req, p.opts.Clock.Now()); reason != "" {
+		return p.expired(ctx, span, req, reason, traceID)
+	}
+
 	// A delivery slot of the priority, held until the outcome is known:
 	// the bound on concurrent requests towards targets. Waiting for one is
-	// the only wait between taking a message and starting its attempt.
+	// the only wait between taking a message and starting its attempt, so
+	// the deadline is checked again once it is held.
 	slots := p.slots[priority]
 	select {
 	case slots <- struct{}{}:
 	case <-ctx.Done():
 		return requeueNow
+	}
+	if reason := attemptPastDeadline(req, p.opts.Clock.Now()); reason != "" {
+		<-slots
+		return p.expired(ctx, span, req, reason, traceID)
 	}
 	startTime := p.opts.Clock.Now()
 	started := p.emit(ctx, newEvent(eventsv1.ExecutionEventKind_EXECUTION_EVENT_KIND_STARTED, req, startTime, attemptInfo{start: startTime}, "", traceID))
@@ -526,12 +535,19 @@ func (p *Pipeline) handle(ctx context.Context, priority, queue string, msg *mess
 		return p.emit(ctx, newEvent(kind, req, now, info, reason, traceID))
 	}
 
+	retryable := out.Result != deliver.Permanent && SeriesAttempt(req) <= MaxRetries(req.RetryPolicy)
+	var tier time.Duration
+	var pastDeadline string
+	if retryable {
+		tier = RetryDelay(p.opts.RetryTiers, req.RetryPolicy, SeriesAttempt(req), out.RetryAfter)
+		pastDeadline = retryPastDeadline(req, now.Add(tier))
+		retryable = pastDeadline == ""
+	}
 	switch {
 	case out.Result == deliver.Succeeded:
 		v := p.await(ctx, span, nil, started, event(eventsv1.ExecutionEventKind_EXECUTION_EVENT_KIND_SUCCEEDED, out.Reason))
 		return p.completed(ctx, req, v, true, now)
-	case out.Result != deliver.Permanent && SeriesAttempt(req) <= MaxRetries(req.RetryPolicy):
-		tier := RetryDelay(p.opts.RetryTiers, req.RetryPolicy, SeriesAttempt(req), out.RetryAfter)
+	case retryable:
 		span.SetAttributes(attribute.String("cronmesh.dispatch.retry_tier", tier.String()))
 		retry := info
 		retry.retry = tier
@@ -544,7 +560,10 @@ func (p *Pipeline) handle(ctx context.Context, priority, queue string, msg *mess
 		return p.completed(ctx, req, p.await(ctx, span, err, started, failed), false, now)
 	default:
 		reason := failureReason(out)
-		if out.Result != deliver.Permanent {
+		switch {
+		case pastDeadline != "":
+			reason = fmt.Sprintf("%s; last attempt %d: %s", pastDeadline, req.Attempt, reason)
+		case out.Result != deliver.Permanent:
 			reason = fmt.Sprintf("retries exhausted after attempt %d: %s", req.Attempt, reason)
 		}
 		failed := event(eventsv1.ExecutionEventKind_EXECUTION_EVENT_KIND_FAILED, reason+"; not retried")
@@ -555,6 +574,22 @@ func (p *Pipeline) handle(ctx context.Context, priority, queue string, msg *mess
 		}
 		return p.completed(ctx, req, p.await(ctx, span, err, started, failed, dead), true, now)
 	}
+}
+
+// expired dead-letters req without an attempt: its deadline has passed
+// (reason says which). Like a retry stopped by the deadline, it ends the
+// execution, and is recorded as its last attempt so that a redelivery of
+// the message is not taken for a new one.
+func (p *Pipeline) expired(ctx context.Context, span trace.Span, req *dispatchv1.DispatchRequest, reason, traceID string) verdict {
+	p.metrics.deadlineExceeded.Inc()
+	span.SetAttributes(attribute.String("cronmesh.dispatch.outcome", "deadline_exceeded"))
+	now := p.opts.Clock.Now()
+	dead := p.emit(ctx, newEvent(eventsv1.ExecutionEventKind_EXECUTION_EVENT_KIND_DEAD, req, now, attemptInfo{}, reason, traceID))
+	err := p.publishDead(ctx, req, deliver.Outcome{}, reason, now)
+	if err == nil {
+		p.metrics.deadLetters.Inc()
+	}
+	return p.completed(ctx, req, p.await(ctx, span, err, dead), true, now)
 }
 
 // deliver calls the Deliverer, turning a panic into a Permanent failure:

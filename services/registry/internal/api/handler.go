@@ -47,7 +47,8 @@ const (
 // are output only.
 var updatablePaths = []string{
 	"display_name", "description", "labels", "schedule", "target", "retry_policy",
-	"catch_up_window", "paused", "priority", "spread_window",
+	"catch_up_window", "paused", "priority", "spread_window", "execution_deadline",
+	"stop_retries_at_next_slot",
 }
 
 // Handler implements registryv1connect.JobServiceHandler.

@@ -188,7 +188,7 @@ func TestCreateJobRejectsInvalidInput(t *testing.T) {
 		{"too many headers", func(j *registryv1.Job) { j.Target.GetHttp().Headers = headers(33, 1) }, "job.target.http.headers"},
 		{"header too large", func(j *registryv1.Job) { j.Target.GetHttp().Headers = headers(1, 4<<10+1) }, `job.target.http.headers["X-H0"]`},
 		{"signature header", func(j *registryv1.Job) { j.Target.GetHttp().Headers = map[string]string{"Webhook-Signature": "forged"} }, `job.target.http.headers["Webhook-Signature"]`},
-		{"timeout", func(j *registryv1.Job) { j.Target.GetHttp().Timeout = durationpb.New(10 * time.Minute) }, "job.target.http.timeout"},
+		{"timeout", func(j *registryv1.Job) { j.Target.GetHttp().Timeout = durationpb.New(31 * time.Minute) }, "job.target.http.timeout"},
 		{"status code", func(j *registryv1.Job) { j.Target.GetHttp().AcceptedStatusCodes = []int32{200, 700} }, "job.target.http.accepted_status_codes[1]"},
 		{"secret", func(j *registryv1.Job) { j.Target.GetHttp().SigningSecret = "hunter2" }, "job.target.http.signing_secret"},
 		{"no target", func(j *registryv1.Job) { j.Target = nil }, "job.target"},

@@ -39,7 +39,12 @@ const (
 	MaxCatchUpWindow  = 7 * 24 * time.Hour
 	DefaultCatchUp    = time.Hour
 	MaxSpreadWindow   = time.Hour
-	MaxRequestID      = 128
+	// MinExecutionDeadline and MaxExecutionDeadline bound a job's
+	// execution_deadline: past a week the data a run carries is stale for
+	// any schedule, and a retry queue holding it that long is a leak.
+	MinExecutionDeadline = time.Second
+	MaxExecutionDeadline = 7 * 24 * time.Hour
+	MaxRequestID         = 128
 	// MaxCron bounds a cron expression: six fields of lists and ranges fit
 	// with room to spare.
 	MaxCron = 256
@@ -100,6 +105,7 @@ func Job(v *rpcerr.Violations, targets *targetcheck.Checker, path string, job *r
 
 	job.CatchUpWindow = durationOrDefault(v, p("catch_up_window"), job.CatchUpWindow, DefaultCatchUp, 0, MaxCatchUpWindow)
 	job.SpreadWindow = durationOrDefault(v, p("spread_window"), job.SpreadWindow, 0, 0, MaxSpreadWindow)
+	executionDeadline(v, p("execution_deadline"), job)
 
 	switch job.Priority {
 	case registryv1.Priority_PRIORITY_UNSPECIFIED:
@@ -171,6 +177,28 @@ func retryPolicy(v *rpcerr.Violations, field string, job *registryv1.Job) {
 		rp.Multiplier = DefaultMultiplier
 	case rp.Multiplier < 1 || rp.Multiplier > MaxMultiplier || rp.Multiplier != rp.Multiplier:
 		v.Add(field+".multiplier", "must be between 1 and %g", MaxMultiplier)
+	}
+}
+
+// executionDeadline checks the optional execution_deadline: unset means
+// none; set, it must leave room for at least one whole attempt, or the
+// first attempt could be cut short by nothing but the deadline's arithmetic.
+func executionDeadline(v *rpcerr.Violations, field string, job *registryv1.Job) {
+	d := job.ExecutionDeadline
+	if d == nil {
+		return
+	}
+	if d.CheckValid() != nil {
+		v.Add(field, "is not a valid duration")
+		return
+	}
+	got := d.AsDuration()
+	if got < MinExecutionDeadline || got > MaxExecutionDeadline {
+		v.Add(field, "must be between %s and %s, got %s", MinExecutionDeadline, MaxExecutionDeadline, got)
+		return
+	}
+	if timeout := job.GetTarget().GetHttp().GetTimeout(); timeout != nil && timeout.CheckValid() == nil && got < timeout.AsDuration() {
+		v.Add(field, "must not be less than target.http.timeout (%s), got %s", timeout.AsDuration(), got)
 	}
 }
 

@@ -478,7 +478,7 @@ func (s *Store) commitMessages(ctx context.Context, advances []firing.Advance, s
 			if err := flushMissed(a); err != nil { // keep slot order
 				return nil, err
 			}
-			msg, err := s.dispatchMessage(a.Due.Job, jobID, a.Due.Version, nominal, fireTime, slot.Kind, s.executionHeaders(ctx, batch, jobID, nominal, headers))
+			msg, err := s.dispatchMessage(a.Due.Job, jobID, a.Due.Version, nominal, fireTime, slot.Kind, nextSlotFire(a, ref.slot), s.executionHeaders(ctx, batch, jobID, nominal, headers))
 			if err != nil {
 				return nil, err
 			}
@@ -510,10 +510,15 @@ func (s *Store) commitMessages(ctx context.Context, advances []firing.Advance, s
 // so its lateness would time the event's way to the projection, and a
 // backfill's slots were due long ago by design; neither says anything of
 // the firing promise.
-func (s *Store) dispatchMessage(job *registryv1.Job, jobID string, version int64, nominal, fireTime time.Time, kind firing.SlotKind, headers map[string]string) (outbox.Message, error) {
+//
+// nextSlotFire is when the job's next slot fires (zero: none, or not a
+// scheduled slot): the bound on the execution's retries when the job
+// stops retries at its next slot.
+func (s *Store) dispatchMessage(job *registryv1.Job, jobID string, version int64, nominal, fireTime time.Time, kind firing.SlotKind, nextSlotFire time.Time, headers map[string]string) (outbox.Message, error) {
 	execID := executionID(jobID, nominal)
 	req := dispatchreq.New(job, dispatchreq.Slot{
 		ExecutionID: execID, JobID: jobID, Version: version, Nominal: nominal, Fire: fireTime, Kind: TriggerKind(kind),
+		NextSlotFire: nextSlotFire,
 	})
 	payload, err := proto.Marshal(req)
 	if err != nil {
@@ -527,6 +532,21 @@ func (s *Store) dispatchMessage(job *registryv1.Job, jobID string, version int64
 		Headers:     headers,
 		Partition:   ring.Partition(jobID, s.partitions),
 	}, nil
+}
+
+// nextSlotFire is when the slot after a.Slots[i] fires: the advance's
+// slots are consecutive slots of the schedule (missed ones included) and
+// a.To is the one after the last, so the next slot is known without
+// evaluating the schedule again. Zero when the schedule has no slot left.
+func nextSlotFire(a firing.Advance, i int) time.Time {
+	next := a.To
+	if i+1 < len(a.Slots) {
+		next = a.Slots[i+1].Nominal
+	}
+	if next.IsZero() {
+		return time.Time{}
+	}
+	return a.Due.FiringTime(next)
 }
 
 // missedEvent is the MISSED lifecycle event of a slot recorded missed. A

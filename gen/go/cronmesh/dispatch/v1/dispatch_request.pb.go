@@ -121,7 +121,22 @@ type DispatchRequest struct {
 	// letter's last. The retry policy counts from it: attempt - first_attempt
 	// + 1 is the attempt within the series, which decides the backoff and
 	// whether a retry is left. Never greater than attempt.
-	FirstAttempt  int32 `protobuf:"varint,14,opt,name=first_attempt,json=firstAttempt,proto3" json:"first_attempt,omitempty"`
+	FirstAttempt int32 `protobuf:"varint,14,opt,name=first_attempt,json=firstAttempt,proto3" json:"first_attempt,omitempty"`
+	// No attempt of the execution starts at or after this instant, and no
+	// retry is scheduled to start at or after it: the dispatcher dead-letters
+	// the execution with the reason "deadline exceeded". The trigger sets it
+	// to nominal_time + the job's execution_deadline (fire_time + it for a
+	// backfill, whose slots are old on purpose). Unset: no deadline. A
+	// redrive clears it.
+	DeadlineTime *timestamppb.Timestamp `protobuf:"bytes,20,opt,name=deadline_time,json=deadlineTime,proto3" json:"deadline_time,omitempty"`
+	// For a scheduled or catch-up slot of a job that stops retries at its
+	// next slot: when the job's next slot fires (its nominal time plus the
+	// job's spread offset). No retry starts at or after it (the first
+	// attempt of a series is not bound by it: a catch-up slot is still
+	// delivered once). The trigger computes it from the schedule when it
+	// fires the slot, so that the dispatcher needs no schedule. Unset: none
+	// (manual runs, backfills, the schedule's last slot). A redrive clears it.
+	NextSlotTime  *timestamppb.Timestamp `protobuf:"bytes,21,opt,name=next_slot_time,json=nextSlotTime,proto3" json:"next_slot_time,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -254,11 +269,25 @@ func (x *DispatchRequest) GetFirstAttempt() int32 {
 	return 0
 }
 
+func (x *DispatchRequest) GetDeadlineTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.DeadlineTime
+	}
+	return nil
+}
+
+func (x *DispatchRequest) GetNextSlotTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.NextSlotTime
+	}
+	return nil
+}
+
 var File_cronmesh_dispatch_v1_dispatch_request_proto protoreflect.FileDescriptor
 
 const file_cronmesh_dispatch_v1_dispatch_request_proto_rawDesc = "" +
 	"\n" +
-	"+cronmesh/dispatch/v1/dispatch_request.proto\x12\x14cronmesh.dispatch.v1\x1a\x1ecronmesh/registry/v1/job.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xfc\x05\n" +
+	"+cronmesh/dispatch/v1/dispatch_request.proto\x12\x14cronmesh.dispatch.v1\x1a\x1ecronmesh/registry/v1/job.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xff\x06\n" +
 	"\x0fDispatchRequest\x12!\n" +
 	"\fexecution_id\x18\x01 \x01(\tR\vexecutionId\x12\x15\n" +
 	"\x06job_id\x18\x02 \x01(\tR\x05jobId\x12\x1c\n" +
@@ -276,7 +305,9 @@ const file_cronmesh_dispatch_v1_dispatch_request_proto_rawDesc = "" +
 	"\x10job_display_name\x18\f \x01(\tR\x0ejobDisplayName\x12S\n" +
 	"\n" +
 	"job_labels\x18\r \x03(\v24.cronmesh.dispatch.v1.DispatchRequest.JobLabelsEntryR\tjobLabels\x12#\n" +
-	"\rfirst_attempt\x18\x0e \x01(\x05R\ffirstAttempt\x1a<\n" +
+	"\rfirst_attempt\x18\x0e \x01(\x05R\ffirstAttempt\x12?\n" +
+	"\rdeadline_time\x18\x14 \x01(\v2\x1a.google.protobuf.TimestampR\fdeadlineTime\x12@\n" +
+	"\x0enext_slot_time\x18\x15 \x01(\v2\x1a.google.protobuf.TimestampR\fnextSlotTime\x1a<\n" +
 	"\x0eJobLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01*\x96\x01\n" +
@@ -318,11 +349,13 @@ var file_cronmesh_dispatch_v1_dispatch_request_proto_depIdxs = []int32{
 	5, // 4: cronmesh.dispatch.v1.DispatchRequest.retry_policy:type_name -> cronmesh.registry.v1.RetryPolicy
 	6, // 5: cronmesh.dispatch.v1.DispatchRequest.priority:type_name -> cronmesh.registry.v1.Priority
 	2, // 6: cronmesh.dispatch.v1.DispatchRequest.job_labels:type_name -> cronmesh.dispatch.v1.DispatchRequest.JobLabelsEntry
-	7, // [7:7] is the sub-list for method output_type
-	7, // [7:7] is the sub-list for method input_type
-	7, // [7:7] is the sub-list for extension type_name
-	7, // [7:7] is the sub-list for extension extendee
-	0, // [0:7] is the sub-list for field type_name
+	3, // 7: cronmesh.dispatch.v1.DispatchRequest.deadline_time:type_name -> google.protobuf.Timestamp
+	3, // 8: cronmesh.dispatch.v1.DispatchRequest.next_slot_time:type_name -> google.protobuf.Timestamp
+	9, // [9:9] is the sub-list for method output_type
+	9, // [9:9] is the sub-list for method input_type
+	9, // [9:9] is the sub-list for extension type_name
+	9, // [9:9] is the sub-list for extension extendee
+	0, // [0:9] is the sub-list for field type_name
 }
 
 func init() { file_cronmesh_dispatch_v1_dispatch_request_proto_init() }

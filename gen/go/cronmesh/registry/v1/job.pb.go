@@ -178,9 +178,22 @@ type Job struct {
 	Etag string `protobuf:"bytes,15,opt,name=etag,proto3" json:"etag,omitempty"`
 	// Monotonically increasing per job: 1 at creation, +1 on every change.
 	// Output only.
-	Version       int64 `protobuf:"varint,16,opt,name=version,proto3" json:"version,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Version int64 `protobuf:"varint,16,opt,name=version,proto3" json:"version,omitempty"`
+	// Optional maximum age of an execution, measured from its nominal time:
+	// no attempt (the first included) starts later than nominal_time +
+	// execution_deadline, and a retry whose delay would land past it is not
+	// scheduled. Such an execution is dead-lettered with the reason "deadline
+	// exceeded". A backfill's executions count from when the backfill fired
+	// them, not from their (long past) nominal times. Unset: no deadline. Otherwise 1 s to 7 days, and at least
+	// the attempt timeout (target.http.timeout).
+	ExecutionDeadline *durationpb.Duration `protobuf:"bytes,20,opt,name=execution_deadline,json=executionDeadline,proto3" json:"execution_deadline,omitempty"`
+	// If true, an execution of a scheduled or catch-up slot stops retrying
+	// when the job's next slot is due: its deadline is the earlier of the
+	// execution deadline and the next slot's nominal time. Manual runs and
+	// backfills have no next slot and keep execution_deadline alone.
+	StopRetriesAtNextSlot bool `protobuf:"varint,21,opt,name=stop_retries_at_next_slot,json=stopRetriesAtNextSlot,proto3" json:"stop_retries_at_next_slot,omitempty"`
+	unknownFields         protoimpl.UnknownFields
+	sizeCache             protoimpl.SizeCache
 }
 
 func (x *Job) Reset() {
@@ -323,6 +336,20 @@ func (x *Job) GetVersion() int64 {
 		return x.Version
 	}
 	return 0
+}
+
+func (x *Job) GetExecutionDeadline() *durationpb.Duration {
+	if x != nil {
+		return x.ExecutionDeadline
+	}
+	return nil
+}
+
+func (x *Job) GetStopRetriesAtNextSlot() bool {
+	if x != nil {
+		return x.StopRetriesAtNextSlot
+	}
+	return false
 }
 
 // Schedule says when a job runs. Exactly one of cron, interval, at or after.
@@ -646,7 +673,7 @@ type HttpTarget struct {
 	Headers map[string]string `protobuf:"bytes,3,rep,name=headers,proto3" json:"headers,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	// Request body, at most 256 KiB.
 	Body string `protobuf:"bytes,4,opt,name=body,proto3" json:"body,omitempty"`
-	// Per attempt, 1 s to 5 min. Default 30 s.
+	// Per attempt, 1 s to 30 min. Default 30 s.
 	Timeout *durationpb.Duration `protobuf:"bytes,5,opt,name=timeout,proto3" json:"timeout,omitempty"`
 	// Status codes that count as success, each 100-599. Default: any 2xx.
 	AcceptedStatusCodes []int32 `protobuf:"varint,6,rep,packed,name=accepted_status_codes,json=acceptedStatusCodes,proto3" json:"accepted_status_codes,omitempty"`
@@ -966,7 +993,7 @@ var File_cronmesh_registry_v1_job_proto protoreflect.FileDescriptor
 
 const file_cronmesh_registry_v1_job_proto_rawDesc = "" +
 	"\n" +
-	"\x1ecronmesh/registry/v1/job.proto\x12\x14cronmesh.registry.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xa9\x06\n" +
+	"\x1ecronmesh/registry/v1/job.proto\x12\x14cronmesh.registry.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xad\a\n" +
 	"\x03Job\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1c\n" +
 	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12!\n" +
@@ -986,7 +1013,9 @@ const file_cronmesh_registry_v1_job_proto_rawDesc = "" +
 	"\vupdate_time\x18\x0e \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"updateTime\x12\x12\n" +
 	"\x04etag\x18\x0f \x01(\tR\x04etag\x12\x18\n" +
-	"\aversion\x18\x10 \x01(\x03R\aversion\x1a9\n" +
+	"\aversion\x18\x10 \x01(\x03R\aversion\x12H\n" +
+	"\x12execution_deadline\x18\x14 \x01(\v2\x19.google.protobuf.DurationR\x11executionDeadline\x128\n" +
+	"\x19stop_retries_at_next_slot\x18\x15 \x01(\bR\x15stopRetriesAtNextSlot\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xd6\x02\n" +
@@ -1106,29 +1135,30 @@ var file_cronmesh_registry_v1_job_proto_depIdxs = []int32{
 	14, // 6: cronmesh.registry.v1.Job.spread_window:type_name -> google.protobuf.Duration
 	15, // 7: cronmesh.registry.v1.Job.create_time:type_name -> google.protobuf.Timestamp
 	15, // 8: cronmesh.registry.v1.Job.update_time:type_name -> google.protobuf.Timestamp
-	4,  // 9: cronmesh.registry.v1.Schedule.interval:type_name -> cronmesh.registry.v1.Interval
-	15, // 10: cronmesh.registry.v1.Schedule.at:type_name -> google.protobuf.Timestamp
-	14, // 11: cronmesh.registry.v1.Schedule.after:type_name -> google.protobuf.Duration
-	15, // 12: cronmesh.registry.v1.Schedule.start_time:type_name -> google.protobuf.Timestamp
-	15, // 13: cronmesh.registry.v1.Schedule.end_time:type_name -> google.protobuf.Timestamp
-	14, // 14: cronmesh.registry.v1.Interval.every:type_name -> google.protobuf.Duration
-	15, // 15: cronmesh.registry.v1.Interval.anchor_time:type_name -> google.protobuf.Timestamp
-	6,  // 16: cronmesh.registry.v1.Target.http:type_name -> cronmesh.registry.v1.HttpTarget
-	7,  // 17: cronmesh.registry.v1.Target.amqp:type_name -> cronmesh.registry.v1.AmqpTarget
-	10, // 18: cronmesh.registry.v1.HttpTarget.headers:type_name -> cronmesh.registry.v1.HttpTarget.HeadersEntry
-	14, // 19: cronmesh.registry.v1.HttpTarget.timeout:type_name -> google.protobuf.Duration
-	11, // 20: cronmesh.registry.v1.HttpTarget.secret_headers:type_name -> cronmesh.registry.v1.HttpTarget.SecretHeadersEntry
-	0,  // 21: cronmesh.registry.v1.HttpTarget.body_format:type_name -> cronmesh.registry.v1.BodyFormat
-	12, // 22: cronmesh.registry.v1.AmqpTarget.headers:type_name -> cronmesh.registry.v1.AmqpTarget.HeadersEntry
-	13, // 23: cronmesh.registry.v1.AmqpTarget.secret_headers:type_name -> cronmesh.registry.v1.AmqpTarget.SecretHeadersEntry
-	0,  // 24: cronmesh.registry.v1.AmqpTarget.body_format:type_name -> cronmesh.registry.v1.BodyFormat
-	14, // 25: cronmesh.registry.v1.RetryPolicy.initial_backoff:type_name -> google.protobuf.Duration
-	14, // 26: cronmesh.registry.v1.RetryPolicy.max_backoff:type_name -> google.protobuf.Duration
-	27, // [27:27] is the sub-list for method output_type
-	27, // [27:27] is the sub-list for method input_type
-	27, // [27:27] is the sub-list for extension type_name
-	27, // [27:27] is the sub-list for extension extendee
-	0,  // [0:27] is the sub-list for field type_name
+	14, // 9: cronmesh.registry.v1.Job.execution_deadline:type_name -> google.protobuf.Duration
+	4,  // 10: cronmesh.registry.v1.Schedule.interval:type_name -> cronmesh.registry.v1.Interval
+	15, // 11: cronmesh.registry.v1.Schedule.at:type_name -> google.protobuf.Timestamp
+	14, // 12: cronmesh.registry.v1.Schedule.after:type_name -> google.protobuf.Duration
+	15, // 13: cronmesh.registry.v1.Schedule.start_time:type_name -> google.protobuf.Timestamp
+	15, // 14: cronmesh.registry.v1.Schedule.end_time:type_name -> google.protobuf.Timestamp
+	14, // 15: cronmesh.registry.v1.Interval.every:type_name -> google.protobuf.Duration
+	15, // 16: cronmesh.registry.v1.Interval.anchor_time:type_name -> google.protobuf.Timestamp
+	6,  // 17: cronmesh.registry.v1.Target.http:type_name -> cronmesh.registry.v1.HttpTarget
+	7,  // 18: cronmesh.registry.v1.Target.amqp:type_name -> cronmesh.registry.v1.AmqpTarget
+	10, // 19: cronmesh.registry.v1.HttpTarget.headers:type_name -> cronmesh.registry.v1.HttpTarget.HeadersEntry
+	14, // 20: cronmesh.registry.v1.HttpTarget.timeout:type_name -> google.protobuf.Duration
+	11, // 21: cronmesh.registry.v1.HttpTarget.secret_headers:type_name -> cronmesh.registry.v1.HttpTarget.SecretHeadersEntry
+	0,  // 22: cronmesh.registry.v1.HttpTarget.body_format:type_name -> cronmesh.registry.v1.BodyFormat
+	12, // 23: cronmesh.registry.v1.AmqpTarget.headers:type_name -> cronmesh.registry.v1.AmqpTarget.HeadersEntry
+	13, // 24: cronmesh.registry.v1.AmqpTarget.secret_headers:type_name -> cronmesh.registry.v1.AmqpTarget.SecretHeadersEntry
+	0,  // 25: cronmesh.registry.v1.AmqpTarget.body_format:type_name -> cronmesh.registry.v1.BodyFormat
+	14, // 26: cronmesh.registry.v1.RetryPolicy.initial_backoff:type_name -> google.protobuf.Duration
+	14, // 27: cronmesh.registry.v1.RetryPolicy.max_backoff:type_name -> google.protobuf.Duration
+	28, // [28:28] is the sub-list for method output_type
+	28, // [28:28] is the sub-list for method input_type
+	28, // [28:28] is the sub-list for extension type_name
+	28, // [28:28] is the sub-list for extension extendee
+	0,  // [0:28] is the sub-list for field type_name
 }
 
 func init() { file_cronmesh_registry_v1_job_proto_init() }

@@ -14,7 +14,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file cronmesh/dispatch/v1/dispatch_request.proto.
  */
 export const file_cronmesh_dispatch_v1_dispatch_request: GenFile = /*@__PURE__*/
-  fileDesc("Citjcm9ubWVzaC9kaXNwYXRjaC92MS9kaXNwYXRjaF9yZXF1ZXN0LnByb3RvEhRjcm9ubWVzaC5kaXNwYXRjaC52MSLQBAoPRGlzcGF0Y2hSZXF1ZXN0EhQKDGV4ZWN1dGlvbl9pZBgBIAEoCRIOCgZqb2JfaWQYAiABKAkSEQoJbmFtZXNwYWNlGAMgASgJEg8KB2F0dGVtcHQYBCABKAUSMAoMbm9taW5hbF90aW1lGAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBItCglmaXJlX3RpbWUYBiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEjcKDHRyaWdnZXJfa2luZBgHIAEoDjIhLmNyb25tZXNoLmRpc3BhdGNoLnYxLlRyaWdnZXJLaW5kEiwKBnRhcmdldBgIIAEoCzIcLmNyb25tZXNoLnJlZ2lzdHJ5LnYxLlRhcmdldBI3CgxyZXRyeV9wb2xpY3kYCSABKAsyIS5jcm9ubWVzaC5yZWdpc3RyeS52MS5SZXRyeVBvbGljeRIwCghwcmlvcml0eRgKIAEoDjIeLmNyb25tZXNoLnJlZ2lzdHJ5LnYxLlByaW9yaXR5EhMKC2pvYl92ZXJzaW9uGAsgASgDEhgKEGpvYl9kaXNwbGF5X25hbWUYDCABKAkSSAoKam9iX2xhYmVscxgNIAMoCzI0LmNyb25tZXNoLmRpc3BhdGNoLnYxLkRpc3BhdGNoUmVxdWVzdC5Kb2JMYWJlbHNFbnRyeRIVCg1maXJzdF9hdHRlbXB0GA4gASgFGjAKDkpvYkxhYmVsc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEqlgEKC1RyaWdnZXJLaW5kEhwKGFRSSUdHRVJfS0lORF9VTlNQRUNJRklFRBAAEhoKFlRSSUdHRVJfS0lORF9TQ0hFRFVMRUQQARIXChNUUklHR0VSX0tJTkRfTUFOVUFMEAISGQoVVFJJR0dFUl9LSU5EX0JBQ0tGSUxMEAMSGQoVVFJJR0dFUl9LSU5EX0NBVENIX1VQEARCRVpDZ2l0aHViLmNvbS9jcm9ubWVzaC9jcm9ubWVzaC9nZW4vZ28vY3Jvbm1lc2gvZGlzcGF0Y2gvdjE7ZGlzcGF0Y2h2MWIGcHJvdG8z", [file_cronmesh_registry_v1_job, file_google_protobuf_timestamp]);
+  fileDesc("Citjcm9ubWVzaC9kaXNwYXRjaC92MS9kaXNwYXRjaF9yZXF1ZXN0LnByb3RvEhRjcm9ubWVzaC5kaXNwYXRjaC52MSK3BQoPRGlzcGF0Y2hSZXF1ZXN0EhQKDGV4ZWN1dGlvbl9pZBgBIAEoCRIOCgZqb2JfaWQYAiABKAkSEQoJbmFtZXNwYWNlGAMgASgJEg8KB2F0dGVtcHQYBCABKAUSMAoMbm9taW5hbF90aW1lGAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBItCglmaXJlX3RpbWUYBiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEjcKDHRyaWdnZXJfa2luZBgHIAEoDjIhLmNyb25tZXNoLmRpc3BhdGNoLnYxLlRyaWdnZXJLaW5kEiwKBnRhcmdldBgIIAEoCzIcLmNyb25tZXNoLnJlZ2lzdHJ5LnYxLlRhcmdldBI3CgxyZXRyeV9wb2xpY3kYCSABKAsyIS5jcm9ubWVzaC5yZWdpc3RyeS52MS5SZXRyeVBvbGljeRIwCghwcmlvcml0eRgKIAEoDjIeLmNyb25tZXNoLnJlZ2lzdHJ5LnYxLlByaW9yaXR5EhMKC2pvYl92ZXJzaW9uGAsgASgDEhgKEGpvYl9kaXNwbGF5X25hbWUYDCABKAkSSAoKam9iX2xhYmVscxgNIAMoCzI0LmNyb25tZXNoLmRpc3BhdGNoLnYxLkRpc3BhdGNoUmVxdWVzdC5Kb2JMYWJlbHNFbnRyeRIVCg1maXJzdF9hdHRlbXB0GA4gASgFEjEKDWRlYWRsaW5lX3RpbWUYFCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEjIKDm5leHRfc2xvdF90aW1lGBUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBowCg5Kb2JMYWJlbHNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBKpYBCgtUcmlnZ2VyS2luZBIcChhUUklHR0VSX0tJTkRfVU5TUEVDSUZJRUQQABIaChZUUklHR0VSX0tJTkRfU0NIRURVTEVEEAESFwoTVFJJR0dFUl9LSU5EX01BTlVBTBACEhkKFVRSSUdHRVJfS0lORF9CQUNLRklMTBADEhkKFVRSSUdHRVJfS0lORF9DQVRDSF9VUBAEQkVaQ2dpdGh1Yi5jb20vY3Jvbm1lc2gvY3Jvbm1lc2gvZ2VuL2dvL2Nyb25tZXNoL2Rpc3BhdGNoL3YxO2Rpc3BhdGNodjFiBnByb3RvMw", [file_cronmesh_registry_v1_job, file_google_protobuf_timestamp]);
 
 /**
  * DispatchRequest asks the dispatcher to deliver one attempt of one
@@ -120,6 +120,31 @@ export type DispatchRequest = Message<"cronmesh.dispatch.v1.DispatchRequest"> & 
    * @generated from field: int32 first_attempt = 14;
    */
   firstAttempt: number;
+
+  /**
+   * No attempt of the execution starts at or after this instant, and no
+   * retry is scheduled to start at or after it: the dispatcher dead-letters
+   * the execution with the reason "deadline exceeded". The trigger sets it
+   * to nominal_time + the job's execution_deadline (fire_time + it for a
+   * backfill, whose slots are old on purpose). Unset: no deadline. A
+   * redrive clears it.
+   *
+   * @generated from field: google.protobuf.Timestamp deadline_time = 20;
+   */
+  deadlineTime?: Timestamp | undefined;
+
+  /**
+   * For a scheduled or catch-up slot of a job that stops retries at its
+   * next slot: when the job's next slot fires (its nominal time plus the
+   * job's spread offset). No retry starts at or after it (the first
+   * attempt of a series is not bound by it: a catch-up slot is still
+   * delivered once). The trigger computes it from the schedule when it
+   * fires the slot, so that the dispatcher needs no schedule. Unset: none
+   * (manual runs, backfills, the schedule's last slot). A redrive clears it.
+   *
+   * @generated from field: google.protobuf.Timestamp next_slot_time = 21;
+   */
+  nextSlotTime?: Timestamp | undefined;
 };
 
 /**
