@@ -204,6 +204,10 @@ func (c *Cron) nextCivil(start, limit int64) (int64, bool) {
 	if ly, _, _ := civilFromDays(floorDiv(limit, secondsPerDay)); ly < limitYear {
 		limitYear = ly
 	}
+	// The day mask of the month being searched, recomputed only when the
+	// search moves to another month: an hour, minute or second carried
+	// over to the next day stays in the same month most of the time.
+	maskY, maskMo, mask := int64(0), 0, uint64(0)
 	for y <= limitYear {
 		if c.month&(1<<mo) == 0 {
 			next := nextBit(c.month, mo)
@@ -214,7 +218,10 @@ func (c *Cron) nextCivil(start, limit int64) (int64, bool) {
 			mo, day, h, mi, s = next, 1, 0, 0, 0
 			continue
 		}
-		nd := nextBit(c.dayMask(y, mo), day)
+		if y != maskY || mo != maskMo {
+			maskY, maskMo, mask = y, mo, c.dayMask(y, mo)
+		}
+		nd := nextBit(mask, day)
 		if nd < 0 {
 			mo, day, h, mi, s = mo+1, 1, 0, 0, 0
 			if mo > 12 {

@@ -140,10 +140,30 @@ func macroExpansion(name string) string {
 // TZ=/CRON_TZ= prefixes are refused: intervals and time zones are separate
 // parts of a job's schedule.
 //
+// The day fields also take Quartz's forms, case-insensitively, as list items
+// beside ordinary ones ("1,L", "1#2,5L"):
+//   - day-of-month "L": the last day of the month; "L-n" (n 0-30): n days
+//     before it, in months long enough ("L-30" fires only in 31-day months);
+//     "LW": the last Monday-to-Friday of the month;
+//   - day-of-month "dW": the Monday-to-Friday nearest to day d within the
+//     month: a Saturday moves to the Friday before (to Monday the 3rd when it
+//     is the 1st), a Sunday to the Monday after (to the Friday before when it
+//     is the last day). A month without day d has no dW ("31W" skips April);
+//   - day-of-week "wL": the last weekday w of the month ("5L", "FRIL": the
+//     last Friday); "w#k" (k 1-5): the k-th weekday w ("1#2", "MON#2": the
+//     second Monday). "5#5" fires only in months with five Fridays.
+//
+// W, L and # take a single value: no ranges or steps. "L" alone in
+// day-of-week is refused (Quartz reads it as Saturday, other tools refuse it).
+//
 // Day matching follows Vixie cron: when the day-of-month or the day-of-week
 // field starts with '*' or '?' (including "*/2"), a day must match both
 // fields; when both are restricted a day matches if either does. So
-// "0 0 1,15 * MON" fires on the 1st, the 15th and every Monday.
+// "0 0 1,15 * MON" fires on the 1st, the 15th and every Monday. The Quartz
+// forms are restricted items like any other: "0 0 L * 5L" fires on the last
+// day and on the last Friday, "0 0 * * 5L" only on the last Friday. (Quartz
+// refuses both day fields restricted; the OR keeps one rule for every
+// expression, and is what croner and cron-parser do too.)
 //
 // Expressions that can never fire, such as "0 0 30 2 *" (February 30th), are
 // refused with Field "expression"; February 29th is accepted. Expressions
