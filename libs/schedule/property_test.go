@@ -207,14 +207,17 @@ func (ref *refCron) matchesDay(t time.Time) bool {
 	if !ref.sets[4][month] {
 		return false
 	}
-	last := time.Date(y, month+1, 0, 0, 0, 0, 0, time.UTC).Day()
 	wd := t.Weekday()
-	dom := ref.sets[3][day] || ref.q.fromLast[last-day] ||
-		ref.q.lastWeekday && day == ref.nearestWorkday(y, month, last)
-	for n := 1; n <= last && !dom; n++ {
-		dom = ref.q.nearest[n] && day == ref.nearestWorkday(y, month, n)
+	dom, dow := ref.sets[3][day], ref.sets[5][wd]
+	if ref.q != (refQuartz{}) {
+		last := time.Date(y, month+1, 0, 0, 0, 0, 0, time.UTC).Day()
+		dom = dom || ref.q.fromLast[last-day] ||
+			ref.q.lastWeekday && day == ref.nearestWorkday(y, month, last)
+		for n := 1; n <= last && !dom; n++ {
+			dom = ref.q.nearest[n] && day == ref.nearestWorkday(y, month, n)
+		}
+		dow = dow || ref.q.lastOf[wd] && day+7 > last || ref.q.nth[wd][(day-1)/7+1]
 	}
-	dow := ref.sets[5][wd] || ref.q.lastOf[wd] && day+7 > last || ref.q.nth[wd][(day-1)/7+1]
 	if ref.domStar || ref.dowStar {
 		return dom && dow
 	}
