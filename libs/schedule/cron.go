@@ -33,8 +33,7 @@ type Cron struct {
 }
 
 // quartzDays holds the day forms whose days depend on the month: its length
-// and the weekday of its first day. They are computed per month by
-// quartzMasks.
+// and the weekday of its first day. masks turns them into days per month.
 type quartzDays struct {
 	// fromLast bit n: the day n days before the last day of the month
 	// (L is bit 0, L-3 bit 3).
@@ -265,7 +264,7 @@ func (c *Cron) String() string {
 // an existing (month, day) impossible because every date falls on every
 // weekday over the 400-year Gregorian cycle.
 //
-// The Quartz forms break both shortcuts ("*/20 * * 5#2": days 1 and 21
+// The Quartz forms break both shortcuts ("0 0 */20 * 5#2": days 1 and 21
 // are never a second Friday), so with them every selected month is tried
 // with each weekday for its first day and each of its lengths.
 func (c *Cron) canFire() bool {
