@@ -43,7 +43,7 @@ import (
 //     drop;
 //   - gap shifted: cron-parser moves a slot in a spring-forward gap forward
 //     by the gap's length (02:30 → 03:30 CEST) where cronmesh fires at the
-//     end of the gap (03:00 CEST);
+//     end of the gap (03:00 CEST).
 //
 // cron-parser does not handle Lord Howe's 30-minute change of offset: its
 // search throws "loop limit exceeded" when it crosses one, whatever the time
@@ -80,6 +80,8 @@ type libResult struct {
 	Error string      `json:"error"`
 }
 
+// TestCrossCheck runs the cross-check described above; it fails, rather than
+// skips, when node or the pinned packages are missing.
 func TestCrossCheck(t *testing.T) {
 	t.Parallel()
 	node, err := exec.LookPath("node")
