@@ -8,6 +8,9 @@ MAKEFLAGS += --no-builtin-rules
 BIN        := $(CURDIR)/bin
 TOOLS_STAMP := $(BIN)/.tools-$(shell sha256sum tools/go.sum | cut -c1-12)
 NODE_STAMP  := gen/ts/node_modules/.stamp
+# croner and cron-parser, which libs/schedule's cross-check test runs.
+CROSSCHECK_DIR   := libs/schedule/testdata/crosscheck
+CROSSCHECK_STAMP := $(CROSSCHECK_DIR)/node_modules/.stamp
 BUF        := $(BIN)/buf
 HELM       := $(BIN)/helm
 GO_MODULES  = $(shell go list -m -f '{{.Dir}}')
@@ -40,8 +43,12 @@ $(NODE_STAMP): gen/ts/package.json gen/ts/package-lock.json
 	cd gen/ts && npm ci --no-audit --no-fund --loglevel=error
 	touch $@
 
+$(CROSSCHECK_STAMP): $(CROSSCHECK_DIR)/package.json $(CROSSCHECK_DIR)/package-lock.json
+	cd $(CROSSCHECK_DIR) && npm ci --no-audit --no-fund --loglevel=error
+	touch $@
+
 .PHONY: tools
-tools: $(TOOLS_STAMP) $(NODE_STAMP) ## Install the pinned tools (buf, protoc plugins, grpcurl, helm, protoc-gen-es, tsc).
+tools: $(TOOLS_STAMP) $(NODE_STAMP) $(CROSSCHECK_STAMP) ## Install the pinned tools (buf, protoc plugins, grpcurl, helm, protoc-gen-es, tsc, the cron libraries of the schedule cross-check).
 
 .PHONY: services
 services: ## Start PostgreSQL and RabbitMQ when they are not running; create the cronmesh database.
@@ -122,7 +129,7 @@ chaos: tools services ## Fault-injection suites: trigger failover at 10x the job
 
 .PHONY: clean
 clean: ## Remove built binaries and installed tools.
-	rm -rf $(BIN) gen/ts/node_modules gen/ts/dist gen/ts/dist-test .dev .chaos-summary.md
+	rm -rf $(BIN) gen/ts/node_modules gen/ts/dist gen/ts/dist-test $(CROSSCHECK_DIR)/node_modules .dev .chaos-summary.md
 
 # The history benchmark is a prerequisite of `bench`, declared here rather
 # than in bench's recipe so that each service's benchmark is its own target.

@@ -68,6 +68,7 @@ func TestScheduleErrorsNameTheField(t *testing.T) {
 		{"nil", nil, ""},
 		{"no kind", &registryv1.Schedule{}, "kind"},
 		{"bad cron", &registryv1.Schedule{Kind: &registryv1.Schedule_Cron{Cron: "* *"}}, "cron"},
+		{"bad Quartz form", &registryv1.Schedule{Kind: &registryv1.Schedule_Cron{Cron: "0 0 L-31 * *"}}, "cron"},
 		{"local zone", &registryv1.Schedule{Kind: &registryv1.Schedule_Cron{Cron: "@daily"}, TimeZone: "Local"}, "time_zone"},
 		{"interval missing", &registryv1.Schedule{Kind: &registryv1.Schedule_Interval{Interval: &registryv1.Interval{}}}, "interval.every"},
 		{"interval too long", &registryv1.Schedule{Kind: &registryv1.Schedule_Interval{Interval: &registryv1.Interval{Every: durationpb.New(400 * 24 * time.Hour)}}}, "interval.every"},

@@ -23,6 +23,11 @@ func BenchmarkNext(b *testing.B) {
 		{"weekdays 9:00 Berlin", "0 9 * * 1-5", berlin},
 		{"seconds expression Berlin", "*/20 30 9 * * *", berlin},
 		{"leap day UTC", "0 0 29 2 *", time.UTC},
+		{"last day Berlin", "0 0 L * *", berlin},
+		{"last weekday Berlin", "0 18 LW * *", berlin},
+		{"last Friday Berlin", "0 9 * * 5L", berlin},
+		{"second Monday Berlin", "0 9 * * 1#2", berlin},
+		{"fifth Friday UTC", "0 0 * * 5#5", time.UTC},
 	}
 	for _, bm := range benchmarks {
 		b.Run(bm.name, func(b *testing.B) {
@@ -46,10 +51,14 @@ func BenchmarkNext(b *testing.B) {
 }
 
 func BenchmarkParseCron(b *testing.B) {
-	b.ReportAllocs()
-	for b.Loop() {
-		if _, err := ParseCron("0 9 * * MON-FRI"); err != nil {
-			b.Fatal(err)
-		}
+	for _, expr := range []string{"0 9 * * MON-FRI", "0 9 15W,L * 1#2"} {
+		b.Run(expr, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := ParseCron(expr); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }

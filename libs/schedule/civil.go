@@ -113,15 +113,79 @@ func civilSeconds(y int64, mo, d, h, mi, s int) int64 {
 
 // dayMask returns the days of month mo of year y on which c may fire.
 func (c *Cron) dayMask(y int64, mo int) uint64 {
-	first := daysFromCivil(y, int64(mo), 1)
-	dowDays := c.dowDays[weekday(first)]
+	first := weekday(daysFromCivil(y, int64(mo), 1))
+	return c.monthDays(first, daysInMonth(y, mo))
+}
+
+// monthDays returns the days on which c may fire in a month of n days whose
+// first day is weekday first. The Quartz forms join their own field before
+// the Vixie AND/OR rule combines the two fields, so they follow that rule
+// like any other item.
+func (c *Cron) monthDays(first, n int) uint64 {
+	dom, dow := c.dom, c.dowDays[first]
+	if c.quartz {
+		qdom, qdow := c.days.masks(first, n)
+		dom, dow = dom|qdom, dow|qdow
+	}
 	var m uint64
 	if c.domStar || c.dowStar {
-		m = c.dom & dowDays
+		m = dom & dow
 	} else {
-		m = c.dom | dowDays
+		m = dom | dow
 	}
-	return m & dayBits(daysInMonth(y, mo))
+	return m & dayBits(n)
+}
+
+// masks returns the days of the day-of-month and the day-of-week Quartz
+// forms in a month of n days whose first day is weekday first.
+func (q *quartzDays) masks(first, n int) (dom, dow uint64) {
+	for b := q.fromLast; b != 0; b &= b - 1 {
+		if d := n - bits.TrailingZeros64(b); d >= 1 {
+			dom |= 1 << d
+		}
+	}
+	if q.lastWeekday {
+		dom |= 1 << nearestWeekday(n, first, n)
+	}
+	for b := q.nearestWeekday; b != 0; b &= b - 1 {
+		if d := bits.TrailingZeros64(b); d <= n {
+			dom |= 1 << nearestWeekday(d, first, n)
+		}
+	}
+	lastWeekday := (first + n - 1) % 7
+	for w := range 7 {
+		if q.lastOf&(1<<w) != 0 {
+			dow |= 1 << (n - (lastWeekday-w+7)%7)
+		}
+		firstW := 1 + (w-first+7)%7 // the first weekday w of the month
+		for b := q.nth[w]; b != 0; b &= b - 1 {
+			if d := firstW + 7*(bits.TrailingZeros8(b)-1); d <= n {
+				dow |= 1 << d
+			}
+		}
+	}
+	return dom, dow
+}
+
+// nearestWeekday returns the Monday-to-Friday day nearest to day d of a month
+// of n days whose first day is weekday first, without leaving the month
+// (Quartz's W): a Saturday moves to the Friday before, or to Monday the 3rd
+// when it is the 1st; a Sunday moves to the Monday after, or to the Friday
+// before when it is the last day.
+func nearestWeekday(d, first, n int) int {
+	switch (first + d - 1) % 7 {
+	case 6: // Saturday
+		if d == 1 {
+			return 3
+		}
+		return d - 1
+	case 0: // Sunday
+		if d == n {
+			return d - 2
+		}
+		return d + 1
+	}
+	return d
 }
 
 // nextCivil returns the first civil time >= start matching c, or false when
@@ -140,6 +204,10 @@ func (c *Cron) nextCivil(start, limit int64) (int64, bool) {
 	if ly, _, _ := civilFromDays(floorDiv(limit, secondsPerDay)); ly < limitYear {
 		limitYear = ly
 	}
+	// The day mask of the month being searched, recomputed only when the
+	// search moves to another month: an hour, minute or second carried
+	// over to the next day stays in the same month most of the time.
+	maskY, maskMo, mask := int64(0), 0, uint64(0)
 	for y <= limitYear {
 		if c.month&(1<<mo) == 0 {
 			next := nextBit(c.month, mo)
@@ -150,7 +218,10 @@ func (c *Cron) nextCivil(start, limit int64) (int64, bool) {
 			mo, day, h, mi, s = next, 1, 0, 0, 0
 			continue
 		}
-		nd := nextBit(c.dayMask(y, mo), day)
+		if y != maskY || mo != maskMo {
+			maskY, maskMo, mask = y, mo, c.dayMask(y, mo)
+		}
+		nd := nextBit(mask, day)
 		if nd < 0 {
 			mo, day, h, mi, s = mo+1, 1, 0, 0, 0
 			if mo > 12 {

@@ -25,7 +25,28 @@ type Cron struct {
 	// a month whose first day is weekday w. It turns day matching into one
 	// AND or OR of two masks per month instead of a loop over days.
 	dowDays [7]uint64
-	src     string
+	// days holds the Quartz forms (L, W, #); quartz says whether any is
+	// used, so that plain expressions keep the plain, cheaper day mask.
+	days   quartzDays
+	quartz bool
+	src    string
+}
+
+// quartzDays holds the day forms whose days depend on the month: its length
+// and the weekday of its first day. masks turns them into days per month.
+type quartzDays struct {
+	// fromLast bit n: the day n days before the last day of the month
+	// (L is bit 0, L-3 bit 3).
+	fromLast uint64
+	// nearestWeekday bit d: the weekday (Monday-Friday) nearest to day d
+	// within the month (dW).
+	nearestWeekday uint64
+	// lastWeekday: the last weekday of the month (LW).
+	lastWeekday bool
+	// lastOf bit w: the last weekday w of the month (wL).
+	lastOf uint8
+	// nth[w] bit k: the k-th weekday w of the month (w#k).
+	nth [7]uint8
 }
 
 // ParseError says which part of a cron expression is wrong.
@@ -118,10 +139,30 @@ func macroExpansion(name string) string {
 // TZ=/CRON_TZ= prefixes are refused: intervals and time zones are separate
 // parts of a job's schedule.
 //
+// The day fields also take Quartz's forms, case-insensitively, as list items
+// beside ordinary ones ("1,L", "1#2,5L"):
+//   - day-of-month "L": the last day of the month; "L-n" (n 0-30): n days
+//     before it, in months long enough ("L-30" fires only in 31-day months);
+//     "LW": the last Monday-to-Friday of the month;
+//   - day-of-month "dW": the Monday-to-Friday nearest to day d within the
+//     month: a Saturday moves to the Friday before (to Monday the 3rd when it
+//     is the 1st), a Sunday to the Monday after (to the Friday before when it
+//     is the last day). A month without day d has no dW ("31W" skips April);
+//   - day-of-week "wL": the last weekday w of the month ("5L", "FRIL": the
+//     last Friday); "w#k" (k 1-5): the k-th weekday w ("1#2", "MON#2": the
+//     second Monday). "5#5" fires only in months with five Fridays.
+//
+// W, L and # take a single value: no ranges or steps. "L" alone in
+// day-of-week is refused (Quartz reads it as Saturday, other tools refuse it).
+//
 // Day matching follows Vixie cron: when the day-of-month or the day-of-week
 // field starts with '*' or '?' (including "*/2"), a day must match both
 // fields; when both are restricted a day matches if either does. So
-// "0 0 1,15 * MON" fires on the 1st, the 15th and every Monday.
+// "0 0 1,15 * MON" fires on the 1st, the 15th and every Monday. The Quartz
+// forms are restricted items like any other: "0 0 L * 5L" fires on the last
+// day and on the last Friday, "0 0 * * 5L" only on the last Friday. (Quartz
+// refuses both day fields restricted; the OR keeps one rule for every
+// expression, and is what croner and cron-parser do too.)
 //
 // Expressions that can never fire, such as "0 0 30 2 *" (February 30th), are
 // refused with Field "expression"; February 29th is accepted. Expressions
@@ -169,25 +210,25 @@ func ParseCron(expr string) (*Cron, error) {
 	c := &Cron{second: 1, src: src} // 5 fields: second 0
 	if len(fields) == 6 {
 		var err error
-		if c.second, _, err = parseField(fields[0], &secondSpec); err != nil {
+		if c.second, _, err = parseField(fields[0], &secondSpec, nil); err != nil {
 			return nil, err
 		}
 		fields = fields[1:]
 	}
 	var err error
-	if c.minute, _, err = parseField(fields[0], &minuteSpec); err != nil {
+	if c.minute, _, err = parseField(fields[0], &minuteSpec, nil); err != nil {
 		return nil, err
 	}
-	if c.hour, _, err = parseField(fields[1], &hourSpec); err != nil {
+	if c.hour, _, err = parseField(fields[1], &hourSpec, nil); err != nil {
 		return nil, err
 	}
-	if c.dom, c.domStar, err = parseField(fields[2], &domSpec); err != nil {
+	if c.dom, c.domStar, err = parseField(fields[2], &domSpec, &c.days); err != nil {
 		return nil, err
 	}
-	if c.month, _, err = parseField(fields[3], &monthSpec); err != nil {
+	if c.month, _, err = parseField(fields[3], &monthSpec, nil); err != nil {
 		return nil, err
 	}
-	if c.dow, c.dowStar, err = parseField(fields[4], &dowSpec); err != nil {
+	if c.dow, c.dowStar, err = parseField(fields[4], &dowSpec, &c.days); err != nil {
 		return nil, err
 	}
 	if c.dow&(1<<7) != 0 {
@@ -201,6 +242,7 @@ func ParseCron(expr string) (*Cron, error) {
 			}
 		}
 	}
+	c.quartz = c.days != quartzDays{}
 	if !c.canFire() {
 		e := exprError(trimmed, "can never fire: no selected month has any of the selected days of the month")
 		e.err = ErrNeverFires
@@ -221,7 +263,26 @@ func (c *Cron) String() string {
 // selected month contains every weekday. A day-of-week restriction never makes
 // an existing (month, day) impossible because every date falls on every
 // weekday over the 400-year Gregorian cycle.
+//
+// The Quartz forms break both shortcuts ("0 0 */20 * 5#2": days 1 and 21
+// are never a second Friday), so with them every selected month is tried
+// with each weekday for its first day and each of its lengths.
 func (c *Cron) canFire() bool {
+	if c.quartz {
+		for m := 1; m <= 12; m++ {
+			if c.month&(1<<m) == 0 {
+				continue
+			}
+			for _, n := range [2]int{daysInMonth(2001, m), daysInMonth(2000, m)} {
+				for first := range 7 {
+					if c.monthDays(first, n) != 0 {
+						return true
+					}
+				}
+			}
+		}
+		return false
+	}
 	if !c.domStar && !c.dowStar {
 		return true
 	}
@@ -245,11 +306,20 @@ func splitFields(s string) []string {
 }
 
 // parseField returns the set of values of one field and whether it counts as
-// a star for Vixie day matching (it starts with '*' or '?').
-func parseField(text string, spec *fieldSpec) (uint64, bool, error) {
+// a star for Vixie day matching (it starts with '*' or '?'). For the two day
+// fields, q is non-nil and receives the Quartz items.
+func parseField(text string, spec *fieldSpec, q *quartzDays) (uint64, bool, error) {
 	star := text[0] == '*' || text[0] == '?'
 	var bits uint64
 	for item := range strings.SplitSeq(text, ",") {
+		if q != nil {
+			if handled, reason := parseQuartzItem(item, spec, q); handled {
+				if reason != "" {
+					return 0, false, &ParseError{Field: spec.name, Value: text, Reason: reason}
+				}
+				continue
+			}
+		}
 		b, reason := parseItem(item, spec)
 		if reason != "" {
 			return 0, false, &ParseError{Field: spec.name, Value: text, Reason: reason}
@@ -257,6 +327,92 @@ func parseField(text string, spec *fieldSpec) (uint64, bool, error) {
 		bits |= b
 	}
 	return bits, star, nil
+}
+
+// parseQuartzItem recognizes the Quartz day forms: L, L-n, LW and nW in
+// day-of-month, wL and w#k in day-of-week. It reports whether item is (or
+// is a malformed attempt at) one of them, and a non-empty reason when it is
+// malformed. Other items are left to parseItem. No weekday name ends in L
+// and day-of-month has no names, so the forms cannot be mistaken for names.
+func parseQuartzItem(item string, spec *fieldSpec, q *quartzDays) (bool, string) {
+	upper := strings.ToUpper(item)
+	if spec == &domSpec {
+		switch {
+		case upper == "L":
+			q.fromLast |= 1
+		case upper == "LW":
+			q.lastWeekday = true
+		case strings.HasPrefix(upper, "L-"):
+			n, reason := parseNumber(upper[2:], "offset")
+			if reason != "" {
+				return true, reason + "; L-n is n days before the last day, as in L-3"
+			}
+			if n > 30 {
+				return true, fmt.Sprintf("offset %s must be between 0 and 30", upper[2:])
+			}
+			q.fromLast |= 1 << n
+		case strings.HasSuffix(upper, "W"):
+			day := upper[:len(upper)-1]
+			if strings.ContainsAny(day, "*?-/L") {
+				return true, "W follows a single day of the month, as in 15W, or L (LW)"
+			}
+			d, reason := parseValue(day, spec)
+			if reason != "" {
+				return true, reason
+			}
+			q.nearestWeekday |= 1 << d
+		case strings.Contains(upper, "L"):
+			return true, "L is the last day (L), a day before it (L-3) or the last weekday (LW), and takes no range or step"
+		case strings.Contains(upper, "W"):
+			return true, "W follows a single day of the month, as in 15W, or L (LW)"
+		case strings.Contains(upper, "#"):
+			return true, "# belongs in day-of-week, as in 1#2 (the second Monday)"
+		default:
+			return false, ""
+		}
+		return true, ""
+	}
+	// Day of week.
+	switch {
+	case upper == "L":
+		return true, "L alone is ambiguous in day-of-week (Quartz reads it as Saturday); write 5L for the last Friday, or 6 for Saturday"
+	case strings.Contains(upper, "#"):
+		day, nth, _ := strings.Cut(upper, "#")
+		w, reason := parseQuartzWeekday(day, "#"+nth)
+		if reason != "" {
+			return true, reason
+		}
+		k, reason := parseNumber(nth, "occurrence")
+		if reason != "" {
+			return true, reason
+		}
+		if k < 1 || k > 5 {
+			return true, fmt.Sprintf("occurrence %s must be between 1 and 5", nth)
+		}
+		q.nth[w] |= 1 << k
+	case strings.HasSuffix(upper, "L"):
+		w, reason := parseQuartzWeekday(upper[:len(upper)-1], "L")
+		if reason != "" {
+			return true, reason
+		}
+		q.lastOf |= 1 << w
+	default:
+		return false, ""
+	}
+	return true, ""
+}
+
+// parseQuartzWeekday parses the single weekday before '#' or 'L' (suffix is
+// the rest of the form, for the error message) and folds 7 into 0.
+func parseQuartzWeekday(s, suffix string) (int, string) {
+	if strings.ContainsAny(s, "*?-/") {
+		return 0, fmt.Sprintf("%s follows a single weekday, as in 5%s or FRI%s", suffix[:1], suffix, suffix)
+	}
+	w, reason := parseValue(s, &dowSpec)
+	if reason != "" {
+		return 0, reason
+	}
+	return w % 7, ""
 }
 
 // parseItem parses one list item and returns its set, or a non-empty reason.

@@ -7,8 +7,9 @@
 // A Schedule is one of four kinds:
 //
 //   - cron: a Vixie-cron expression (5 fields, or 6 with a leading seconds
-//     field) evaluated on the wall clock of an IANA time zone. See ParseCron
-//     for the syntax and Schedule.Next for the daylight-saving rules;
+//     field), with Quartz's L, W and # in the day fields, evaluated on the
+//     wall clock of an IANA time zone. See ParseCron for the syntax and
+//     Schedule.Next for the daylight-saving rules;
 //   - interval: every fixed duration of elapsed time from an anchor, blind to
 //     time zones and daylight saving;
 //   - at: once, at an instant;

@@ -18,6 +18,19 @@ type refCron struct {
 	// sets are indexed second, minute, hour, dom, month, dow.
 	sets             [6][64]bool
 	domStar, dowStar bool
+	q                refQuartz
+	// nearest memoizes nearestWorkday, which the brute-force walks would
+	// otherwise recompute for every minute.
+	nearest map[[3]int]int
+}
+
+// refQuartz is the generator's record of the Quartz items it wrote.
+type refQuartz struct {
+	fromLast    [31]bool // L-n: fromLast[n]
+	lastWeekday bool     // LW
+	nearest     [32]bool // dW: nearest[d]
+	lastOf      [7]bool  // wL: lastOf[w]
+	nth         [7][6]bool
 }
 
 // density is the probability that the generator writes a field as a star.
@@ -34,7 +47,11 @@ func genCron(r *rand.Rand, withSeconds bool, d density) refCron {
 			ref.sets[0][0] = true
 			continue
 		}
-		text, star := genField(r, spec, d[i], &ref.sets[i])
+		var q *refQuartz
+		if spec.question {
+			q = &ref.q
+		}
+		text, star := genField(r, spec, d[i], &ref.sets[i], q)
 		parts = append(parts, text)
 		if i == 3 {
 			ref.domStar = star
@@ -52,7 +69,9 @@ func genCron(r *rand.Rand, withSeconds bool, d density) refCron {
 	return ref
 }
 
-func genField(r *rand.Rand, spec *fieldSpec, starProb float64, set *[64]bool) (string, bool) {
+// genField writes one field. For the day fields q is non-nil, and some items
+// are Quartz forms recorded there.
+func genField(r *rand.Rand, spec *fieldSpec, starProb float64, set *[64]bool, q *refQuartz) (string, bool) {
 	span := spec.max - spec.min + 1
 	mark := func(lo, hi, step int) {
 		for v := lo; v <= hi; v += step {
@@ -87,6 +106,10 @@ func genField(r *rand.Rand, spec *fieldSpec, starProb float64, set *[64]bool) (s
 		a := spec.min + r.IntN(span)
 		b := a + r.IntN(spec.max-a+1)
 		step := 1 + r.IntN(span)
+		if q != nil && r.IntN(3) == 0 {
+			items[i] = genQuartz(r, spec, q)
+			continue
+		}
 		switch r.IntN(5) {
 		case 0, 1:
 			items[i] = value(a)
@@ -105,12 +128,96 @@ func genField(r *rand.Rand, spec *fieldSpec, starProb float64, set *[64]bool) (s
 	return strings.Join(items, ","), false
 }
 
-// matchesDay applies Vixie's day rule to the reference sets.
-func (ref *refCron) matchesDay(month time.Month, day int, wd time.Weekday) bool {
+// genQuartz writes one Quartz item of a day field and records it in q.
+func genQuartz(r *rand.Rand, spec *fieldSpec, q *refQuartz) string {
+	var item string
+	if spec == &domSpec {
+		switch r.IntN(4) {
+		case 0:
+			item = "L"
+			q.fromLast[0] = true
+		case 1:
+			n := r.IntN(31)
+			item = fmt.Sprintf("L-%d", n)
+			q.fromLast[n] = true
+		case 2:
+			item = "LW"
+			q.lastWeekday = true
+		default:
+			d := 1 + r.IntN(31)
+			item = fmt.Sprintf("%dW", d)
+			q.nearest[d] = true
+		}
+	} else {
+		w := r.IntN(8)
+		day := fmt.Sprint(w)
+		if w < 7 && r.IntN(3) == 0 {
+			day = spec.names[w]
+		}
+		if r.IntN(2) == 0 {
+			item = day + "L"
+			q.lastOf[w%7] = true
+		} else {
+			k := 1 + r.IntN(5)
+			item = fmt.Sprintf("%s#%d", day, k)
+			q.nth[w%7][k] = true
+		}
+	}
+	if r.IntN(3) == 0 {
+		item = strings.ToLower(item)
+	}
+	return item
+}
+
+// nearestWorkday returns the Monday-to-Friday day of month m of year y
+// closest to day n, searching the month's days by distance; this is the
+// definition of W, written independently of the package's rule.
+func (ref *refCron) nearestWorkday(y int, m time.Month, n int) int {
+	key := [3]int{y, int(m), n}
+	if d, ok := ref.nearest[key]; ok {
+		return d
+	}
+	best := 0
+	for d := time.Date(y, m, 1, 0, 0, 0, 0, time.UTC); d.Month() == m; d = d.AddDate(0, 0, 1) {
+		if wd := d.Weekday(); wd == time.Saturday || wd == time.Sunday {
+			continue
+		}
+		if best == 0 || abs(d.Day()-n) < abs(best-n) {
+			best = d.Day()
+		}
+	}
+	if ref.nearest == nil {
+		ref.nearest = make(map[[3]int]int)
+	}
+	ref.nearest[key] = best
+	return best
+}
+
+func abs(x int) int {
+	if x < 0 {
+		return -x
+	}
+	return x
+}
+
+// matchesDay applies Vixie's day rule to the reference sets of the date of
+// t, the Quartz items joining their field first.
+func (ref *refCron) matchesDay(t time.Time) bool {
+	y, month, day := t.Date()
 	if !ref.sets[4][month] {
 		return false
 	}
+	wd := t.Weekday()
 	dom, dow := ref.sets[3][day], ref.sets[5][wd]
+	if ref.q != (refQuartz{}) {
+		last := time.Date(y, month+1, 0, 0, 0, 0, 0, time.UTC).Day()
+		dom = dom || ref.q.fromLast[last-day] ||
+			ref.q.lastWeekday && day == ref.nearestWorkday(y, month, last)
+		for n := 1; n <= last && !dom; n++ {
+			dom = ref.q.nearest[n] && day == ref.nearestWorkday(y, month, n)
+		}
+		dow = dow || ref.q.lastOf[wd] && day+7 > last || ref.q.nth[wd][(day-1)/7+1]
+	}
 	if ref.domStar || ref.dowStar {
 		return dom && dow
 	}
@@ -120,13 +227,13 @@ func (ref *refCron) matchesDay(month time.Month, day int, wd time.Weekday) bool 
 // matchesWall reports whether the wall clock reading of t matches.
 func (ref *refCron) matchesWall(t time.Time) bool {
 	return ref.sets[0][t.Second()] && ref.sets[1][t.Minute()] && ref.sets[2][t.Hour()] &&
-		ref.matchesDay(t.Month(), t.Day(), t.Weekday())
+		ref.matchesDay(t)
 }
 
 // canFire walks 28 years, which put every date on every weekday.
 func (ref *refCron) canFire() bool {
 	for day := time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC); day.Year() < 2028; day = day.AddDate(0, 0, 1) {
-		if ref.matchesDay(day.Month(), day.Day(), day.Weekday()) {
+		if ref.matchesDay(day) {
 			return true
 		}
 	}

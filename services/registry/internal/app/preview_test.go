@@ -69,6 +69,18 @@ func TestPreviewScheduleDST(t *testing.T) {
 			name: "repeated autumn hour", cron: "30 2 * * *", from: "2026-10-24T12:00:00Z",
 			want: []string{"2026-10-25T00:30:00Z", "2026-10-26T01:30:00Z"},
 		},
+		{
+			// The last Sunday of March (0L) is the spring-forward day.
+			name: "last Sunday of March", cron: "30 2 * 3 0L", from: "2026-03-01T00:00:00Z",
+			want: []string{"2026-03-29T01:00:00Z", "2027-03-28T01:00:00Z"},
+		},
+		{
+			// The nearest weekday to the 15th: Sunday 2026-02-15 moves to
+			// Monday the 16th; the last weekday of February is Friday the
+			// 27th (the 28th is a Saturday).
+			name: "W and LW", cron: "0 9 15W,LW 2 *", from: "2026-02-01T00:00:00Z",
+			want: []string{"2026-02-16T08:00:00Z", "2026-02-27T08:00:00Z"},
+		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			resp, err := client.PreviewSchedule(context.Background(), connect.NewRequest(&registryv1.PreviewScheduleRequest{
@@ -89,6 +101,11 @@ func TestPreviewScheduleDST(t *testing.T) {
 		Schedule: &registryv1.Schedule{Kind: &registryv1.Schedule_Cron{Cron: "0 9 * * 1-5"}, TimeZone: "Europe/Berlln"},
 	}))
 	require.Equal(t, []string{"schedule.time_zone"}, violations(t, err))
+	_, err = client.PreviewSchedule(context.Background(), connect.NewRequest(&registryv1.PreviewScheduleRequest{
+		Schedule: &registryv1.Schedule{Kind: &registryv1.Schedule_Cron{Cron: "0 9 * * 1#6"}},
+	}))
+	require.Equal(t, []string{"schedule.cron"}, violations(t, err))
+	require.ErrorContains(t, err, `invalid day-of-week "1#6": occurrence 6 must be between 1 and 5`)
 	_, err = client.PreviewSchedule(context.Background(), connect.NewRequest(&registryv1.PreviewScheduleRequest{
 		Schedule: &registryv1.Schedule{Kind: &registryv1.Schedule_Cron{Cron: "@hourly"}}, Count: 1001,
 	}))
