@@ -30,6 +30,7 @@ import (
 	"github.com/cronmesh/cronmesh/libs/clock"
 	"github.com/cronmesh/cronmesh/libs/outbox"
 	"github.com/cronmesh/cronmesh/services/dispatcher/internal/deliver"
+	"github.com/cronmesh/cronmesh/services/dispatcher/internal/inflight"
 	"github.com/cronmesh/cronmesh/services/dispatcher/internal/store"
 )
 
@@ -106,6 +107,13 @@ type Options struct {
 	// memory (still deduplicating) and recorded again every
 	// RecordRetryInterval. Nil checks nothing.
 	Checks Checks
+	// Cancels, if non-nil, stops cancelled executions at every stage: a
+	// request whose execution it knows cancelled is dropped without a
+	// look-up (a queued first attempt included), and every attempt runs
+	// tracked in its Registry, so that a cancel aborts it in flight (see
+	// package inflight). Run waits up to CancelTimeout for its first read
+	// before consuming. Its Run is the caller's to start.
+	Cancels *inflight.Watcher
 	// UnrecordedCapacity bounds the completions held in memory while they
 	// cannot be recorded. Default DefaultUnrecordedCapacity.
 	UnrecordedCapacity int
@@ -363,6 +371,15 @@ func (p *Pipeline) Run(ctx context.Context) error {
 	if err := cfg.ValidateSubscriber(); err != nil {
 		return fmt.Errorf("pipeline: subscriber config: %w", err)
 	}
+	if o.Cancels != nil {
+		select {
+		case <-o.Cancels.Ready():
+		case <-o.Clock.After(o.CancelTimeout):
+			p.logger.WarnContext(ctx, "consuming before the cancellations could be read: a queued first attempt of a cancelled execution may be delivered, then aborted")
+		case <-ctx.Done():
+			return nil
+		}
+	}
 	sub, subs := subscribe(ctx, cfg, subscriptions, p.logger, o.Clock, newBackoff(o.Backoff, o.MaxBackoff))
 	if sub == nil {
 		return nil // ctx ended before the broker could be reached
@@ -471,6 +488,8 @@ func (p *Pipeline) handle(ctx context.Context, priority, queue string, msg *mess
 	if ctx.Err() != nil {
 		return requeueNow
 	}
+	ref := inflight.Ref{Namespace: req.Namespace, ExecutionID: req.ExecutionId}
+	isCancelled = isCancelled || p.opts.Cancels != nil && p.opts.Cancels.Known(ref)
 	if done {
 		// A redelivery (the relay republished it, or a dispatcher died
 		// after its consequences were confirmed but before the ack) of an
@@ -496,15 +515,20 @@ func (p *Pipeline) handle(ctx context.Context, priority, queue string, msg *mess
 	case <-ctx.Done():
 		return requeueNow
 	}
+	attemptCtx, release := p.track(ctx, ref)
+	defer release()
 	startTime := p.opts.Clock.Now()
 	started := p.emit(ctx, newEvent(eventsv1.ExecutionEventKind_EXECUTION_EVENT_KIND_STARTED, req, startTime, attemptInfo{start: startTime}, "", traceID))
 	p.metrics.inFlight.Inc()
 	begin := time.Now()
 	p.metrics.startDelay.Observe(begin.Sub(taken).Seconds())
-	out := p.deliver(ctx, req)
+	out := p.deliver(attemptCtx, req)
 	elapsed := time.Since(begin)
 	p.metrics.inFlight.Dec()
 	<-slots
+	// An attempt that succeeded as its cancel arrived stays a success.
+	aborted := inflight.Aborted(attemptCtx) && out.Result != deliver.Succeeded
+	release()
 	if ctx.Err() != nil {
 		// Shutdown interrupted the attempt: its result says nothing about
 		// the target. Requeued, it is attempted again by the next
@@ -527,6 +551,11 @@ func (p *Pipeline) handle(ctx context.Context, priority, queue string, msg *mess
 	}
 
 	switch {
+	case aborted:
+		p.metrics.cancelled.Inc()
+		span.SetAttributes(attribute.String("cronmesh.dispatch.outcome", "cancelled"))
+		cancelled := event(eventsv1.ExecutionEventKind_EXECUTION_EVENT_KIND_CANCELLED, "cancelled through CancelExecution; the attempt in flight was aborted")
+		return p.completed(ctx, req, p.await(ctx, span, nil, started, cancelled), true, now)
 	case out.Result == deliver.Succeeded:
 		v := p.await(ctx, span, nil, started, event(eventsv1.ExecutionEventKind_EXECUTION_EVENT_KIND_SUCCEEDED, out.Reason))
 		return p.completed(ctx, req, v, true, now)
@@ -555,6 +584,21 @@ func (p *Pipeline) handle(ctx context.Context, priority, queue string, msg *mess
 		}
 		return p.completed(ctx, req, p.await(ctx, span, err, started, failed, dead), true, now)
 	}
+}
+
+// track runs an attempt of ref under the Cancels' registry: the context
+// it returns is aborted by a cancel of ref. An execution known cancelled
+// by now (its cancel raced the check before the slot) is aborted at once.
+// Without Cancels it is ctx, and release does nothing.
+func (p *Pipeline) track(ctx context.Context, ref inflight.Ref) (context.Context, func()) {
+	if p.opts.Cancels == nil {
+		return ctx, func() {}
+	}
+	attemptCtx, release := p.opts.Cancels.Registry().Track(ctx, ref)
+	if p.opts.Cancels.Known(ref) {
+		p.opts.Cancels.Registry().Abort(ref)
+	}
+	return attemptCtx, sync.OnceFunc(release)
 }
 
 // deliver calls the Deliverer, turning a panic into a Permanent failure:

@@ -1,0 +1,172 @@
+package inflight
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/cronmesh/cronmesh/libs/clock"
+	"github.com/cronmesh/cronmesh/services/dispatcher/internal/store"
+)
+
+// Defaults of WatcherOptions.
+const (
+	DefaultPollInterval = 250 * time.Millisecond
+	// DefaultOverlap is how far back each read starts before the newest
+	// record seen: a cancellation whose transaction took its recorded_at
+	// before another's but committed after it is still read.
+	DefaultOverlap = 5 * time.Second
+	// DefaultRetention matches the dispatcher's cancellation retention:
+	// what the janitor deletes from the table is forgotten here too.
+	DefaultRetention = 14 * 24 * time.Hour
+	// pageSize bounds one read.
+	pageSize = 1000
+)
+
+// Feed is where the Watcher reads cancellations; *store.Store is one.
+type Feed interface {
+	CancellationsSince(ctx context.Context, since time.Time, limit int) ([]store.Cancellation, error)
+}
+
+// WatcherOptions for NewWatcher.
+type WatcherOptions struct {
+	// Feed is read every PollInterval. Required.
+	Feed Feed
+	// Registry is aborted for every cancellation read. Required.
+	Registry *Registry
+	// PollInterval, Overlap, Retention: defaults DefaultPollInterval,
+	// DefaultOverlap, DefaultRetention.
+	PollInterval, Overlap, Retention time.Duration
+	// Clock ticks the polls and ages the known set. Default clock.Real.
+	Clock clock.Clock
+	// Logger receives failed reads. Nil discards.
+	Logger *slog.Logger
+}
+
+// Watcher follows the cancellations (see the package documentation).
+// Create with NewWatcher, run with Run.
+type Watcher struct {
+	opts      WatcherOptions
+	logger    *slog.Logger
+	mu        sync.Mutex
+	known     map[Ref]time.Time // by when this replica learnt of it
+	since     time.Time         // the newest recorded_at read
+	ready     chan struct{}
+	readyOnce sync.Once
+}
+
+// NewWatcher validates opts and applies the defaults.
+func NewWatcher(opts WatcherOptions) (*Watcher, error) {
+	switch {
+	case opts.Feed == nil:
+		return nil, errors.New("inflight: Feed is required")
+	case opts.Registry == nil:
+		return nil, errors.New("inflight: Registry is required")
+	case opts.PollInterval < 0 || opts.Overlap < 0 || opts.Retention < 0:
+		return nil, errors.New("inflight: durations must not be negative")
+	}
+	opts.PollInterval = cmp.Or(opts.PollInterval, DefaultPollInterval)
+	opts.Overlap = cmp.Or(opts.Overlap, DefaultOverlap)
+	opts.Retention = cmp.Or(opts.Retention, DefaultRetention)
+	if opts.Clock == nil {
+		opts.Clock = clock.Real{}
+	}
+	return &Watcher{
+		opts:   opts,
+		logger: cmp.Or(opts.Logger, slog.New(slog.DiscardHandler)),
+		known:  map[Ref]time.Time{},
+		ready:  make(chan struct{}),
+	}, nil
+}
+
+// Ready is closed after the first complete read: from then on Known
+// answers for every cancellation recorded before Run started.
+func (w *Watcher) Ready() <-chan struct{} { return w.ready }
+
+// Run reads the feed every PollInterval until ctx ends; a failed read is
+// logged and tried again at the next tick. It returns nil.
+func (w *Watcher) Run(ctx context.Context) error {
+	for {
+		if err := w.poll(ctx); err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			w.logger.WarnContext(ctx, "reading cancellations failed; in-flight attempts are aborted once it succeeds", slog.Any("error", err))
+		} else {
+			w.readyOnce.Do(func() { close(w.ready) })
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-w.opts.Clock.After(w.opts.PollInterval):
+		}
+	}
+}
+
+// poll reads everything recorded since the last read (with the overlap),
+// page by page, and applies it.
+func (w *Watcher) poll(ctx context.Context) error {
+	w.mu.Lock()
+	since := w.since
+	w.mu.Unlock()
+	if !since.IsZero() {
+		since = since.Add(-w.opts.Overlap)
+	}
+	for {
+		page, err := w.opts.Feed.CancellationsSince(ctx, since, pageSize)
+		if err != nil {
+			return err
+		}
+		now := w.opts.Clock.Now()
+		w.mu.Lock()
+		for _, c := range page {
+			ref := Ref{Namespace: c.Namespace, ExecutionID: c.ExecutionID}
+			if _, ok := w.known[ref]; !ok {
+				w.known[ref] = now
+			}
+			if c.RecordedAt.After(w.since) {
+				w.since = c.RecordedAt
+			}
+		}
+		for ref, at := range w.known {
+			if now.Sub(at) > w.opts.Retention {
+				delete(w.known, ref)
+			}
+		}
+		w.mu.Unlock()
+		for _, c := range page {
+			w.opts.Registry.Abort(Ref{Namespace: c.Namespace, ExecutionID: c.ExecutionID})
+		}
+		if len(page) < pageSize || !page[len(page)-1].RecordedAt.After(since) {
+			return nil
+		}
+		since = page[len(page)-1].RecordedAt
+	}
+}
+
+// Cancel makes a cancellation just recorded in the store effective on
+// this replica at once: the execution is known cancelled and its attempts
+// in flight here are aborted. It reports whether one was. Other replicas
+// learn of it from the feed.
+func (w *Watcher) Cancel(ref Ref) (abortedHere bool) {
+	w.mu.Lock()
+	if _, ok := w.known[ref]; !ok {
+		w.known[ref] = w.opts.Clock.Now()
+	}
+	w.mu.Unlock()
+	return w.opts.Registry.Abort(ref)
+}
+
+// Known reports whether ref is cancelled, as far as this replica has read.
+func (w *Watcher) Known(ref Ref) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	_, ok := w.known[ref]
+	return ok
+}
+
+// Registry is the registry the Watcher aborts.
+func (w *Watcher) Registry() *Registry { return w.opts.Registry }
