@@ -63,11 +63,11 @@ func (r *Registry) Track(ctx context.Context, ref Ref) (context.Context, func())
 // whether there was one.
 func (r *Registry) Abort(ref Ref) bool {
 	r.mu.Lock()
+	defer r.mu.Unlock()
 	set := r.attempts[ref]
 	for a := range set {
 		a.cancel(ErrAborted)
 	}
-	r.mu.Unlock()
 	return len(set) > 0
 }
 
