@@ -168,5 +168,14 @@ func (w *Watcher) Known(ref Ref) bool {
 	return ok
 }
 
+// Forget drops ref from the known set: its cancellation is no longer in
+// the store (a redrive lifts it). The feed adds it again if it is
+// cancelled anew.
+func (w *Watcher) Forget(ref Ref) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	delete(w.known, ref)
+}
+
 // Registry is the registry the Watcher aborts.
 func (w *Watcher) Registry() *Registry { return w.opts.Registry }

@@ -117,3 +117,25 @@ func kindsOf(e *env, executionID, namespace string) map[string]int {
 	}
 	return out
 }
+
+// TestLiftedCancellationIsDelivered: a cancellation the database no
+// longer holds (a redrive lifts it) but the memory still knows does not
+// drop the request: the memory's yes is confirmed, and forgotten.
+func TestLiftedCancellationIsDelivered(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	f := &fake{}
+	w := e.watch()
+	e.start(f, func(o *pipeline.Options) { o.Cancels = w })
+	req := request(registryv1.Priority_PRIORITY_NORMAL)
+	ref := inflight.Ref{Namespace: testNamespace, ExecutionID: req.ExecutionId}
+	require.NoError(t, e.store.Cancel(t.Context(), testNamespace, req.ExecutionId, time.Now()))
+	require.Eventually(t, func() bool { return w.Known(ref) }, 30*time.Second, 5*time.Millisecond)
+	_, err := e.store.DeleteCancellationsBefore(t.Context(), time.Now().Add(time.Hour))
+	require.NoError(t, err)
+
+	e.dispatch(nil, req)
+	e.waitFor(req.ExecutionId, succeeded, 1)
+	require.Len(t, f.of(req.ExecutionId), 1)
+	require.False(t, w.Known(ref), "forgotten")
+}

@@ -489,7 +489,7 @@ func (p *Pipeline) handle(ctx context.Context, priority, queue string, msg *mess
 		return requeueNow
 	}
 	ref := inflight.Ref{Namespace: req.Namespace, ExecutionID: req.ExecutionId}
-	isCancelled = isCancelled || p.known(ref)
+	isCancelled = isCancelled || p.knownCancelled(ctx, req, ref)
 	if done {
 		// A redelivery (the relay republished it, or a dispatcher died
 		// after its consequences were confirmed but before the ack) of an
@@ -518,7 +518,7 @@ func (p *Pipeline) handle(ctx context.Context, priority, queue string, msg *mess
 	case <-ctx.Done():
 		return requeueNow
 	}
-	if p.known(ref) {
+	if !isCancelled && p.knownCancelled(ctx, req, ref) {
 		// Cancelled while it waited for the slot: still queued, in effect.
 		<-slots
 		return dropCancelled()
@@ -594,25 +594,46 @@ func (p *Pipeline) handle(ctx context.Context, priority, queue string, msg *mess
 	}
 }
 
-// known reports whether the Cancels know ref's execution cancelled: an
-// answer from memory, so it is asked of every request, a first attempt
-// included, without a database round trip.
-func (p *Pipeline) known(ref inflight.Ref) bool {
-	return p.opts.Cancels != nil && p.opts.Cancels.Known(ref)
+// knownCancelled reports whether the Cancels know ref's execution
+// cancelled: an answer from memory, so it is asked of every request, a
+// first attempt included, without a database round trip. A yes (rare) is
+// confirmed by the database, because a redrive lifts a cancellation and
+// the memory does not see rows go: a cancellation the database no longer
+// holds is forgotten and the request delivered. A failed confirmation
+// trusts the memory.
+func (p *Pipeline) knownCancelled(ctx context.Context, req *dispatchv1.DispatchRequest, ref inflight.Ref) bool {
+	if p.opts.Cancels == nil || !p.opts.Cancels.Known(ref) {
+		return false
+	}
+	if p.checks == nil {
+		return true
+	}
+	q := &checkQuery{ref: store.CheckRef{Namespace: req.Namespace, ExecutionID: req.ExecutionId, Attempt: req.Attempt}}
+	select {
+	case err := <-p.checks.submit(q):
+		if err != nil {
+			p.metrics.cancelErrors.Inc()
+			return true
+		}
+		if !q.result.Cancelled {
+			p.opts.Cancels.Forget(ref)
+		}
+		return q.result.Cancelled
+	case <-ctx.Done():
+		return true
+	}
 }
 
 // track runs an attempt of ref under the Cancels' registry: the context
-// it returns is aborted by a cancel of ref. An execution known cancelled
-// by now (its cancel raced the check before the slot) is aborted at once.
-// Without Cancels it is ctx, and release does nothing.
+// it returns is aborted by a cancel of ref. (A cancel that lands between
+// the check after the slot and this registration is not missed: each read
+// of the feed aborts again what was recorded in its overlap.) Without
+// Cancels it is ctx, and release does nothing.
 func (p *Pipeline) track(ctx context.Context, ref inflight.Ref) (context.Context, func()) {
 	if p.opts.Cancels == nil {
 		return ctx, func() {}
 	}
 	attemptCtx, release := p.opts.Cancels.Registry().Track(ctx, ref)
-	if p.opts.Cancels.Known(ref) {
-		p.opts.Cancels.Registry().Abort(ref)
-	}
 	return attemptCtx, sync.OnceFunc(release)
 }
 
