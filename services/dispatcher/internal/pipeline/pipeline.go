@@ -518,7 +518,7 @@ func (p *Pipeline) handle(ctx context.Context, priority, queue string, msg *mess
 	case <-ctx.Done():
 		return requeueNow
 	}
-	if !isCancelled && p.knownCancelled(ctx, req, ref) {
+	if p.knownCancelled(ctx, req, ref) {
 		// Cancelled while it waited for the slot: still queued, in effect.
 		<-slots
 		return dropCancelled()
