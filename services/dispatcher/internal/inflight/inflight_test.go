@@ -123,3 +123,19 @@ func TestNewWatcherValidates(t *testing.T) {
 	_, err = inflight.NewWatcher(inflight.WatcherOptions{Feed: &feed{}, Registry: inflight.NewRegistry(), PollInterval: -1})
 	require.ErrorContains(t, err, "negative")
 }
+
+// TestWatcherFull: past MaxKnown the watcher says it is full, so that the
+// pipeline asks the database rather than trust a "no".
+func TestWatcherFull(t *testing.T) {
+	t.Parallel()
+	w, err := inflight.NewWatcher(inflight.WatcherOptions{Feed: &feed{}, Registry: inflight.NewRegistry(), MaxKnown: 2})
+	require.NoError(t, err)
+	stranger := inflight.Ref{Namespace: "alpha", ExecutionID: "never-cancelled"}
+	w.Cancel(inflight.Ref{Namespace: "alpha", ExecutionID: "1"})
+	w.Cancel(inflight.Ref{Namespace: "alpha", ExecutionID: "2"})
+	require.False(t, w.Known(stranger))
+	require.False(t, w.Full(), "room left: a no is certain")
+	w.Cancel(inflight.Ref{Namespace: "alpha", ExecutionID: "3"})
+	require.False(t, w.Known(inflight.Ref{Namespace: "alpha", ExecutionID: "3"}), "did not fit")
+	require.True(t, w.Full(), "a no is no longer certain")
+}

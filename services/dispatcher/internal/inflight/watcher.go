@@ -22,6 +22,10 @@ const (
 	// DefaultRetention matches the dispatcher's cancellation retention:
 	// what the janitor deletes from the table is forgotten here too.
 	DefaultRetention = 14 * 24 * time.Hour
+	// DefaultMaxKnown bounds the memory of the known set (about 100 bytes
+	// an entry): past it the pipeline asks the database (see
+	// WatcherOptions.MaxKnown).
+	DefaultMaxKnown = 1_000_000
 	// pageSize bounds one read.
 	pageSize = 1000
 )
@@ -40,6 +44,13 @@ type WatcherOptions struct {
 	// PollInterval, Overlap, Retention: defaults DefaultPollInterval,
 	// DefaultOverlap, DefaultRetention.
 	PollInterval, Overlap, Retention time.Duration
+	// MaxKnown caps the known set. A cancellation that does not fit is
+	// not remembered; from then until it is older than Retention, Full
+	// is true and the pipeline asks the database about every request
+	// instead (correct, one round trip slower).
+	// It bounds what a key that cancels made-up ids could make every
+	// replica hold. Default DefaultMaxKnown.
+	MaxKnown int
 	// Clock ticks the polls and ages the known set. Default clock.Real.
 	Clock clock.Clock
 	// Logger receives failed reads. Nil discards.
@@ -49,11 +60,15 @@ type WatcherOptions struct {
 // Watcher follows the cancellations (see the package documentation).
 // Create with NewWatcher, run with Run.
 type Watcher struct {
-	opts      WatcherOptions
-	logger    *slog.Logger
-	mu        sync.Mutex
-	known     map[Ref]time.Time // by when this replica learnt of it
-	since     time.Time         // the newest recorded_at read
+	opts   WatcherOptions
+	logger *slog.Logger
+	mu     sync.Mutex
+	known  map[Ref]time.Time // by when this replica learnt of it
+	since  time.Time         // the newest recorded_at read
+	// refused is when a cancellation last did not fit the known set; the
+	// zero time when none has within the retention.
+	refused   time.Time
+	pruned    time.Time // when the set was last pruned
 	ready     chan struct{}
 	readyOnce sync.Once
 }
@@ -65,12 +80,13 @@ func NewWatcher(opts WatcherOptions) (*Watcher, error) {
 		return nil, errors.New("inflight: Feed is required")
 	case opts.Registry == nil:
 		return nil, errors.New("inflight: Registry is required")
-	case opts.PollInterval < 0 || opts.Overlap < 0 || opts.Retention < 0:
-		return nil, errors.New("inflight: durations must not be negative")
+	case opts.PollInterval < 0 || opts.Overlap < 0 || opts.Retention < 0 || opts.MaxKnown < 0:
+		return nil, errors.New("inflight: durations and MaxKnown must not be negative")
 	}
 	opts.PollInterval = cmp.Or(opts.PollInterval, DefaultPollInterval)
 	opts.Overlap = cmp.Or(opts.Overlap, DefaultOverlap)
 	opts.Retention = cmp.Or(opts.Retention, DefaultRetention)
+	opts.MaxKnown = cmp.Or(opts.MaxKnown, DefaultMaxKnown)
 	if opts.Clock == nil {
 		opts.Clock = clock.Real{}
 	}
@@ -122,18 +138,23 @@ func (w *Watcher) poll(ctx context.Context) error {
 		}
 		now := w.opts.Clock.Now()
 		w.mu.Lock()
-		for _, c := range page {
-			ref := Ref{Namespace: c.Namespace, ExecutionID: c.ExecutionID}
-			if _, ok := w.known[ref]; !ok {
-				w.known[ref] = now
-			}
-			if c.RecordedAt.After(w.since) {
-				w.since = c.RecordedAt
+		// A scan of the whole set holds the lock: once a minute is enough
+		// for entries kept for days.
+		if now.Sub(w.pruned) >= time.Minute {
+			w.pruned = now
+			for ref, at := range w.known {
+				if now.Sub(at) > w.opts.Retention {
+					delete(w.known, ref)
+				}
 			}
 		}
-		for ref, at := range w.known {
-			if now.Sub(at) > w.opts.Retention {
-				delete(w.known, ref)
+		if !w.refused.IsZero() && now.Sub(w.refused) > w.opts.Retention {
+			w.refused = time.Time{}
+		}
+		for _, c := range page {
+			w.remember(Ref{Namespace: c.Namespace, ExecutionID: c.ExecutionID}, now)
+			if c.RecordedAt.After(w.since) {
+				w.since = c.RecordedAt
 			}
 		}
 		w.mu.Unlock()
@@ -153,19 +174,43 @@ func (w *Watcher) poll(ctx context.Context) error {
 // learn of it from the feed.
 func (w *Watcher) Cancel(ref Ref) (abortedHere bool) {
 	w.mu.Lock()
-	if _, ok := w.known[ref]; !ok {
-		w.known[ref] = w.opts.Clock.Now()
-	}
+	w.remember(ref, w.opts.Clock.Now())
 	w.mu.Unlock()
 	return w.opts.Registry.Abort(ref)
 }
 
-// Known reports whether ref is cancelled, as far as this replica has read.
+// remember adds ref to the known set if it fits. Called with mu held.
+func (w *Watcher) remember(ref Ref, now time.Time) {
+	if _, ok := w.known[ref]; ok {
+		return
+	}
+	if len(w.known) >= w.opts.MaxKnown {
+		if w.refused.IsZero() {
+			w.logger.Warn("too many cancellations to keep in memory; every request is checked against the database until they age out",
+				slog.Int("max_known", w.opts.MaxKnown))
+		}
+		w.refused = now
+		return
+	}
+	w.known[ref] = now
+}
+
+// Known reports whether ref is cancelled, as far as this replica has
+// read and remembers: a no is certain unless Full.
 func (w *Watcher) Known(ref Ref) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	_, ok := w.known[ref]
 	return ok
+}
+
+// Full reports whether a cancellation within the retention did not fit the
+// known set (WatcherOptions.MaxKnown): Known's no is then not certain, and
+// the database must be asked.
+func (w *Watcher) Full() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return !w.refused.IsZero()
 }
 
 // Forget drops ref from the known set: its cancellation is no longer in

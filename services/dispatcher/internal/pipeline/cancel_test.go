@@ -19,9 +19,13 @@ import (
 
 // watch runs a cancellation watcher on the env's store until the test
 // ends and returns it.
-func (e *env) watch() *inflight.Watcher {
+func (e *env) watch(mods ...func(*inflight.WatcherOptions)) *inflight.Watcher {
 	e.t.Helper()
-	w, err := inflight.NewWatcher(inflight.WatcherOptions{Feed: e.store, Registry: inflight.NewRegistry(), PollInterval: 20 * time.Millisecond})
+	opts := inflight.WatcherOptions{Feed: e.store, Registry: inflight.NewRegistry(), PollInterval: 20 * time.Millisecond}
+	for _, m := range mods {
+		m(&opts)
+	}
+	w, err := inflight.NewWatcher(opts)
 	require.NoError(e.t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -138,4 +142,35 @@ func TestLiftedCancellationIsDelivered(t *testing.T) {
 	e.waitFor(req.ExecutionId, succeeded, 1)
 	require.Len(t, f.of(req.ExecutionId), 1)
 	require.False(t, w.Known(ref), "forgotten")
+}
+
+// TestCancelledWhileQueuedBeyondMemory: with more cancellations than the
+// watcher keeps in memory, a queued first attempt whose cancellation did
+// not fit is still dropped (asked of the database), and the others are
+// still delivered.
+func TestCancelledWhileQueuedBeyondMemory(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	p, err := pipeline.New(func() pipeline.Options {
+		o := e.opts
+		o.Deliverer, o.Publisher = &fake{}, &nopPublisher{}
+		return o
+	}())
+	require.NoError(t, err)
+	require.NoError(t, broker.DeclareQueues(t.Context(), amqptest.URL(), p.Bindings()...))
+	first, second, other := request(registryv1.Priority_PRIORITY_NORMAL), request(registryv1.Priority_PRIORITY_NORMAL), request(registryv1.Priority_PRIORITY_NORMAL)
+	e.dispatch(nil, first, second, other)
+	require.NoError(t, e.store.Cancel(t.Context(), testNamespace, first.ExecutionId, time.Now()))
+	require.NoError(t, e.store.Cancel(t.Context(), testNamespace, second.ExecutionId, time.Now()))
+
+	f := &fake{}
+	w := e.watch(func(o *inflight.WatcherOptions) { o.MaxKnown = 1 })
+	r := e.start(f, func(o *pipeline.Options) { o.Cancels = w })
+	e.waitFor(first.ExecutionId, cancelled, 1)
+	e.waitFor(second.ExecutionId, cancelled, 1)
+	e.waitFor(other.ExecutionId, succeeded, 1)
+	r.stop(t)
+	require.True(t, w.Full())
+	require.Empty(t, f.of(first.ExecutionId))
+	require.Empty(t, f.of(second.ExecutionId))
 }

@@ -599,28 +599,33 @@ func (p *Pipeline) handle(ctx context.Context, priority, queue string, msg *mess
 // first attempt included, without a database round trip. A yes (rare) is
 // confirmed by the database, because a redrive lifts a cancellation and
 // the memory does not see rows go: a cancellation the database no longer
-// holds is forgotten and the request delivered. A failed confirmation
-// trusts the memory.
+// holds is forgotten and the request delivered. A no is asked of the
+// database too while the memory is full (inflight.Watcher.Full). A failed
+// confirmation trusts the memory.
 func (p *Pipeline) knownCancelled(ctx context.Context, req *dispatchv1.DispatchRequest, ref inflight.Ref) bool {
-	if p.opts.Cancels == nil || !p.opts.Cancels.Known(ref) {
+	if p.opts.Cancels == nil {
+		return false
+	}
+	known := p.opts.Cancels.Known(ref)
+	if !known && !p.opts.Cancels.Full() {
 		return false
 	}
 	if p.checks == nil {
-		return true
+		return known
 	}
 	q := &checkQuery{ref: store.CheckRef{Namespace: req.Namespace, ExecutionID: req.ExecutionId, Attempt: req.Attempt}}
 	select {
 	case err := <-p.checks.submit(q):
 		if err != nil {
 			p.metrics.cancelErrors.Inc()
-			return true
+			return known
 		}
-		if !q.result.Cancelled {
+		if known && !q.result.Cancelled {
 			p.opts.Cancels.Forget(ref)
 		}
 		return q.result.Cancelled
 	case <-ctx.Done():
-		return true
+		return known
 	}
 }
 
