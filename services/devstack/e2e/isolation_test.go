@@ -169,8 +169,12 @@ func isolationCases() map[protoreflect.FullName]matrixCase {
 			return &dispatcherv1.PurgeDeadLetterRequest{Id: a.deadLetterID}
 		}},
 		// A cancellation is recorded under the caller's namespace whether or
-		// not the execution exists (it may be on its way), so B's succeeds
-		// and touches nothing of A's.
+		// not the execution exists (it may be on its way), so B's succeeds,
+		// with the stage RECORDED, and touches nothing of A's: the
+		// dispatchers match queued requests, pending retries and attempts
+		// in flight by (namespace, execution id), so A's execution is
+		// neither dropped nor aborted (services/dispatcher/internal/app:
+		// TestCancelInFlightOnAnotherReplica).
 		dispatcher + "CancelExecution": {role: editor, answers: true, foreign: func(a *tenantA) proto.Message {
 			return &dispatcherv1.CancelExecutionRequest{ExecutionId: a.executionID}
 		}},

@@ -73,6 +73,7 @@ func TestScenarios(t *testing.T) {
 	t.Run("RetriesDeadLetterAlertRedrive", func(t *testing.T) { t.Parallel(); s.retriesDeadLetterAlertRedrive(t) })
 	t.Run("OneTimeJobFiresOnce", func(t *testing.T) { t.Parallel(); s.oneTimeJobFiresOnce(t) })
 	t.Run("DeadlineStopsRetries", func(t *testing.T) { t.Parallel(); s.deadlineStopsRetries(t) })
+	t.Run("CancelInFlight", func(t *testing.T) { t.Parallel(); s.cancelInFlight(t) })
 }
 
 // signedDeliveryPauseRunNow: a job created with the Go client fires; its

@@ -30,6 +30,7 @@ import (
 	"github.com/cronmesh/cronmesh/libs/reqlimit"
 	"github.com/cronmesh/cronmesh/libs/rpcerr"
 	"github.com/cronmesh/cronmesh/libs/targetcheck"
+	"github.com/cronmesh/cronmesh/services/dispatcher/internal/inflight"
 	"github.com/cronmesh/cronmesh/services/dispatcher/internal/pipeline"
 	"github.com/cronmesh/cronmesh/services/dispatcher/internal/store"
 )
@@ -54,7 +55,14 @@ type Store interface {
 	Redrive(ctx context.Context, namespace, id string, publish func(context.Context, store.DeadLetter) error) (store.DeadLetter, error)
 	RedriveMany(ctx context.Context, namespace, jobID string, limit int, publish func(context.Context, []store.DeadLetter) []error) (int, error)
 	PurgeDeadLetter(ctx context.Context, namespace, id string) error
-	Cancel(ctx context.Context, namespace, executionID string, now time.Time) error
+	RecordCancellation(ctx context.Context, namespace, executionID string, now time.Time) (bool, error)
+}
+
+// Canceller makes a recorded cancellation effective on this replica at
+// once and says whether an attempt was in flight here; *inflight.Watcher
+// is one.
+type Canceller interface {
+	Cancel(ref inflight.Ref) (abortedHere bool)
 }
 
 // Options for NewHandler.
@@ -77,6 +85,10 @@ type Options struct {
 	// Targets checks a redrive's target_override as the registry checks a
 	// job's target. Required.
 	Targets *targetcheck.Checker
+	// Cancels, if non-nil, is told of every cancellation once it is
+	// recorded: an attempt in flight on this replica is aborted without
+	// waiting for the cancellation feed. Nil leaves it to the feed.
+	Cancels Canceller
 	// Clock gives cancellation times. Default clock.Real.
 	Clock clock.Clock
 	// Logger receives internal errors. Nil discards.
@@ -246,7 +258,12 @@ func (h *Handler) PurgeDeadLetter(ctx context.Context, req *connect.Request[disp
 
 // CancelExecution implements DispatchService.CancelExecution: idempotent;
 // an execution id the dispatcher never saw is recorded all the same (it may
-// be on its way), so the call cannot tell a caller whether it existed.
+// be on its way), so the call cannot tell a caller whether it existed. The
+// record is committed before the answer (it survives a restart) and is
+// keyed by the caller's namespace: another namespace's execution of the
+// same id never matches it. The stage is IN_FLIGHT when this replica had
+// an attempt running (aborted now), RECORDED otherwise (package inflight
+// carries the cancel to the other replicas).
 func (h *Handler) CancelExecution(ctx context.Context, req *connect.Request[dispatcherv1.CancelExecutionRequest]) (*connect.Response[dispatcherv1.CancelExecutionResponse], error) {
 	ns, err := namespace(ctx)
 	if err != nil {
@@ -258,10 +275,15 @@ func (h *Handler) CancelExecution(ctx context.Context, req *connect.Request[disp
 	case !isUUID(req.Msg.ExecutionId):
 		return nil, invalid([]*errdetails.BadRequest_FieldViolation{violation("execution_id", "is not an execution id (a UUID)")})
 	}
-	if err := h.opts.Store.Cancel(ctx, ns, req.Msg.ExecutionId, h.opts.Clock.Now()); err != nil {
+	recorded, err := h.opts.Store.RecordCancellation(ctx, ns, req.Msg.ExecutionId, h.opts.Clock.Now())
+	if err != nil {
 		return nil, h.toConnect(ctx, "CancelExecution", err)
 	}
-	return connect.NewResponse(&dispatcherv1.CancelExecutionResponse{}), nil
+	res := &dispatcherv1.CancelExecutionResponse{Stage: dispatcherv1.CancelStage_CANCEL_STAGE_RECORDED, AlreadyCancelled: !recorded}
+	if h.opts.Cancels != nil && h.opts.Cancels.Cancel(inflight.Ref{Namespace: ns, ExecutionID: uuid.MustParse(req.Msg.ExecutionId).String()}) {
+		res.Stage = dispatcherv1.CancelStage_CANCEL_STAGE_IN_FLIGHT
+	}
+	return connect.NewResponse(res), nil
 }
 
 // publish sends a redriven request to its priority's dispatch queue and

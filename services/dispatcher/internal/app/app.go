@@ -30,6 +30,7 @@ import (
 	"github.com/cronmesh/cronmesh/libs/telemetry"
 	"github.com/cronmesh/cronmesh/services/dispatcher/internal/api"
 	"github.com/cronmesh/cronmesh/services/dispatcher/internal/deliver"
+	"github.com/cronmesh/cronmesh/services/dispatcher/internal/inflight"
 	"github.com/cronmesh/cronmesh/services/dispatcher/internal/pipeline"
 	"github.com/cronmesh/cronmesh/services/dispatcher/internal/store"
 )
@@ -229,6 +230,7 @@ type App struct {
 	targets   *broker.Publisher // AMQP targets' publisher; nil with WithDeliverer
 	pipeline  *pipeline.Pipeline
 	drainer   *pipeline.Drainer
+	cancels   *inflight.Watcher
 	server    *server.Server
 	keys      *keyring.Ring
 	closeOnce sync.Once
@@ -323,11 +325,21 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger, opts ...Option) (
 			return nil, err
 		}
 	}
+	a.cancels, err = inflight.NewWatcher(inflight.WatcherOptions{
+		Feed:      a.store,
+		Registry:  inflight.NewRegistry(),
+		Retention: cfg.CancellationRetention,
+		Logger:    logger.With(slog.String("component", "cancellations")),
+	})
+	if err != nil {
+		return nil, err
+	}
 	a.pipeline, err = pipeline.New(pipeline.Options{
 		AMQPURL:            cfg.AMQPURL,
 		Publisher:          a.publisher,
 		Deliverer:          deliverer,
 		Checks:             a.store,
+		Cancels:            a.cancels,
 		DispatchExchange:   cfg.DispatchExchange,
 		DispatchQueue:      cfg.DispatchQueue,
 		RetryExchange:      cfg.RetryExchange,
@@ -380,6 +392,7 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger, opts ...Option) (
 		Publisher:        a.publisher,
 		DispatchExchange: cfg.DispatchExchange,
 		Targets:          targetcheck.New(amqpPolicy),
+		Cancels:          a.cancels,
 		Propagator:       a.telemetry.Propagator,
 		Logger:           logger.With(slog.String("component", "api")),
 	})
@@ -409,7 +422,7 @@ func (a *App) Run(ctx context.Context) error {
 	bg, stop := context.WithCancel(ctx)
 	defer stop()
 	var wg sync.WaitGroup
-	errs := make(chan error, 4)
+	errs := make(chan error, 5)
 	start := func(name string, run func(context.Context) error) {
 		wg.Go(func() {
 			if err := run(bg); err != nil {
@@ -418,6 +431,7 @@ func (a *App) Run(ctx context.Context) error {
 			}
 		})
 	}
+	start("cancellation watcher", a.cancels.Run)
 	start("pipeline", a.pipeline.Run)
 	start("dead-letter drainer", a.drainer.Run)
 	start("janitor", a.janitor)

@@ -110,13 +110,20 @@ func startDispatcher(t *testing.T, options ...dispatcherOption) *dispatcher {
 	}
 	d := &dispatcher{target: &target{}, events: &events{}}
 	appOpts := []app.Option{app.WithDeliverer(d.target)}
+	ownQueues := cfg.DispatchQueue
 	for _, o := range options {
 		o(&cfg, &appOpts)
 	}
 	d.cfg = cfg
 	eventsQueue := amqptest.DeclareTopicQueue(t, cfg.ExecutionsExchange, "#")
 	d.events.consume(t, eventsQueue)
+	// A replica on another dispatcher's names (replicaOf) leaves their
+	// deletion to it: deleting queues under a running dispatcher closes its
+	// channels.
 	t.Cleanup(func() {
+		if cfg.DispatchQueue != ownQueues {
+			return
+		}
 		ch := amqptest.Channel(t)
 		queues := []string{cfg.DeadQueue}
 		for _, b := range broker.DispatchQueues(cfg.DispatchExchange, cfg.DispatchQueue) {

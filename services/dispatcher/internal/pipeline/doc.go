@@ -48,13 +48,18 @@
 //     one query, batched across workers. A failed look-up delivers: a
 //     database outage must not stop delivery, and the dedupe and
 //     cancelling are best-effort while the database is away. The look-up
-//     is skipped for what can be neither: attempt 1 (cancelling drops
-//     retries) on its first delivery (no broker.RedeliveredHeader, no
-//     x-delivery-count) of its first publish (no
-//     outbox.PossibleDuplicateHeader, which the relay sets on every row it
-//     may have published before): nearly every message.
-//  3. Emit STARTED; deliver, in the message's trace (broker.ExtractTrace,
-//     a consumer span with the messaging attributes). Every event is
+//     is skipped for what cannot have completed: attempt 1 on its first
+//     delivery (no broker.RedeliveredHeader, no x-delivery-count) of its
+//     first publish (no outbox.PossibleDuplicateHeader, which the relay
+//     sets on every row it may have published before): nearly every
+//     message. Whether such a request is cancelled is answered from
+//     memory (Options.Cancels, package inflight: every cancellation
+//     recorded, followed as a feed), before and again after the wait for a
+//     delivery slot.
+//  3. Emit STARTED; deliver, under a context that a cancel of the
+//     execution aborts (inflight.Registry): an aborted attempt emits
+//     CANCELLED, is not retried and completes the execution. Deliver in
+//     the message's trace (broker.ExtractTrace, a consumer span with the messaging attributes). Every event is
 //     created under a span of the attempt whose context it carries
 //     (events of many executions share a broker message), and retries and
 //     dead letters are published under producer spans whose context the

@@ -61,7 +61,7 @@ func newMetrics() metrics {
 		}),
 		cancelled: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "executions_cancelled_total",
-			Help: "Dispatch requests not delivered because their execution was cancelled.",
+			Help: "Dispatch requests of cancelled executions: dropped before delivery, or aborted in flight.",
 		}),
 		deadlineExceeded: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "deadline_exceeded_total",

@@ -30,6 +30,7 @@ import (
 	"github.com/cronmesh/cronmesh/libs/clock"
 	"github.com/cronmesh/cronmesh/libs/outbox"
 	"github.com/cronmesh/cronmesh/services/dispatcher/internal/deliver"
+	"github.com/cronmesh/cronmesh/services/dispatcher/internal/inflight"
 	"github.com/cronmesh/cronmesh/services/dispatcher/internal/store"
 )
 
@@ -106,6 +107,13 @@ type Options struct {
 	// memory (still deduplicating) and recorded again every
 	// RecordRetryInterval. Nil checks nothing.
 	Checks Checks
+	// Cancels, if non-nil, stops cancelled executions at every stage: a
+	// request whose execution it knows cancelled is dropped without a
+	// look-up (a queued first attempt included), and every attempt runs
+	// tracked in its Registry, so that a cancel aborts it in flight (see
+	// package inflight). Run waits up to CancelTimeout for its first read
+	// before consuming. Its Run is the caller's to start.
+	Cancels *inflight.Watcher
 	// UnrecordedCapacity bounds the completions held in memory while they
 	// cannot be recorded. Default DefaultUnrecordedCapacity.
 	UnrecordedCapacity int
@@ -363,6 +371,15 @@ func (p *Pipeline) Run(ctx context.Context) error {
 	if err := cfg.ValidateSubscriber(); err != nil {
 		return fmt.Errorf("pipeline: subscriber config: %w", err)
 	}
+	if o.Cancels != nil {
+		select {
+		case <-o.Cancels.Ready():
+		case <-o.Clock.After(o.CancelTimeout):
+			p.logger.WarnContext(ctx, "consuming before the cancellations could be read: a queued first attempt of a cancelled execution may be delivered, then aborted")
+		case <-ctx.Done():
+			return nil
+		}
+	}
 	sub, subs := subscribe(ctx, cfg, subscriptions, p.logger, o.Clock, newBackoff(o.Backoff, o.MaxBackoff))
 	if sub == nil {
 		return nil // ctx ended before the broker could be reached
@@ -471,6 +488,8 @@ func (p *Pipeline) handle(ctx context.Context, priority, queue string, msg *mess
 	if ctx.Err() != nil {
 		return requeueNow
 	}
+	ref := inflight.Ref{Namespace: req.Namespace, ExecutionID: req.ExecutionId}
+	isCancelled = isCancelled || p.knownCancelled(ctx, req, ref)
 	if done {
 		// A redelivery (the relay republished it, or a dispatcher died
 		// after its consequences were confirmed but before the ack) of an
@@ -479,12 +498,15 @@ func (p *Pipeline) handle(ctx context.Context, priority, queue string, msg *mess
 		span.SetAttributes(attribute.String("cronmesh.dispatch.outcome", "duplicate"))
 		return ack
 	}
-	if isCancelled {
+	dropCancelled := func() verdict {
 		p.metrics.cancelled.Inc()
 		span.SetAttributes(attribute.String("cronmesh.dispatch.outcome", "cancelled"))
 		wait := p.emit(ctx, newEvent(eventsv1.ExecutionEventKind_EXECUTION_EVENT_KIND_CANCELLED, req, p.opts.Clock.Now(), attemptInfo{},
 			"cancelled through CancelExecution", traceID))
 		return p.await(ctx, span, nil, wait)
+	}
+	if isCancelled {
+		return dropCancelled()
 	}
 
 	if reason := attemptPastDeadline(req, p.opts.Clock.Now()); reason != "" {
@@ -501,19 +523,29 @@ func (p *Pipeline) handle(ctx context.Context, priority, queue string, msg *mess
 	case <-ctx.Done():
 		return requeueNow
 	}
+	if p.knownCancelled(ctx, req, ref) {
+		// Cancelled while it waited for the slot: still queued, in effect.
+		<-slots
+		return dropCancelled()
+	}
 	if reason := attemptPastDeadline(req, p.opts.Clock.Now()); reason != "" {
 		<-slots
 		return p.expired(ctx, span, req, reason, traceID)
 	}
+	attemptCtx, release := p.track(ctx, ref)
+	defer release()
 	startTime := p.opts.Clock.Now()
 	started := p.emit(ctx, newEvent(eventsv1.ExecutionEventKind_EXECUTION_EVENT_KIND_STARTED, req, startTime, attemptInfo{start: startTime}, "", traceID))
 	p.metrics.inFlight.Inc()
 	begin := time.Now()
 	p.metrics.startDelay.Observe(begin.Sub(taken).Seconds())
-	out := p.deliver(ctx, req)
+	out := p.deliver(attemptCtx, req)
 	elapsed := time.Since(begin)
 	p.metrics.inFlight.Dec()
 	<-slots
+	// An attempt that succeeded as its cancel arrived stays a success.
+	aborted := inflight.Aborted(attemptCtx) && out.Result != deliver.Succeeded
+	release()
 	if ctx.Err() != nil {
 		// Shutdown interrupted the attempt: its result says nothing about
 		// the target. Requeued, it is attempted again by the next
@@ -544,6 +576,11 @@ func (p *Pipeline) handle(ctx context.Context, priority, queue string, msg *mess
 		retryable = pastDeadline == ""
 	}
 	switch {
+	case aborted:
+		p.metrics.cancelled.Inc()
+		span.SetAttributes(attribute.String("cronmesh.dispatch.outcome", "cancelled"))
+		cancelled := event(eventsv1.ExecutionEventKind_EXECUTION_EVENT_KIND_CANCELLED, "cancelled through CancelExecution; the attempt in flight was aborted")
+		return p.completed(ctx, req, p.await(ctx, span, nil, started, cancelled), true, now)
 	case out.Result == deliver.Succeeded:
 		v := p.await(ctx, span, nil, started, event(eventsv1.ExecutionEventKind_EXECUTION_EVENT_KIND_SUCCEEDED, out.Reason))
 		return p.completed(ctx, req, v, true, now)
@@ -590,6 +627,54 @@ func (p *Pipeline) expired(ctx context.Context, span trace.Span, req *dispatchv1
 		p.metrics.deadLetters.Inc()
 	}
 	return p.completed(ctx, req, p.await(ctx, span, err, dead), true, now)
+}
+
+// knownCancelled reports whether the Cancels know ref's execution
+// cancelled: an answer from memory, so it is asked of every request, a
+// first attempt included, without a database round trip. A yes (rare) is
+// confirmed by the database, because a redrive lifts a cancellation and
+// the memory does not see rows go: a cancellation the database no longer
+// holds is forgotten and the request delivered. A no is asked of the
+// database too while the memory is full (inflight.Watcher.Full). A failed
+// confirmation trusts the memory.
+func (p *Pipeline) knownCancelled(ctx context.Context, req *dispatchv1.DispatchRequest, ref inflight.Ref) bool {
+	if p.opts.Cancels == nil {
+		return false
+	}
+	known := p.opts.Cancels.Known(ref)
+	if !known && !p.opts.Cancels.Full() {
+		return false
+	}
+	if p.checks == nil {
+		return known
+	}
+	q := &checkQuery{ref: store.CheckRef{Namespace: req.Namespace, ExecutionID: req.ExecutionId, Attempt: req.Attempt}}
+	select {
+	case err := <-p.checks.submit(q):
+		if err != nil {
+			p.metrics.cancelErrors.Inc()
+			return known
+		}
+		if known && !q.result.Cancelled {
+			p.opts.Cancels.Forget(ref)
+		}
+		return q.result.Cancelled
+	case <-ctx.Done():
+		return known
+	}
+}
+
+// track runs an attempt of ref under the Cancels' registry: the context
+// it returns is aborted by a cancel of ref. (A cancel that lands between
+// the check after the slot and this registration is not missed: each read
+// of the feed aborts again what was recorded in its overlap.) Without
+// Cancels it is ctx, and release does nothing.
+func (p *Pipeline) track(ctx context.Context, ref inflight.Ref) (context.Context, func()) {
+	if p.opts.Cancels == nil {
+		return ctx, func() {}
+	}
+	attemptCtx, release := p.opts.Cancels.Registry().Track(ctx, ref)
+	return attemptCtx, sync.OnceFunc(release)
 }
 
 // deliver calls the Deliverer, turning a panic into a Permanent failure:
@@ -738,14 +823,15 @@ func (p *Pipeline) precheck(ctx context.Context, req *dispatchv1.DispatchRequest
 }
 
 // mayRepeat reports whether req, with its message's metadata md, can be
-// an attempt that completed already or a cancelled retry, the two things
-// the look-up answers. Neither can a slot's first attempt (attempt 1;
-// CancelExecution drops retries, and a redrive goes on from a later
-// attempt) on its first delivery (not flagged redelivered by the broker)
-// of its first publish (not flagged by the trigger's outbox relay as
-// possibly published before): that is nearly every message, and skipping
-// its look-up keeps a database round trip, 19-28 ms at p99 on a saturated
-// host, off the way to the target.
+// an attempt that completed already, which the look-up answers (with
+// whether its execution is cancelled). A slot's first attempt (attempt 1;
+// a redrive goes on from a later attempt) cannot on its first delivery
+// (not flagged redelivered by the broker) of its first publish (not
+// flagged by the trigger's outbox relay as possibly published before):
+// that is nearly every message, and skipping its look-up keeps a database
+// round trip, 19-28 ms at p99 on a saturated host, off the way to the
+// target. Whether it is cancelled is answered from memory instead
+// (Options.Cancels).
 func mayRepeat(req *dispatchv1.DispatchRequest, md message.Metadata) bool {
 	return req.GetAttempt() > 1 ||
 		md.Get(broker.RedeliveredHeader) != "" ||

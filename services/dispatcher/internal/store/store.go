@@ -406,16 +406,56 @@ type ExecutionRef struct {
 // when executionID is not a UUID. The store cannot tell a pending execution
 // from an unknown one (it knows neither), so both are recorded.
 func (s *Store) Cancel(ctx context.Context, namespace, executionID string, now time.Time) error {
+	_, err := s.RecordCancellation(ctx, namespace, executionID, now)
+	return err
+}
+
+// RecordCancellation is Cancel that also says whether this call recorded
+// the cancellation (false: the execution was cancelled already).
+func (s *Store) RecordCancellation(ctx context.Context, namespace, executionID string, now time.Time) (bool, error) {
 	id, err := uuid.Parse(executionID)
 	if err != nil {
-		return ErrInvalidID
+		return false, ErrInvalidID
 	}
-	if _, err := s.pool.Exec(ctx, `
+	tag, err := s.pool.Exec(ctx, `
 		INSERT INTO cancellations (execution_id, namespace, cancel_time) VALUES ($1, $2, $3)
-		ON CONFLICT DO NOTHING`, id, namespace, micros(now)); err != nil {
-		return fmt.Errorf("cancel execution %s: %w", executionID, err)
+		ON CONFLICT DO NOTHING`, id, namespace, micros(now))
+	if err != nil {
+		return false, fmt.Errorf("cancel execution %s: %w", executionID, err)
 	}
-	return nil
+	return tag.RowsAffected() == 1, nil
+}
+
+// Cancellation is one recorded cancellation, as the feed reads it.
+type Cancellation struct {
+	ExecutionRef
+	// RecordedAt is the database's time of the record: the feed's order.
+	RecordedAt time.Time
+}
+
+// CancellationsSince returns the cancellations recorded at or after since
+// (the database's clock), oldest first, at most limit. The zero since
+// reads from the beginning.
+func (s *Store) CancellationsSince(ctx context.Context, since time.Time, limit int) ([]Cancellation, error) {
+	rows, err := s.pool.Query(ctx, `
+		SELECT execution_id, namespace, recorded_at FROM cancellations
+		WHERE recorded_at >= $1 ORDER BY recorded_at LIMIT $2`, since, limit)
+	if err != nil {
+		return nil, fmt.Errorf("read cancellations: %w", err)
+	}
+	var (
+		out []Cancellation
+		id  uuid.UUID
+		c   Cancellation
+	)
+	if _, err := pgx.ForEachRow(rows, []any{&id, &c.Namespace, &c.RecordedAt}, func() error {
+		c.ExecutionID = id.String()
+		out = append(out, c)
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("read cancellations: %w", err)
+	}
+	return out, nil
 }
 
 // Cancelled reports, for each ref, whether that execution of that

@@ -411,3 +411,39 @@ func TestCheck(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, got)
 }
+
+// TestCancellationFeed: RecordCancellation says whether it recorded; the
+// feed returns the records in the database's order, from a point, by page.
+func TestCancellationFeed(t *testing.T) {
+	t.Parallel()
+	s := newStore(t)
+	ctx := t.Context()
+	a, b := uuid.NewString(), uuid.NewString()
+	first, err := s.RecordCancellation(ctx, "alpha", a, time.Now())
+	require.NoError(t, err)
+	require.True(t, first)
+	again, err := s.RecordCancellation(ctx, "alpha", a, time.Now())
+	require.NoError(t, err)
+	require.False(t, again, "already cancelled")
+	other, err := s.RecordCancellation(ctx, "beta", a, time.Now())
+	require.NoError(t, err)
+	require.True(t, other, "another namespace's cancellation of the same id is its own")
+	_, err = s.RecordCancellation(ctx, "alpha", b, time.Now())
+	require.NoError(t, err)
+
+	all, err := s.CancellationsSince(ctx, time.Time{}, 10)
+	require.NoError(t, err)
+	require.Len(t, all, 3)
+	require.Equal(t, store.ExecutionRef{Namespace: "alpha", ExecutionID: a}, all[0].ExecutionRef)
+	require.Equal(t, store.ExecutionRef{Namespace: "beta", ExecutionID: a}, all[1].ExecutionRef)
+	require.Equal(t, store.ExecutionRef{Namespace: "alpha", ExecutionID: b}, all[2].ExecutionRef)
+	page, err := s.CancellationsSince(ctx, time.Time{}, 2)
+	require.NoError(t, err)
+	require.Len(t, page, 2)
+	rest, err := s.CancellationsSince(ctx, all[2].RecordedAt, 10)
+	require.NoError(t, err)
+	require.Len(t, rest, 1, "since is inclusive")
+	none, err := s.CancellationsSince(ctx, all[2].RecordedAt.Add(time.Microsecond), 10)
+	require.NoError(t, err)
+	require.Empty(t, none)
+}

@@ -25,6 +25,65 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// CancelStage says where a cancel found its execution.
+type CancelStage int32
+
+const (
+	CancelStage_CANCEL_STAGE_UNSPECIFIED CancelStage = 0
+	// An attempt was in flight on the dispatcher that answered: its request
+	// was aborted, and no retry follows.
+	CancelStage_CANCEL_STAGE_IN_FLIGHT CancelStage = 1
+	// No attempt was in flight on the dispatcher that answered. The
+	// execution is queued (its first attempt is dropped when met), waits for
+	// a retry (not delivered), has an attempt in flight on another replica
+	// (aborted within a second), or has already finished (unchanged: its
+	// history says which). The dispatcher does not keep an execution's state
+	// per namespace, so it cannot tell these apart without telling one
+	// tenant about another's execution.
+	CancelStage_CANCEL_STAGE_RECORDED CancelStage = 2
+)
+
+// Enum value maps for CancelStage.
+var (
+	CancelStage_name = map[int32]string{
+		0: "CANCEL_STAGE_UNSPECIFIED",
+		1: "CANCEL_STAGE_IN_FLIGHT",
+		2: "CANCEL_STAGE_RECORDED",
+	}
+	CancelStage_value = map[string]int32{
+		"CANCEL_STAGE_UNSPECIFIED": 0,
+		"CANCEL_STAGE_IN_FLIGHT":   1,
+		"CANCEL_STAGE_RECORDED":    2,
+	}
+)
+
+func (x CancelStage) Enum() *CancelStage {
+	p := new(CancelStage)
+	*p = x
+	return p
+}
+
+func (x CancelStage) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (CancelStage) Descriptor() protoreflect.EnumDescriptor {
+	return file_cronmesh_dispatcher_v1_dispatch_service_proto_enumTypes[0].Descriptor()
+}
+
+func (CancelStage) Type() protoreflect.EnumType {
+	return &file_cronmesh_dispatcher_v1_dispatch_service_proto_enumTypes[0]
+}
+
+func (x CancelStage) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use CancelStage.Descriptor instead.
+func (CancelStage) EnumDescriptor() ([]byte, []int) {
+	return file_cronmesh_dispatcher_v1_dispatch_service_proto_rawDescGZIP(), []int{0}
+}
+
 // DeadLetter is an execution that exhausted its retries or failed with a
 // non-retryable error.
 type DeadLetter struct {
@@ -577,9 +636,15 @@ func (x *CancelExecutionRequest) GetExecutionId() string {
 }
 
 type CancelExecutionResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Where the cancel found the execution, as far as the answering
+	// dispatcher can tell.
+	Stage CancelStage `protobuf:"varint,1,opt,name=stage,proto3,enum=cronmesh.dispatcher.v1.CancelStage" json:"stage,omitempty"`
+	// The execution was cancelled by an earlier call; this one changed
+	// nothing.
+	AlreadyCancelled bool `protobuf:"varint,2,opt,name=already_cancelled,json=alreadyCancelled,proto3" json:"already_cancelled,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *CancelExecutionResponse) Reset() {
@@ -610,6 +675,20 @@ func (x *CancelExecutionResponse) ProtoReflect() protoreflect.Message {
 // Deprecated: Use CancelExecutionResponse.ProtoReflect.Descriptor instead.
 func (*CancelExecutionResponse) Descriptor() ([]byte, []int) {
 	return file_cronmesh_dispatcher_v1_dispatch_service_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *CancelExecutionResponse) GetStage() CancelStage {
+	if x != nil {
+		return x.Stage
+	}
+	return CancelStage_CANCEL_STAGE_UNSPECIFIED
+}
+
+func (x *CancelExecutionResponse) GetAlreadyCancelled() bool {
+	if x != nil {
+		return x.AlreadyCancelled
+	}
+	return false
 }
 
 var File_cronmesh_dispatcher_v1_dispatch_service_proto protoreflect.FileDescriptor
@@ -651,8 +730,14 @@ const file_cronmesh_dispatcher_v1_dispatch_service_proto_rawDesc = "" +
 	"\x02id\x18\x01 \x01(\tR\x02id\"\x19\n" +
 	"\x17PurgeDeadLetterResponse\";\n" +
 	"\x16CancelExecutionRequest\x12!\n" +
-	"\fexecution_id\x18\x01 \x01(\tR\vexecutionId\"\x19\n" +
-	"\x17CancelExecutionResponse2\x86\x05\n" +
+	"\fexecution_id\x18\x01 \x01(\tR\vexecutionId\"\x81\x01\n" +
+	"\x17CancelExecutionResponse\x129\n" +
+	"\x05stage\x18\x01 \x01(\x0e2#.cronmesh.dispatcher.v1.CancelStageR\x05stage\x12+\n" +
+	"\x11already_cancelled\x18\x02 \x01(\bR\x10alreadyCancelled*b\n" +
+	"\vCancelStage\x12\x1c\n" +
+	"\x18CANCEL_STAGE_UNSPECIFIED\x10\x00\x12\x1a\n" +
+	"\x16CANCEL_STAGE_IN_FLIGHT\x10\x01\x12\x19\n" +
+	"\x15CANCEL_STAGE_RECORDED\x10\x022\x86\x05\n" +
 	"\x0fDispatchService\x12{\n" +
 	"\x0fListDeadLetters\x12..cronmesh.dispatcher.v1.ListDeadLettersRequest\x1a/.cronmesh.dispatcher.v1.ListDeadLettersResponse\"\a\xe0\xab\x19\x01\x90\x02\x01\x12~\n" +
 	"\x11RedriveDeadLetter\x120.cronmesh.dispatcher.v1.RedriveDeadLetterRequest\x1a1.cronmesh.dispatcher.v1.RedriveDeadLetterResponse\"\x04\xe0\xab\x19\x02\x12\x81\x01\n" +
@@ -672,44 +757,47 @@ func file_cronmesh_dispatcher_v1_dispatch_service_proto_rawDescGZIP() []byte {
 	return file_cronmesh_dispatcher_v1_dispatch_service_proto_rawDescData
 }
 
+var file_cronmesh_dispatcher_v1_dispatch_service_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
 var file_cronmesh_dispatcher_v1_dispatch_service_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
 var file_cronmesh_dispatcher_v1_dispatch_service_proto_goTypes = []any{
-	(*DeadLetter)(nil),                 // 0: cronmesh.dispatcher.v1.DeadLetter
-	(*ListDeadLettersRequest)(nil),     // 1: cronmesh.dispatcher.v1.ListDeadLettersRequest
-	(*ListDeadLettersResponse)(nil),    // 2: cronmesh.dispatcher.v1.ListDeadLettersResponse
-	(*RedriveDeadLetterRequest)(nil),   // 3: cronmesh.dispatcher.v1.RedriveDeadLetterRequest
-	(*RedriveDeadLetterResponse)(nil),  // 4: cronmesh.dispatcher.v1.RedriveDeadLetterResponse
-	(*RedriveDeadLettersRequest)(nil),  // 5: cronmesh.dispatcher.v1.RedriveDeadLettersRequest
-	(*RedriveDeadLettersResponse)(nil), // 6: cronmesh.dispatcher.v1.RedriveDeadLettersResponse
-	(*PurgeDeadLetterRequest)(nil),     // 7: cronmesh.dispatcher.v1.PurgeDeadLetterRequest
-	(*PurgeDeadLetterResponse)(nil),    // 8: cronmesh.dispatcher.v1.PurgeDeadLetterResponse
-	(*CancelExecutionRequest)(nil),     // 9: cronmesh.dispatcher.v1.CancelExecutionRequest
-	(*CancelExecutionResponse)(nil),    // 10: cronmesh.dispatcher.v1.CancelExecutionResponse
-	(*timestamppb.Timestamp)(nil),      // 11: google.protobuf.Timestamp
-	(*v1.DispatchRequest)(nil),         // 12: cronmesh.dispatch.v1.DispatchRequest
-	(*v11.Target)(nil),                 // 13: cronmesh.registry.v1.Target
+	(CancelStage)(0),                   // 0: cronmesh.dispatcher.v1.CancelStage
+	(*DeadLetter)(nil),                 // 1: cronmesh.dispatcher.v1.DeadLetter
+	(*ListDeadLettersRequest)(nil),     // 2: cronmesh.dispatcher.v1.ListDeadLettersRequest
+	(*ListDeadLettersResponse)(nil),    // 3: cronmesh.dispatcher.v1.ListDeadLettersResponse
+	(*RedriveDeadLetterRequest)(nil),   // 4: cronmesh.dispatcher.v1.RedriveDeadLetterRequest
+	(*RedriveDeadLetterResponse)(nil),  // 5: cronmesh.dispatcher.v1.RedriveDeadLetterResponse
+	(*RedriveDeadLettersRequest)(nil),  // 6: cronmesh.dispatcher.v1.RedriveDeadLettersRequest
+	(*RedriveDeadLettersResponse)(nil), // 7: cronmesh.dispatcher.v1.RedriveDeadLettersResponse
+	(*PurgeDeadLetterRequest)(nil),     // 8: cronmesh.dispatcher.v1.PurgeDeadLetterRequest
+	(*PurgeDeadLetterResponse)(nil),    // 9: cronmesh.dispatcher.v1.PurgeDeadLetterResponse
+	(*CancelExecutionRequest)(nil),     // 10: cronmesh.dispatcher.v1.CancelExecutionRequest
+	(*CancelExecutionResponse)(nil),    // 11: cronmesh.dispatcher.v1.CancelExecutionResponse
+	(*timestamppb.Timestamp)(nil),      // 12: google.protobuf.Timestamp
+	(*v1.DispatchRequest)(nil),         // 13: cronmesh.dispatch.v1.DispatchRequest
+	(*v11.Target)(nil),                 // 14: cronmesh.registry.v1.Target
 }
 var file_cronmesh_dispatcher_v1_dispatch_service_proto_depIdxs = []int32{
-	11, // 0: cronmesh.dispatcher.v1.DeadLetter.nominal_time:type_name -> google.protobuf.Timestamp
-	11, // 1: cronmesh.dispatcher.v1.DeadLetter.dead_time:type_name -> google.protobuf.Timestamp
-	12, // 2: cronmesh.dispatcher.v1.DeadLetter.request:type_name -> cronmesh.dispatch.v1.DispatchRequest
-	0,  // 3: cronmesh.dispatcher.v1.ListDeadLettersResponse.dead_letters:type_name -> cronmesh.dispatcher.v1.DeadLetter
-	13, // 4: cronmesh.dispatcher.v1.RedriveDeadLetterRequest.target_override:type_name -> cronmesh.registry.v1.Target
-	1,  // 5: cronmesh.dispatcher.v1.DispatchService.ListDeadLetters:input_type -> cronmesh.dispatcher.v1.ListDeadLettersRequest
-	3,  // 6: cronmesh.dispatcher.v1.DispatchService.RedriveDeadLetter:input_type -> cronmesh.dispatcher.v1.RedriveDeadLetterRequest
-	5,  // 7: cronmesh.dispatcher.v1.DispatchService.RedriveDeadLetters:input_type -> cronmesh.dispatcher.v1.RedriveDeadLettersRequest
-	7,  // 8: cronmesh.dispatcher.v1.DispatchService.PurgeDeadLetter:input_type -> cronmesh.dispatcher.v1.PurgeDeadLetterRequest
-	9,  // 9: cronmesh.dispatcher.v1.DispatchService.CancelExecution:input_type -> cronmesh.dispatcher.v1.CancelExecutionRequest
-	2,  // 10: cronmesh.dispatcher.v1.DispatchService.ListDeadLetters:output_type -> cronmesh.dispatcher.v1.ListDeadLettersResponse
-	4,  // 11: cronmesh.dispatcher.v1.DispatchService.RedriveDeadLetter:output_type -> cronmesh.dispatcher.v1.RedriveDeadLetterResponse
-	6,  // 12: cronmesh.dispatcher.v1.DispatchService.RedriveDeadLetters:output_type -> cronmesh.dispatcher.v1.RedriveDeadLettersResponse
-	8,  // 13: cronmesh.dispatcher.v1.DispatchService.PurgeDeadLetter:output_type -> cronmesh.dispatcher.v1.PurgeDeadLetterResponse
-	10, // 14: cronmesh.dispatcher.v1.DispatchService.CancelExecution:output_type -> cronmesh.dispatcher.v1.CancelExecutionResponse
-	10, // [10:15] is the sub-list for method output_type
-	5,  // [5:10] is the sub-list for method input_type
-	5,  // [5:5] is the sub-list for extension type_name
-	5,  // [5:5] is the sub-list for extension extendee
-	0,  // [0:5] is the sub-list for field type_name
+	12, // 0: cronmesh.dispatcher.v1.DeadLetter.nominal_time:type_name -> google.protobuf.Timestamp
+	12, // 1: cronmesh.dispatcher.v1.DeadLetter.dead_time:type_name -> google.protobuf.Timestamp
+	13, // 2: cronmesh.dispatcher.v1.DeadLetter.request:type_name -> cronmesh.dispatch.v1.DispatchRequest
+	1,  // 3: cronmesh.dispatcher.v1.ListDeadLettersResponse.dead_letters:type_name -> cronmesh.dispatcher.v1.DeadLetter
+	14, // 4: cronmesh.dispatcher.v1.RedriveDeadLetterRequest.target_override:type_name -> cronmesh.registry.v1.Target
+	0,  // 5: cronmesh.dispatcher.v1.CancelExecutionResponse.stage:type_name -> cronmesh.dispatcher.v1.CancelStage
+	2,  // 6: cronmesh.dispatcher.v1.DispatchService.ListDeadLetters:input_type -> cronmesh.dispatcher.v1.ListDeadLettersRequest
+	4,  // 7: cronmesh.dispatcher.v1.DispatchService.RedriveDeadLetter:input_type -> cronmesh.dispatcher.v1.RedriveDeadLetterRequest
+	6,  // 8: cronmesh.dispatcher.v1.DispatchService.RedriveDeadLetters:input_type -> cronmesh.dispatcher.v1.RedriveDeadLettersRequest
+	8,  // 9: cronmesh.dispatcher.v1.DispatchService.PurgeDeadLetter:input_type -> cronmesh.dispatcher.v1.PurgeDeadLetterRequest
+	10, // 10: cronmesh.dispatcher.v1.DispatchService.CancelExecution:input_type -> cronmesh.dispatcher.v1.CancelExecutionRequest
+	3,  // 11: cronmesh.dispatcher.v1.DispatchService.ListDeadLetters:output_type -> cronmesh.dispatcher.v1.ListDeadLettersResponse
+	5,  // 12: cronmesh.dispatcher.v1.DispatchService.RedriveDeadLetter:output_type -> cronmesh.dispatcher.v1.RedriveDeadLetterResponse
+	7,  // 13: cronmesh.dispatcher.v1.DispatchService.RedriveDeadLetters:output_type -> cronmesh.dispatcher.v1.RedriveDeadLettersResponse
+	9,  // 14: cronmesh.dispatcher.v1.DispatchService.PurgeDeadLetter:output_type -> cronmesh.dispatcher.v1.PurgeDeadLetterResponse
+	11, // 15: cronmesh.dispatcher.v1.DispatchService.CancelExecution:output_type -> cronmesh.dispatcher.v1.CancelExecutionResponse
+	11, // [11:16] is the sub-list for method output_type
+	6,  // [6:11] is the sub-list for method input_type
+	6,  // [6:6] is the sub-list for extension type_name
+	6,  // [6:6] is the sub-list for extension extendee
+	0,  // [0:6] is the sub-list for field type_name
 }
 
 func init() { file_cronmesh_dispatcher_v1_dispatch_service_proto_init() }
@@ -722,13 +810,14 @@ func file_cronmesh_dispatcher_v1_dispatch_service_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cronmesh_dispatcher_v1_dispatch_service_proto_rawDesc), len(file_cronmesh_dispatcher_v1_dispatch_service_proto_rawDesc)),
-			NumEnums:      0,
+			NumEnums:      1,
 			NumMessages:   11,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
 		GoTypes:           file_cronmesh_dispatcher_v1_dispatch_service_proto_goTypes,
 		DependencyIndexes: file_cronmesh_dispatcher_v1_dispatch_service_proto_depIdxs,
+		EnumInfos:         file_cronmesh_dispatcher_v1_dispatch_service_proto_enumTypes,
 		MessageInfos:      file_cronmesh_dispatcher_v1_dispatch_service_proto_msgTypes,
 	}.Build()
 	File_cronmesh_dispatcher_v1_dispatch_service_proto = out.File

@@ -67,8 +67,16 @@ type DispatchServiceClient interface {
 	RedriveDeadLetters(context.Context, *connect.Request[v1.RedriveDeadLettersRequest]) (*connect.Response[v1.RedriveDeadLettersResponse], error)
 	// PurgeDeadLetter deletes a dead letter without delivering it.
 	PurgeDeadLetter(context.Context, *connect.Request[v1.PurgeDeadLetterRequest]) (*connect.Response[v1.PurgeDeadLetterResponse], error)
-	// CancelExecution drops the pending retries of an execution: a retry that
-	// comes due is not delivered, and the execution is recorded as cancelled.
+	// CancelExecution stops an execution at whatever stage it is: a queued
+	// first attempt is dropped when a dispatcher meets it, an attempt in
+	// flight is aborted (its HTTP request cancelled, on whichever replica it
+	// runs, within a second), a pending retry is not delivered; each is
+	// recorded as a CANCELLED event. The cancellation is stored before the
+	// call answers, so it survives a dispatcher restart. Idempotent. The
+	// execution id is scoped to the caller's namespace: cancelling another
+	// namespace's execution changes nothing of it. An execution that has
+	// already finished (succeeded or dead-lettered) stays as it is. An AMQP
+	// message already confirmed by its broker cannot be recalled.
 	CancelExecution(context.Context, *connect.Request[v1.CancelExecutionRequest]) (*connect.Response[v1.CancelExecutionResponse], error)
 }
 
@@ -169,8 +177,16 @@ type DispatchServiceHandler interface {
 	RedriveDeadLetters(context.Context, *connect.Request[v1.RedriveDeadLettersRequest]) (*connect.Response[v1.RedriveDeadLettersResponse], error)
 	// PurgeDeadLetter deletes a dead letter without delivering it.
 	PurgeDeadLetter(context.Context, *connect.Request[v1.PurgeDeadLetterRequest]) (*connect.Response[v1.PurgeDeadLetterResponse], error)
-	// CancelExecution drops the pending retries of an execution: a retry that
-	// comes due is not delivered, and the execution is recorded as cancelled.
+	// CancelExecution stops an execution at whatever stage it is: a queued
+	// first attempt is dropped when a dispatcher meets it, an attempt in
+	// flight is aborted (its HTTP request cancelled, on whichever replica it
+	// runs, within a second), a pending retry is not delivered; each is
+	// recorded as a CANCELLED event. The cancellation is stored before the
+	// call answers, so it survives a dispatcher restart. Idempotent. The
+	// execution id is scoped to the caller's namespace: cancelling another
+	// namespace's execution changes nothing of it. An execution that has
+	// already finished (succeeded or dead-lettered) stays as it is. An AMQP
+	// message already confirmed by its broker cannot be recalled.
 	CancelExecution(context.Context, *connect.Request[v1.CancelExecutionRequest]) (*connect.Response[v1.CancelExecutionResponse], error)
 }
 

@@ -2,8 +2,8 @@
 // @generated from file cronmesh/dispatcher/v1/dispatch_service.proto (package cronmesh.dispatcher.v1, syntax proto3)
 /* eslint-disable */
 
-import type { GenFile, GenMessage, GenService } from "@bufbuild/protobuf/codegenv2";
-import { fileDesc, messageDesc, serviceDesc } from "@bufbuild/protobuf/codegenv2";
+import type { GenEnum, GenFile, GenMessage, GenService } from "@bufbuild/protobuf/codegenv2";
+import { enumDesc, fileDesc, messageDesc, serviceDesc } from "@bufbuild/protobuf/codegenv2";
 import { file_cronmesh_auth_v1_auth } from "../../auth/v1/auth_pb.js";
 import type { DispatchRequest } from "../../dispatch/v1/dispatch_request_pb.js";
 import { file_cronmesh_dispatch_v1_dispatch_request } from "../../dispatch/v1/dispatch_request_pb.js";
@@ -17,7 +17,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file cronmesh/dispatcher/v1/dispatch_service.proto.
  */
 export const file_cronmesh_dispatcher_v1_dispatch_service: GenFile = /*@__PURE__*/
-  fileDesc("Ci1jcm9ubWVzaC9kaXNwYXRjaGVyL3YxL2Rpc3BhdGNoX3NlcnZpY2UucHJvdG8SFmNyb25tZXNoLmRpc3BhdGNoZXIudjEiqwIKCkRlYWRMZXR0ZXISCgoCaWQYASABKAkSFAoMZXhlY3V0aW9uX2lkGAIgASgJEg4KBmpvYl9pZBgDIAEoCRIPCgdhdHRlbXB0GAQgASgFEjAKDG5vbWluYWxfdGltZRgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLQoJZGVhZF90aW1lGAYgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIOCgZyZWFzb24YByABKAkSFwoPcmVzcG9uc2Vfc3RhdHVzGAggASgFEhgKEHJlc3BvbnNlX2V4Y2VycHQYCSABKAkSNgoHcmVxdWVzdBgKIAEoCzIlLmNyb25tZXNoLmRpc3BhdGNoLnYxLkRpc3BhdGNoUmVxdWVzdCJPChZMaXN0RGVhZExldHRlcnNSZXF1ZXN0Eg4KBmpvYl9pZBgBIAEoCRIRCglwYWdlX3NpemUYAiABKAUSEgoKcGFnZV90b2tlbhgDIAEoCSJsChdMaXN0RGVhZExldHRlcnNSZXNwb25zZRI4CgxkZWFkX2xldHRlcnMYASADKAsyIi5jcm9ubWVzaC5kaXNwYXRjaGVyLnYxLkRlYWRMZXR0ZXISFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJIl0KGFJlZHJpdmVEZWFkTGV0dGVyUmVxdWVzdBIKCgJpZBgBIAEoCRI1Cg90YXJnZXRfb3ZlcnJpZGUYAiABKAsyHC5jcm9ubWVzaC5yZWdpc3RyeS52MS5UYXJnZXQiMQoZUmVkcml2ZURlYWRMZXR0ZXJSZXNwb25zZRIUCgxleGVjdXRpb25faWQYASABKAkiKwoZUmVkcml2ZURlYWRMZXR0ZXJzUmVxdWVzdBIOCgZqb2JfaWQYASABKAkiLgoaUmVkcml2ZURlYWRMZXR0ZXJzUmVzcG9uc2USEAoIcmVkcml2ZW4YASABKAUiJAoWUHVyZ2VEZWFkTGV0dGVyUmVxdWVzdBIKCgJpZBgBIAEoCSIZChdQdXJnZURlYWRMZXR0ZXJSZXNwb25zZSIuChZDYW5jZWxFeGVjdXRpb25SZXF1ZXN0EhQKDGV4ZWN1dGlvbl9pZBgBIAEoCSIZChdDYW5jZWxFeGVjdXRpb25SZXNwb25zZTKGBQoPRGlzcGF0Y2hTZXJ2aWNlEnsKD0xpc3REZWFkTGV0dGVycxIuLmNyb25tZXNoLmRpc3BhdGNoZXIudjEuTGlzdERlYWRMZXR0ZXJzUmVxdWVzdBovLmNyb25tZXNoLmRpc3BhdGNoZXIudjEuTGlzdERlYWRMZXR0ZXJzUmVzcG9uc2UiB5ACAeCrGQESfgoRUmVkcml2ZURlYWRMZXR0ZXISMC5jcm9ubWVzaC5kaXNwYXRjaGVyLnYxLlJlZHJpdmVEZWFkTGV0dGVyUmVxdWVzdBoxLmNyb25tZXNoLmRpc3BhdGNoZXIudjEuUmVkcml2ZURlYWRMZXR0ZXJSZXNwb25zZSIE4KsZAhKBAQoSUmVkcml2ZURlYWRMZXR0ZXJzEjEuY3Jvbm1lc2guZGlzcGF0Y2hlci52MS5SZWRyaXZlRGVhZExldHRlcnNSZXF1ZXN0GjIuY3Jvbm1lc2guZGlzcGF0Y2hlci52MS5SZWRyaXZlRGVhZExldHRlcnNSZXNwb25zZSIE4KsZAhJ4Cg9QdXJnZURlYWRMZXR0ZXISLi5jcm9ubWVzaC5kaXNwYXRjaGVyLnYxLlB1cmdlRGVhZExldHRlclJlcXVlc3QaLy5jcm9ubWVzaC5kaXNwYXRjaGVyLnYxLlB1cmdlRGVhZExldHRlclJlc3BvbnNlIgTgqxkCEngKD0NhbmNlbEV4ZWN1dGlvbhIuLmNyb25tZXNoLmRpc3BhdGNoZXIudjEuQ2FuY2VsRXhlY3V0aW9uUmVxdWVzdBovLmNyb25tZXNoLmRpc3BhdGNoZXIudjEuQ2FuY2VsRXhlY3V0aW9uUmVzcG9uc2UiBOCrGQJCSVpHZ2l0aHViLmNvbS9jcm9ubWVzaC9jcm9ubWVzaC9nZW4vZ28vY3Jvbm1lc2gvZGlzcGF0Y2hlci92MTtkaXNwYXRjaGVydjFiBnByb3RvMw", [file_cronmesh_auth_v1_auth, file_cronmesh_dispatch_v1_dispatch_request, file_cronmesh_registry_v1_job, file_google_protobuf_timestamp]);
+  fileDesc("Ci1jcm9ubWVzaC9kaXNwYXRjaGVyL3YxL2Rpc3BhdGNoX3NlcnZpY2UucHJvdG8SFmNyb25tZXNoLmRpc3BhdGNoZXIudjEiqwIKCkRlYWRMZXR0ZXISCgoCaWQYASABKAkSFAoMZXhlY3V0aW9uX2lkGAIgASgJEg4KBmpvYl9pZBgDIAEoCRIPCgdhdHRlbXB0GAQgASgFEjAKDG5vbWluYWxfdGltZRgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLQoJZGVhZF90aW1lGAYgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIOCgZyZWFzb24YByABKAkSFwoPcmVzcG9uc2Vfc3RhdHVzGAggASgFEhgKEHJlc3BvbnNlX2V4Y2VycHQYCSABKAkSNgoHcmVxdWVzdBgKIAEoCzIlLmNyb25tZXNoLmRpc3BhdGNoLnYxLkRpc3BhdGNoUmVxdWVzdCJPChZMaXN0RGVhZExldHRlcnNSZXF1ZXN0Eg4KBmpvYl9pZBgBIAEoCRIRCglwYWdlX3NpemUYAiABKAUSEgoKcGFnZV90b2tlbhgDIAEoCSJsChdMaXN0RGVhZExldHRlcnNSZXNwb25zZRI4CgxkZWFkX2xldHRlcnMYASADKAsyIi5jcm9ubWVzaC5kaXNwYXRjaGVyLnYxLkRlYWRMZXR0ZXISFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJIl0KGFJlZHJpdmVEZWFkTGV0dGVyUmVxdWVzdBIKCgJpZBgBIAEoCRI1Cg90YXJnZXRfb3ZlcnJpZGUYAiABKAsyHC5jcm9ubWVzaC5yZWdpc3RyeS52MS5UYXJnZXQiMQoZUmVkcml2ZURlYWRMZXR0ZXJSZXNwb25zZRIUCgxleGVjdXRpb25faWQYASABKAkiKwoZUmVkcml2ZURlYWRMZXR0ZXJzUmVxdWVzdBIOCgZqb2JfaWQYASABKAkiLgoaUmVkcml2ZURlYWRMZXR0ZXJzUmVzcG9uc2USEAoIcmVkcml2ZW4YASABKAUiJAoWUHVyZ2VEZWFkTGV0dGVyUmVxdWVzdBIKCgJpZBgBIAEoCSIZChdQdXJnZURlYWRMZXR0ZXJSZXNwb25zZSIuChZDYW5jZWxFeGVjdXRpb25SZXF1ZXN0EhQKDGV4ZWN1dGlvbl9pZBgBIAEoCSJoChdDYW5jZWxFeGVjdXRpb25SZXNwb25zZRIyCgVzdGFnZRgBIAEoDjIjLmNyb25tZXNoLmRpc3BhdGNoZXIudjEuQ2FuY2VsU3RhZ2USGQoRYWxyZWFkeV9jYW5jZWxsZWQYAiABKAgqYgoLQ2FuY2VsU3RhZ2USHAoYQ0FOQ0VMX1NUQUdFX1VOU1BFQ0lGSUVEEAASGgoWQ0FOQ0VMX1NUQUdFX0lOX0ZMSUdIVBABEhkKFUNBTkNFTF9TVEFHRV9SRUNPUkRFRBACMoYFCg9EaXNwYXRjaFNlcnZpY2USewoPTGlzdERlYWRMZXR0ZXJzEi4uY3Jvbm1lc2guZGlzcGF0Y2hlci52MS5MaXN0RGVhZExldHRlcnNSZXF1ZXN0Gi8uY3Jvbm1lc2guZGlzcGF0Y2hlci52MS5MaXN0RGVhZExldHRlcnNSZXNwb25zZSIHkAIB4KsZARJ+ChFSZWRyaXZlRGVhZExldHRlchIwLmNyb25tZXNoLmRpc3BhdGNoZXIudjEuUmVkcml2ZURlYWRMZXR0ZXJSZXF1ZXN0GjEuY3Jvbm1lc2guZGlzcGF0Y2hlci52MS5SZWRyaXZlRGVhZExldHRlclJlc3BvbnNlIgTgqxkCEoEBChJSZWRyaXZlRGVhZExldHRlcnMSMS5jcm9ubWVzaC5kaXNwYXRjaGVyLnYxLlJlZHJpdmVEZWFkTGV0dGVyc1JlcXVlc3QaMi5jcm9ubWVzaC5kaXNwYXRjaGVyLnYxLlJlZHJpdmVEZWFkTGV0dGVyc1Jlc3BvbnNlIgTgqxkCEngKD1B1cmdlRGVhZExldHRlchIuLmNyb25tZXNoLmRpc3BhdGNoZXIudjEuUHVyZ2VEZWFkTGV0dGVyUmVxdWVzdBovLmNyb25tZXNoLmRpc3BhdGNoZXIudjEuUHVyZ2VEZWFkTGV0dGVyUmVzcG9uc2UiBOCrGQISeAoPQ2FuY2VsRXhlY3V0aW9uEi4uY3Jvbm1lc2guZGlzcGF0Y2hlci52MS5DYW5jZWxFeGVjdXRpb25SZXF1ZXN0Gi8uY3Jvbm1lc2guZGlzcGF0Y2hlci52MS5DYW5jZWxFeGVjdXRpb25SZXNwb25zZSIE4KsZAkJJWkdnaXRodWIuY29tL2Nyb25tZXNoL2Nyb25tZXNoL2dlbi9nby9jcm9ubWVzaC9kaXNwYXRjaGVyL3YxO2Rpc3BhdGNoZXJ2MWIGcHJvdG8z", [file_cronmesh_auth_v1_auth, file_cronmesh_dispatch_v1_dispatch_request, file_cronmesh_registry_v1_job, file_google_protobuf_timestamp]);
 
 /**
  * DeadLetter is an execution that exhausted its retries or failed with a
@@ -280,6 +280,21 @@ export const CancelExecutionRequestSchema: GenMessage<CancelExecutionRequest> = 
  * @generated from message cronmesh.dispatcher.v1.CancelExecutionResponse
  */
 export type CancelExecutionResponse = Message<"cronmesh.dispatcher.v1.CancelExecutionResponse"> & {
+  /**
+   * Where the cancel found the execution, as far as the answering
+   * dispatcher can tell.
+   *
+   * @generated from field: cronmesh.dispatcher.v1.CancelStage stage = 1;
+   */
+  stage: CancelStage;
+
+  /**
+   * The execution was cancelled by an earlier call; this one changed
+   * nothing.
+   *
+   * @generated from field: bool already_cancelled = 2;
+   */
+  alreadyCancelled: boolean;
 };
 
 /**
@@ -288,6 +303,45 @@ export type CancelExecutionResponse = Message<"cronmesh.dispatcher.v1.CancelExec
  */
 export const CancelExecutionResponseSchema: GenMessage<CancelExecutionResponse> = /*@__PURE__*/
   messageDesc(file_cronmesh_dispatcher_v1_dispatch_service, 10);
+
+/**
+ * CancelStage says where a cancel found its execution.
+ *
+ * @generated from enum cronmesh.dispatcher.v1.CancelStage
+ */
+export enum CancelStage {
+  /**
+   * @generated from enum value: CANCEL_STAGE_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * An attempt was in flight on the dispatcher that answered: its request
+   * was aborted, and no retry follows.
+   *
+   * @generated from enum value: CANCEL_STAGE_IN_FLIGHT = 1;
+   */
+  IN_FLIGHT = 1,
+
+  /**
+   * No attempt was in flight on the dispatcher that answered. The
+   * execution is queued (its first attempt is dropped when met), waits for
+   * a retry (not delivered), has an attempt in flight on another replica
+   * (aborted within a second), or has already finished (unchanged: its
+   * history says which). The dispatcher does not keep an execution's state
+   * per namespace, so it cannot tell these apart without telling one
+   * tenant about another's execution.
+   *
+   * @generated from enum value: CANCEL_STAGE_RECORDED = 2;
+   */
+  RECORDED = 2,
+}
+
+/**
+ * Describes the enum cronmesh.dispatcher.v1.CancelStage.
+ */
+export const CancelStageSchema: GenEnum<CancelStage> = /*@__PURE__*/
+  enumDesc(file_cronmesh_dispatcher_v1_dispatch_service, 0);
 
 /**
  * DispatchService shows and repairs what the dispatcher could not deliver:
@@ -346,8 +400,16 @@ export const DispatchService: GenService<{
     output: typeof PurgeDeadLetterResponseSchema;
   },
   /**
-   * CancelExecution drops the pending retries of an execution: a retry that
-   * comes due is not delivered, and the execution is recorded as cancelled.
+   * CancelExecution stops an execution at whatever stage it is: a queued
+   * first attempt is dropped when a dispatcher meets it, an attempt in
+   * flight is aborted (its HTTP request cancelled, on whichever replica it
+   * runs, within a second), a pending retry is not delivered; each is
+   * recorded as a CANCELLED event. The cancellation is stored before the
+   * call answers, so it survives a dispatcher restart. Idempotent. The
+   * execution id is scoped to the caller's namespace: cancelling another
+   * namespace's execution changes nothing of it. An execution that has
+   * already finished (succeeded or dead-lettered) stays as it is. An AMQP
+   * message already confirmed by its broker cannot be recalled.
    *
    * @generated from rpc cronmesh.dispatcher.v1.DispatchService.CancelExecution
    */
