@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
+	"time"
 
 	"connectrpc.com/connect"
 	"github.com/google/uuid"
@@ -47,7 +48,7 @@ const (
 // are output only.
 var updatablePaths = []string{
 	"display_name", "description", "labels", "schedule", "target", "retry_policy",
-	"catch_up_window", "paused", "priority", "spread_window",
+	"catch_up_window", "paused", "priority", "spread_window", "pause_after_dead_letters",
 }
 
 // Handler implements registryv1connect.JobServiceHandler.
@@ -82,7 +83,7 @@ func (h *Handler) CreateJob(ctx context.Context, req *connect.Request[registryv1
 		return nil, err
 	}
 	v := &rpcerr.Violations{}
-	newJob := h.prepareNew(v, "", req.Msg, ns)
+	newJob := h.prepareNew(ctx, v, "", req.Msg, ns)
 	if !v.Empty() {
 		return nil, v.Err()
 	}
@@ -109,7 +110,7 @@ func (h *Handler) BatchCreateJobs(ctx context.Context, req *connect.Request[regi
 	seen := make(map[string]int, n)
 	for i, r := range req.Msg.Requests {
 		prefix := fmt.Sprintf("requests[%d].", i)
-		newJobs[i] = h.prepareNew(v, prefix, r, ns)
+		newJobs[i] = h.prepareNew(ctx, v, prefix, r, ns)
 		if id := r.GetRequestId(); id != "" {
 			if first, dup := seen[id]; dup {
 				v.Add(prefix+"request_id", "duplicates requests[%d].request_id", first)
@@ -145,7 +146,7 @@ func withoutSecretHeaders(job *registryv1.Job) *registryv1.Job {
 // prepareNew validates one create request and gives the job its identity.
 // Output-only fields sent by the client are ignored, not rejected, so that a
 // job read from the API can be sent back as a template.
-func (h *Handler) prepareNew(v *rpcerr.Violations, prefix string, req *registryv1.CreateJobRequest, ns string) store.NewJob {
+func (h *Handler) prepareNew(ctx context.Context, v *rpcerr.Violations, prefix string, req *registryv1.CreateJobRequest, ns string) store.NewJob {
 	if req == nil {
 		v.Add(strings.TrimSuffix(prefix, "."), "is required")
 		return store.NewJob{}
@@ -159,6 +160,10 @@ func (h *Handler) prepareNew(v *rpcerr.Violations, prefix string, req *registryv
 		job.Namespace = ns
 		job.CreateTime = timestamppb.New(created)
 		job.UpdateTime, job.Etag, job.Version = nil, "", 0
+		job.PauseReason, job.PauseTime, job.PausedByKeyId = "", nil, ""
+		if job.Paused {
+			markPaused(ctx, job, "", created)
+		}
 	}
 	validate.Job(v, h.targets, prefix+"job", job, created)
 	return store.NewJob{Job: job, RequestID: req.RequestId}
@@ -288,6 +293,12 @@ func (h *Handler) UpdateJob(ctx context.Context, req *connect.Request[registryv1
 		if proto.Equal(before, job) {
 			return store.ErrNoChange
 		}
+		switch {
+		case job.Paused && !before.Paused:
+			markPaused(ctx, job, "", h.store.Now())
+		case !job.Paused:
+			markResumed(job)
+		}
 		return nil
 	})
 	if err != nil {
@@ -337,46 +348,75 @@ func (h *Handler) DeleteJob(ctx context.Context, req *connect.Request[registryv1
 
 // PauseJob implements JobService.PauseJob.
 func (h *Handler) PauseJob(ctx context.Context, req *connect.Request[registryv1.PauseJobRequest]) (*connect.Response[registryv1.PauseJobResponse], error) {
-	job, err := h.setPaused(ctx, "PauseJob", req.Msg.Id, true)
+	ns, err := namespace(ctx)
 	if err != nil {
 		return nil, err
+	}
+	v := &rpcerr.Violations{}
+	reqlimit.ID(v, "id", req.Msg.Id)
+	validate.PauseReason(v, "reason", req.Msg.Reason)
+	if !v.Empty() {
+		return nil, v.Err()
+	}
+	job, err := h.store.Update(ctx, ns, req.Msg.Id, "", eventsv1.JobEventKind_JOB_EVENT_KIND_PAUSED, func(job *registryv1.Job) error {
+		if job.Paused {
+			// A repeated pause is a no-op, so that a retried call or a
+			// second pause on failure neither moves the pause time nor
+			// takes the pause over; only a new reason is recorded.
+			if req.Msg.Reason == "" || req.Msg.Reason == job.PauseReason {
+				return store.ErrNoChange
+			}
+			job.PauseReason = req.Msg.Reason
+			return nil
+		}
+		markPaused(ctx, job, req.Msg.Reason, h.store.Now())
+		return nil
+	})
+	if err != nil {
+		return nil, h.toConnect(ctx, "PauseJob", err)
 	}
 	return connect.NewResponse(&registryv1.PauseJobResponse{Job: job}), nil
 }
 
 // ResumeJob implements JobService.ResumeJob.
 func (h *Handler) ResumeJob(ctx context.Context, req *connect.Request[registryv1.ResumeJobRequest]) (*connect.Response[registryv1.ResumeJobResponse], error) {
-	job, err := h.setPaused(ctx, "ResumeJob", req.Msg.Id, false)
-	if err != nil {
-		return nil, err
-	}
-	return connect.NewResponse(&registryv1.ResumeJobResponse{Job: job}), nil
-}
-
-func (h *Handler) setPaused(ctx context.Context, procedure, id string, paused bool) (*registryv1.Job, error) {
 	ns, err := namespace(ctx)
 	if err != nil {
 		return nil, err
 	}
 	v := &rpcerr.Violations{}
-	if !reqlimit.ID(v, "id", id) {
+	if !reqlimit.ID(v, "id", req.Msg.Id) {
 		return nil, v.Err()
 	}
-	kind := eventsv1.JobEventKind_JOB_EVENT_KIND_RESUMED
-	if paused {
-		kind = eventsv1.JobEventKind_JOB_EVENT_KIND_PAUSED
-	}
-	job, err := h.store.Update(ctx, ns, id, "", kind, func(job *registryv1.Job) error {
-		if job.Paused == paused {
+	job, err := h.store.Update(ctx, ns, req.Msg.Id, "", eventsv1.JobEventKind_JOB_EVENT_KIND_RESUMED, func(job *registryv1.Job) error {
+		if !job.Paused {
 			return store.ErrNoChange
 		}
-		job.Paused = paused
+		markResumed(job)
 		return nil
 	})
 	if err != nil {
-		return nil, h.toConnect(ctx, procedure, err)
+		return nil, h.toConnect(ctx, "ResumeJob", err)
 	}
-	return job, nil
+	return connect.NewResponse(&registryv1.ResumeJobResponse{Job: job}), nil
+}
+
+// markPaused pauses job at now, recording why and the id of the caller's
+// key (empty when the context carries no principal).
+func markPaused(ctx context.Context, job *registryv1.Job, reason string, now time.Time) {
+	job.Paused = true
+	job.PauseReason = reason
+	job.PauseTime = timestamppb.New(now)
+	job.PausedByKeyId = ""
+	if p, ok := apikey.PrincipalFrom(ctx); ok {
+		job.PausedByKeyId = p.KeyID
+	}
+}
+
+// markResumed lets job run and forgets its pause.
+func markResumed(job *registryv1.Job) {
+	job.Paused = false
+	job.PauseReason, job.PauseTime, job.PausedByKeyId = "", nil, ""
 }
 
 // RunJob implements JobService.RunJob.

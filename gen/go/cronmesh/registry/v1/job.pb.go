@@ -120,9 +120,25 @@ type Job struct {
 	Etag string `protobuf:"bytes,15,opt,name=etag,proto3" json:"etag,omitempty"`
 	// Monotonically increasing per job: 1 at creation, +1 on every change.
 	// Output only.
-	Version       int64 `protobuf:"varint,16,opt,name=version,proto3" json:"version,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Version int64 `protobuf:"varint,16,opt,name=version,proto3" json:"version,omitempty"`
+	// Why the job is paused: PauseJobRequest.reason, or the pause-on-failure
+	// reason ("paused after 3 consecutive dead-lettered executions"). Empty
+	// while the job runs. Output only.
+	PauseReason string `protobuf:"bytes,25,opt,name=pause_reason,json=pauseReason,proto3" json:"pause_reason,omitempty"`
+	// When the job was paused; unset while it runs. Output only.
+	PauseTime *timestamppb.Timestamp `protobuf:"bytes,26,opt,name=pause_time,json=pauseTime,proto3" json:"pause_time,omitempty"`
+	// The id of the API key that paused the job (never the key itself);
+	// empty while it runs, or when it was paused by UpdateJob's paused field
+	// by a key without an id. For a pause on failure, the alerting service's
+	// configured key. Output only.
+	PausedByKeyId string `protobuf:"bytes,27,opt,name=paused_by_key_id,json=pausedByKeyId,proto3" json:"paused_by_key_id,omitempty"`
+	// Pause on failure: after this many consecutive dead-lettered executions
+	// the job is paused (pause_reason says so) and an incident is opened.
+	// 0, the default, never pauses; at most 1,000. A succeeded execution
+	// resets the count, and so does resuming the job.
+	PauseAfterDeadLetters int32 `protobuf:"varint,28,opt,name=pause_after_dead_letters,json=pauseAfterDeadLetters,proto3" json:"pause_after_dead_letters,omitempty"`
+	unknownFields         protoimpl.UnknownFields
+	sizeCache             protoimpl.SizeCache
 }
 
 func (x *Job) Reset() {
@@ -263,6 +279,34 @@ func (x *Job) GetEtag() string {
 func (x *Job) GetVersion() int64 {
 	if x != nil {
 		return x.Version
+	}
+	return 0
+}
+
+func (x *Job) GetPauseReason() string {
+	if x != nil {
+		return x.PauseReason
+	}
+	return ""
+}
+
+func (x *Job) GetPauseTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.PauseTime
+	}
+	return nil
+}
+
+func (x *Job) GetPausedByKeyId() string {
+	if x != nil {
+		return x.PausedByKeyId
+	}
+	return ""
+}
+
+func (x *Job) GetPauseAfterDeadLetters() int32 {
+	if x != nil {
+		return x.PauseAfterDeadLetters
 	}
 	return 0
 }
@@ -881,7 +925,7 @@ var File_cronmesh_registry_v1_job_proto protoreflect.FileDescriptor
 
 const file_cronmesh_registry_v1_job_proto_rawDesc = "" +
 	"\n" +
-	"\x1ecronmesh/registry/v1/job.proto\x12\x14cronmesh.registry.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xa9\x06\n" +
+	"\x1ecronmesh/registry/v1/job.proto\x12\x14cronmesh.registry.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xe9\a\n" +
 	"\x03Job\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1c\n" +
 	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12!\n" +
@@ -901,7 +945,12 @@ const file_cronmesh_registry_v1_job_proto_rawDesc = "" +
 	"\vupdate_time\x18\x0e \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"updateTime\x12\x12\n" +
 	"\x04etag\x18\x0f \x01(\tR\x04etag\x12\x18\n" +
-	"\aversion\x18\x10 \x01(\x03R\aversion\x1a9\n" +
+	"\aversion\x18\x10 \x01(\x03R\aversion\x12!\n" +
+	"\fpause_reason\x18\x19 \x01(\tR\vpauseReason\x129\n" +
+	"\n" +
+	"pause_time\x18\x1a \x01(\v2\x1a.google.protobuf.TimestampR\tpauseTime\x12'\n" +
+	"\x10paused_by_key_id\x18\x1b \x01(\tR\rpausedByKeyId\x127\n" +
+	"\x18pause_after_dead_letters\x18\x1c \x01(\x05R\x15pauseAfterDeadLetters\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xd6\x02\n" +
@@ -1011,27 +1060,28 @@ var file_cronmesh_registry_v1_job_proto_depIdxs = []int32{
 	13, // 6: cronmesh.registry.v1.Job.spread_window:type_name -> google.protobuf.Duration
 	14, // 7: cronmesh.registry.v1.Job.create_time:type_name -> google.protobuf.Timestamp
 	14, // 8: cronmesh.registry.v1.Job.update_time:type_name -> google.protobuf.Timestamp
-	3,  // 9: cronmesh.registry.v1.Schedule.interval:type_name -> cronmesh.registry.v1.Interval
-	14, // 10: cronmesh.registry.v1.Schedule.at:type_name -> google.protobuf.Timestamp
-	13, // 11: cronmesh.registry.v1.Schedule.after:type_name -> google.protobuf.Duration
-	14, // 12: cronmesh.registry.v1.Schedule.start_time:type_name -> google.protobuf.Timestamp
-	14, // 13: cronmesh.registry.v1.Schedule.end_time:type_name -> google.protobuf.Timestamp
-	13, // 14: cronmesh.registry.v1.Interval.every:type_name -> google.protobuf.Duration
-	14, // 15: cronmesh.registry.v1.Interval.anchor_time:type_name -> google.protobuf.Timestamp
-	5,  // 16: cronmesh.registry.v1.Target.http:type_name -> cronmesh.registry.v1.HttpTarget
-	6,  // 17: cronmesh.registry.v1.Target.amqp:type_name -> cronmesh.registry.v1.AmqpTarget
-	9,  // 18: cronmesh.registry.v1.HttpTarget.headers:type_name -> cronmesh.registry.v1.HttpTarget.HeadersEntry
-	13, // 19: cronmesh.registry.v1.HttpTarget.timeout:type_name -> google.protobuf.Duration
-	10, // 20: cronmesh.registry.v1.HttpTarget.secret_headers:type_name -> cronmesh.registry.v1.HttpTarget.SecretHeadersEntry
-	11, // 21: cronmesh.registry.v1.AmqpTarget.headers:type_name -> cronmesh.registry.v1.AmqpTarget.HeadersEntry
-	12, // 22: cronmesh.registry.v1.AmqpTarget.secret_headers:type_name -> cronmesh.registry.v1.AmqpTarget.SecretHeadersEntry
-	13, // 23: cronmesh.registry.v1.RetryPolicy.initial_backoff:type_name -> google.protobuf.Duration
-	13, // 24: cronmesh.registry.v1.RetryPolicy.max_backoff:type_name -> google.protobuf.Duration
-	25, // [25:25] is the sub-list for method output_type
-	25, // [25:25] is the sub-list for method input_type
-	25, // [25:25] is the sub-list for extension type_name
-	25, // [25:25] is the sub-list for extension extendee
-	0,  // [0:25] is the sub-list for field type_name
+	14, // 9: cronmesh.registry.v1.Job.pause_time:type_name -> google.protobuf.Timestamp
+	3,  // 10: cronmesh.registry.v1.Schedule.interval:type_name -> cronmesh.registry.v1.Interval
+	14, // 11: cronmesh.registry.v1.Schedule.at:type_name -> google.protobuf.Timestamp
+	13, // 12: cronmesh.registry.v1.Schedule.after:type_name -> google.protobuf.Duration
+	14, // 13: cronmesh.registry.v1.Schedule.start_time:type_name -> google.protobuf.Timestamp
+	14, // 14: cronmesh.registry.v1.Schedule.end_time:type_name -> google.protobuf.Timestamp
+	13, // 15: cronmesh.registry.v1.Interval.every:type_name -> google.protobuf.Duration
+	14, // 16: cronmesh.registry.v1.Interval.anchor_time:type_name -> google.protobuf.Timestamp
+	5,  // 17: cronmesh.registry.v1.Target.http:type_name -> cronmesh.registry.v1.HttpTarget
+	6,  // 18: cronmesh.registry.v1.Target.amqp:type_name -> cronmesh.registry.v1.AmqpTarget
+	9,  // 19: cronmesh.registry.v1.HttpTarget.headers:type_name -> cronmesh.registry.v1.HttpTarget.HeadersEntry
+	13, // 20: cronmesh.registry.v1.HttpTarget.timeout:type_name -> google.protobuf.Duration
+	10, // 21: cronmesh.registry.v1.HttpTarget.secret_headers:type_name -> cronmesh.registry.v1.HttpTarget.SecretHeadersEntry
+	11, // 22: cronmesh.registry.v1.AmqpTarget.headers:type_name -> cronmesh.registry.v1.AmqpTarget.HeadersEntry
+	12, // 23: cronmesh.registry.v1.AmqpTarget.secret_headers:type_name -> cronmesh.registry.v1.AmqpTarget.SecretHeadersEntry
+	13, // 24: cronmesh.registry.v1.RetryPolicy.initial_backoff:type_name -> google.protobuf.Duration
+	13, // 25: cronmesh.registry.v1.RetryPolicy.max_backoff:type_name -> google.protobuf.Duration
+	26, // [26:26] is the sub-list for method output_type
+	26, // [26:26] is the sub-list for method input_type
+	26, // [26:26] is the sub-list for extension type_name
+	26, // [26:26] is the sub-list for extension extendee
+	0,  // [0:26] is the sub-list for field type_name
 }
 
 func init() { file_cronmesh_registry_v1_job_proto_init() }

@@ -451,7 +451,9 @@ type UpdateJobRequest struct {
 	// The job with its id, the new values and, optionally, the etag read.
 	Job *Job `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
 	// Updatable: display_name, description, labels, schedule, target,
-	// retry_policy, catch_up_window, paused, priority, spread_window. A path
+	// retry_policy, catch_up_window, paused, priority, spread_window,
+	// pause_after_dead_letters. Pausing through `paused` records the pause
+	// time and key id (no reason); resuming clears them. A path
 	// may name a sub-field (schedule.time_zone, target.http.url). An empty
 	// mask updates every updatable field.
 	UpdateMask    *fieldmaskpb.FieldMask `protobuf:"bytes,2,opt,name=update_mask,json=updateMask,proto3" json:"update_mask,omitempty"`
@@ -636,8 +638,12 @@ func (*DeleteJobResponse) Descriptor() ([]byte, []int) {
 }
 
 type PauseJobRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// Why the job is paused, at most 512 characters of text; shown as
+	// Job.pause_reason until ResumeJob. Pausing a paused job with a new
+	// reason replaces the reason (and the pause time and key id stay).
+	Reason        string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -675,6 +681,13 @@ func (*PauseJobRequest) Descriptor() ([]byte, []int) {
 func (x *PauseJobRequest) GetId() string {
 	if x != nil {
 		return x.Id
+	}
+	return ""
+}
+
+func (x *PauseJobRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
 	}
 	return ""
 }
@@ -1062,9 +1075,10 @@ const file_cronmesh_registry_v1_job_service_proto_rawDesc = "" +
 	"\x10DeleteJobRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04etag\x18\x02 \x01(\tR\x04etag\"\x13\n" +
-	"\x11DeleteJobResponse\"!\n" +
+	"\x11DeleteJobResponse\"9\n" +
 	"\x0fPauseJobRequest\x12\x0e\n" +
-	"\x02id\x18\x01 \x01(\tR\x02id\"?\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\"?\n" +
 	"\x10PauseJobResponse\x12+\n" +
 	"\x03job\x18\x01 \x01(\v2\x19.cronmesh.registry.v1.JobR\x03job\"\"\n" +
 	"\x10ResumeJobRequest\x12\x0e\n" +
