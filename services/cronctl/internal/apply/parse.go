@@ -18,6 +18,7 @@ import (
 var updatable = map[protoreflect.Name]bool{
 	"display_name": true, "description": true, "labels": true, "schedule": true, "target": true,
 	"retry_policy": true, "catch_up_window": true, "paused": true, "priority": true, "spread_window": true,
+	"pause_after_dead_letters": true,
 }
 
 // Spec is one job as a file declares it.

@@ -23,8 +23,8 @@ func jobsCommand() *command {
 		{name: "list", summary: "list the namespace's jobs", setup: jobsListSetup},
 		{name: "get", args: "ID", summary: "show a job and its next run times", setup: jobsGetSetup},
 		{name: "update", args: "ID [-f FILE] [flags]", summary: "change the given fields of a job (--etag guards against concurrent changes)", setup: jobsUpdateSetup},
-		{name: "pause", args: "ID", summary: "stop a job from firing", setup: simpleJobSetup("pause")},
-		{name: "resume", args: "ID", summary: "let a paused job fire again", setup: simpleJobSetup("resume")},
+		{name: "pause", args: "ID [--reason TEXT]", summary: "stop a job from firing, saying why", setup: jobsPauseSetup},
+		{name: "resume", args: "ID", summary: "let a paused job fire again (clears the pause reason)", setup: jobsResumeSetup},
 		{name: "run", args: "ID", summary: "fire a job once now", setup: jobsRunSetup},
 		{name: "delete", args: "ID", summary: "delete a job", setup: jobsDeleteSetup},
 		{name: "preview", args: "[--cron EXPR | --every D | -f FILE]", summary: "the next times a schedule fires, computed by the registry", setup: jobsPreviewSetup},
@@ -168,28 +168,30 @@ func jobsUpdateSetup(fs *flag.FlagSet) func(context.Context, *session, []string)
 	}
 }
 
-func simpleJobSetup(verb string) func(fs *flag.FlagSet) func(context.Context, *session, []string) error {
-	return func(fs *flag.FlagSet) func(context.Context, *session, []string) error {
-		return func(ctx context.Context, s *session, args []string) error {
-			if err := exactArgs(args, "ID"); err != nil {
-				return err
-			}
-			var job *registryv1.Job
-			if verb == "pause" {
-				resp, err := s.jobs.PauseJob(ctx, connect.NewRequest(&registryv1.PauseJobRequest{Id: args[0]}))
-				if err != nil {
-					return err
-				}
-				job = resp.Msg.GetJob()
-			} else {
-				resp, err := s.jobs.ResumeJob(ctx, connect.NewRequest(&registryv1.ResumeJobRequest{Id: args[0]}))
-				if err != nil {
-					return err
-				}
-				job = resp.Msg.GetJob()
-			}
-			return printJob(s, job, nil)
+func jobsPauseSetup(fs *flag.FlagSet) func(context.Context, *session, []string) error {
+	reason := fs.String("reason", "", "why the job is paused (at most 512 characters), shown by jobs get and list until resume")
+	return func(ctx context.Context, s *session, args []string) error {
+		if err := exactArgs(args, "ID"); err != nil {
+			return err
 		}
+		resp, err := s.jobs.PauseJob(ctx, connect.NewRequest(&registryv1.PauseJobRequest{Id: args[0], Reason: *reason}))
+		if err != nil {
+			return err
+		}
+		return printJob(s, resp.Msg.GetJob(), nil)
+	}
+}
+
+func jobsResumeSetup(*flag.FlagSet) func(context.Context, *session, []string) error {
+	return func(ctx context.Context, s *session, args []string) error {
+		if err := exactArgs(args, "ID"); err != nil {
+			return err
+		}
+		resp, err := s.jobs.ResumeJob(ctx, connect.NewRequest(&registryv1.ResumeJobRequest{Id: args[0]}))
+		if err != nil {
+			return err
+		}
+		return printJob(s, resp.Msg.GetJob(), nil)
 	}
 }
 
@@ -292,6 +294,15 @@ func printJob(s *session, j *registryv1.Job, next []*timestamppb.Timestamp) erro
 			{"version", strconv.FormatInt(j.GetVersion(), 10)},
 			{"etag", j.GetEtag()},
 			{"updated", timeText(j.GetUpdateTime())},
+		}
+		if j.GetPaused() {
+			rows = append(rows,
+				[2]string{"paused at", timeText(j.GetPauseTime())},
+				[2]string{"paused by key", j.GetPausedByKeyId()},
+				[2]string{"pause reason", j.GetPauseReason()})
+		}
+		if n := j.GetPauseAfterDeadLetters(); n > 0 {
+			rows = append(rows, [2]string{"pause after", fmt.Sprintf("%d dead-lettered executions in a row", n)})
 		}
 		if d := j.GetDescription(); d != "" {
 			rows = append(rows, [2]string{"description", d})
