@@ -35,6 +35,8 @@ type registry struct {
 	baseURL  string
 	exchange string
 	events   string // queue bound to "job.#"
+	// executions is the exchange the registry takes execution events from.
+	executions string
 }
 
 type option func(*app.Config)
@@ -71,6 +73,10 @@ func startRegistry(t *testing.T, opts ...option) *registry {
 		Schema:      schema,
 		Exchange:    exchange,
 		OutboxLanes: 4,
+		// Every registry consumes its own execution events, so that one
+		// test's outcomes never pause another's jobs.
+		ExecutionsExchange: amqptest.UniqueName(t, "cronmesh.executions"),
+		ExecutionsQueue:    amqptest.UniqueName(t, "cronmesh.registry.executions"),
 	}
 	for _, o := range opts {
 		o(&cfg)
@@ -90,7 +96,7 @@ func startRegistry(t *testing.T, opts ...option) *registry {
 		cancel()
 		require.NoError(t, <-done)
 	})
-	return &registry{app: a, baseURL: "http://" + a.Server().Addr(), exchange: exchange, events: queue}
+	return &registry{app: a, baseURL: "http://" + a.Server().Addr(), exchange: exchange, events: queue, executions: cfg.ExecutionsExchange}
 }
 
 // protocols are the wire protocols every RPC test runs over.

@@ -359,38 +359,26 @@ func (s *Store) Update(ctx context.Context, namespace, id, ifMatch string, kind 
 		if ifMatch != "" && ifMatch != job.Etag {
 			return ErrEtagMismatch
 		}
+		wasPaused := job.Paused
 		if err := mutate(job); errors.Is(err, ErrNoChange) {
 			out = job
 			return nil
 		} else if err != nil {
 			return err
 		}
-		job.Version++
-		job.Etag = ""
-		job.UpdateTime = timestamppb.New(s.Now())
-		cols := jobColumns{}
-		if err := cols.add(job); err != nil {
-			return err
+		if wasPaused && !job.Paused {
+			// A resumed job starts a new streak of dead letters: the
+			// ones it was paused for do not pause it again.
+			if err := s.restartStreak(ctx, tx, job.Id, s.Now()); err != nil {
+				return err
+			}
 		}
-		tag, err := tx.Exec(ctx, `
-			UPDATE jobs SET display_name = $3, labels = $4::jsonb, paused = $5, version = $6, spec = $7,
-				signing_secret = NULLIF($8, ''), update_time = $9
-			WHERE namespace = $1 AND id = $2`,
-			namespace, job.Id, cols.names[0], cols.labels[0], cols.paused[0], job.Version, cols.specs[0], cols.secrets[0], job.UpdateTime.AsTime())
-		if err != nil {
-			return fmt.Errorf("update job: %w", err)
-		}
-		if tag.RowsAffected() != 1 {
-			return ErrNotFound
-		}
-		job.Etag = etag(job.Version)
-		msg, err := s.event(ctx, kind, job, nil)
-		if err != nil {
+		if err := s.writeUpdate(ctx, tx, job, kind); err != nil {
 			return err
 		}
 		changed = true
 		out = job
-		return outbox.Write(ctx, tx, msg)
+		return nil
 	})
 	if err != nil {
 		return nil, err
