@@ -159,8 +159,7 @@ export type Job = Message<"cronmesh.registry.v1.Job"> & {
 
   /**
    * The id of the API key that paused the job (never the key itself);
-   * empty while it runs, or when it was paused by UpdateJob's paused field
-   * by a key without an id; "pause-on-failure" when the registry paused it
+   * empty while it runs; "pause-on-failure" when the registry paused it
    * for pause_after_dead_letters. Output only.
    *
    * @generated from field: string paused_by_key_id = 27;
@@ -169,7 +168,9 @@ export type Job = Message<"cronmesh.registry.v1.Job"> & {
 
   /**
    * Pause on failure: after this many consecutive dead-lettered executions
-   * the job is paused (pause_reason says so) and an incident is opened.
+   * the job is paused, with a PAUSED job event; pause_reason says so.
+   * Alert rules on the job (dead_lettered, consecutive_failures) open
+   * their incidents as for any failure.
    * 0, the default, never pauses; at most 1,000. A succeeded execution
    * ends the streak, and so does resuming the job (a dead letter of a slot
    * before the resume no longer counts). Dead letters count only while the
