@@ -71,6 +71,7 @@ func TestScenarios(t *testing.T) {
 	t.Run("SignedDeliveryPauseRunNow", func(t *testing.T) { t.Parallel(); s.signedDeliveryPauseRunNow(t) })
 	t.Run("RetriesDeadLetterAlertRedrive", func(t *testing.T) { t.Parallel(); s.retriesDeadLetterAlertRedrive(t) })
 	t.Run("OneTimeJobFiresOnce", func(t *testing.T) { t.Parallel(); s.oneTimeJobFiresOnce(t) })
+	t.Run("PauseOnFailure", func(t *testing.T) { t.Parallel(); s.pauseOnFailure(t) })
 }
 
 // signedDeliveryPauseRunNow: a job created with the Go client fires; its
