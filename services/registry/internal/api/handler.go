@@ -431,11 +431,122 @@ func (h *Handler) RunJob(ctx context.Context, req *connect.Request[registryv1.Ru
 	if !v.Empty() {
 		return nil, v.Err()
 	}
-	nominal, err := h.store.Run(ctx, ns, req.Msg.Id, req.Msg.RequestId)
+	var override store.RunOverride
+	if req.Msg.TargetOverride != nil || req.Msg.BodyOverride != nil || len(req.Msg.HeadersOverride) > 0 {
+		override = func(job *registryv1.Job) ([]string, error) { return h.overrideRun(req.Msg, job) }
+	}
+	nominal, err := h.store.Run(ctx, ns, req.Msg.Id, req.Msg.RequestId, override)
 	if err != nil {
 		return nil, h.toConnect(ctx, "RunJob", err)
 	}
 	return connect.NewResponse(&registryv1.RunJobResponse{NominalTime: timestamppb.New(nominal)}), nil
+}
+
+// overrideRun replaces job.Target (the stored one, secrets included) with
+// the run's target: the request's overrides applied and checked exactly as
+// CreateJob checks a target. It returns what was overridden, or the
+// violations, each naming the request field it comes from.
+func (h *Handler) overrideRun(req *registryv1.RunJobRequest, job *registryv1.Job) ([]string, error) {
+	stored := job.Target
+	v := &rpcerr.Violations{}
+	var overrides []string
+	target := proto.Clone(stored).(*registryv1.Target)
+	if o := req.TargetOverride; o != nil {
+		overrides = append(overrides, "target")
+		target = proto.Clone(o).(*registryv1.Target)
+		// The signing secret is the job's: a run cannot sign with another.
+		if ht := target.GetHttp(); ht != nil {
+			ht.SigningSecret = ""
+		}
+		targetcheck.MoveCredentialHeaders(target)
+		targetcheck.KeepSecrets(v, "target_override", target, stored, false)
+		h.targets.Target(v, "target_override", job.Namespace, target)
+		if !v.Empty() {
+			return nil, v.Err()
+		}
+		if ht := target.GetHttp(); ht != nil && ht.SigningSecret == "" {
+			// An AMQP job run at an HTTP target signs with a secret of
+			// its own, never shown.
+			ht.SigningSecret = validate.NewSigningSecret()
+		}
+	}
+	if b := req.BodyOverride; b != nil {
+		overrides = append(overrides, "body")
+		switch k := target.GetKind().(type) {
+		case *registryv1.Target_Http:
+			k.Http.Body = *b
+		case *registryv1.Target_Amqp:
+			k.Amqp.Body = *b
+		}
+	}
+	if len(req.HeadersOverride) > 0 {
+		overrides = append(overrides, "headers")
+		plain, secret := runHeaders(target)
+		for name, value := range req.HeadersOverride {
+			// A header given again replaces the one of either map.
+			for n := range plain {
+				if strings.EqualFold(n, name) {
+					delete(plain, n)
+				}
+			}
+			for n := range secret {
+				if strings.EqualFold(n, name) {
+					delete(secret, n)
+				}
+			}
+			plain[name] = value
+		}
+	}
+	// The resulting target is checked as a whole; a problem of the body or
+	// of a header is reported at the request field that brought it.
+	checked := &rpcerr.Violations{}
+	h.targets.Target(checked, "target", job.Namespace, target)
+	for _, fv := range checked.List() {
+		v.Add(overrideField(fv.Field, req), "%s", fv.Description)
+	}
+	if !v.Empty() {
+		return nil, v.Err()
+	}
+	job.Target = target
+	return overrides, nil
+}
+
+// runHeaders returns the plain and secret header maps of t, created when
+// missing.
+func runHeaders(t *registryv1.Target) (plain, secret map[string]string) {
+	switch k := t.GetKind().(type) {
+	case *registryv1.Target_Http:
+		if k.Http.Headers == nil {
+			k.Http.Headers = map[string]string{}
+		}
+		return k.Http.Headers, k.Http.SecretHeaders
+	case *registryv1.Target_Amqp:
+		if k.Amqp.Headers == nil {
+			k.Amqp.Headers = map[string]string{}
+		}
+		return k.Amqp.Headers, k.Amqp.SecretHeaders
+	}
+	return map[string]string{}, nil
+}
+
+// overrideField names the request field a violation of the run's target
+// ("target.http.body", "target.http.headers[\"X\"]") comes from.
+func overrideField(field string, req *registryv1.RunJobRequest) string {
+	_, rest, _ := strings.Cut(field, ".") // "http.body"
+	_, sub, _ := strings.Cut(rest, ".")   // "body"
+	switch {
+	case req.BodyOverride != nil && sub == "body":
+		return "body_override"
+	case len(req.HeadersOverride) > 0 && (strings.HasPrefix(sub, "headers") || strings.HasPrefix(sub, "secret_headers")):
+		if _, name, ok := strings.Cut(sub, "["); ok {
+			return "headers_override[" + name
+		}
+		return "headers_override"
+	case req.TargetOverride != nil:
+		return "target_override." + rest
+	default:
+		return field
+	}
 }
 
 // PreviewSchedule implements JobService.PreviewSchedule. It needs no

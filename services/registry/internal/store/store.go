@@ -422,12 +422,18 @@ func (s *Store) Delete(ctx context.Context, namespace, id, ifMatch string) error
 	return nil
 }
 
-// Run records a manual run of the job and writes its RUN_REQUESTED event.
-// The nominal time is now, or 1 µs after the job's previous manual run when
-// two requests share a microsecond, so each manual run is its own slot. A
-// repeated requestID returns the first call's nominal time and writes
-// nothing.
-func (s *Store) Run(ctx context.Context, namespace, id, requestID string) (time.Time, error) {
+// RunOverride changes the job of a run request (its secrets included) for
+// that run only, and says what it overrode ("target", "body", "headers");
+// an error aborts the run.
+type RunOverride func(job *registryv1.Job) ([]string, error)
+
+// Run records a manual run of the job and writes its RUN_REQUESTED event,
+// whose job is the stored one changed by override (nil: none); the stored
+// job is not changed. The nominal time is now, or 1 µs after the job's
+// previous manual run when two requests share a microsecond, so each
+// manual run is its own slot. A repeated requestID returns the first
+// call's nominal time and writes nothing.
+func (s *Store) Run(ctx context.Context, namespace, id, requestID string, override RunOverride) (time.Time, error) {
 	var nominal time.Time
 	wrote := false
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
@@ -469,10 +475,16 @@ func (s *Store) Run(ctx context.Context, namespace, id, requestID string) (time.
 		if err != nil {
 			return err
 		}
+		var overrides []string
+		if override != nil {
+			if overrides, err = override(job); err != nil {
+				return err
+			}
+		}
 		msg, err := s.event(ctx, eventsv1.JobEventKind_JOB_EVENT_KIND_RUN_REQUESTED, job, &eventsv1.RunRequest{
 			NominalTime: timestamppb.New(nominal),
 			RequestId:   requestID,
-		})
+		}, overrides...)
 		if err != nil {
 			return err
 		}
@@ -480,7 +492,7 @@ func (s *Store) Run(ctx context.Context, namespace, id, requestID string) (time.
 		return outbox.Write(ctx, tx, msg)
 	})
 	if errors.Is(err, errConcurrentRun) {
-		return s.Run(ctx, namespace, id, requestID)
+		return s.Run(ctx, namespace, id, requestID, override)
 	}
 	if err != nil {
 		return time.Time{}, err
@@ -493,14 +505,15 @@ func (s *Store) Run(ctx context.Context, namespace, id, requestID string) (time.
 
 var errConcurrentRun = errors.New("concurrent run request with the same id")
 
-func (s *Store) event(ctx context.Context, kind eventsv1.JobEventKind, job *registryv1.Job, run *eventsv1.RunRequest) (outbox.Message, error) {
+func (s *Store) event(ctx context.Context, kind eventsv1.JobEventKind, job *registryv1.Job, run *eventsv1.RunRequest, runOverrides ...string) (outbox.Message, error) {
 	ev := &eventsv1.JobEvent{
-		EventId:    uuid.Must(uuid.NewV7()).String(),
-		Kind:       kind,
-		Job:        job,
-		Version:    job.Version,
-		OccurTime:  timestamppb.New(s.Now()),
-		RunRequest: run,
+		EventId:      uuid.Must(uuid.NewV7()).String(),
+		Kind:         kind,
+		Job:          job,
+		Version:      job.Version,
+		OccurTime:    timestamppb.New(s.Now()),
+		RunRequest:   run,
+		RunOverrides: runOverrides,
 	}
 	// The principal rides on ctx from the API key middleware, so every
 	// change records its key without each method of the store taking it.

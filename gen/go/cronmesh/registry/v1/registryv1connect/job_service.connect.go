@@ -84,8 +84,9 @@ type JobServiceClient interface {
 	// ResumeJob lets a paused job fire again from its next slot and clears
 	// the pause reason, time and key id.
 	ResumeJob(context.Context, *connect.Request[v1.ResumeJobRequest]) (*connect.Response[v1.ResumeJobResponse], error)
-	// RunJob fires the job once now, outside its schedule (also when paused).
-	// A non-empty request_id makes the call idempotent.
+	// RunJob fires the job once now, outside its schedule (also when paused),
+	// optionally with another target, body or headers for this run only. A
+	// non-empty request_id makes the call idempotent.
 	RunJob(context.Context, *connect.Request[v1.RunJobRequest]) (*connect.Response[v1.RunJobResponse], error)
 	// PreviewSchedule computes the next nominal times of a schedule, strictly
 	// after `from`, in UTC, without storing anything. See Schedule for the
@@ -261,8 +262,9 @@ type JobServiceHandler interface {
 	// ResumeJob lets a paused job fire again from its next slot and clears
 	// the pause reason, time and key id.
 	ResumeJob(context.Context, *connect.Request[v1.ResumeJobRequest]) (*connect.Response[v1.ResumeJobResponse], error)
-	// RunJob fires the job once now, outside its schedule (also when paused).
-	// A non-empty request_id makes the call idempotent.
+	// RunJob fires the job once now, outside its schedule (also when paused),
+	// optionally with another target, body or headers for this run only. A
+	// non-empty request_id makes the call idempotent.
 	RunJob(context.Context, *connect.Request[v1.RunJobRequest]) (*connect.Response[v1.RunJobResponse], error)
 	// PreviewSchedule computes the next nominal times of a schedule, strictly
 	// after `from`, in UTC, without storing anything. See Schedule for the
