@@ -72,6 +72,9 @@ type Config struct {
 	// registry's durable queue of them, from which it counts dead letters
 	// for Job.pause_after_dead_letters.
 	ExecutionsExchange, ExecutionsQueue string
+	// PauseOnFailure turns the consumer of execution events on; off, no
+	// job is paused for pause_after_dead_letters.
+	PauseOnFailure bool
 	// MaxJobs caps the jobs of each namespace (--max-jobs,
 	// --max-jobs-namespaces); 0 means no cap, the zero value caps nothing.
 	MaxJobs quota.Limits
@@ -94,6 +97,7 @@ func (c *Config) Register(fs *flag.FlagSet) {
 	fs.IntVar(&c.OutboxLanes, "outbox-lanes", 16, "events the outbox relay publishes concurrently (order per job is kept)")
 	fs.StringVar(&c.ExecutionsExchange, "executions-exchange", DefaultExecutionsExchange, "RabbitMQ topic exchange of execution lifecycle events (for pause_after_dead_letters)")
 	fs.StringVar(&c.ExecutionsQueue, "executions-queue", DefaultFailuresQueue, "the registry's durable queue of execution events")
+	fs.BoolVar(&c.PauseOnFailure, "pause-on-failure", true, "consume execution events to pause jobs after pause_after_dead_letters dead letters in a row (off: the option is stored but never acted on)")
 	fs.IntVar(&c.MaxJobs.Default, "max-jobs", DefaultMaxJobs, "most jobs a namespace may hold (0: no limit); creates beyond are refused with RESOURCE_EXHAUSTED")
 	fs.Var(&c.MaxJobs.Namespaces, "max-jobs-namespaces", "per-namespace overrides of --max-jobs, comma separated, each namespace=N (0: no limit)")
 	c.Keys.RegisterRefresh(fs)
@@ -231,14 +235,16 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger) (_ *App, err erro
 		MaxJobs: quota.New("jobs", cfg.MaxJobs, refusals),
 	})
 
-	a.failures, err = failpause.New(failpause.Options{
-		Store: st, AMQPURL: cfg.AMQPURL,
-		Exchange: cmp.Or(cfg.ExecutionsExchange, DefaultExecutionsExchange),
-		Queue:    cmp.Or(cfg.ExecutionsQueue, DefaultFailuresQueue),
-		Logger:   logger.With(slog.String("component", "failpause")),
-	})
-	if err != nil {
-		return nil, err
+	if cfg.PauseOnFailure {
+		a.failures, err = failpause.New(failpause.Options{
+			Store: st, AMQPURL: cfg.AMQPURL,
+			Exchange: cmp.Or(cfg.ExecutionsExchange, DefaultExecutionsExchange),
+			Queue:    cmp.Or(cfg.ExecutionsQueue, DefaultFailuresQueue),
+			Logger:   logger.With(slog.String("component", "failpause")),
+		})
+		if err != nil {
+			return nil, err
+		}
 	}
 
 	a.server, err = server.New(server.Options{
@@ -279,8 +285,13 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger) (_ *App, err erro
 }
 
 // FailuresReady is closed once the pause on failure consumes execution
-// events.
-func (a *App) FailuresReady() <-chan struct{} { return a.failures.Ready() }
+// events; never when PauseOnFailure is off.
+func (a *App) FailuresReady() <-chan struct{} {
+	if a.failures == nil {
+		return nil
+	}
+	return a.failures.Ready()
+}
 
 // Server is the App's server (for its address in tests).
 func (a *App) Server() *server.Server { return a.server }
@@ -299,7 +310,11 @@ func (a *App) Run(ctx context.Context) error {
 	keysDone := make(chan error, 1)
 	go func() { keysDone <- a.keys.Run(ctx) }()
 	failuresDone := make(chan error, 1)
-	go func() { failuresDone <- a.failures.Run(ctx) }()
+	if a.failures != nil {
+		go func() { failuresDone <- a.failures.Run(ctx) }()
+	} else {
+		failuresDone <- nil
+	}
 
 	a.server.SetServing(true)
 	serveErr := a.server.Run(ctx)

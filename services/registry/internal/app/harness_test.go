@@ -47,6 +47,12 @@ func withMaxJobs(limits quota.Limits) option { return func(c *app.Config) { c.Ma
 // withAMQPURL points the registry's relay at another broker address (a proxy).
 func withAMQPURL(url string) option { return func(c *app.Config) { c.AMQPURL = url } }
 
+// withoutPauseOnFailure leaves the execution events unconsumed: a
+// subscription racing a broker outage trips the race detector inside
+// watermill-amqp (ConnectionWrapper.IsConnected against
+// handleConnectionClose), which is not what an outage test is about.
+func withoutPauseOnFailure() option { return func(c *app.Config) { c.PauseOnFailure = false } }
+
 // withExchange renames the job events exchange (its events are then not
 // on the harness's queue).
 func withExchange(name string) option { return func(c *app.Config) { c.Exchange = name } }
@@ -77,6 +83,7 @@ func startRegistry(t *testing.T, opts ...option) *registry {
 		// test's outcomes never pause another's jobs.
 		ExecutionsExchange: amqptest.UniqueName(t, "cronmesh.executions"),
 		ExecutionsQueue:    amqptest.UniqueName(t, "cronmesh.registry.executions"),
+		PauseOnFailure:     true,
 	}
 	for _, o := range opts {
 		o(&cfg)
