@@ -48,3 +48,33 @@ func (s *scenario) pauseOnFailure(t *testing.T) {
 	time.Sleep(3 * time.Second)
 	require.Len(t, target.All(), settled, "a paused job fires nothing")
 }
+
+// runWithOverrides: RunJob with a target, body and header override
+// delivers this run to the other target, with that body and header, signed
+// with the job's secret; the job's own target receives nothing.
+func (s *scenario) runWithOverrides(t *testing.T) {
+	ctx := t.Context()
+	own := newRecorder(t, http.StatusNoContent)
+	other := newRecorder(t, http.StatusNoContent)
+	created, err := s.jobs.CreateJob(ctx, connect.NewRequest(&registryv1.CreateJobRequest{Job: &registryv1.Job{
+		DisplayName: "scenario run with overrides",
+		Paused:      true,
+		Schedule:    &registryv1.Schedule{Kind: &registryv1.Schedule_Cron{Cron: "0 0 1 1 *"}},
+		Target:      &registryv1.Target{Kind: &registryv1.Target_Http{Http: &registryv1.HttpTarget{Url: own.URL + "/own", Body: "scheduled"}}},
+	}}))
+	require.NoError(t, err)
+	body := `{"replay":true}`
+	_, err = s.jobs.RunJob(ctx, connect.NewRequest(&registryv1.RunJobRequest{
+		Id:              created.Msg.GetJob().GetId(),
+		TargetOverride:  &registryv1.Target{Kind: &registryv1.Target_Http{Http: &registryv1.HttpTarget{Url: other.URL + "/fixed"}}},
+		BodyOverride:    &body,
+		HeadersOverride: map[string]string{"X-Replay": "1"},
+	}))
+	require.NoError(t, err)
+	waitFor(t, 60*time.Second, "the overridden target receives the run", func() bool { return len(other.All()) > 0 })
+	got := other.All()[0]
+	require.Equal(t, body, string(got.Body))
+	require.Equal(t, "1", got.Header.Get("X-Replay"))
+	require.NotEmpty(t, got.Header.Get("webhook-signature"), "signed with the job's secret")
+	require.Empty(t, own.All(), "the job's own target is not called")
+}

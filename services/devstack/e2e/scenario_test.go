@@ -72,6 +72,7 @@ func TestScenarios(t *testing.T) {
 	t.Run("RetriesDeadLetterAlertRedrive", func(t *testing.T) { t.Parallel(); s.retriesDeadLetterAlertRedrive(t) })
 	t.Run("OneTimeJobFiresOnce", func(t *testing.T) { t.Parallel(); s.oneTimeJobFiresOnce(t) })
 	t.Run("PauseOnFailure", func(t *testing.T) { t.Parallel(); s.pauseOnFailure(t) })
+	t.Run("RunWithOverrides", func(t *testing.T) { t.Parallel(); s.runWithOverrides(t) })
 }
 
 // signedDeliveryPauseRunNow: a job created with the Go client fires; its

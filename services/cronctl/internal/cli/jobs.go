@@ -197,11 +197,36 @@ func jobsResumeSetup(*flag.FlagSet) func(context.Context, *session, []string) er
 
 func jobsRunSetup(fs *flag.FlagSet) func(context.Context, *session, []string) error {
 	requestID := fs.String("request-id", "", "idempotency key: repeating the call fires once")
+	targetURL := fs.String("target-url", "", "this run only: send to this URL instead (the job's HTTP target otherwise unchanged; secret headers must be given again with --header for another host)")
+	body := fs.String("body", "", "this run only: send this body instead of the job's")
+	headers := keyValues{}
+	fs.Var(&headers, "header", "this run only: add or replace a header, K=V (repeatable; credential headers stay secret)")
 	return func(ctx context.Context, s *session, args []string) error {
 		if err := exactArgs(args, "ID"); err != nil {
 			return err
 		}
-		resp, err := s.jobs.RunJob(ctx, connect.NewRequest(&registryv1.RunJobRequest{Id: args[0], RequestId: *requestID}))
+		req := &registryv1.RunJobRequest{Id: args[0], RequestId: *requestID, HeadersOverride: headers}
+		if *targetURL != "" {
+			// The override is the job's target with another URL: read
+			// (secret header values come back empty and the registry
+			// keeps the stored ones for the same origin).
+			got, err := s.jobs.GetJob(ctx, connect.NewRequest(&registryv1.GetJobRequest{Id: args[0], NextRunCount: 1}))
+			if err != nil {
+				return err
+			}
+			target := got.Msg.GetJob().GetTarget()
+			if target.GetHttp() == nil {
+				return usagef("--target-url: the job's target is not HTTP")
+			}
+			target.GetHttp().Url = *targetURL
+			req.TargetOverride = target
+		}
+		fs.Visit(func(f *flag.Flag) {
+			if f.Name == "body" {
+				req.BodyOverride = body
+			}
+		})
+		resp, err := s.jobs.RunJob(ctx, connect.NewRequest(req))
 		if err != nil {
 			return err
 		}
