@@ -112,6 +112,11 @@ func testJobs(t *testing.T, s *stack) {
 	run := decode[map[string]string](t, s.ok(t, ns, "jobs", "run", created.ID, "-o", "json"))
 	require.NotEmpty(t, run["nominalTime"])
 	require.Contains(t, s.ok(t, ns, "jobs", "run", created.ID), "nominal time:")
+	overridden := decode[map[string]string](t, s.ok(t, ns, "jobs", "run", created.ID, "--target-url", hook+"/v2", "--body", "{}", "--header", "X-Replay=1", "-o", "json"))
+	require.NotEmpty(t, overridden["nominalTime"])
+	bad := s.cronctl(t, ns, nil, "jobs", "run", created.ID, "--header", "Host=evil.example.invalid")
+	require.Equal(t, cli.ExitError, bad.code)
+	require.Contains(t, bad.stderr, `headers_override["Host"]`, "a bad override names its field")
 
 	require.Contains(t, s.ok(t, ns, "jobs", "delete", created.ID), "deleted:")
 	r := s.cronctl(t, ns, nil, "jobs", "get", created.ID)
