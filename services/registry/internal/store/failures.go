@@ -41,35 +41,51 @@ func (s *Store) RecordOutcome(ctx context.Context, o Outcome) (bool, error) {
 	if _, err := uuid.Parse(o.JobID); err != nil {
 		return false, nil // not a job of this registry
 	}
+	// Most jobs do not have the option: one read, no transaction, no lock.
+	var limit int32
+	if job, err := s.getTx(ctx, s.pool, o.Namespace, o.JobID, "", false); errors.Is(err, ErrNotFound) {
+		return false, nil
+	} else if err != nil {
+		return false, err
+	} else if limit = job.PauseAfterDeadLetters; limit <= 0 {
+		return false, nil
+	}
 	paused := false
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		if !o.Dead {
+			return s.restartStreak(ctx, tx, o.JobID, o.NominalTime)
+		}
+		if _, err := tx.Exec(ctx, `
+			INSERT INTO dead_lettered_executions (job_id, nominal_time)
+			SELECT $1, $2 WHERE $2 > coalesce((SELECT since FROM dead_letter_streaks WHERE job_id = $1), '-infinity')
+			ON CONFLICT DO NOTHING`, o.JobID, o.NominalTime); err != nil {
+			return fmt.Errorf("record dead letter: %w", err)
+		}
+		count := func() (int32, error) {
+			var n int32
+			err := tx.QueryRow(ctx, `SELECT count(*) FROM dead_lettered_executions WHERE job_id = $1`, o.JobID).Scan(&n)
+			if err != nil {
+				return 0, fmt.Errorf("count dead letters: %w", err)
+			}
+			return n, nil
+		}
+		if n, err := count(); err != nil || n < limit {
+			return err
+		}
+		// Locked, read and counted again: a concurrent update (a resume,
+		// which restarts the streak, or a new threshold) committed before
+		// the lock is seen here, and one after it waits for this pause.
 		job, err := s.getTx(ctx, tx, o.Namespace, o.JobID, "", true)
 		if errors.Is(err, ErrNotFound) {
 			return nil
 		} else if err != nil {
 			return err
 		}
-		if !o.Dead {
-			return s.restartStreak(ctx, tx, job.Id, o.NominalTime)
+		n, err := count()
+		if err != nil {
+			return err
 		}
-		limit := job.PauseAfterDeadLetters
-		if limit <= 0 {
-			return nil
-		}
-		if _, err := tx.Exec(ctx, `
-			INSERT INTO dead_lettered_executions (job_id, nominal_time)
-			SELECT $1, $2 WHERE $2 > coalesce((SELECT since FROM dead_letter_streaks WHERE job_id = $1), '-infinity')
-			ON CONFLICT DO NOTHING`, job.Id, o.NominalTime); err != nil {
-			return fmt.Errorf("record dead letter: %w", err)
-		}
-		if job.Paused {
-			return nil
-		}
-		var n int32
-		if err := tx.QueryRow(ctx, `SELECT count(*) FROM dead_lettered_executions WHERE job_id = $1`, job.Id).Scan(&n); err != nil {
-			return fmt.Errorf("count dead letters: %w", err)
-		}
-		if n < limit {
+		if job.Paused || job.PauseAfterDeadLetters <= 0 || n < job.PauseAfterDeadLetters {
 			return nil
 		}
 		job.Paused = true
