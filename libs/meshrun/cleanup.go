@@ -44,7 +44,7 @@ func (m *Mesh) deleteBrokerObjects() error {
 	}
 	defer ch.Close()
 	n := m.Names
-	queues := []string{n.DeadQueue, n.TriggerJobs, n.AlertingJobs, n.HistoryExecutions, n.AlertingExecutions}
+	queues := []string{n.DeadQueue, n.TriggerJobs, n.AlertingJobs, n.HistoryExecutions, n.AlertingExecutions, n.RegistryExecutions}
 	for _, b := range broker.DispatchQueues(n.Dispatch, n.DispatchQueue) {
 		queues = append(queues, b.Queue)
 	}

@@ -91,6 +91,7 @@ type Names struct {
 	DispatchQueue, RetryQueue, DeadQueue    string // the dispatcher's queue prefixes and dead-letter queue
 	TriggerJobs, AlertingJobs               string // job-event queues
 	HistoryExecutions, AlertingExecutions   string // execution-event queues
+	RegistryExecutions                      string
 	EtcdPrefix                              string
 }
 
@@ -101,7 +102,8 @@ func namesFor(prefix string) Names {
 		DispatchQueue: n("dispatch"), RetryQueue: n("retry"), DeadQueue: n("dead"),
 		TriggerJobs: n("trigger.jobs"), AlertingJobs: n("alerting.jobs"),
 		HistoryExecutions: n("history"), AlertingExecutions: n("alerting.executions"),
-		EtcdPrefix: "/" + prefix + "/",
+		RegistryExecutions: n("registry.executions"),
+		EtcdPrefix:         "/" + prefix + "/",
 	}
 }
 
@@ -272,7 +274,8 @@ func (m *Mesh) common() []string {
 func (m *Mesh) registryArgs() []string {
 	// The burst scenario creates more jobs in one namespace than the
 	// default quota allows.
-	return m.with("registry", "serve", "--schema", m.Schemas["registry"], "--exchange", m.Names.Jobs, "--max-jobs", "0")
+	return m.with("registry", "serve", "--schema", m.Schemas["registry"], "--exchange", m.Names.Jobs, "--max-jobs", "0",
+		"--executions-exchange", m.Names.Executions, "--executions-queue", m.Names.RegistryExecutions)
 }
 
 func (m *Mesh) triggerArgs(nodeID string) []string {

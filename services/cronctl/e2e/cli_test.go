@@ -40,6 +40,8 @@ type jobJSON struct {
 	Etag        string `json:"etag"`
 	Version     string `json:"version"`
 	Paused      bool   `json:"paused"`
+	PauseReason string `json:"pauseReason"`
+	PausedByKey string `json:"pausedByKeyId"`
 	Description string `json:"description"`
 	Schedule    struct {
 		Cron string `json:"cron"`
@@ -97,15 +99,24 @@ func testJobs(t *testing.T, s *stack) {
 	require.Equal(t, "nightly", updated.DisplayName, "fields not given keep their values")
 	require.Equal(t, "2", updated.Version)
 
-	paused := decode[jobJSON](t, s.ok(t, ns, "jobs", "pause", created.ID, "-o", "json"))
+	paused := decode[jobJSON](t, s.ok(t, ns, "jobs", "pause", created.ID, "--reason", "upstream outage", "-o", "json"))
 	require.True(t, paused.Paused)
+	require.Equal(t, "upstream outage", paused.PauseReason)
+	require.NotEmpty(t, paused.PausedByKey, "the key that paused, by id")
+	require.Regexp(t, `pause reason:\s+upstream outage`, s.ok(t, ns, "jobs", "get", created.ID))
 	require.Contains(t, s.ok(t, ns, "jobs", "list", "--paused", "true"), created.ID)
 	resumed := decode[jobJSON](t, s.ok(t, ns, "jobs", "resume", created.ID, "-o", "json"))
 	require.False(t, resumed.Paused)
+	require.Empty(t, resumed.PauseReason, "resume clears the reason")
 
 	run := decode[map[string]string](t, s.ok(t, ns, "jobs", "run", created.ID, "-o", "json"))
 	require.NotEmpty(t, run["nominalTime"])
 	require.Contains(t, s.ok(t, ns, "jobs", "run", created.ID), "nominal time:")
+	overridden := decode[map[string]string](t, s.ok(t, ns, "jobs", "run", created.ID, "--target-url", hook+"/v2", "--body", "{}", "--header", "X-Replay=1", "-o", "json"))
+	require.NotEmpty(t, overridden["nominalTime"])
+	bad := s.cronctl(t, ns, nil, "jobs", "run", created.ID, "--header", "Host=evil.example.invalid")
+	require.Equal(t, cli.ExitError, bad.code)
+	require.Contains(t, bad.stderr, `headers_override["Host"]`, "a bad override names its field")
 
 	require.Contains(t, s.ok(t, ns, "jobs", "delete", created.ID), "deleted:")
 	r := s.cronctl(t, ns, nil, "jobs", "get", created.ID)

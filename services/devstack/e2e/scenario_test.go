@@ -74,6 +74,8 @@ func TestScenarios(t *testing.T) {
 	t.Run("OneTimeJobFiresOnce", func(t *testing.T) { t.Parallel(); s.oneTimeJobFiresOnce(t) })
 	t.Run("DeadlineStopsRetries", func(t *testing.T) { t.Parallel(); s.deadlineStopsRetries(t) })
 	t.Run("CancelInFlight", func(t *testing.T) { t.Parallel(); s.cancelInFlight(t) })
+	t.Run("PauseOnFailure", func(t *testing.T) { t.Parallel(); s.pauseOnFailure(t) })
+	t.Run("RunWithOverrides", func(t *testing.T) { t.Parallel(); s.runWithOverrides(t) })
 }
 
 // signedDeliveryPauseRunNow: a job created with the Go client fires; its

@@ -23,8 +23,8 @@ func jobsCommand() *command {
 		{name: "list", summary: "list the namespace's jobs", setup: jobsListSetup},
 		{name: "get", args: "ID", summary: "show a job and its next run times", setup: jobsGetSetup},
 		{name: "update", args: "ID [-f FILE] [flags]", summary: "change the given fields of a job (--etag guards against concurrent changes)", setup: jobsUpdateSetup},
-		{name: "pause", args: "ID", summary: "stop a job from firing", setup: simpleJobSetup("pause")},
-		{name: "resume", args: "ID", summary: "let a paused job fire again", setup: simpleJobSetup("resume")},
+		{name: "pause", args: "ID [--reason TEXT]", summary: "stop a job from firing, saying why", setup: jobsPauseSetup},
+		{name: "resume", args: "ID", summary: "let a paused job fire again (clears the pause reason)", setup: jobsResumeSetup},
 		{name: "run", args: "ID", summary: "fire a job once now", setup: jobsRunSetup},
 		{name: "delete", args: "ID", summary: "delete a job", setup: jobsDeleteSetup},
 		{name: "preview", args: "[--cron EXPR | --every D | -f FILE]", summary: "the next times a schedule fires, computed by the registry", setup: jobsPreviewSetup},
@@ -168,38 +168,65 @@ func jobsUpdateSetup(fs *flag.FlagSet) func(context.Context, *session, []string)
 	}
 }
 
-func simpleJobSetup(verb string) func(fs *flag.FlagSet) func(context.Context, *session, []string) error {
-	return func(fs *flag.FlagSet) func(context.Context, *session, []string) error {
-		return func(ctx context.Context, s *session, args []string) error {
-			if err := exactArgs(args, "ID"); err != nil {
-				return err
-			}
-			var job *registryv1.Job
-			if verb == "pause" {
-				resp, err := s.jobs.PauseJob(ctx, connect.NewRequest(&registryv1.PauseJobRequest{Id: args[0]}))
-				if err != nil {
-					return err
-				}
-				job = resp.Msg.GetJob()
-			} else {
-				resp, err := s.jobs.ResumeJob(ctx, connect.NewRequest(&registryv1.ResumeJobRequest{Id: args[0]}))
-				if err != nil {
-					return err
-				}
-				job = resp.Msg.GetJob()
-			}
-			return printJob(s, job, nil)
+func jobsPauseSetup(fs *flag.FlagSet) func(context.Context, *session, []string) error {
+	reason := fs.String("reason", "", "why the job is paused (at most 512 characters), shown by jobs get and list until resume")
+	return func(ctx context.Context, s *session, args []string) error {
+		if err := exactArgs(args, "ID"); err != nil {
+			return err
 		}
+		resp, err := s.jobs.PauseJob(ctx, connect.NewRequest(&registryv1.PauseJobRequest{Id: args[0], Reason: *reason}))
+		if err != nil {
+			return err
+		}
+		return printJob(s, resp.Msg.GetJob(), nil)
+	}
+}
+
+func jobsResumeSetup(*flag.FlagSet) func(context.Context, *session, []string) error {
+	return func(ctx context.Context, s *session, args []string) error {
+		if err := exactArgs(args, "ID"); err != nil {
+			return err
+		}
+		resp, err := s.jobs.ResumeJob(ctx, connect.NewRequest(&registryv1.ResumeJobRequest{Id: args[0]}))
+		if err != nil {
+			return err
+		}
+		return printJob(s, resp.Msg.GetJob(), nil)
 	}
 }
 
 func jobsRunSetup(fs *flag.FlagSet) func(context.Context, *session, []string) error {
 	requestID := fs.String("request-id", "", "idempotency key: repeating the call fires once")
+	targetURL := fs.String("target-url", "", "this run only: send to this URL instead (the job's HTTP target otherwise unchanged; secret headers must be given again with --header for another host)")
+	body := fs.String("body", "", "this run only: send this body instead of the job's")
+	headers := keyValues{}
+	fs.Var(&headers, "header", "this run only: add or replace a header, K=V (repeatable; credential headers stay secret)")
 	return func(ctx context.Context, s *session, args []string) error {
 		if err := exactArgs(args, "ID"); err != nil {
 			return err
 		}
-		resp, err := s.jobs.RunJob(ctx, connect.NewRequest(&registryv1.RunJobRequest{Id: args[0], RequestId: *requestID}))
+		req := &registryv1.RunJobRequest{Id: args[0], RequestId: *requestID, HeadersOverride: headers}
+		if *targetURL != "" {
+			// The override is the job's target with another URL: read
+			// (secret header values come back empty and the registry
+			// keeps the stored ones for the same origin).
+			got, err := s.jobs.GetJob(ctx, connect.NewRequest(&registryv1.GetJobRequest{Id: args[0], NextRunCount: 1}))
+			if err != nil {
+				return err
+			}
+			target := got.Msg.GetJob().GetTarget()
+			if target.GetHttp() == nil {
+				return usagef("--target-url: the job's target is not HTTP")
+			}
+			target.GetHttp().Url = *targetURL
+			req.TargetOverride = target
+		}
+		fs.Visit(func(f *flag.Flag) {
+			if f.Name == "body" {
+				req.BodyOverride = body
+			}
+		})
+		resp, err := s.jobs.RunJob(ctx, connect.NewRequest(req))
 		if err != nil {
 			return err
 		}
@@ -292,6 +319,15 @@ func printJob(s *session, j *registryv1.Job, next []*timestamppb.Timestamp) erro
 			{"version", strconv.FormatInt(j.GetVersion(), 10)},
 			{"etag", j.GetEtag()},
 			{"updated", timeText(j.GetUpdateTime())},
+		}
+		if j.GetPaused() {
+			rows = append(rows,
+				[2]string{"paused at", timeText(j.GetPauseTime())},
+				[2]string{"paused by key", j.GetPausedByKeyId()},
+				[2]string{"pause reason", j.GetPauseReason()})
+		}
+		if n := j.GetPauseAfterDeadLetters(); n > 0 {
+			rows = append(rows, [2]string{"pause after", fmt.Sprintf("%d dead-lettered executions in a row", n)})
 		}
 		if d := j.GetDescription(); d != "" {
 			rows = append(rows, [2]string{"description", d})

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
+	"time"
 
 	"connectrpc.com/connect"
 	"github.com/google/uuid"
@@ -48,7 +49,7 @@ const (
 var updatablePaths = []string{
 	"display_name", "description", "labels", "schedule", "target", "retry_policy",
 	"catch_up_window", "paused", "priority", "spread_window", "execution_deadline",
-	"stop_retries_at_next_slot",
+	"stop_retries_at_next_slot", "pause_after_dead_letters",
 }
 
 // Handler implements registryv1connect.JobServiceHandler.
@@ -83,7 +84,7 @@ func (h *Handler) CreateJob(ctx context.Context, req *connect.Request[registryv1
 		return nil, err
 	}
 	v := &rpcerr.Violations{}
-	newJob := h.prepareNew(v, "", req.Msg, ns)
+	newJob := h.prepareNew(ctx, v, "", req.Msg, ns)
 	if !v.Empty() {
 		return nil, v.Err()
 	}
@@ -110,7 +111,7 @@ func (h *Handler) BatchCreateJobs(ctx context.Context, req *connect.Request[regi
 	seen := make(map[string]int, n)
 	for i, r := range req.Msg.Requests {
 		prefix := fmt.Sprintf("requests[%d].", i)
-		newJobs[i] = h.prepareNew(v, prefix, r, ns)
+		newJobs[i] = h.prepareNew(ctx, v, prefix, r, ns)
 		if id := r.GetRequestId(); id != "" {
 			if first, dup := seen[id]; dup {
 				v.Add(prefix+"request_id", "duplicates requests[%d].request_id", first)
@@ -146,7 +147,7 @@ func withoutSecretHeaders(job *registryv1.Job) *registryv1.Job {
 // prepareNew validates one create request and gives the job its identity.
 // Output-only fields sent by the client are ignored, not rejected, so that a
 // job read from the API can be sent back as a template.
-func (h *Handler) prepareNew(v *rpcerr.Violations, prefix string, req *registryv1.CreateJobRequest, ns string) store.NewJob {
+func (h *Handler) prepareNew(ctx context.Context, v *rpcerr.Violations, prefix string, req *registryv1.CreateJobRequest, ns string) store.NewJob {
 	if req == nil {
 		v.Add(strings.TrimSuffix(prefix, "."), "is required")
 		return store.NewJob{}
@@ -160,6 +161,10 @@ func (h *Handler) prepareNew(v *rpcerr.Violations, prefix string, req *registryv
 		job.Namespace = ns
 		job.CreateTime = timestamppb.New(created)
 		job.UpdateTime, job.Etag, job.Version = nil, "", 0
+		job.PauseReason, job.PauseTime, job.PausedByKeyId = "", nil, ""
+		if job.Paused {
+			markPaused(ctx, job, "", created)
+		}
 	}
 	validate.Job(v, h.targets, prefix+"job", job, created)
 	return store.NewJob{Job: job, RequestID: req.RequestId}
@@ -289,6 +294,12 @@ func (h *Handler) UpdateJob(ctx context.Context, req *connect.Request[registryv1
 		if proto.Equal(before, job) {
 			return store.ErrNoChange
 		}
+		switch {
+		case job.Paused && !before.Paused:
+			markPaused(ctx, job, "", h.store.Now())
+		case !job.Paused:
+			markResumed(job)
+		}
 		return nil
 	})
 	if err != nil {
@@ -338,46 +349,75 @@ func (h *Handler) DeleteJob(ctx context.Context, req *connect.Request[registryv1
 
 // PauseJob implements JobService.PauseJob.
 func (h *Handler) PauseJob(ctx context.Context, req *connect.Request[registryv1.PauseJobRequest]) (*connect.Response[registryv1.PauseJobResponse], error) {
-	job, err := h.setPaused(ctx, "PauseJob", req.Msg.Id, true)
+	ns, err := namespace(ctx)
 	if err != nil {
 		return nil, err
+	}
+	v := &rpcerr.Violations{}
+	reqlimit.ID(v, "id", req.Msg.Id)
+	validate.PauseReason(v, "reason", req.Msg.Reason)
+	if !v.Empty() {
+		return nil, v.Err()
+	}
+	job, err := h.store.Update(ctx, ns, req.Msg.Id, "", eventsv1.JobEventKind_JOB_EVENT_KIND_PAUSED, func(job *registryv1.Job) error {
+		if job.Paused {
+			// A repeated pause is a no-op, so that a retried call or a
+			// second pause on failure neither moves the pause time nor
+			// takes the pause over; only a new reason is recorded.
+			if req.Msg.Reason == "" || req.Msg.Reason == job.PauseReason {
+				return store.ErrNoChange
+			}
+			job.PauseReason = req.Msg.Reason
+			return nil
+		}
+		markPaused(ctx, job, req.Msg.Reason, h.store.Now())
+		return nil
+	})
+	if err != nil {
+		return nil, h.toConnect(ctx, "PauseJob", err)
 	}
 	return connect.NewResponse(&registryv1.PauseJobResponse{Job: job}), nil
 }
 
 // ResumeJob implements JobService.ResumeJob.
 func (h *Handler) ResumeJob(ctx context.Context, req *connect.Request[registryv1.ResumeJobRequest]) (*connect.Response[registryv1.ResumeJobResponse], error) {
-	job, err := h.setPaused(ctx, "ResumeJob", req.Msg.Id, false)
-	if err != nil {
-		return nil, err
-	}
-	return connect.NewResponse(&registryv1.ResumeJobResponse{Job: job}), nil
-}
-
-func (h *Handler) setPaused(ctx context.Context, procedure, id string, paused bool) (*registryv1.Job, error) {
 	ns, err := namespace(ctx)
 	if err != nil {
 		return nil, err
 	}
 	v := &rpcerr.Violations{}
-	if !reqlimit.ID(v, "id", id) {
+	if !reqlimit.ID(v, "id", req.Msg.Id) {
 		return nil, v.Err()
 	}
-	kind := eventsv1.JobEventKind_JOB_EVENT_KIND_RESUMED
-	if paused {
-		kind = eventsv1.JobEventKind_JOB_EVENT_KIND_PAUSED
-	}
-	job, err := h.store.Update(ctx, ns, id, "", kind, func(job *registryv1.Job) error {
-		if job.Paused == paused {
+	job, err := h.store.Update(ctx, ns, req.Msg.Id, "", eventsv1.JobEventKind_JOB_EVENT_KIND_RESUMED, func(job *registryv1.Job) error {
+		if !job.Paused {
 			return store.ErrNoChange
 		}
-		job.Paused = paused
+		markResumed(job)
 		return nil
 	})
 	if err != nil {
-		return nil, h.toConnect(ctx, procedure, err)
+		return nil, h.toConnect(ctx, "ResumeJob", err)
 	}
-	return job, nil
+	return connect.NewResponse(&registryv1.ResumeJobResponse{Job: job}), nil
+}
+
+// markPaused pauses job at now, recording why and the id of the caller's
+// key (empty when the context carries no principal).
+func markPaused(ctx context.Context, job *registryv1.Job, reason string, now time.Time) {
+	job.Paused = true
+	job.PauseReason = reason
+	job.PauseTime = timestamppb.New(now)
+	job.PausedByKeyId = ""
+	if p, ok := apikey.PrincipalFrom(ctx); ok {
+		job.PausedByKeyId = p.KeyID
+	}
+}
+
+// markResumed lets job run and forgets its pause.
+func markResumed(job *registryv1.Job) {
+	job.Paused = false
+	job.PauseReason, job.PauseTime, job.PausedByKeyId = "", nil, ""
 }
 
 // RunJob implements JobService.RunJob.
@@ -392,11 +432,122 @@ func (h *Handler) RunJob(ctx context.Context, req *connect.Request[registryv1.Ru
 	if !v.Empty() {
 		return nil, v.Err()
 	}
-	nominal, err := h.store.Run(ctx, ns, req.Msg.Id, req.Msg.RequestId)
+	var override store.RunOverride
+	if req.Msg.TargetOverride != nil || req.Msg.BodyOverride != nil || len(req.Msg.HeadersOverride) > 0 {
+		override = func(job *registryv1.Job) ([]string, error) { return h.overrideRun(req.Msg, job) }
+	}
+	nominal, err := h.store.Run(ctx, ns, req.Msg.Id, req.Msg.RequestId, override)
 	if err != nil {
 		return nil, h.toConnect(ctx, "RunJob", err)
 	}
 	return connect.NewResponse(&registryv1.RunJobResponse{NominalTime: timestamppb.New(nominal)}), nil
+}
+
+// overrideRun replaces job.Target (the stored one, secrets included) with
+// the run's target: the request's overrides applied and checked exactly as
+// CreateJob checks a target. It returns what was overridden, or the
+// violations, each naming the request field it comes from.
+func (h *Handler) overrideRun(req *registryv1.RunJobRequest, job *registryv1.Job) ([]string, error) {
+	stored := job.Target
+	v := &rpcerr.Violations{}
+	var overrides []string
+	target := proto.Clone(stored).(*registryv1.Target)
+	if o := req.TargetOverride; o != nil {
+		overrides = append(overrides, "target")
+		target = proto.Clone(o).(*registryv1.Target)
+		// The signing secret is the job's: a run cannot sign with another.
+		if ht := target.GetHttp(); ht != nil {
+			ht.SigningSecret = ""
+		}
+		targetcheck.MoveCredentialHeaders(target)
+		targetcheck.KeepSecrets(v, "target_override", target, stored, false)
+		h.targets.Target(v, "target_override", job.Namespace, target)
+		if !v.Empty() {
+			return nil, v.Err()
+		}
+		if ht := target.GetHttp(); ht != nil && ht.SigningSecret == "" {
+			// An AMQP job run at an HTTP target signs with a secret of
+			// its own, never shown.
+			ht.SigningSecret = validate.NewSigningSecret()
+		}
+	}
+	if b := req.BodyOverride; b != nil {
+		overrides = append(overrides, "body")
+		switch k := target.GetKind().(type) {
+		case *registryv1.Target_Http:
+			k.Http.Body = *b
+		case *registryv1.Target_Amqp:
+			k.Amqp.Body = *b
+		}
+	}
+	if len(req.HeadersOverride) > 0 {
+		overrides = append(overrides, "headers")
+		plain, secret := runHeaders(target)
+		for name, value := range req.HeadersOverride {
+			// A header given again replaces the one of either map.
+			for n := range plain {
+				if strings.EqualFold(n, name) {
+					delete(plain, n)
+				}
+			}
+			for n := range secret {
+				if strings.EqualFold(n, name) {
+					delete(secret, n)
+				}
+			}
+			plain[name] = value
+		}
+	}
+	// The resulting target is checked as a whole; a problem of the body or
+	// of a header is reported at the request field that brought it.
+	checked := &rpcerr.Violations{}
+	h.targets.Target(checked, "target", job.Namespace, target)
+	for _, fv := range checked.List() {
+		v.Add(overrideField(fv.Field, req), "%s", fv.Description)
+	}
+	if !v.Empty() {
+		return nil, v.Err()
+	}
+	job.Target = target
+	return overrides, nil
+}
+
+// runHeaders returns the plain and secret header maps of t, created when
+// missing.
+func runHeaders(t *registryv1.Target) (plain, secret map[string]string) {
+	switch k := t.GetKind().(type) {
+	case *registryv1.Target_Http:
+		if k.Http.Headers == nil {
+			k.Http.Headers = map[string]string{}
+		}
+		return k.Http.Headers, k.Http.SecretHeaders
+	case *registryv1.Target_Amqp:
+		if k.Amqp.Headers == nil {
+			k.Amqp.Headers = map[string]string{}
+		}
+		return k.Amqp.Headers, k.Amqp.SecretHeaders
+	}
+	return map[string]string{}, nil
+}
+
+// overrideField names the request field a violation of the run's target
+// ("target.http.body", "target.http.headers[\"X\"]") comes from.
+func overrideField(field string, req *registryv1.RunJobRequest) string {
+	_, rest, _ := strings.Cut(field, ".") // "http.body"
+	_, sub, _ := strings.Cut(rest, ".")   // "body"
+	switch {
+	case req.BodyOverride != nil && sub == "body":
+		return "body_override"
+	case len(req.HeadersOverride) > 0 && (strings.HasPrefix(sub, "headers") || strings.HasPrefix(sub, "secret_headers")):
+		if _, name, ok := strings.Cut(sub, "["); ok {
+			return "headers_override[" + name
+		}
+		return "headers_override"
+	case req.TargetOverride != nil:
+		return "target_override." + rest
+	default:
+		return field
+	}
 }
 
 // PreviewSchedule implements JobService.PreviewSchedule. It needs no

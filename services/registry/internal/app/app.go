@@ -28,6 +28,7 @@ import (
 	"github.com/cronmesh/cronmesh/libs/targetcheck"
 	"github.com/cronmesh/cronmesh/libs/telemetry"
 	"github.com/cronmesh/cronmesh/services/registry/internal/api"
+	"github.com/cronmesh/cronmesh/services/registry/internal/failpause"
 	"github.com/cronmesh/cronmesh/services/registry/internal/store"
 )
 
@@ -36,6 +37,11 @@ const (
 	DefaultListen   = "127.0.0.1:8081"
 	DefaultSchema   = "registry"
 	DefaultExchange = "cronmesh.jobs"
+	// DefaultExecutionsExchange is where the dispatcher publishes execution
+	// events; DefaultFailuresQueue is the registry's queue of them, for the
+	// pause on failure.
+	DefaultExecutionsExchange = "cronmesh.executions"
+	DefaultFailuresQueue      = "cronmesh.registry.executions"
 	// DefaultMaxJobs is the most jobs a namespace may hold unless
 	// --max-jobs or --max-jobs-namespaces say otherwise.
 	DefaultMaxJobs = 10_000
@@ -62,6 +68,13 @@ type Config struct {
 	Exchange string
 	// OutboxLanes is how many events the relay publishes concurrently.
 	OutboxLanes int
+	// ExecutionsExchange and ExecutionsQueue: the execution events and the
+	// registry's durable queue of them, from which it counts dead letters
+	// for Job.pause_after_dead_letters.
+	ExecutionsExchange, ExecutionsQueue string
+	// PauseOnFailure turns the consumer of execution events on; off, no
+	// job is paused for pause_after_dead_letters.
+	PauseOnFailure bool
 	// MaxJobs caps the jobs of each namespace (--max-jobs,
 	// --max-jobs-namespaces); 0 means no cap, the zero value caps nothing.
 	MaxJobs quota.Limits
@@ -82,6 +95,9 @@ func (c *Config) Register(fs *flag.FlagSet) {
 	fs.StringVar(&c.Schema, "schema", DefaultSchema, "PostgreSQL schema of the registry's tables")
 	fs.StringVar(&c.Exchange, "exchange", DefaultExchange, "RabbitMQ topic exchange for job events")
 	fs.IntVar(&c.OutboxLanes, "outbox-lanes", 16, "events the outbox relay publishes concurrently (order per job is kept)")
+	fs.StringVar(&c.ExecutionsExchange, "executions-exchange", DefaultExecutionsExchange, "RabbitMQ topic exchange of execution lifecycle events (for pause_after_dead_letters)")
+	fs.StringVar(&c.ExecutionsQueue, "executions-queue", DefaultFailuresQueue, "the registry's durable queue of execution events")
+	fs.BoolVar(&c.PauseOnFailure, "pause-on-failure", true, "consume execution events to pause jobs after pause_after_dead_letters dead letters in a row (off: the option is stored but never acted on)")
 	fs.IntVar(&c.MaxJobs.Default, "max-jobs", DefaultMaxJobs, "most jobs a namespace may hold (0: no limit); creates beyond are refused with RESOURCE_EXHAUSTED")
 	fs.Var(&c.MaxJobs.Namespaces, "max-jobs-namespaces", "per-namespace overrides of --max-jobs, comma separated, each namespace=N (0: no limit)")
 	c.Keys.RegisterRefresh(fs)
@@ -96,8 +112,12 @@ func (c *Config) amqpPolicy() (*targetcheck.AMQPPolicy, error) {
 		return nil, fmt.Errorf("--target-amqp-allow: %w", err)
 	}
 	return targetcheck.NewAMQPPolicy(targetcheck.AMQPPolicyOptions{
-		Internal: []targetcheck.InternalName{{Flag: "exchange", Name: cmp.Or(c.Exchange, DefaultExchange)}},
-		Allow:    allow,
+		Internal: []targetcheck.InternalName{
+			{Flag: "exchange", Name: cmp.Or(c.Exchange, DefaultExchange)},
+			{Flag: "executions-exchange", Name: cmp.Or(c.ExecutionsExchange, DefaultExecutionsExchange)},
+			{Flag: "executions-queue", Name: cmp.Or(c.ExecutionsQueue, DefaultFailuresQueue)},
+		},
+		Allow: allow,
 	})
 }
 
@@ -141,6 +161,7 @@ type App struct {
 	pool      *pgxpool.Pool
 	publisher message.Publisher
 	relay     *outbox.Relay
+	failures  *failpause.Consumer
 	closeOnce sync.Once
 }
 
@@ -219,6 +240,18 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger) (_ *App, err erro
 		MaxJobs: quota.New("jobs", cfg.MaxJobs, refusals),
 	})
 
+	if cfg.PauseOnFailure {
+		a.failures, err = failpause.New(failpause.Options{
+			Store: st, AMQPURL: cfg.AMQPURL,
+			Exchange: cmp.Or(cfg.ExecutionsExchange, DefaultExecutionsExchange),
+			Queue:    cmp.Or(cfg.ExecutionsQueue, DefaultFailuresQueue),
+			Logger:   logger.With(slog.String("component", "failpause")),
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
+
 	a.server, err = server.New(server.Options{
 		Name: "registry", Listen: cfg.Listen, Logger: logger, Telemetry: a.telemetry, ShutdownTimeout: cfg.ShutdownTimeout, Profiling: cfg.Pprof,
 		RateLimit: cfg.RateLimit,
@@ -256,6 +289,15 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger) (_ *App, err erro
 	return a, nil
 }
 
+// FailuresReady is closed once the pause on failure consumes execution
+// events; never when PauseOnFailure is off.
+func (a *App) FailuresReady() <-chan struct{} {
+	if a.failures == nil {
+		return nil
+	}
+	return a.failures.Ready()
+}
+
 // Server is the App's server (for its address in tests).
 func (a *App) Server() *server.Server { return a.server }
 
@@ -272,6 +314,12 @@ func (a *App) Run(ctx context.Context) error {
 	go func() { relayDone <- a.relay.Run(relayCtx) }()
 	keysDone := make(chan error, 1)
 	go func() { keysDone <- a.keys.Run(ctx) }()
+	failuresDone := make(chan error, 1)
+	if a.failures != nil {
+		go func() { failuresDone <- a.failures.Run(ctx) }()
+	} else {
+		failuresDone <- nil
+	}
 
 	a.server.SetServing(true)
 	serveErr := a.server.Run(ctx)
@@ -280,8 +328,9 @@ func (a *App) Run(ctx context.Context) error {
 	relayErr := <-relayDone
 	a.keys.Stop()
 	keysErr := <-keysDone
+	failuresErr := <-failuresDone
 	a.close(context.WithoutCancel(ctx))
-	return errors.Join(serveErr, relayErr, keysErr)
+	return errors.Join(serveErr, relayErr, keysErr, failuresErr)
 }
 
 func (a *App) close(ctx context.Context) {

@@ -35,6 +35,8 @@ type registry struct {
 	baseURL  string
 	exchange string
 	events   string // queue bound to "job.#"
+	// executions is the exchange the registry takes execution events from.
+	executions string
 }
 
 type option func(*app.Config)
@@ -44,6 +46,12 @@ func withMaxJobs(limits quota.Limits) option { return func(c *app.Config) { c.Ma
 
 // withAMQPURL points the registry's relay at another broker address (a proxy).
 func withAMQPURL(url string) option { return func(c *app.Config) { c.AMQPURL = url } }
+
+// withoutPauseOnFailure leaves the execution events unconsumed: a
+// subscription racing a broker outage trips the race detector inside
+// watermill-amqp (ConnectionWrapper.IsConnected against
+// handleConnectionClose), which is not what an outage test is about.
+func withoutPauseOnFailure() option { return func(c *app.Config) { c.PauseOnFailure = false } }
 
 // withExchange renames the job events exchange (its events are then not
 // on the harness's queue).
@@ -71,6 +79,11 @@ func startRegistry(t *testing.T, opts ...option) *registry {
 		Schema:      schema,
 		Exchange:    exchange,
 		OutboxLanes: 4,
+		// Every registry consumes its own execution events, so that one
+		// test's outcomes never pause another's jobs.
+		ExecutionsExchange: amqptest.UniqueName(t, "cronmesh.executions"),
+		ExecutionsQueue:    amqptest.UniqueName(t, "cronmesh.registry.executions"),
+		PauseOnFailure:     true,
 	}
 	for _, o := range opts {
 		o(&cfg)
@@ -90,7 +103,7 @@ func startRegistry(t *testing.T, opts ...option) *registry {
 		cancel()
 		require.NoError(t, <-done)
 	})
-	return &registry{app: a, baseURL: "http://" + a.Server().Addr(), exchange: exchange, events: queue}
+	return &registry{app: a, baseURL: "http://" + a.Server().Addr(), exchange: exchange, events: queue, executions: cfg.ExecutionsExchange}
 }
 
 // protocols are the wire protocols every RPC test runs over.

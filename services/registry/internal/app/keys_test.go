@@ -60,11 +60,13 @@ func startKeyRegistry(t *testing.T) *keyRegistry {
 			Listen: "127.0.0.1:0", PostgresURL: pgtest.URL(), AMQPURL: amqptest.URL(),
 			LogLevel: "debug", ShutdownTimeout: 5 * time.Second,
 		},
-		APIKeys:     config.StringList{"alpha=" + keyAlpha, "beta=" + keyBeta},
-		Schema:      schema,
-		Exchange:    amqptest.UniqueName(t, "cronmesh.jobs"),
-		OutboxLanes: 2,
-		Keys:        keyring.Config{Refresh: 50 * time.Millisecond},
+		APIKeys:            config.StringList{"alpha=" + keyAlpha, "beta=" + keyBeta},
+		Schema:             schema,
+		Exchange:           amqptest.UniqueName(t, "cronmesh.jobs"),
+		OutboxLanes:        2,
+		ExecutionsExchange: amqptest.UniqueName(t, "cronmesh.executions"),
+		ExecutionsQueue:    amqptest.UniqueName(t, "cronmesh.registry.executions"),
+		Keys:               keyring.Config{Refresh: 50 * time.Millisecond},
 	}
 	logs := &logBuffer{}
 	logger := slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))

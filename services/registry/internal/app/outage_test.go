@@ -18,7 +18,7 @@ import (
 func TestWritesSurviveABrokerOutage(t *testing.T) {
 	t.Parallel()
 	proxy := amqptest.NewProxy(t, true) // the broker is down from the start
-	reg := startRegistry(t, withAMQPURL(proxy.URL()))
+	reg := startRegistry(t, withAMQPURL(proxy.URL()), withoutPauseOnFailure())
 	ctx := context.Background()
 	client := reg.client(keyAlpha)
 

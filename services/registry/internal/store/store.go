@@ -359,38 +359,26 @@ func (s *Store) Update(ctx context.Context, namespace, id, ifMatch string, kind 
 		if ifMatch != "" && ifMatch != job.Etag {
 			return ErrEtagMismatch
 		}
+		wasPaused := job.Paused
 		if err := mutate(job); errors.Is(err, ErrNoChange) {
 			out = job
 			return nil
 		} else if err != nil {
 			return err
 		}
-		job.Version++
-		job.Etag = ""
-		job.UpdateTime = timestamppb.New(s.Now())
-		cols := jobColumns{}
-		if err := cols.add(job); err != nil {
-			return err
+		if wasPaused && !job.Paused {
+			// A resumed job starts a new streak of dead letters: the
+			// ones it was paused for do not pause it again.
+			if err := s.restartStreak(ctx, tx, job.Id, s.Now()); err != nil {
+				return err
+			}
 		}
-		tag, err := tx.Exec(ctx, `
-			UPDATE jobs SET display_name = $3, labels = $4::jsonb, paused = $5, version = $6, spec = $7,
-				signing_secret = NULLIF($8, ''), update_time = $9
-			WHERE namespace = $1 AND id = $2`,
-			namespace, job.Id, cols.names[0], cols.labels[0], cols.paused[0], job.Version, cols.specs[0], cols.secrets[0], job.UpdateTime.AsTime())
-		if err != nil {
-			return fmt.Errorf("update job: %w", err)
-		}
-		if tag.RowsAffected() != 1 {
-			return ErrNotFound
-		}
-		job.Etag = etag(job.Version)
-		msg, err := s.event(ctx, kind, job, nil)
-		if err != nil {
+		if err := s.writeUpdate(ctx, tx, job, kind); err != nil {
 			return err
 		}
 		changed = true
 		out = job
-		return outbox.Write(ctx, tx, msg)
+		return nil
 	})
 	if err != nil {
 		return nil, err
@@ -434,12 +422,18 @@ func (s *Store) Delete(ctx context.Context, namespace, id, ifMatch string) error
 	return nil
 }
 
-// Run records a manual run of the job and writes its RUN_REQUESTED event.
-// The nominal time is now, or 1 µs after the job's previous manual run when
-// two requests share a microsecond, so each manual run is its own slot. A
-// repeated requestID returns the first call's nominal time and writes
-// nothing.
-func (s *Store) Run(ctx context.Context, namespace, id, requestID string) (time.Time, error) {
+// RunOverride changes the job of a run request (its secrets included) for
+// that run only, and says what it overrode ("target", "body", "headers");
+// an error aborts the run.
+type RunOverride func(job *registryv1.Job) ([]string, error)
+
+// Run records a manual run of the job and writes its RUN_REQUESTED event,
+// whose job is the stored one changed by override (nil: none); the stored
+// job is not changed. The nominal time is now, or 1 µs after the job's
+// previous manual run when two requests share a microsecond, so each
+// manual run is its own slot. A repeated requestID returns the first
+// call's nominal time and writes nothing.
+func (s *Store) Run(ctx context.Context, namespace, id, requestID string, override RunOverride) (time.Time, error) {
 	var nominal time.Time
 	wrote := false
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
@@ -481,10 +475,16 @@ func (s *Store) Run(ctx context.Context, namespace, id, requestID string) (time.
 		if err != nil {
 			return err
 		}
+		var overrides []string
+		if override != nil {
+			if overrides, err = override(job); err != nil {
+				return err
+			}
+		}
 		msg, err := s.event(ctx, eventsv1.JobEventKind_JOB_EVENT_KIND_RUN_REQUESTED, job, &eventsv1.RunRequest{
 			NominalTime: timestamppb.New(nominal),
 			RequestId:   requestID,
-		})
+		}, overrides...)
 		if err != nil {
 			return err
 		}
@@ -492,7 +492,7 @@ func (s *Store) Run(ctx context.Context, namespace, id, requestID string) (time.
 		return outbox.Write(ctx, tx, msg)
 	})
 	if errors.Is(err, errConcurrentRun) {
-		return s.Run(ctx, namespace, id, requestID)
+		return s.Run(ctx, namespace, id, requestID, override)
 	}
 	if err != nil {
 		return time.Time{}, err
@@ -505,14 +505,15 @@ func (s *Store) Run(ctx context.Context, namespace, id, requestID string) (time.
 
 var errConcurrentRun = errors.New("concurrent run request with the same id")
 
-func (s *Store) event(ctx context.Context, kind eventsv1.JobEventKind, job *registryv1.Job, run *eventsv1.RunRequest) (outbox.Message, error) {
+func (s *Store) event(ctx context.Context, kind eventsv1.JobEventKind, job *registryv1.Job, run *eventsv1.RunRequest, runOverrides ...string) (outbox.Message, error) {
 	ev := &eventsv1.JobEvent{
-		EventId:    uuid.Must(uuid.NewV7()).String(),
-		Kind:       kind,
-		Job:        job,
-		Version:    job.Version,
-		OccurTime:  timestamppb.New(s.Now()),
-		RunRequest: run,
+		EventId:      uuid.Must(uuid.NewV7()).String(),
+		Kind:         kind,
+		Job:          job,
+		Version:      job.Version,
+		OccurTime:    timestamppb.New(s.Now()),
+		RunRequest:   run,
+		RunOverrides: runOverrides,
 	}
 	// The principal rides on ctx from the API key middleware, so every
 	// change records its key without each method of the store taking it.

@@ -45,6 +45,12 @@ const (
 	MinExecutionDeadline = time.Second
 	MaxExecutionDeadline = 7 * 24 * time.Hour
 	MaxRequestID         = 128
+	// MaxPauseReason bounds PauseJobRequest.reason: a sentence or two, a
+	// ticket link; it rides on every job event.
+	MaxPauseReason = 512
+	// MaxPauseAfterDeadLetters bounds pause_after_dead_letters; a job that
+	// may fail more often in a row has no use for the option.
+	MaxPauseAfterDeadLetters = 1000
 	// MaxCron bounds a cron expression: six fields of lists and ranges fit
 	// with room to spare.
 	MaxCron = 256
@@ -107,6 +113,10 @@ func Job(v *rpcerr.Violations, targets *targetcheck.Checker, path string, job *r
 	job.SpreadWindow = durationOrDefault(v, p("spread_window"), job.SpreadWindow, 0, 0, MaxSpreadWindow)
 	executionDeadline(v, p("execution_deadline"), job)
 
+	if n := job.PauseAfterDeadLetters; n < 0 || n > MaxPauseAfterDeadLetters {
+		v.Add(p("pause_after_dead_letters"), "must be between 0 and %d, got %d", MaxPauseAfterDeadLetters, n)
+	}
+
 	switch job.Priority {
 	case registryv1.Priority_PRIORITY_UNSPECIFIED:
 		job.Priority = registryv1.Priority_PRIORITY_NORMAL
@@ -117,6 +127,12 @@ func Job(v *rpcerr.Violations, targets *targetcheck.Checker, path string, job *r
 	if job.Schedule != nil && job.Schedule.TimeZone == "" {
 		job.Schedule.TimeZone = jobspec.DefaultTimeZone
 	}
+}
+
+// PauseReason checks PauseJobRequest.reason: text of at most
+// MaxPauseReason characters, empty allowed.
+func PauseReason(v *rpcerr.Violations, path, reason string) {
+	checkText(v, path, reason, 0, MaxPauseReason)
 }
 
 // ScheduleSize checks the length of a schedule's strings (at path, for

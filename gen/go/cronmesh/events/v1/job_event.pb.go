@@ -110,7 +110,11 @@ type JobEvent struct {
 	// The id of the API key whose call made the change (never the key
 	// itself), for the audit trail; empty for changes made before key ids
 	// were recorded.
-	KeyId         string `protobuf:"bytes,7,opt,name=key_id,json=keyId,proto3" json:"key_id,omitempty"`
+	KeyId string `protobuf:"bytes,7,opt,name=key_id,json=keyId,proto3" json:"key_id,omitempty"`
+	// For JOB_EVENT_KIND_RUN_REQUESTED: what RunJob overrode for this run
+	// ("target", "body", "headers"); job.target is then the run's target,
+	// overrides applied.
+	RunOverrides  []string `protobuf:"bytes,10,rep,name=run_overrides,json=runOverrides,proto3" json:"run_overrides,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -194,6 +198,13 @@ func (x *JobEvent) GetKeyId() string {
 	return ""
 }
 
+func (x *JobEvent) GetRunOverrides() []string {
+	if x != nil {
+		return x.RunOverrides
+	}
+	return nil
+}
+
 // RunRequest is a manual run outside the schedule (JobService.RunJob).
 type RunRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -253,7 +264,7 @@ var File_cronmesh_events_v1_job_event_proto protoreflect.FileDescriptor
 
 const file_cronmesh_events_v1_job_event_proto_rawDesc = "" +
 	"\n" +
-	"\"cronmesh/events/v1/job_event.proto\x12\x12cronmesh.events.v1\x1a\x1ecronmesh/registry/v1/job.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xb5\x02\n" +
+	"\"cronmesh/events/v1/job_event.proto\x12\x12cronmesh.events.v1\x1a\x1ecronmesh/registry/v1/job.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xda\x02\n" +
 	"\bJobEvent\x12\x19\n" +
 	"\bevent_id\x18\x01 \x01(\tR\aeventId\x124\n" +
 	"\x04kind\x18\x02 \x01(\x0e2 .cronmesh.events.v1.JobEventKindR\x04kind\x12+\n" +
@@ -263,7 +274,9 @@ const file_cronmesh_events_v1_job_event_proto_rawDesc = "" +
 	"occur_time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\toccurTime\x12?\n" +
 	"\vrun_request\x18\x06 \x01(\v2\x1e.cronmesh.events.v1.RunRequestR\n" +
 	"runRequest\x12\x15\n" +
-	"\x06key_id\x18\a \x01(\tR\x05keyId\"j\n" +
+	"\x06key_id\x18\a \x01(\tR\x05keyId\x12#\n" +
+	"\rrun_overrides\x18\n" +
+	" \x03(\tR\frunOverrides\"j\n" +
 	"\n" +
 	"RunRequest\x12=\n" +
 	"\fnominal_time\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\vnominalTime\x12\x1d\n" +

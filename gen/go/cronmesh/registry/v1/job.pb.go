@@ -192,6 +192,25 @@ type Job struct {
 	// execution deadline and the next slot's nominal time. Manual runs and
 	// backfills have no next slot and keep execution_deadline alone.
 	StopRetriesAtNextSlot bool `protobuf:"varint,21,opt,name=stop_retries_at_next_slot,json=stopRetriesAtNextSlot,proto3" json:"stop_retries_at_next_slot,omitempty"`
+	// Why the job is paused: PauseJobRequest.reason, or the pause-on-failure
+	// reason ("paused after 3 consecutive dead-lettered executions"). Empty
+	// while the job runs. Output only.
+	PauseReason string `protobuf:"bytes,25,opt,name=pause_reason,json=pauseReason,proto3" json:"pause_reason,omitempty"`
+	// When the job was paused; unset while it runs. Output only.
+	PauseTime *timestamppb.Timestamp `protobuf:"bytes,26,opt,name=pause_time,json=pauseTime,proto3" json:"pause_time,omitempty"`
+	// The id of the API key that paused the job (never the key itself);
+	// empty while it runs; "pause-on-failure" when the registry paused it
+	// for pause_after_dead_letters. Output only.
+	PausedByKeyId string `protobuf:"bytes,27,opt,name=paused_by_key_id,json=pausedByKeyId,proto3" json:"paused_by_key_id,omitempty"`
+	// Pause on failure: after this many consecutive dead-lettered executions
+	// the job is paused, with a PAUSED job event; pause_reason says so.
+	// Alert rules on the job (dead_lettered, consecutive_failures) open
+	// their incidents as for any failure.
+	// 0, the default, never pauses; at most 1,000. A succeeded execution
+	// ends the streak, and so does resuming the job (a dead letter of a slot
+	// before the resume no longer counts). Dead letters count only while the
+	// option is set.
+	PauseAfterDeadLetters int32 `protobuf:"varint,28,opt,name=pause_after_dead_letters,json=pauseAfterDeadLetters,proto3" json:"pause_after_dead_letters,omitempty"`
 	unknownFields         protoimpl.UnknownFields
 	sizeCache             protoimpl.SizeCache
 }
@@ -350,6 +369,34 @@ func (x *Job) GetStopRetriesAtNextSlot() bool {
 		return x.StopRetriesAtNextSlot
 	}
 	return false
+}
+
+func (x *Job) GetPauseReason() string {
+	if x != nil {
+		return x.PauseReason
+	}
+	return ""
+}
+
+func (x *Job) GetPauseTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.PauseTime
+	}
+	return nil
+}
+
+func (x *Job) GetPausedByKeyId() string {
+	if x != nil {
+		return x.PausedByKeyId
+	}
+	return ""
+}
+
+func (x *Job) GetPauseAfterDeadLetters() int32 {
+	if x != nil {
+		return x.PauseAfterDeadLetters
+	}
+	return 0
 }
 
 // Schedule says when a job runs. Exactly one of cron, interval, at or after.
@@ -993,7 +1040,7 @@ var File_cronmesh_registry_v1_job_proto protoreflect.FileDescriptor
 
 const file_cronmesh_registry_v1_job_proto_rawDesc = "" +
 	"\n" +
-	"\x1ecronmesh/registry/v1/job.proto\x12\x14cronmesh.registry.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xad\a\n" +
+	"\x1ecronmesh/registry/v1/job.proto\x12\x14cronmesh.registry.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xed\b\n" +
 	"\x03Job\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1c\n" +
 	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12!\n" +
@@ -1015,7 +1062,12 @@ const file_cronmesh_registry_v1_job_proto_rawDesc = "" +
 	"\x04etag\x18\x0f \x01(\tR\x04etag\x12\x18\n" +
 	"\aversion\x18\x10 \x01(\x03R\aversion\x12H\n" +
 	"\x12execution_deadline\x18\x14 \x01(\v2\x19.google.protobuf.DurationR\x11executionDeadline\x128\n" +
-	"\x19stop_retries_at_next_slot\x18\x15 \x01(\bR\x15stopRetriesAtNextSlot\x1a9\n" +
+	"\x19stop_retries_at_next_slot\x18\x15 \x01(\bR\x15stopRetriesAtNextSlot\x12!\n" +
+	"\fpause_reason\x18\x19 \x01(\tR\vpauseReason\x129\n" +
+	"\n" +
+	"pause_time\x18\x1a \x01(\v2\x1a.google.protobuf.TimestampR\tpauseTime\x12'\n" +
+	"\x10paused_by_key_id\x18\x1b \x01(\tR\rpausedByKeyId\x127\n" +
+	"\x18pause_after_dead_letters\x18\x1c \x01(\x05R\x15pauseAfterDeadLetters\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xd6\x02\n" +
@@ -1136,29 +1188,30 @@ var file_cronmesh_registry_v1_job_proto_depIdxs = []int32{
 	15, // 7: cronmesh.registry.v1.Job.create_time:type_name -> google.protobuf.Timestamp
 	15, // 8: cronmesh.registry.v1.Job.update_time:type_name -> google.protobuf.Timestamp
 	14, // 9: cronmesh.registry.v1.Job.execution_deadline:type_name -> google.protobuf.Duration
-	4,  // 10: cronmesh.registry.v1.Schedule.interval:type_name -> cronmesh.registry.v1.Interval
-	15, // 11: cronmesh.registry.v1.Schedule.at:type_name -> google.protobuf.Timestamp
-	14, // 12: cronmesh.registry.v1.Schedule.after:type_name -> google.protobuf.Duration
-	15, // 13: cronmesh.registry.v1.Schedule.start_time:type_name -> google.protobuf.Timestamp
-	15, // 14: cronmesh.registry.v1.Schedule.end_time:type_name -> google.protobuf.Timestamp
-	14, // 15: cronmesh.registry.v1.Interval.every:type_name -> google.protobuf.Duration
-	15, // 16: cronmesh.registry.v1.Interval.anchor_time:type_name -> google.protobuf.Timestamp
-	6,  // 17: cronmesh.registry.v1.Target.http:type_name -> cronmesh.registry.v1.HttpTarget
-	7,  // 18: cronmesh.registry.v1.Target.amqp:type_name -> cronmesh.registry.v1.AmqpTarget
-	10, // 19: cronmesh.registry.v1.HttpTarget.headers:type_name -> cronmesh.registry.v1.HttpTarget.HeadersEntry
-	14, // 20: cronmesh.registry.v1.HttpTarget.timeout:type_name -> google.protobuf.Duration
-	11, // 21: cronmesh.registry.v1.HttpTarget.secret_headers:type_name -> cronmesh.registry.v1.HttpTarget.SecretHeadersEntry
-	0,  // 22: cronmesh.registry.v1.HttpTarget.body_format:type_name -> cronmesh.registry.v1.BodyFormat
-	12, // 23: cronmesh.registry.v1.AmqpTarget.headers:type_name -> cronmesh.registry.v1.AmqpTarget.HeadersEntry
-	13, // 24: cronmesh.registry.v1.AmqpTarget.secret_headers:type_name -> cronmesh.registry.v1.AmqpTarget.SecretHeadersEntry
-	0,  // 25: cronmesh.registry.v1.AmqpTarget.body_format:type_name -> cronmesh.registry.v1.BodyFormat
-	14, // 26: cronmesh.registry.v1.RetryPolicy.initial_backoff:type_name -> google.protobuf.Duration
-	14, // 27: cronmesh.registry.v1.RetryPolicy.max_backoff:type_name -> google.protobuf.Duration
-	28, // [28:28] is the sub-list for method output_type
-	28, // [28:28] is the sub-list for method input_type
-	28, // [28:28] is the sub-list for extension type_name
-	28, // [28:28] is the sub-list for extension extendee
-	0,  // [0:28] is the sub-list for field type_name
+	15, // 10: cronmesh.registry.v1.Job.pause_time:type_name -> google.protobuf.Timestamp
+	4,  // 11: cronmesh.registry.v1.Schedule.interval:type_name -> cronmesh.registry.v1.Interval
+	15, // 12: cronmesh.registry.v1.Schedule.at:type_name -> google.protobuf.Timestamp
+	14, // 13: cronmesh.registry.v1.Schedule.after:type_name -> google.protobuf.Duration
+	15, // 14: cronmesh.registry.v1.Schedule.start_time:type_name -> google.protobuf.Timestamp
+	15, // 15: cronmesh.registry.v1.Schedule.end_time:type_name -> google.protobuf.Timestamp
+	14, // 16: cronmesh.registry.v1.Interval.every:type_name -> google.protobuf.Duration
+	15, // 17: cronmesh.registry.v1.Interval.anchor_time:type_name -> google.protobuf.Timestamp
+	6,  // 18: cronmesh.registry.v1.Target.http:type_name -> cronmesh.registry.v1.HttpTarget
+	7,  // 19: cronmesh.registry.v1.Target.amqp:type_name -> cronmesh.registry.v1.AmqpTarget
+	10, // 20: cronmesh.registry.v1.HttpTarget.headers:type_name -> cronmesh.registry.v1.HttpTarget.HeadersEntry
+	14, // 21: cronmesh.registry.v1.HttpTarget.timeout:type_name -> google.protobuf.Duration
+	11, // 22: cronmesh.registry.v1.HttpTarget.secret_headers:type_name -> cronmesh.registry.v1.HttpTarget.SecretHeadersEntry
+	0,  // 23: cronmesh.registry.v1.HttpTarget.body_format:type_name -> cronmesh.registry.v1.BodyFormat
+	12, // 24: cronmesh.registry.v1.AmqpTarget.headers:type_name -> cronmesh.registry.v1.AmqpTarget.HeadersEntry
+	13, // 25: cronmesh.registry.v1.AmqpTarget.secret_headers:type_name -> cronmesh.registry.v1.AmqpTarget.SecretHeadersEntry
+	0,  // 26: cronmesh.registry.v1.AmqpTarget.body_format:type_name -> cronmesh.registry.v1.BodyFormat
+	14, // 27: cronmesh.registry.v1.RetryPolicy.initial_backoff:type_name -> google.protobuf.Duration
+	14, // 28: cronmesh.registry.v1.RetryPolicy.max_backoff:type_name -> google.protobuf.Duration
+	29, // [29:29] is the sub-list for method output_type
+	29, // [29:29] is the sub-list for method input_type
+	29, // [29:29] is the sub-list for extension type_name
+	29, // [29:29] is the sub-list for extension extendee
+	0,  // [0:29] is the sub-list for field type_name
 }
 
 func init() { file_cronmesh_registry_v1_job_proto_init() }

@@ -451,7 +451,9 @@ type UpdateJobRequest struct {
 	// The job with its id, the new values and, optionally, the etag read.
 	Job *Job `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
 	// Updatable: display_name, description, labels, schedule, target,
-	// retry_policy, catch_up_window, paused, priority, spread_window. A path
+	// retry_policy, catch_up_window, paused, priority, spread_window,
+	// pause_after_dead_letters. Pausing through `paused` records the pause
+	// time and key id (no reason); resuming clears them. A path
 	// may name a sub-field (schedule.time_zone, target.http.url). An empty
 	// mask updates every updatable field.
 	UpdateMask    *fieldmaskpb.FieldMask `protobuf:"bytes,2,opt,name=update_mask,json=updateMask,proto3" json:"update_mask,omitempty"`
@@ -636,8 +638,12 @@ func (*DeleteJobResponse) Descriptor() ([]byte, []int) {
 }
 
 type PauseJobRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// Why the job is paused, at most 512 characters of text; shown as
+	// Job.pause_reason until ResumeJob. Pausing a paused job with a new
+	// reason replaces the reason (and the pause time and key id stay).
+	Reason        string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -675,6 +681,13 @@ func (*PauseJobRequest) Descriptor() ([]byte, []int) {
 func (x *PauseJobRequest) GetId() string {
 	if x != nil {
 		return x.Id
+	}
+	return ""
+}
+
+func (x *PauseJobRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
 	}
 	return ""
 }
@@ -814,10 +827,26 @@ func (x *ResumeJobResponse) GetJob() *Job {
 type RunJobRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Id    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
-	// Client-chosen idempotency key, at most 128 characters.
-	RequestId     string `protobuf:"bytes,2,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// Client-chosen idempotency key, at most 128 characters. A repeated key
+	// returns the first call's run, whatever overrides it gives.
+	RequestId string `protobuf:"bytes,2,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	// Replaces the job's target for this run only, checked exactly as
+	// CreateJob checks a job's target (InvalidArgument names
+	// "target_override..."). Its signing secret is always the job's. Secret
+	// headers follow UpdateJob's rules against the job's target: an empty
+	// map keeps the stored ones, an empty value keeps that stored value, and
+	// stored values are never carried to another destination.
+	TargetOverride *Target `protobuf:"bytes,3,opt,name=target_override,json=targetOverride,proto3" json:"target_override,omitempty"`
+	// Replaces the body of the run's target (the job's, or target_override),
+	// at most 256 KiB.
+	BodyOverride *string `protobuf:"bytes,4,opt,name=body_override,json=bodyOverride,proto3,oneof" json:"body_override,omitempty"`
+	// Added to the run's target headers, replacing a header of the same
+	// name; the rules of HttpTarget.headers apply (a credential header is
+	// moved to the secret ones), checked on the resulting target
+	// (InvalidArgument names the header: headers_override["Name"]).
+	HeadersOverride map[string]string `protobuf:"bytes,5,rep,name=headers_override,json=headersOverride,proto3" json:"headers_override,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *RunJobRequest) Reset() {
@@ -862,6 +891,27 @@ func (x *RunJobRequest) GetRequestId() string {
 		return x.RequestId
 	}
 	return ""
+}
+
+func (x *RunJobRequest) GetTargetOverride() *Target {
+	if x != nil {
+		return x.TargetOverride
+	}
+	return nil
+}
+
+func (x *RunJobRequest) GetBodyOverride() string {
+	if x != nil && x.BodyOverride != nil {
+		return *x.BodyOverride
+	}
+	return ""
+}
+
+func (x *RunJobRequest) GetHeadersOverride() map[string]string {
+	if x != nil {
+		return x.HeadersOverride
+	}
+	return nil
 }
 
 type RunJobResponse struct {
@@ -1062,19 +1112,27 @@ const file_cronmesh_registry_v1_job_service_proto_rawDesc = "" +
 	"\x10DeleteJobRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04etag\x18\x02 \x01(\tR\x04etag\"\x13\n" +
-	"\x11DeleteJobResponse\"!\n" +
+	"\x11DeleteJobResponse\"9\n" +
 	"\x0fPauseJobRequest\x12\x0e\n" +
-	"\x02id\x18\x01 \x01(\tR\x02id\"?\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\"?\n" +
 	"\x10PauseJobResponse\x12+\n" +
 	"\x03job\x18\x01 \x01(\v2\x19.cronmesh.registry.v1.JobR\x03job\"\"\n" +
 	"\x10ResumeJobRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\"@\n" +
 	"\x11ResumeJobResponse\x12+\n" +
-	"\x03job\x18\x01 \x01(\v2\x19.cronmesh.registry.v1.JobR\x03job\">\n" +
+	"\x03job\x18\x01 \x01(\v2\x19.cronmesh.registry.v1.JobR\x03job\"\xea\x02\n" +
 	"\rRunJobRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1d\n" +
 	"\n" +
-	"request_id\x18\x02 \x01(\tR\trequestId\"O\n" +
+	"request_id\x18\x02 \x01(\tR\trequestId\x12E\n" +
+	"\x0ftarget_override\x18\x03 \x01(\v2\x1c.cronmesh.registry.v1.TargetR\x0etargetOverride\x12(\n" +
+	"\rbody_override\x18\x04 \x01(\tH\x00R\fbodyOverride\x88\x01\x01\x12c\n" +
+	"\x10headers_override\x18\x05 \x03(\v28.cronmesh.registry.v1.RunJobRequest.HeadersOverrideEntryR\x0fheadersOverride\x1aB\n" +
+	"\x14HeadersOverrideEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\x10\n" +
+	"\x0e_body_override\"O\n" +
 	"\x0eRunJobResponse\x12=\n" +
 	"\fnominal_time\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\vnominalTime\"\x9a\x01\n" +
 	"\x16PreviewScheduleRequest\x12:\n" +
@@ -1108,7 +1166,7 @@ func file_cronmesh_registry_v1_job_service_proto_rawDescGZIP() []byte {
 	return file_cronmesh_registry_v1_job_service_proto_rawDescData
 }
 
-var file_cronmesh_registry_v1_job_service_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
+var file_cronmesh_registry_v1_job_service_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
 var file_cronmesh_registry_v1_job_service_proto_goTypes = []any{
 	(*CreateJobRequest)(nil),        // 0: cronmesh.registry.v1.CreateJobRequest
 	(*CreateJobResponse)(nil),       // 1: cronmesh.registry.v1.CreateJobResponse
@@ -1131,54 +1189,58 @@ var file_cronmesh_registry_v1_job_service_proto_goTypes = []any{
 	(*PreviewScheduleRequest)(nil),  // 18: cronmesh.registry.v1.PreviewScheduleRequest
 	(*PreviewScheduleResponse)(nil), // 19: cronmesh.registry.v1.PreviewScheduleResponse
 	nil,                             // 20: cronmesh.registry.v1.ListJobsRequest.LabelsEntry
-	(*Job)(nil),                     // 21: cronmesh.registry.v1.Job
-	(*timestamppb.Timestamp)(nil),   // 22: google.protobuf.Timestamp
-	(*fieldmaskpb.FieldMask)(nil),   // 23: google.protobuf.FieldMask
-	(*Schedule)(nil),                // 24: cronmesh.registry.v1.Schedule
+	nil,                             // 21: cronmesh.registry.v1.RunJobRequest.HeadersOverrideEntry
+	(*Job)(nil),                     // 22: cronmesh.registry.v1.Job
+	(*timestamppb.Timestamp)(nil),   // 23: google.protobuf.Timestamp
+	(*fieldmaskpb.FieldMask)(nil),   // 24: google.protobuf.FieldMask
+	(*Target)(nil),                  // 25: cronmesh.registry.v1.Target
+	(*Schedule)(nil),                // 26: cronmesh.registry.v1.Schedule
 }
 var file_cronmesh_registry_v1_job_service_proto_depIdxs = []int32{
-	21, // 0: cronmesh.registry.v1.CreateJobRequest.job:type_name -> cronmesh.registry.v1.Job
-	21, // 1: cronmesh.registry.v1.CreateJobResponse.job:type_name -> cronmesh.registry.v1.Job
+	22, // 0: cronmesh.registry.v1.CreateJobRequest.job:type_name -> cronmesh.registry.v1.Job
+	22, // 1: cronmesh.registry.v1.CreateJobResponse.job:type_name -> cronmesh.registry.v1.Job
 	0,  // 2: cronmesh.registry.v1.BatchCreateJobsRequest.requests:type_name -> cronmesh.registry.v1.CreateJobRequest
-	21, // 3: cronmesh.registry.v1.BatchCreateJobsResponse.jobs:type_name -> cronmesh.registry.v1.Job
-	21, // 4: cronmesh.registry.v1.GetJobResponse.job:type_name -> cronmesh.registry.v1.Job
-	22, // 5: cronmesh.registry.v1.GetJobResponse.next_run_times:type_name -> google.protobuf.Timestamp
+	22, // 3: cronmesh.registry.v1.BatchCreateJobsResponse.jobs:type_name -> cronmesh.registry.v1.Job
+	22, // 4: cronmesh.registry.v1.GetJobResponse.job:type_name -> cronmesh.registry.v1.Job
+	23, // 5: cronmesh.registry.v1.GetJobResponse.next_run_times:type_name -> google.protobuf.Timestamp
 	20, // 6: cronmesh.registry.v1.ListJobsRequest.labels:type_name -> cronmesh.registry.v1.ListJobsRequest.LabelsEntry
-	21, // 7: cronmesh.registry.v1.ListJobsResponse.jobs:type_name -> cronmesh.registry.v1.Job
-	21, // 8: cronmesh.registry.v1.UpdateJobRequest.job:type_name -> cronmesh.registry.v1.Job
-	23, // 9: cronmesh.registry.v1.UpdateJobRequest.update_mask:type_name -> google.protobuf.FieldMask
-	21, // 10: cronmesh.registry.v1.UpdateJobResponse.job:type_name -> cronmesh.registry.v1.Job
-	21, // 11: cronmesh.registry.v1.PauseJobResponse.job:type_name -> cronmesh.registry.v1.Job
-	21, // 12: cronmesh.registry.v1.ResumeJobResponse.job:type_name -> cronmesh.registry.v1.Job
-	22, // 13: cronmesh.registry.v1.RunJobResponse.nominal_time:type_name -> google.protobuf.Timestamp
-	24, // 14: cronmesh.registry.v1.PreviewScheduleRequest.schedule:type_name -> cronmesh.registry.v1.Schedule
-	22, // 15: cronmesh.registry.v1.PreviewScheduleRequest.from:type_name -> google.protobuf.Timestamp
-	22, // 16: cronmesh.registry.v1.PreviewScheduleResponse.times:type_name -> google.protobuf.Timestamp
-	0,  // 17: cronmesh.registry.v1.JobService.CreateJob:input_type -> cronmesh.registry.v1.CreateJobRequest
-	2,  // 18: cronmesh.registry.v1.JobService.BatchCreateJobs:input_type -> cronmesh.registry.v1.BatchCreateJobsRequest
-	4,  // 19: cronmesh.registry.v1.JobService.GetJob:input_type -> cronmesh.registry.v1.GetJobRequest
-	6,  // 20: cronmesh.registry.v1.JobService.ListJobs:input_type -> cronmesh.registry.v1.ListJobsRequest
-	8,  // 21: cronmesh.registry.v1.JobService.UpdateJob:input_type -> cronmesh.registry.v1.UpdateJobRequest
-	10, // 22: cronmesh.registry.v1.JobService.DeleteJob:input_type -> cronmesh.registry.v1.DeleteJobRequest
-	12, // 23: cronmesh.registry.v1.JobService.PauseJob:input_type -> cronmesh.registry.v1.PauseJobRequest
-	14, // 24: cronmesh.registry.v1.JobService.ResumeJob:input_type -> cronmesh.registry.v1.ResumeJobRequest
-	16, // 25: cronmesh.registry.v1.JobService.RunJob:input_type -> cronmesh.registry.v1.RunJobRequest
-	18, // 26: cronmesh.registry.v1.JobService.PreviewSchedule:input_type -> cronmesh.registry.v1.PreviewScheduleRequest
-	1,  // 27: cronmesh.registry.v1.JobService.CreateJob:output_type -> cronmesh.registry.v1.CreateJobResponse
-	3,  // 28: cronmesh.registry.v1.JobService.BatchCreateJobs:output_type -> cronmesh.registry.v1.BatchCreateJobsResponse
-	5,  // 29: cronmesh.registry.v1.JobService.GetJob:output_type -> cronmesh.registry.v1.GetJobResponse
-	7,  // 30: cronmesh.registry.v1.JobService.ListJobs:output_type -> cronmesh.registry.v1.ListJobsResponse
-	9,  // 31: cronmesh.registry.v1.JobService.UpdateJob:output_type -> cronmesh.registry.v1.UpdateJobResponse
-	11, // 32: cronmesh.registry.v1.JobService.DeleteJob:output_type -> cronmesh.registry.v1.DeleteJobResponse
-	13, // 33: cronmesh.registry.v1.JobService.PauseJob:output_type -> cronmesh.registry.v1.PauseJobResponse
-	15, // 34: cronmesh.registry.v1.JobService.ResumeJob:output_type -> cronmesh.registry.v1.ResumeJobResponse
-	17, // 35: cronmesh.registry.v1.JobService.RunJob:output_type -> cronmesh.registry.v1.RunJobResponse
-	19, // 36: cronmesh.registry.v1.JobService.PreviewSchedule:output_type -> cronmesh.registry.v1.PreviewScheduleResponse
-	27, // [27:37] is the sub-list for method output_type
-	17, // [17:27] is the sub-list for method input_type
-	17, // [17:17] is the sub-list for extension type_name
-	17, // [17:17] is the sub-list for extension extendee
-	0,  // [0:17] is the sub-list for field type_name
+	22, // 7: cronmesh.registry.v1.ListJobsResponse.jobs:type_name -> cronmesh.registry.v1.Job
+	22, // 8: cronmesh.registry.v1.UpdateJobRequest.job:type_name -> cronmesh.registry.v1.Job
+	24, // 9: cronmesh.registry.v1.UpdateJobRequest.update_mask:type_name -> google.protobuf.FieldMask
+	22, // 10: cronmesh.registry.v1.UpdateJobResponse.job:type_name -> cronmesh.registry.v1.Job
+	22, // 11: cronmesh.registry.v1.PauseJobResponse.job:type_name -> cronmesh.registry.v1.Job
+	22, // 12: cronmesh.registry.v1.ResumeJobResponse.job:type_name -> cronmesh.registry.v1.Job
+	25, // 13: cronmesh.registry.v1.RunJobRequest.target_override:type_name -> cronmesh.registry.v1.Target
+	21, // 14: cronmesh.registry.v1.RunJobRequest.headers_override:type_name -> cronmesh.registry.v1.RunJobRequest.HeadersOverrideEntry
+	23, // 15: cronmesh.registry.v1.RunJobResponse.nominal_time:type_name -> google.protobuf.Timestamp
+	26, // 16: cronmesh.registry.v1.PreviewScheduleRequest.schedule:type_name -> cronmesh.registry.v1.Schedule
+	23, // 17: cronmesh.registry.v1.PreviewScheduleRequest.from:type_name -> google.protobuf.Timestamp
+	23, // 18: cronmesh.registry.v1.PreviewScheduleResponse.times:type_name -> google.protobuf.Timestamp
+	0,  // 19: cronmesh.registry.v1.JobService.CreateJob:input_type -> cronmesh.registry.v1.CreateJobRequest
+	2,  // 20: cronmesh.registry.v1.JobService.BatchCreateJobs:input_type -> cronmesh.registry.v1.BatchCreateJobsRequest
+	4,  // 21: cronmesh.registry.v1.JobService.GetJob:input_type -> cronmesh.registry.v1.GetJobRequest
+	6,  // 22: cronmesh.registry.v1.JobService.ListJobs:input_type -> cronmesh.registry.v1.ListJobsRequest
+	8,  // 23: cronmesh.registry.v1.JobService.UpdateJob:input_type -> cronmesh.registry.v1.UpdateJobRequest
+	10, // 24: cronmesh.registry.v1.JobService.DeleteJob:input_type -> cronmesh.registry.v1.DeleteJobRequest
+	12, // 25: cronmesh.registry.v1.JobService.PauseJob:input_type -> cronmesh.registry.v1.PauseJobRequest
+	14, // 26: cronmesh.registry.v1.JobService.ResumeJob:input_type -> cronmesh.registry.v1.ResumeJobRequest
+	16, // 27: cronmesh.registry.v1.JobService.RunJob:input_type -> cronmesh.registry.v1.RunJobRequest
+	18, // 28: cronmesh.registry.v1.JobService.PreviewSchedule:input_type -> cronmesh.registry.v1.PreviewScheduleRequest
+	1,  // 29: cronmesh.registry.v1.JobService.CreateJob:output_type -> cronmesh.registry.v1.CreateJobResponse
+	3,  // 30: cronmesh.registry.v1.JobService.BatchCreateJobs:output_type -> cronmesh.registry.v1.BatchCreateJobsResponse
+	5,  // 31: cronmesh.registry.v1.JobService.GetJob:output_type -> cronmesh.registry.v1.GetJobResponse
+	7,  // 32: cronmesh.registry.v1.JobService.ListJobs:output_type -> cronmesh.registry.v1.ListJobsResponse
+	9,  // 33: cronmesh.registry.v1.JobService.UpdateJob:output_type -> cronmesh.registry.v1.UpdateJobResponse
+	11, // 34: cronmesh.registry.v1.JobService.DeleteJob:output_type -> cronmesh.registry.v1.DeleteJobResponse
+	13, // 35: cronmesh.registry.v1.JobService.PauseJob:output_type -> cronmesh.registry.v1.PauseJobResponse
+	15, // 36: cronmesh.registry.v1.JobService.ResumeJob:output_type -> cronmesh.registry.v1.ResumeJobResponse
+	17, // 37: cronmesh.registry.v1.JobService.RunJob:output_type -> cronmesh.registry.v1.RunJobResponse
+	19, // 38: cronmesh.registry.v1.JobService.PreviewSchedule:output_type -> cronmesh.registry.v1.PreviewScheduleResponse
+	29, // [29:39] is the sub-list for method output_type
+	19, // [19:29] is the sub-list for method input_type
+	19, // [19:19] is the sub-list for extension type_name
+	19, // [19:19] is the sub-list for extension extendee
+	0,  // [0:19] is the sub-list for field type_name
 }
 
 func init() { file_cronmesh_registry_v1_job_service_proto_init() }
@@ -1188,13 +1250,14 @@ func file_cronmesh_registry_v1_job_service_proto_init() {
 	}
 	file_cronmesh_registry_v1_job_proto_init()
 	file_cronmesh_registry_v1_job_service_proto_msgTypes[6].OneofWrappers = []any{}
+	file_cronmesh_registry_v1_job_service_proto_msgTypes[16].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cronmesh_registry_v1_job_service_proto_rawDesc), len(file_cronmesh_registry_v1_job_service_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   21,
+			NumMessages:   22,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

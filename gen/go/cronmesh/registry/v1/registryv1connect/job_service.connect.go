@@ -76,13 +76,17 @@ type JobServiceClient interface {
 	// DeleteJob removes a job; it fires nothing afterwards. When etag is set
 	// and does not match, it fails with ABORTED.
 	DeleteJob(context.Context, *connect.Request[v1.DeleteJobRequest]) (*connect.Response[v1.DeleteJobResponse], error)
-	// PauseJob stops a job from firing until ResumeJob. Pausing a paused job
-	// changes nothing.
+	// PauseJob stops a job from firing until ResumeJob, recording the
+	// optional reason, the pause time and the id of the caller's key
+	// (Job.pause_reason, pause_time, paused_by_key_id). Pausing a paused job
+	// changes nothing unless it gives a different, non-empty reason.
 	PauseJob(context.Context, *connect.Request[v1.PauseJobRequest]) (*connect.Response[v1.PauseJobResponse], error)
-	// ResumeJob lets a paused job fire again from its next slot.
+	// ResumeJob lets a paused job fire again from its next slot and clears
+	// the pause reason, time and key id.
 	ResumeJob(context.Context, *connect.Request[v1.ResumeJobRequest]) (*connect.Response[v1.ResumeJobResponse], error)
-	// RunJob fires the job once now, outside its schedule (also when paused).
-	// A non-empty request_id makes the call idempotent.
+	// RunJob fires the job once now, outside its schedule (also when paused),
+	// optionally with another target, body or headers for this run only. A
+	// non-empty request_id makes the call idempotent.
 	RunJob(context.Context, *connect.Request[v1.RunJobRequest]) (*connect.Response[v1.RunJobResponse], error)
 	// PreviewSchedule computes the next nominal times of a schedule, strictly
 	// after `from`, in UTC, without storing anything. See Schedule for the
@@ -250,13 +254,17 @@ type JobServiceHandler interface {
 	// DeleteJob removes a job; it fires nothing afterwards. When etag is set
 	// and does not match, it fails with ABORTED.
 	DeleteJob(context.Context, *connect.Request[v1.DeleteJobRequest]) (*connect.Response[v1.DeleteJobResponse], error)
-	// PauseJob stops a job from firing until ResumeJob. Pausing a paused job
-	// changes nothing.
+	// PauseJob stops a job from firing until ResumeJob, recording the
+	// optional reason, the pause time and the id of the caller's key
+	// (Job.pause_reason, pause_time, paused_by_key_id). Pausing a paused job
+	// changes nothing unless it gives a different, non-empty reason.
 	PauseJob(context.Context, *connect.Request[v1.PauseJobRequest]) (*connect.Response[v1.PauseJobResponse], error)
-	// ResumeJob lets a paused job fire again from its next slot.
+	// ResumeJob lets a paused job fire again from its next slot and clears
+	// the pause reason, time and key id.
 	ResumeJob(context.Context, *connect.Request[v1.ResumeJobRequest]) (*connect.Response[v1.ResumeJobResponse], error)
-	// RunJob fires the job once now, outside its schedule (also when paused).
-	// A non-empty request_id makes the call idempotent.
+	// RunJob fires the job once now, outside its schedule (also when paused),
+	// optionally with another target, body or headers for this run only. A
+	// non-empty request_id makes the call idempotent.
 	RunJob(context.Context, *connect.Request[v1.RunJobRequest]) (*connect.Response[v1.RunJobResponse], error)
 	// PreviewSchedule computes the next nominal times of a schedule, strictly
 	// after `from`, in UTC, without storing anything. See Schedule for the

@@ -14,7 +14,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file cronmesh/events/v1/job_event.proto.
  */
 export const file_cronmesh_events_v1_job_event: GenFile = /*@__PURE__*/
-  fileDesc("CiJjcm9ubWVzaC9ldmVudHMvdjEvam9iX2V2ZW50LnByb3RvEhJjcm9ubWVzaC5ldmVudHMudjEi+gEKCEpvYkV2ZW50EhAKCGV2ZW50X2lkGAEgASgJEi4KBGtpbmQYAiABKA4yIC5jcm9ubWVzaC5ldmVudHMudjEuSm9iRXZlbnRLaW5kEiYKA2pvYhgDIAEoCzIZLmNyb25tZXNoLnJlZ2lzdHJ5LnYxLkpvYhIPCgd2ZXJzaW9uGAQgASgDEi4KCm9jY3VyX3RpbWUYBSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEjMKC3J1bl9yZXF1ZXN0GAYgASgLMh4uY3Jvbm1lc2guZXZlbnRzLnYxLlJ1blJlcXVlc3QSDgoGa2V5X2lkGAcgASgJIlIKClJ1blJlcXVlc3QSMAoMbm9taW5hbF90aW1lGAEgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBISCgpyZXF1ZXN0X2lkGAIgASgJKtsBCgxKb2JFdmVudEtpbmQSHgoaSk9CX0VWRU5UX0tJTkRfVU5TUEVDSUZJRUQQABIaChZKT0JfRVZFTlRfS0lORF9DUkVBVEVEEAESGgoWSk9CX0VWRU5UX0tJTkRfVVBEQVRFRBACEhoKFkpPQl9FVkVOVF9LSU5EX0RFTEVURUQQAxIZChVKT0JfRVZFTlRfS0lORF9QQVVTRUQQBBIaChZKT0JfRVZFTlRfS0lORF9SRVNVTUVEEAUSIAocSk9CX0VWRU5UX0tJTkRfUlVOX1JFUVVFU1RFRBAGQkFaP2dpdGh1Yi5jb20vY3Jvbm1lc2gvY3Jvbm1lc2gvZ2VuL2dvL2Nyb25tZXNoL2V2ZW50cy92MTtldmVudHN2MWIGcHJvdG8z", [file_cronmesh_registry_v1_job, file_google_protobuf_timestamp]);
+  fileDesc("CiJjcm9ubWVzaC9ldmVudHMvdjEvam9iX2V2ZW50LnByb3RvEhJjcm9ubWVzaC5ldmVudHMudjEikQIKCEpvYkV2ZW50EhAKCGV2ZW50X2lkGAEgASgJEi4KBGtpbmQYAiABKA4yIC5jcm9ubWVzaC5ldmVudHMudjEuSm9iRXZlbnRLaW5kEiYKA2pvYhgDIAEoCzIZLmNyb25tZXNoLnJlZ2lzdHJ5LnYxLkpvYhIPCgd2ZXJzaW9uGAQgASgDEi4KCm9jY3VyX3RpbWUYBSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEjMKC3J1bl9yZXF1ZXN0GAYgASgLMh4uY3Jvbm1lc2guZXZlbnRzLnYxLlJ1blJlcXVlc3QSDgoGa2V5X2lkGAcgASgJEhUKDXJ1bl9vdmVycmlkZXMYCiADKAkiUgoKUnVuUmVxdWVzdBIwCgxub21pbmFsX3RpbWUYASABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhIKCnJlcXVlc3RfaWQYAiABKAkq2wEKDEpvYkV2ZW50S2luZBIeChpKT0JfRVZFTlRfS0lORF9VTlNQRUNJRklFRBAAEhoKFkpPQl9FVkVOVF9LSU5EX0NSRUFURUQQARIaChZKT0JfRVZFTlRfS0lORF9VUERBVEVEEAISGgoWSk9CX0VWRU5UX0tJTkRfREVMRVRFRBADEhkKFUpPQl9FVkVOVF9LSU5EX1BBVVNFRBAEEhoKFkpPQl9FVkVOVF9LSU5EX1JFU1VNRUQQBRIgChxKT0JfRVZFTlRfS0lORF9SVU5fUkVRVUVTVEVEEAZCQVo/Z2l0aHViLmNvbS9jcm9ubWVzaC9jcm9ubWVzaC9nZW4vZ28vY3Jvbm1lc2gvZXZlbnRzL3YxO2V2ZW50c3YxYgZwcm90bzM", [file_cronmesh_registry_v1_job, file_google_protobuf_timestamp]);
 
 /**
  * JobEvent is published by the registry to the `cronmesh.jobs` topic
@@ -77,6 +77,15 @@ export type JobEvent = Message<"cronmesh.events.v1.JobEvent"> & {
    * @generated from field: string key_id = 7;
    */
   keyId: string;
+
+  /**
+   * For JOB_EVENT_KIND_RUN_REQUESTED: what RunJob overrode for this run
+   * ("target", "body", "headers"); job.target is then the run's target,
+   * overrides applied.
+   *
+   * @generated from field: repeated string run_overrides = 10;
+   */
+  runOverrides: string[];
 };
 
 /**

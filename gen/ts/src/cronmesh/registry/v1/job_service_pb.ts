@@ -5,7 +5,7 @@
 import type { GenFile, GenMessage, GenService } from "@bufbuild/protobuf/codegenv2";
 import { fileDesc, messageDesc, serviceDesc } from "@bufbuild/protobuf/codegenv2";
 import { file_cronmesh_auth_v1_auth } from "../../auth/v1/auth_pb.js";
-import type { Job, Schedule } from "./job_pb.js";
+import type { Job, Schedule, Target } from "./job_pb.js";
 import { file_cronmesh_registry_v1_job } from "./job_pb.js";
 import type { FieldMask, Timestamp } from "@bufbuild/protobuf/wkt";
 import { file_google_protobuf_field_mask, file_google_protobuf_timestamp } from "@bufbuild/protobuf/wkt";
@@ -15,7 +15,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file cronmesh/registry/v1/job_service.proto.
  */
 export const file_cronmesh_registry_v1_job_service: GenFile = /*@__PURE__*/
-  fileDesc("CiZjcm9ubWVzaC9yZWdpc3RyeS92MS9qb2Jfc2VydmljZS5wcm90bxIUY3Jvbm1lc2gucmVnaXN0cnkudjEiTgoQQ3JlYXRlSm9iUmVxdWVzdBImCgNqb2IYASABKAsyGS5jcm9ubWVzaC5yZWdpc3RyeS52MS5Kb2ISEgoKcmVxdWVzdF9pZBgCIAEoCSI7ChFDcmVhdGVKb2JSZXNwb25zZRImCgNqb2IYASABKAsyGS5jcm9ubWVzaC5yZWdpc3RyeS52MS5Kb2IiUgoWQmF0Y2hDcmVhdGVKb2JzUmVxdWVzdBI4CghyZXF1ZXN0cxgBIAMoCzImLmNyb25tZXNoLnJlZ2lzdHJ5LnYxLkNyZWF0ZUpvYlJlcXVlc3QiQgoXQmF0Y2hDcmVhdGVKb2JzUmVzcG9uc2USJwoEam9icxgBIAMoCzIZLmNyb25tZXNoLnJlZ2lzdHJ5LnYxLkpvYiIzCg1HZXRKb2JSZXF1ZXN0EgoKAmlkGAEgASgJEhYKDm5leHRfcnVuX2NvdW50GAIgASgFImwKDkdldEpvYlJlc3BvbnNlEiYKA2pvYhgBIAEoCzIZLmNyb25tZXNoLnJlZ2lzdHJ5LnYxLkpvYhIyCg5uZXh0X3J1bl90aW1lcxgCIAMoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAiygEKD0xpc3RKb2JzUmVxdWVzdBIRCglwYWdlX3NpemUYASABKAUSEgoKcGFnZV90b2tlbhgCIAEoCRJBCgZsYWJlbHMYAyADKAsyMS5jcm9ubWVzaC5yZWdpc3RyeS52MS5MaXN0Sm9ic1JlcXVlc3QuTGFiZWxzRW50cnkSEwoGcGF1c2VkGAQgASgISACIAQEaLQoLTGFiZWxzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4AUIJCgdfcGF1c2VkIlQKEExpc3RKb2JzUmVzcG9uc2USJwoEam9icxgBIAMoCzIZLmNyb25tZXNoLnJlZ2lzdHJ5LnYxLkpvYhIXCg9uZXh0X3BhZ2VfdG9rZW4YAiABKAkiawoQVXBkYXRlSm9iUmVxdWVzdBImCgNqb2IYASABKAsyGS5jcm9ubWVzaC5yZWdpc3RyeS52MS5Kb2ISLwoLdXBkYXRlX21hc2sYAiABKAsyGi5nb29nbGUucHJvdG9idWYuRmllbGRNYXNrIjsKEVVwZGF0ZUpvYlJlc3BvbnNlEiYKA2pvYhgBIAEoCzIZLmNyb25tZXNoLnJlZ2lzdHJ5LnYxLkpvYiIsChBEZWxldGVKb2JSZXF1ZXN0EgoKAmlkGAEgASgJEgwKBGV0YWcYAiABKAkiEwoRRGVsZXRlSm9iUmVzcG9uc2UiHQoPUGF1c2VKb2JSZXF1ZXN0EgoKAmlkGAEgASgJIjoKEFBhdXNlSm9iUmVzcG9uc2USJgoDam9iGAEgASgLMhkuY3Jvbm1lc2gucmVnaXN0cnkudjEuSm9iIh4KEFJlc3VtZUpvYlJlcXVlc3QSCgoCaWQYASABKAkiOwoRUmVzdW1lSm9iUmVzcG9uc2USJgoDam9iGAEgASgLMhkuY3Jvbm1lc2gucmVnaXN0cnkudjEuSm9iIi8KDVJ1bkpvYlJlcXVlc3QSCgoCaWQYASABKAkSEgoKcmVxdWVzdF9pZBgCIAEoCSJCCg5SdW5Kb2JSZXNwb25zZRIwCgxub21pbmFsX3RpbWUYASABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIoMBChZQcmV2aWV3U2NoZWR1bGVSZXF1ZXN0EjAKCHNjaGVkdWxlGAEgASgLMh4uY3Jvbm1lc2gucmVnaXN0cnkudjEuU2NoZWR1bGUSKAoEZnJvbRgCIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASDQoFY291bnQYAyABKAUiRAoXUHJldmlld1NjaGVkdWxlUmVzcG9uc2USKQoFdGltZXMYASADKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wMokICgpKb2JTZXJ2aWNlEmIKCUNyZWF0ZUpvYhImLmNyb25tZXNoLnJlZ2lzdHJ5LnYxLkNyZWF0ZUpvYlJlcXVlc3QaJy5jcm9ubWVzaC5yZWdpc3RyeS52MS5DcmVhdGVKb2JSZXNwb25zZSIE4KsZAhJ0Cg9CYXRjaENyZWF0ZUpvYnMSLC5jcm9ubWVzaC5yZWdpc3RyeS52MS5CYXRjaENyZWF0ZUpvYnNSZXF1ZXN0Gi0uY3Jvbm1lc2gucmVnaXN0cnkudjEuQmF0Y2hDcmVhdGVKb2JzUmVzcG9uc2UiBOCrGQISXAoGR2V0Sm9iEiMuY3Jvbm1lc2gucmVnaXN0cnkudjEuR2V0Sm9iUmVxdWVzdBokLmNyb25tZXNoLnJlZ2lzdHJ5LnYxLkdldEpvYlJlc3BvbnNlIgeQAgHgqxkBEmIKCExpc3RKb2JzEiUuY3Jvbm1lc2gucmVnaXN0cnkudjEuTGlzdEpvYnNSZXF1ZXN0GiYuY3Jvbm1lc2gucmVnaXN0cnkudjEuTGlzdEpvYnNSZXNwb25zZSIHkAIB4KsZARJiCglVcGRhdGVKb2ISJi5jcm9ubWVzaC5yZWdpc3RyeS52MS5VcGRhdGVKb2JSZXF1ZXN0GicuY3Jvbm1lc2gucmVnaXN0cnkudjEuVXBkYXRlSm9iUmVzcG9uc2UiBOCrGQISYgoJRGVsZXRlSm9iEiYuY3Jvbm1lc2gucmVnaXN0cnkudjEuRGVsZXRlSm9iUmVxdWVzdBonLmNyb25tZXNoLnJlZ2lzdHJ5LnYxLkRlbGV0ZUpvYlJlc3BvbnNlIgTgqxkCEl8KCFBhdXNlSm9iEiUuY3Jvbm1lc2gucmVnaXN0cnkudjEuUGF1c2VKb2JSZXF1ZXN0GiYuY3Jvbm1lc2gucmVnaXN0cnkudjEuUGF1c2VKb2JSZXNwb25zZSIE4KsZAhJiCglSZXN1bWVKb2ISJi5jcm9ubWVzaC5yZWdpc3RyeS52MS5SZXN1bWVKb2JSZXF1ZXN0GicuY3Jvbm1lc2gucmVnaXN0cnkudjEuUmVzdW1lSm9iUmVzcG9uc2UiBOCrGQISWQoGUnVuSm9iEiMuY3Jvbm1lc2gucmVnaXN0cnkudjEuUnVuSm9iUmVxdWVzdBokLmNyb25tZXNoLnJlZ2lzdHJ5LnYxLlJ1bkpvYlJlc3BvbnNlIgTgqxkCEncKD1ByZXZpZXdTY2hlZHVsZRIsLmNyb25tZXNoLnJlZ2lzdHJ5LnYxLlByZXZpZXdTY2hlZHVsZVJlcXVlc3QaLS5jcm9ubWVzaC5yZWdpc3RyeS52MS5QcmV2aWV3U2NoZWR1bGVSZXNwb25zZSIHkAIB4KsZAUJFWkNnaXRodWIuY29tL2Nyb25tZXNoL2Nyb25tZXNoL2dlbi9nby9jcm9ubWVzaC9yZWdpc3RyeS92MTtyZWdpc3RyeXYxYgZwcm90bzM", [file_cronmesh_auth_v1_auth, file_cronmesh_registry_v1_job, file_google_protobuf_field_mask, file_google_protobuf_timestamp]);
+  fileDesc("CiZjcm9ubWVzaC9yZWdpc3RyeS92MS9qb2Jfc2VydmljZS5wcm90bxIUY3Jvbm1lc2gucmVnaXN0cnkudjEiTgoQQ3JlYXRlSm9iUmVxdWVzdBImCgNqb2IYASABKAsyGS5jcm9ubWVzaC5yZWdpc3RyeS52MS5Kb2ISEgoKcmVxdWVzdF9pZBgCIAEoCSI7ChFDcmVhdGVKb2JSZXNwb25zZRImCgNqb2IYASABKAsyGS5jcm9ubWVzaC5yZWdpc3RyeS52MS5Kb2IiUgoWQmF0Y2hDcmVhdGVKb2JzUmVxdWVzdBI4CghyZXF1ZXN0cxgBIAMoCzImLmNyb25tZXNoLnJlZ2lzdHJ5LnYxLkNyZWF0ZUpvYlJlcXVlc3QiQgoXQmF0Y2hDcmVhdGVKb2JzUmVzcG9uc2USJwoEam9icxgBIAMoCzIZLmNyb25tZXNoLnJlZ2lzdHJ5LnYxLkpvYiIzCg1HZXRKb2JSZXF1ZXN0EgoKAmlkGAEgASgJEhYKDm5leHRfcnVuX2NvdW50GAIgASgFImwKDkdldEpvYlJlc3BvbnNlEiYKA2pvYhgBIAEoCzIZLmNyb25tZXNoLnJlZ2lzdHJ5LnYxLkpvYhIyCg5uZXh0X3J1bl90aW1lcxgCIAMoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAiygEKD0xpc3RKb2JzUmVxdWVzdBIRCglwYWdlX3NpemUYASABKAUSEgoKcGFnZV90b2tlbhgCIAEoCRJBCgZsYWJlbHMYAyADKAsyMS5jcm9ubWVzaC5yZWdpc3RyeS52MS5MaXN0Sm9ic1JlcXVlc3QuTGFiZWxzRW50cnkSEwoGcGF1c2VkGAQgASgISACIAQEaLQoLTGFiZWxzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4AUIJCgdfcGF1c2VkIlQKEExpc3RKb2JzUmVzcG9uc2USJwoEam9icxgBIAMoCzIZLmNyb25tZXNoLnJlZ2lzdHJ5LnYxLkpvYhIXCg9uZXh0X3BhZ2VfdG9rZW4YAiABKAkiawoQVXBkYXRlSm9iUmVxdWVzdBImCgNqb2IYASABKAsyGS5jcm9ubWVzaC5yZWdpc3RyeS52MS5Kb2ISLwoLdXBkYXRlX21hc2sYAiABKAsyGi5nb29nbGUucHJvdG9idWYuRmllbGRNYXNrIjsKEVVwZGF0ZUpvYlJlc3BvbnNlEiYKA2pvYhgBIAEoCzIZLmNyb25tZXNoLnJlZ2lzdHJ5LnYxLkpvYiIsChBEZWxldGVKb2JSZXF1ZXN0EgoKAmlkGAEgASgJEgwKBGV0YWcYAiABKAkiEwoRRGVsZXRlSm9iUmVzcG9uc2UiLQoPUGF1c2VKb2JSZXF1ZXN0EgoKAmlkGAEgASgJEg4KBnJlYXNvbhgCIAEoCSI6ChBQYXVzZUpvYlJlc3BvbnNlEiYKA2pvYhgBIAEoCzIZLmNyb25tZXNoLnJlZ2lzdHJ5LnYxLkpvYiIeChBSZXN1bWVKb2JSZXF1ZXN0EgoKAmlkGAEgASgJIjsKEVJlc3VtZUpvYlJlc3BvbnNlEiYKA2pvYhgBIAEoCzIZLmNyb25tZXNoLnJlZ2lzdHJ5LnYxLkpvYiKgAgoNUnVuSm9iUmVxdWVzdBIKCgJpZBgBIAEoCRISCgpyZXF1ZXN0X2lkGAIgASgJEjUKD3RhcmdldF9vdmVycmlkZRgDIAEoCzIcLmNyb25tZXNoLnJlZ2lzdHJ5LnYxLlRhcmdldBIaCg1ib2R5X292ZXJyaWRlGAQgASgJSACIAQESUgoQaGVhZGVyc19vdmVycmlkZRgFIAMoCzI4LmNyb25tZXNoLnJlZ2lzdHJ5LnYxLlJ1bkpvYlJlcXVlc3QuSGVhZGVyc092ZXJyaWRlRW50cnkaNgoUSGVhZGVyc092ZXJyaWRlRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4AUIQCg5fYm9keV9vdmVycmlkZSJCCg5SdW5Kb2JSZXNwb25zZRIwCgxub21pbmFsX3RpbWUYASABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIoMBChZQcmV2aWV3U2NoZWR1bGVSZXF1ZXN0EjAKCHNjaGVkdWxlGAEgASgLMh4uY3Jvbm1lc2gucmVnaXN0cnkudjEuU2NoZWR1bGUSKAoEZnJvbRgCIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASDQoFY291bnQYAyABKAUiRAoXUHJldmlld1NjaGVkdWxlUmVzcG9uc2USKQoFdGltZXMYASADKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wMokICgpKb2JTZXJ2aWNlEmIKCUNyZWF0ZUpvYhImLmNyb25tZXNoLnJlZ2lzdHJ5LnYxLkNyZWF0ZUpvYlJlcXVlc3QaJy5jcm9ubWVzaC5yZWdpc3RyeS52MS5DcmVhdGVKb2JSZXNwb25zZSIE4KsZAhJ0Cg9CYXRjaENyZWF0ZUpvYnMSLC5jcm9ubWVzaC5yZWdpc3RyeS52MS5CYXRjaENyZWF0ZUpvYnNSZXF1ZXN0Gi0uY3Jvbm1lc2gucmVnaXN0cnkudjEuQmF0Y2hDcmVhdGVKb2JzUmVzcG9uc2UiBOCrGQISXAoGR2V0Sm9iEiMuY3Jvbm1lc2gucmVnaXN0cnkudjEuR2V0Sm9iUmVxdWVzdBokLmNyb25tZXNoLnJlZ2lzdHJ5LnYxLkdldEpvYlJlc3BvbnNlIgeQAgHgqxkBEmIKCExpc3RKb2JzEiUuY3Jvbm1lc2gucmVnaXN0cnkudjEuTGlzdEpvYnNSZXF1ZXN0GiYuY3Jvbm1lc2gucmVnaXN0cnkudjEuTGlzdEpvYnNSZXNwb25zZSIHkAIB4KsZARJiCglVcGRhdGVKb2ISJi5jcm9ubWVzaC5yZWdpc3RyeS52MS5VcGRhdGVKb2JSZXF1ZXN0GicuY3Jvbm1lc2gucmVnaXN0cnkudjEuVXBkYXRlSm9iUmVzcG9uc2UiBOCrGQISYgoJRGVsZXRlSm9iEiYuY3Jvbm1lc2gucmVnaXN0cnkudjEuRGVsZXRlSm9iUmVxdWVzdBonLmNyb25tZXNoLnJlZ2lzdHJ5LnYxLkRlbGV0ZUpvYlJlc3BvbnNlIgTgqxkCEl8KCFBhdXNlSm9iEiUuY3Jvbm1lc2gucmVnaXN0cnkudjEuUGF1c2VKb2JSZXF1ZXN0GiYuY3Jvbm1lc2gucmVnaXN0cnkudjEuUGF1c2VKb2JSZXNwb25zZSIE4KsZAhJiCglSZXN1bWVKb2ISJi5jcm9ubWVzaC5yZWdpc3RyeS52MS5SZXN1bWVKb2JSZXF1ZXN0GicuY3Jvbm1lc2gucmVnaXN0cnkudjEuUmVzdW1lSm9iUmVzcG9uc2UiBOCrGQISWQoGUnVuSm9iEiMuY3Jvbm1lc2gucmVnaXN0cnkudjEuUnVuSm9iUmVxdWVzdBokLmNyb25tZXNoLnJlZ2lzdHJ5LnYxLlJ1bkpvYlJlc3BvbnNlIgTgqxkCEncKD1ByZXZpZXdTY2hlZHVsZRIsLmNyb25tZXNoLnJlZ2lzdHJ5LnYxLlByZXZpZXdTY2hlZHVsZVJlcXVlc3QaLS5jcm9ubWVzaC5yZWdpc3RyeS52MS5QcmV2aWV3U2NoZWR1bGVSZXNwb25zZSIHkAIB4KsZAUJFWkNnaXRodWIuY29tL2Nyb25tZXNoL2Nyb25tZXNoL2dlbi9nby9jcm9ubWVzaC9yZWdpc3RyeS92MTtyZWdpc3RyeXYxYgZwcm90bzM", [file_cronmesh_auth_v1_auth, file_cronmesh_registry_v1_job, file_google_protobuf_field_mask, file_google_protobuf_timestamp]);
 
 /**
  * @generated from message cronmesh.registry.v1.CreateJobRequest
@@ -227,7 +227,9 @@ export type UpdateJobRequest = Message<"cronmesh.registry.v1.UpdateJobRequest"> 
 
   /**
    * Updatable: display_name, description, labels, schedule, target,
-   * retry_policy, catch_up_window, paused, priority, spread_window. A path
+   * retry_policy, catch_up_window, paused, priority, spread_window,
+   * pause_after_dead_letters. Pausing through `paused` records the pause
+   * time and key id (no reason); resuming clears them. A path
    * may name a sub-field (schedule.time_zone, target.http.url). An empty
    * mask updates every updatable field.
    *
@@ -303,6 +305,15 @@ export type PauseJobRequest = Message<"cronmesh.registry.v1.PauseJobRequest"> & 
    * @generated from field: string id = 1;
    */
   id: string;
+
+  /**
+   * Why the job is paused, at most 512 characters of text; shown as
+   * Job.pause_reason until ResumeJob. Pausing a paused job with a new
+   * reason replaces the reason (and the pause time and key id stay).
+   *
+   * @generated from field: string reason = 2;
+   */
+  reason: string;
 };
 
 /**
@@ -373,11 +384,42 @@ export type RunJobRequest = Message<"cronmesh.registry.v1.RunJobRequest"> & {
   id: string;
 
   /**
-   * Client-chosen idempotency key, at most 128 characters.
+   * Client-chosen idempotency key, at most 128 characters. A repeated key
+   * returns the first call's run, whatever overrides it gives.
    *
    * @generated from field: string request_id = 2;
    */
   requestId: string;
+
+  /**
+   * Replaces the job's target for this run only, checked exactly as
+   * CreateJob checks a job's target (InvalidArgument names
+   * "target_override..."). Its signing secret is always the job's. Secret
+   * headers follow UpdateJob's rules against the job's target: an empty
+   * map keeps the stored ones, an empty value keeps that stored value, and
+   * stored values are never carried to another destination.
+   *
+   * @generated from field: cronmesh.registry.v1.Target target_override = 3;
+   */
+  targetOverride?: Target | undefined;
+
+  /**
+   * Replaces the body of the run's target (the job's, or target_override),
+   * at most 256 KiB.
+   *
+   * @generated from field: optional string body_override = 4;
+   */
+  bodyOverride?: string | undefined;
+
+  /**
+   * Added to the run's target headers, replacing a header of the same
+   * name; the rules of HttpTarget.headers apply (a credential header is
+   * moved to the secret ones), checked on the resulting target
+   * (InvalidArgument names the header: headers_override["Name"]).
+   *
+   * @generated from field: map<string, string> headers_override = 5;
+   */
+  headersOverride: { [key: string]: string };
 };
 
 /**
@@ -537,8 +579,10 @@ export const JobService: GenService<{
     output: typeof DeleteJobResponseSchema;
   },
   /**
-   * PauseJob stops a job from firing until ResumeJob. Pausing a paused job
-   * changes nothing.
+   * PauseJob stops a job from firing until ResumeJob, recording the
+   * optional reason, the pause time and the id of the caller's key
+   * (Job.pause_reason, pause_time, paused_by_key_id). Pausing a paused job
+   * changes nothing unless it gives a different, non-empty reason.
    *
    * @generated from rpc cronmesh.registry.v1.JobService.PauseJob
    */
@@ -548,7 +592,8 @@ export const JobService: GenService<{
     output: typeof PauseJobResponseSchema;
   },
   /**
-   * ResumeJob lets a paused job fire again from its next slot.
+   * ResumeJob lets a paused job fire again from its next slot and clears
+   * the pause reason, time and key id.
    *
    * @generated from rpc cronmesh.registry.v1.JobService.ResumeJob
    */
@@ -558,8 +603,9 @@ export const JobService: GenService<{
     output: typeof ResumeJobResponseSchema;
   },
   /**
-   * RunJob fires the job once now, outside its schedule (also when paused).
-   * A non-empty request_id makes the call idempotent.
+   * RunJob fires the job once now, outside its schedule (also when paused),
+   * optionally with another target, body or headers for this run only. A
+   * non-empty request_id makes the call idempotent.
    *
    * @generated from rpc cronmesh.registry.v1.JobService.RunJob
    */
