@@ -130,7 +130,12 @@ func (s *stack) start(name, binary string, args ...string) *proc {
 	logFile, err := os.Create(p.log)
 	require.NoError(s.t, err)
 	args = append(args, "--listen", p.addr, "--postgres-url", pgtest.URL(), "--amqp-url", amqptest.URL(),
-		"--api-keys", "e2e="+apiKey, "--registry-url", "", "--log-level", "info", "--shutdown-timeout", "5s")
+		"--api-keys", "e2e="+apiKey, "--log-level", "info", "--shutdown-timeout", "5s")
+	if binary != "registry" {
+		// The configured key only: this suite's services do not fetch the
+		// registry's managed keys.
+		args = append(args, "--registry-url", "")
+	}
 	p.cmd = exec.Command(binaries[binary], args...)
 	p.cmd.Stdout, p.cmd.Stderr = logFile, logFile
 	require.NoError(s.t, p.cmd.Start())

@@ -335,20 +335,31 @@ func (a *App) Run(ctx context.Context) error {
 
 func (a *App) close(ctx context.Context) {
 	a.closeOnce.Do(func() {
+		// Each close is bounded on its own (a dependency that no longer
+		// answers is given up on); run together, the slowest bounds the
+		// whole, and shutdown stays within --shutdown-timeout.
+		var wg sync.WaitGroup
 		if a.publisher != nil {
-			if err := a.publisher.Close(); err != nil {
-				a.logger.Warn("closing publisher", slog.Any("error", err))
-			}
+			wg.Go(func() {
+				if err := a.publisher.Close(); err != nil {
+					a.logger.Warn("closing publisher", slog.Any("error", err))
+				}
+			})
 		}
 		if a.pool != nil {
-			if err := postgres.Close(ctx, a.pool); err != nil {
-				a.logger.Warn("closing the database pool", slog.Any("error", err))
-			}
+			wg.Go(func() {
+				if err := postgres.Close(ctx, a.pool); err != nil {
+					a.logger.Warn("closing the database pool", slog.Any("error", err))
+				}
+			})
 		}
 		if a.telemetry != nil {
-			if err := a.telemetry.Shutdown(ctx); err != nil {
-				a.logger.Warn("flushing telemetry", slog.Any("error", err))
-			}
+			wg.Go(func() {
+				if err := a.telemetry.Shutdown(ctx); err != nil {
+					a.logger.Warn("flushing telemetry", slog.Any("error", err))
+				}
+			})
 		}
+		wg.Wait()
 	})
 }

@@ -96,7 +96,8 @@ func (c *Consumer) Run(ctx context.Context) error {
 		Loops: 2, MaxBatch: c.opts.Workers, Linger: 10 * time.Millisecond,
 		Backoff: DefaultBackoff, MaxBackoff: DefaultMaxBackoff, Clock: c.opts.Clock,
 	}, c.apply)
-	if err := sub.Close(); err != nil {
+	// Bounded: a broker that no longer answers must not hold shutdown.
+	if err := broker.CloseSubscriber(sub); err != nil {
 		c.opts.Logger.Warn("closing the execution event subscriber", slog.Any("error", err))
 	}
 	return nil
