@@ -9,6 +9,7 @@ import (
 	"hash/fnv"
 	"log/slog"
 	"sync"
+	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -325,10 +326,21 @@ func (a *App) Run(ctx context.Context) error {
 	serveErr := a.server.Run(ctx)
 
 	stopRelay()
-	relayErr := <-relayDone
 	a.keys.Stop()
+	// The consumer's subscription may be stuck on a broker that stopped
+	// answering (watermill's Subscribe does not heed its context): it is
+	// given what a broker close is given, alongside the relay's drain, and
+	// then left behind; what it has not acknowledged is redelivered.
+	giveUp := time.NewTimer(broker.CloseTimeout)
+	defer giveUp.Stop()
+	relayErr := <-relayDone
 	keysErr := <-keysDone
-	failuresErr := <-failuresDone
+	var failuresErr error
+	select {
+	case failuresErr = <-failuresDone:
+	case <-giveUp.C:
+		a.logger.Warn("the pause-on-failure consumer did not stop in time; leaving it")
+	}
 	a.close(context.WithoutCancel(ctx))
 	return errors.Join(serveErr, relayErr, keysErr, failuresErr)
 }
