@@ -120,7 +120,7 @@ type Principal struct {
 // services, and useless for guessing the key.
 func ConfiguredKeyID(key string) string {
 	digest := sha256.Sum256([]byte(key))
-	return "cfg-" + hex.EncodeToString(digest[:6])
+	return configuredKeyIDPrefix + hex.EncodeToString(digest[:6])
 }
 
 // PrincipalFrom returns the authenticated caller, and false when the
