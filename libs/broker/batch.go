@@ -10,50 +10,6 @@ import (
 	"github.com/cronmesh/cronmesh/libs/clock"
 )
 
-// BatchOptions configure ConsumeBatches. Every field is required (callers
-// apply their own defaults).
-type BatchOptions struct {
-	// Loops is how many batches are handled at once.
-	Loops int
-	// MaxBatch caps a batch; Linger is how long a batch that is not full
-	// waits for more messages once those at hand are taken.
-	MaxBatch int
-	Linger   time.Duration
-	// Backoff is the first pause before the messages of a failed batch
-	// are requeued; it doubles up to MaxBackoff and resets after a batch
-	// that needed no requeue.
-	Backoff, MaxBackoff time.Duration
-	// Clock times the linger and the backoff.
-	Clock clock.Clock
-}
-
-// ConsumeBatches applies work in batches to the messages of several
-// Watermill subscriptions. watermill-amqp hands a subscription's next
-// message over only after the previous one is acknowledged, so one
-// subscription cannot fill a batch: the caller subscribes as many times as
-// it wants messages in hand, and ConsumeBatches fans them in to
-// opts.Loops loops, each gathering up to MaxBatch messages (those at hand,
-// then those arriving within Linger) and calling handle with them.
-//
-// handle acknowledges what it handled and returns the messages to requeue;
-// the loop holds those through the backoff (so it pauses rather than spin
-// on redeliveries while a dependency is unwell) and then nacks them. A
-// batch is handled to its end even if ctx ends meanwhile (handle decides
-// how long it may take). ConsumeBatches returns once ctx is done, without
-// waiting for the subscriptions' channels to close (see Next); a message
-// taken after ctx ended is nacked unhandled, for whichever consumer runs
-// next.
-func ConsumeBatches(ctx context.Context, channels []<-chan *message.Message, opts BatchOptions,
-	handle func(context.Context, []*message.Message) (requeue []*message.Message)) {
-	in, fannedIn := FanIn(ctx, channels)
-	var loops sync.WaitGroup
-	for range opts.Loops {
-		loops.Go(func() { batchLoop(ctx, in, opts, handle) })
-	}
-	loops.Wait()
-	fannedIn()
-}
-
 // FanIn merges the messages of several subscriptions into one unbuffered
 // channel. A message that arrives after ctx ended is nacked, for whichever
 // consumer runs next, instead of waiting for a reader that has stopped.
@@ -101,40 +57,14 @@ func Next(ctx context.Context, ch <-chan *message.Message) (*message.Message, bo
 	}
 }
 
-// batchLoop gathers batches from in and handles them until ctx is done.
-func batchLoop(ctx context.Context, in <-chan *message.Message, opts BatchOptions,
-	handle func(context.Context, []*message.Message) []*message.Message) {
-	wait := time.Duration(0)
-	for {
-		var first *message.Message
-		select {
-		case <-ctx.Done():
-			return
-		case first = <-in:
-		}
-		requeue := handle(ctx, gather(ctx, in, first, opts))
-		if len(requeue) == 0 {
-			wait = 0
-			continue
-		}
-		wait = min(max(2*wait, opts.Backoff), opts.MaxBackoff)
-		select {
-		case <-ctx.Done():
-		case <-opts.Clock.After(wait):
-		}
-		for _, msg := range requeue {
-			msg.Nack()
-		}
-	}
-}
-
 // gather returns first and the messages that follow it, up to MaxBatch:
-// those at hand, then those arriving within Linger. It stops early when
+// those at hand, then those arriving within linger. It stops early when
 // ctx ends; what it gathered is still handled.
-func gather(ctx context.Context, in <-chan *message.Message, first *message.Message, opts BatchOptions) []*message.Message {
+func gather(ctx context.Context, in <-chan *message.Message, first *message.Message,
+	maxBatch int, linger time.Duration, clk clock.Clock) []*message.Message {
 	msgs := []*message.Message{first}
 atHand:
-	for len(msgs) < opts.MaxBatch {
+	for len(msgs) < maxBatch {
 		select {
 		case msg := <-in:
 			msgs = append(msgs, msg)
@@ -142,15 +72,15 @@ atHand:
 			break atHand
 		}
 	}
-	if len(msgs) == opts.MaxBatch {
+	if len(msgs) == maxBatch {
 		return msgs
 	}
-	linger := opts.Clock.After(opts.Linger)
-	for len(msgs) < opts.MaxBatch {
+	lingered := clk.After(linger)
+	for len(msgs) < maxBatch {
 		select {
 		case msg := <-in:
 			msgs = append(msgs, msg)
-		case <-linger:
+		case <-lingered:
 			return msgs
 		case <-ctx.Done():
 			return msgs

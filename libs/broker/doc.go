@@ -29,6 +29,17 @@
 // in the meantime. Subscribers use watermill-amqp's Subscriber with
 // [TopicSubscriberConfig].
 //
+// Consuming. [Consumer] is the one consumer of the mesh's queues (the
+// history's ingest, alerting's two queues, the trigger's job-event
+// projection, the registry's pause on failure and the dispatcher's
+// dead-letter drainer): it subscribes with backoff, gathers the messages in
+// hand into batches, hands them to a [BatchHandler] in the context of their
+// consumer spans, acknowledges each message after its handling succeeded,
+// retries failures in place with backoff, drops poison ([ErrPoison]) and
+// stops gracefully. The dispatcher's delivery pipeline is the exception:
+// it reads several priority queues with per-queue concurrency and settles
+// each message when its delivery's consequences are confirmed.
+//
 // Tracing. [InjectTrace] and [ExtractTrace] carry the W3C trace context in
 // message metadata, which watermill-amqp's marshaler maps to AMQP headers.
 package broker

@@ -19,6 +19,7 @@ import (
 	"github.com/cronmesh/cronmesh/gen/go/cronmesh/alerting/v1/alertingv1connect"
 	"github.com/cronmesh/cronmesh/libs/audit"
 	"github.com/cronmesh/cronmesh/libs/authz"
+	"github.com/cronmesh/cronmesh/libs/broker"
 	"github.com/cronmesh/cronmesh/libs/clock"
 	"github.com/cronmesh/cronmesh/libs/config"
 	"github.com/cronmesh/cronmesh/libs/keyring"
@@ -29,7 +30,6 @@ import (
 	"github.com/cronmesh/cronmesh/libs/targetcheck"
 	"github.com/cronmesh/cronmesh/libs/telemetry"
 	"github.com/cronmesh/cronmesh/services/alerting/internal/api"
-	"github.com/cronmesh/cronmesh/services/alerting/internal/consume"
 	"github.com/cronmesh/cronmesh/services/alerting/internal/evaluate"
 	"github.com/cronmesh/cronmesh/services/alerting/internal/notify"
 	"github.com/cronmesh/cronmesh/services/alerting/internal/store"
@@ -47,6 +47,9 @@ const (
 	// DefaultJobsWorkers subscriptions fill the job event batches (a
 	// subscription holds one message until its batch commits).
 	DefaultJobsWorkers = 128
+	// DefaultJobsBatch job events in one transaction amortise its round
+	// trips and commit in a few tens of milliseconds.
+	DefaultJobsBatch = 128
 )
 
 // Config is everything the alerting service is told at start.
@@ -107,7 +110,7 @@ func (c *Config) Register(fs *flag.FlagSet) {
 	fs.StringVar(&c.JobsQueue, "jobs-queue", DefaultJobsQueue, "alerting's durable queue of job events")
 	fs.IntVar(&c.Workers, "workers", 2, "execution event messages evaluated concurrently")
 	fs.IntVar(&c.JobsWorkers, "jobs-workers", DefaultJobsWorkers, "subscriptions of the job event queue, each holding one message while its batch gathers")
-	fs.IntVar(&c.JobsBatch, "jobs-batch", consume.DefaultMaxBatch, "most job events applied in one transaction (at most --jobs-workers)")
+	fs.IntVar(&c.JobsBatch, "jobs-batch", DefaultJobsBatch, "most job events applied in one transaction (at most --jobs-workers)")
 	fs.IntVar(&c.Prefetch, "prefetch", 8, "AMQP prefetch per worker")
 	fs.DurationVar(&c.NotifyPoll, "notify-poll", notify.DefaultPoll, "how often the sender looks for due notifications")
 	fs.DurationVar(&c.NotifyBackoff, "notify-backoff", notify.DefaultBackoff, "wait after a notification's first failed attempt (doubles per attempt)")
@@ -159,7 +162,7 @@ type App struct {
 	evaluator *evaluate.Evaluator
 	notifier  *notify.Loop
 	watchdog  *watchdog.Watchdog
-	consumers []*consume.Consumer
+	consumers []*broker.Consumer
 	closeOnce sync.Once
 }
 
@@ -240,10 +243,12 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger) (_ *App, err erro
 	if err != nil {
 		return nil, err
 	}
-	executions, err := consume.New(consume.Options{
-		Name: "executions", Handler: a.evaluator.Handle, AMQPURL: cfg.AMQPURL,
-		Exchange: executionsExchange, Queue: executionsQueue,
-		BindingKey: "execution.#", Workers: cfg.Workers, Prefetch: cfg.Prefetch,
+	workers := cmp.Or(cfg.Workers, 2)
+	executions, err := broker.NewConsumer(broker.ConsumerOptions{
+		Name: "executions", Handle: broker.EachMessage(a.evaluator.Handle), AMQPURL: cfg.AMQPURL,
+		Exchange: executionsExchange, Queue: executionsQueue, BindingKey: "execution.#",
+		QueueArguments: map[string]any{"x-delivery-limit": broker.NoDeliveryLimit},
+		Subscriptions:  workers, MaxBatch: 1, Batches: workers, Prefetch: cfg.Prefetch,
 		TracerProvider: a.telemetry.TracerProvider, Propagator: a.telemetry.Propagator, Logger: logger, Clock: cfg.Clock,
 	})
 	if err != nil {
@@ -256,10 +261,11 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger) (_ *App, err erro
 	if err != nil {
 		return nil, err
 	}
-	jobs, err := consume.New(consume.Options{
-		Name: "jobs", BatchHandler: a.watchdog.HandleJobEvents, AMQPURL: cfg.AMQPURL,
-		Exchange: cmp.Or(cfg.JobsExchange, DefaultJobsExchange), Queue: cmp.Or(cfg.JobsQueue, DefaultJobsQueue),
-		BindingKey: "job.#", Workers: cmp.Or(cfg.JobsWorkers, DefaultJobsWorkers), MaxBatch: cfg.JobsBatch, Prefetch: cfg.Prefetch,
+	jobs, err := broker.NewConsumer(broker.ConsumerOptions{
+		Name: "jobs", Handle: a.watchdog.HandleJobEvents, AMQPURL: cfg.AMQPURL,
+		Exchange: cmp.Or(cfg.JobsExchange, DefaultJobsExchange), Queue: cmp.Or(cfg.JobsQueue, DefaultJobsQueue), BindingKey: "job.#",
+		QueueArguments: map[string]any{"x-delivery-limit": broker.NoDeliveryLimit},
+		Subscriptions:  cmp.Or(cfg.JobsWorkers, DefaultJobsWorkers), MaxBatch: cmp.Or(cfg.JobsBatch, DefaultJobsBatch), Prefetch: cfg.Prefetch,
 		TracerProvider: a.telemetry.TracerProvider, Propagator: a.telemetry.Propagator, Logger: logger,
 		// The real clock: this consumer's clock paces only the batches'
 		// linger and the retry backoff, and a test's fake clock (which
@@ -302,10 +308,12 @@ func (a *App) Pool() *pgxpool.Pool { return a.pool }
 // reports SERVING once every consumer is subscribed.
 func (a *App) Run(ctx context.Context) error {
 	bg := context.WithoutCancel(ctx)
+	consumeCtx, stopConsuming := context.WithCancel(bg)
+	defer stopConsuming()
+	consumeErrs := make(chan error, len(a.consumers))
+	var consumersStopped sync.WaitGroup
 	for _, c := range a.consumers {
-		if err := c.Start(bg); err != nil {
-			return err
-		}
+		consumersStopped.Go(func() { consumeErrs <- c.Run(consumeCtx) })
 	}
 	if err := a.notifier.Start(bg); err != nil {
 		return err
@@ -328,11 +336,12 @@ func (a *App) Run(ctx context.Context) error {
 	serveErr := a.server.Run(ctx)
 	// Together: each may wait up to broker.CloseTimeout for an unreachable
 	// broker, and one after the other they would add up.
-	var consumersStopped sync.WaitGroup
-	for _, c := range a.consumers {
-		consumersStopped.Go(c.Stop)
-	}
+	stopConsuming()
 	consumersStopped.Wait()
+	close(consumeErrs)
+	for err := range consumeErrs {
+		serveErr = errors.Join(serveErr, err)
+	}
 	a.watchdog.Stop()
 	a.notifier.Stop()
 	a.keys.Stop()

@@ -22,8 +22,8 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	eventsv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/events/v1"
+	"github.com/cronmesh/cronmesh/libs/broker"
 	"github.com/cronmesh/cronmesh/libs/clock"
-	"github.com/cronmesh/cronmesh/services/alerting/internal/consume"
 	"github.com/cronmesh/cronmesh/services/alerting/internal/rules"
 	"github.com/cronmesh/cronmesh/services/alerting/internal/store"
 )
@@ -139,11 +139,11 @@ func (e *Evaluator) Rules(ctx context.Context) (*rules.Set, error) {
 	return set, nil
 }
 
-// Handle is the consume.Handler of the execution event queue.
+// Handle is the broker.BatchHandler (through broker.EachMessage) of the execution event queue.
 func (e *Evaluator) Handle(ctx context.Context, msg *message.Message) error {
 	batch := &eventsv1.ExecutionEventBatch{}
 	if err := proto.Unmarshal(msg.Payload, batch); err != nil {
-		return fmt.Errorf("%w: decode execution event batch: %v", consume.ErrPoison, err)
+		return fmt.Errorf("%w: decode execution event batch: %v", broker.ErrPoison, err)
 	}
 	e.events.Add(float64(len(batch.Events)))
 	set, err := e.Rules(ctx)

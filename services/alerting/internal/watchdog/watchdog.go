@@ -20,8 +20,8 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	eventsv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/events/v1"
+	"github.com/cronmesh/cronmesh/libs/broker"
 	"github.com/cronmesh/cronmesh/libs/clock"
-	"github.com/cronmesh/cronmesh/services/alerting/internal/consume"
 	"github.com/cronmesh/cronmesh/services/alerting/internal/rules"
 	"github.com/cronmesh/cronmesh/services/alerting/internal/store"
 )
@@ -108,10 +108,10 @@ func New(opts Options) (*Watchdog, error) {
 	return w, nil
 }
 
-// HandleJobEvents is the consume.BatchHandler of the job event queue: it
+// HandleJobEvents is the broker.BatchHandler of the job event queue: it
 // applies the batch's events in one transaction (store.ApplyJobEvents).
 // A message that does not decode, or whose event the store calls invalid,
-// gets an error wrapping consume.ErrPoison and leaves the others unharmed;
+// gets an error wrapping broker.ErrPoison and leaves the others unharmed;
 // a database error fails the whole batch.
 func (w *Watchdog) HandleJobEvents(ctx context.Context, msgs []*message.Message) ([]error, error) {
 	errs := make([]error, len(msgs))
@@ -120,7 +120,7 @@ func (w *Watchdog) HandleJobEvents(ctx context.Context, msgs []*message.Message)
 	for i, msg := range msgs {
 		ev := &eventsv1.JobEvent{}
 		if err := proto.Unmarshal(msg.Payload, ev); err != nil {
-			errs[i] = fmt.Errorf("%w: decode job event: %v", consume.ErrPoison, err)
+			errs[i] = fmt.Errorf("%w: decode job event: %v", broker.ErrPoison, err)
 			continue
 		}
 		events = append(events, ev)
@@ -135,7 +135,7 @@ func (w *Watchdog) HandleJobEvents(ctx context.Context, msgs []*message.Message)
 	}
 	for k, res := range results {
 		if res.Err != nil {
-			errs[index[k]] = fmt.Errorf("%w: %v", consume.ErrPoison, res.Err)
+			errs[index[k]] = fmt.Errorf("%w: %v", broker.ErrPoison, res.Err)
 			continue
 		}
 		w.jobEvents.WithLabelValues(jobOutcome(res.Applied)).Inc()

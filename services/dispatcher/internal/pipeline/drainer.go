@@ -6,13 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
@@ -27,7 +25,7 @@ import (
 // Defaults of DrainerOptions.
 const (
 	// DefaultDrainerWorkers bounds a drainer's insert batches too: a batch
-	// holds at most one dead letter per worker.
+	// holds at most one dead letter per subscription.
 	DefaultDrainerWorkers  = 32
 	DefaultDrainerPrefetch = 16
 	DefaultStoreTimeout    = 30 * time.Second
@@ -58,8 +56,7 @@ type DrainerOptions struct {
 	Prefetch int
 	// StoreTimeout bounds one insert. Default DefaultStoreTimeout.
 	StoreTimeout time.Duration
-	// Backoff and MaxBackoff space the requeues of a worker while the
-	// database fails. Defaults DefaultBackoff and DefaultMaxBackoff.
+	// Backoff and MaxBackoff space the retries while the database fails. Defaults DefaultBackoff and DefaultMaxBackoff.
 	Backoff, MaxBackoff time.Duration
 	// TracerProvider makes each message's consumer span. Default: none.
 	TracerProvider trace.TracerProvider
@@ -78,16 +75,14 @@ type DrainerOptions struct {
 // Drainer moves dead letters from the dead-letter queue into the store,
 // where the API can list and redrive them. A message is acknowledged once
 // its row is committed (or was already there: the insert is idempotent on
-// (execution id, attempt)); a database error requeues it after a backoff;
+// (execution id, attempt)); after a database error the batch is retried
+// with backoff;
 // a message that does not decode to a valid dead letter is logged, counted
 // and acknowledged (poison), since no retry can store it.
 type Drainer struct {
-	opts      DrainerOptions
-	tracer    trace.Tracer
-	logger    *slog.Logger
-	inserts   *batcher[store.DeadLetter]
-	ready     chan struct{}
-	readyOnce sync.Once
+	opts     DrainerOptions
+	logger   *slog.Logger
+	consumer *broker.Consumer
 
 	stored, storeErrors, poison prometheus.Counter
 }
@@ -121,9 +116,7 @@ func NewDrainer(opts DrainerOptions) (*Drainer, error) {
 	}
 	d := &Drainer{
 		opts:   opts,
-		tracer: opts.TracerProvider.Tracer(tracerName),
 		logger: cmp.Or(opts.Logger, slog.New(slog.DiscardHandler)),
-		ready:  make(chan struct{}),
 		stored: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "dead_letters_stored_total",
 			Help: "Dead letters inserted into the dead-letter store (redelivered duplicates not counted).",
@@ -137,120 +130,63 @@ func NewDrainer(opts DrainerOptions) (*Drainer, error) {
 			Help: "Messages on the dead-letter queue that are not valid dead letters, acknowledged and dropped.",
 		}),
 	}
-	d.inserts = newBatcher(d.insert, opts.Workers, 0, 2, opts.StoreTimeout)
+	var err error
+	d.consumer, err = broker.NewConsumer(broker.ConsumerOptions{
+		Name: "dead letters", AMQPURL: opts.AMQPURL, Exchange: opts.DeadExchange, Queue: opts.DeadQueue, BindingKey: "#",
+		Handle: d.store, Subscriptions: opts.Workers, Prefetch: opts.Prefetch, HandleTimeout: opts.StoreTimeout,
+		Backoff: opts.Backoff, MaxBackoff: opts.MaxBackoff,
+		TracerProvider: opts.TracerProvider, Propagator: opts.Propagator, Logger: opts.Logger, Clock: opts.Clock,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("drainer: %w", err)
+	}
 	if err := register(opts.Metrics, []prometheus.Collector{d.stored, d.storeErrors, d.poison}); err != nil {
 		return nil, fmt.Errorf("drainer: %w", err)
 	}
 	return d, nil
 }
 
-// Ready is closed once every worker is subscribed.
-func (d *Drainer) Ready() <-chan struct{} { return d.ready }
+// Ready is closed once every subscription is in place.
+func (d *Drainer) Ready() <-chan struct{} { return d.consumer.Ready() }
 
-// Run declares the dead-letter queue, subscribes and stores dead letters
-// until ctx is done; then the letters in hand are finished (their inserts
-// are not cut short) and Run returns nil. While RabbitMQ is unreachable it
-// retries with backoff. Call it once.
-func (d *Drainer) Run(ctx context.Context) error {
-	if err := broker.DeclareQueues(ctx, d.opts.AMQPURL, DeadBinding(d.opts.DeadExchange, d.opts.DeadQueue)); err != nil {
-		if ctx.Err() != nil {
-			return nil
-		}
-		return fmt.Errorf("drainer: declare the dead-letter queue: %w", err)
-	}
-	batchCtx, stopBatcher := context.WithCancel(context.WithoutCancel(ctx))
-	var batcherDone sync.WaitGroup
-	batcherDone.Go(func() { d.inserts.run(batchCtx) })
-	defer func() {
-		stopBatcher()
-		batcherDone.Wait()
-	}()
+// Run subscribes and stores dead letters until ctx is done; then the
+// letters in hand are finished (their inserts are not cut short) and Run
+// returns nil. While RabbitMQ is unreachable it retries with backoff. Call
+// it once.
+func (d *Drainer) Run(ctx context.Context) error { return d.consumer.Run(ctx) }
 
-	q := d.opts.DeadQueue
-	cfg := subscriberConfig(d.opts.AMQPURL, d.opts.DeadExchange, d.opts.Prefetch, map[string]string{q: "#"})
-	if err := cfg.ValidateSubscriber(); err != nil {
-		return fmt.Errorf("drainer: subscriber config: %w", err)
-	}
-	sub, subs := subscribe(ctx, cfg, map[string]int{q: d.opts.Workers}, d.logger, d.opts.Clock, newBackoff(d.opts.Backoff, d.opts.MaxBackoff))
-	if sub == nil {
-		return nil
-	}
-	d.readyOnce.Do(func() { close(d.ready) })
-	var wg sync.WaitGroup
-	for _, s := range subs {
-		wg.Go(func() { d.consume(ctx, s.messages) })
-	}
-	wg.Wait()
-	if err := broker.CloseSubscriber(sub); err != nil {
-		d.logger.Warn("closing the dead-letter subscriber", slog.Any("error", err))
-	}
-	return nil
-}
-
-func (d *Drainer) consume(ctx context.Context, messages <-chan *message.Message) {
-	b := newBackoff(d.opts.Backoff, d.opts.MaxBackoff)
-	for {
-		msg, ok := broker.Next(ctx, messages)
-		if !ok {
-			return
-		}
-		if d.handle(ctx, msg) {
-			b.reset()
-			msg.Ack()
+// store inserts the dead letters of msgs with one statement: the
+// broker.BatchHandler of the consumer.
+func (d *Drainer) store(ctx context.Context, msgs []*message.Message) ([]error, error) {
+	errs := make([]error, len(msgs))
+	letters := make([]store.DeadLetter, 0, len(msgs))
+	for i, msg := range msgs {
+		pb := &dispatcherv1.DeadLetter{}
+		if err := proto.Unmarshal(msg.Payload, pb); err != nil {
+			d.poison.Inc()
+			errs[i] = fmt.Errorf("%w: decode dead letter: %w", broker.ErrPoison, err)
 			continue
 		}
-		sleep(ctx, d.opts.Clock, b.next())
-		msg.Nack()
+		letter := FromProto(pb)
+		if err := letter.Validate(); err != nil {
+			d.poison.Inc()
+			errs[i] = fmt.Errorf("%w: %w", broker.ErrPoison, err)
+			continue
+		}
+		trace.SpanFromContext(msg.Context()).SetAttributes(
+			attribute.String("cronmesh.execution.id", letter.ExecutionID), attribute.Int("cronmesh.attempt", int(letter.Attempt)))
+		letters = append(letters, letter)
 	}
-}
-
-// handle stores one dead letter and says whether to acknowledge it.
-func (d *Drainer) handle(ctx context.Context, msg *message.Message) bool {
-	ctx = broker.ExtractTrace(ctx, d.opts.Propagator, msg.Metadata)
-	ctx, span := d.tracer.Start(ctx, "process "+d.opts.DeadQueue,
-		trace.WithSpanKind(trace.SpanKindConsumer),
-		trace.WithAttributes(broker.ProcessAttributes(d.opts.DeadExchange, d.opts.DeadQueue, msg.UUID)...))
-	defer span.End()
-
-	pb := &dispatcherv1.DeadLetter{}
-	if err := proto.Unmarshal(msg.Payload, pb); err != nil {
-		return d.drop(ctx, span, msg, fmt.Errorf("decode dead letter: %w", err))
+	if len(letters) == 0 {
+		return errs, nil
 	}
-	letter := FromProto(pb)
-	if err := letter.Validate(); err != nil {
-		return d.drop(ctx, span, msg, err)
-	}
-	span.SetAttributes(attribute.String("cronmesh.execution.id", letter.ExecutionID), attribute.Int("cronmesh.attempt", int(letter.Attempt)))
-	// The insert is not cut short by shutdown: it takes milliseconds, and
-	// the store bounds it.
-	if err := <-d.inserts.submit(letter); err != nil {
-		d.storeErrors.Inc()
-		span.RecordError(err)
-		span.SetStatus(codes.Error, "store failed")
-		d.logger.WarnContext(ctx, "storing a dead letter failed; it will be redelivered",
-			slog.String("execution_id", letter.ExecutionID), slog.Any("error", err))
-		return false
-	}
-	return true
-}
-
-// insert is the flush of the insert batcher.
-func (d *Drainer) insert(ctx context.Context, letters []store.DeadLetter) error {
 	n, err := d.opts.Store.InsertDeadLetters(ctx, letters)
 	if err != nil {
-		return err
+		d.storeErrors.Inc()
+		return nil, fmt.Errorf("store %d dead letters: %w", len(letters), err)
 	}
 	d.stored.Add(float64(n))
-	return nil
-}
-
-func (d *Drainer) drop(ctx context.Context, span trace.Span, msg *message.Message, err error) bool {
-	d.poison.Inc()
-	span.RecordError(err)
-	span.SetStatus(codes.Error, "poison message")
-	d.logger.ErrorContext(ctx, "dropping a message of the dead-letter queue that is not a valid dead letter",
-		slog.String("message_id", msg.UUID), slog.Int("bytes", len(msg.Payload)), slog.Any("error", err))
-	return true
+	return errs, nil
 }
 
 // FromProto is the store form of a dead letter as the dead-letter queue

@@ -56,10 +56,9 @@ type Config struct {
 	// MaintainInterval is how often partitions are created and dropped.
 	MaintainInterval time.Duration
 	// Ingest tuning.
-	Workers   int
-	Prefetch  int
-	MaxEvents int
-	Linger    time.Duration
+	Workers  int
+	Prefetch int
+	Linger   time.Duration
 	// TraceLinkTemplate turns trace ids into links in the API's trace_url
 	// (see tracelink.Parse); empty: no links.
 	TraceLinkTemplate string
@@ -80,7 +79,6 @@ func (c *Config) Register(fs *flag.FlagSet) {
 	fs.DurationVar(&c.MaintainInterval, "maintain-interval", DefaultMaintainInterval, "how often partitions are created ahead and expired ones dropped")
 	fs.IntVar(&c.Workers, "ingest-workers", ingest.DefaultWorkers, "subscriptions of the ingest consumer: the most event messages in one write")
 	fs.IntVar(&c.Prefetch, "ingest-prefetch", ingest.DefaultPrefetch, "AMQP prefetch of each ingest subscription")
-	fs.IntVar(&c.MaxEvents, "ingest-max-events", ingest.DefaultMaxEvents, "events that make a write batch full")
 	fs.DurationVar(&c.Linger, "ingest-linger", ingest.DefaultLinger, "how long a write batch waits to fill")
 	fs.StringVar(&c.TraceLinkTemplate, "trace-link-template", "", "URL of a trace in a tracing UI with {trace_id} in place of the id, e.g. http://127.0.0.1:16686/trace/{trace_id} (Jaeger); fills the API's trace_url; empty: no links")
 }
@@ -211,7 +209,7 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger, opts ...Option) (
 	}
 	a.consumer, err = ingest.New(ingest.Options{
 		AMQPURL: cfg.AMQPURL, Store: a.store, Exchange: cfg.ExecutionsExchange, Queue: cfg.Queue,
-		Workers: cfg.Workers, Prefetch: cfg.Prefetch, MaxEvents: cfg.MaxEvents, Linger: cfg.Linger,
+		Workers: cfg.Workers, Prefetch: cfg.Prefetch, Linger: cfg.Linger,
 		Clock: a.clock, TracerProvider: a.telemetry.TracerProvider, Propagator: a.telemetry.Propagator,
 		Metrics: metrics, Logger: logger.With(slog.String("component", "ingest")),
 	})

@@ -1,8 +1,8 @@
 // Package ingest consumes the lifecycle events of the `cronmesh.executions`
-// exchange from the history's own durable queue and writes them to the
-// store in batches: the messages in hand across all subscriptions are
-// decoded, merged into one transaction, and acknowledged only after it
-// commits.
+// exchange from the history's own durable queue (through libs/broker's
+// consumer) and writes them to the store in batches: the messages in hand
+// across all subscriptions are decoded, merged into one transaction, and
+// acknowledged only after it commits.
 package ingest
 
 import (
@@ -12,10 +12,8 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
-	"sync"
 	"time"
 
-	"github.com/ThreeDotsLabs/watermill-amqp/v3/pkg/amqp"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/attribute"
@@ -43,9 +41,6 @@ const (
 	DefaultWorkers = 16
 	// DefaultPrefetch hides the broker round trip behind each ack.
 	DefaultPrefetch = 4
-	// DefaultMaxEvents flushes a batch early once it holds this many
-	// events.
-	DefaultMaxEvents = 5000
 	// DefaultLinger is the longest a message waits for its batch to fill
 	// while fewer than Workers messages are in hand.
 	DefaultLinger     = 20 * time.Millisecond
@@ -76,10 +71,9 @@ type Options struct {
 	Workers int
 	// Prefetch of each subscription. Default DefaultPrefetch.
 	Prefetch int
-	// MaxEvents and Linger bound a batch. Defaults DefaultMaxEvents and
-	// DefaultLinger.
-	MaxEvents int
-	Linger    time.Duration
+	// Linger is how long a batch that holds every message at hand waits
+	// for more. Default DefaultLinger.
+	Linger time.Duration
 	// Backoff and MaxBackoff space the retries while the database fails.
 	Backoff, MaxBackoff time.Duration
 	// Clock tells the time (the retention cutoff, ingest lag) and paces the
@@ -98,11 +92,10 @@ type Options struct {
 
 // Consumer moves lifecycle events from the broker into the store.
 type Consumer struct {
-	opts      Options
-	tracer    trace.Tracer
-	logger    *slog.Logger
-	ready     chan struct{}
-	readyOnce sync.Once
+	opts     Options
+	tracer   trace.Tracer
+	logger   *slog.Logger
+	consumer *broker.Consumer
 
 	events, expired, poison, errs prometheus.Counter
 	batchEvents, lag              prometheus.Histogram
@@ -115,14 +108,13 @@ func New(opts Options) (*Consumer, error) {
 		return nil, errors.New("ingest: AMQPURL is required")
 	case opts.Store == nil:
 		return nil, errors.New("ingest: Store is required")
-	case opts.Workers < 0 || opts.Prefetch < 0 || opts.MaxEvents < 0 || opts.Linger < 0 || opts.Backoff < 0 || opts.MaxBackoff < 0:
+	case opts.Workers < 0 || opts.Prefetch < 0 || opts.Linger < 0 || opts.Backoff < 0 || opts.MaxBackoff < 0:
 		return nil, errors.New("ingest: counts and durations must not be negative")
 	}
 	opts.Exchange = cmp.Or(opts.Exchange, DefaultExchange)
 	opts.Queue = cmp.Or(opts.Queue, DefaultQueue)
 	opts.Workers = cmp.Or(opts.Workers, DefaultWorkers)
 	opts.Prefetch = cmp.Or(opts.Prefetch, DefaultPrefetch)
-	opts.MaxEvents = cmp.Or(opts.MaxEvents, DefaultMaxEvents)
 	opts.Linger = cmp.Or(opts.Linger, DefaultLinger)
 	opts.Backoff = cmp.Or(opts.Backoff, DefaultBackoff)
 	opts.MaxBackoff = max(cmp.Or(opts.MaxBackoff, DefaultMaxBackoff), opts.Backoff)
@@ -139,7 +131,6 @@ func New(opts Options) (*Consumer, error) {
 		opts:   opts,
 		tracer: opts.TracerProvider.Tracer(tracerName),
 		logger: cmp.Or(opts.Logger, slog.New(slog.DiscardHandler)),
-		ready:  make(chan struct{}),
 		events: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "history_events_ingested_total", Help: "Lifecycle events committed to the history (duplicates included: they merge to no change).",
 		}),
@@ -168,141 +159,48 @@ func New(opts Options) (*Consumer, error) {
 			}
 		}
 	}
+	var err error
+	c.consumer, err = broker.NewConsumer(broker.ConsumerOptions{
+		Name: "history ingest", AMQPURL: opts.AMQPURL, Exchange: opts.Exchange, Queue: opts.Queue, BindingKey: BindingKey,
+		Handle: c.write, Subscriptions: opts.Workers, Prefetch: opts.Prefetch, MaxBatch: opts.Workers,
+		// One batch at a time: two concurrent transactions merging events
+		// of the same executions would lock their rows in different orders.
+		Batches: 1, Linger: opts.Linger, Backoff: opts.Backoff, MaxBackoff: opts.MaxBackoff,
+		TracerProvider: opts.TracerProvider, Propagator: opts.Propagator, Logger: opts.Logger, Clock: opts.Clock,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("ingest: %w", err)
+	}
 	return c, nil
 }
 
 // Ready is closed once every subscription is in place.
-func (c *Consumer) Ready() <-chan struct{} { return c.ready }
+func (c *Consumer) Ready() <-chan struct{} { return c.consumer.Ready() }
 
-// inHand is one message taken from a subscription, decoded.
+// Run subscribes and ingests until ctx is done; then the batch in hand is
+// written (not cut short) and Run returns nil. While the broker is
+// unreachable it retries with backoff. Call it once.
+func (c *Consumer) Run(ctx context.Context) error { return c.consumer.Run(ctx) }
+
+// inHand is one message of a batch, decoded.
 type inHand struct {
-	msg    *message.Message
 	span   trace.Span
 	events []store.Event
 	// traced are the events that carry their execution's trace context.
 	traced []tracedEvent
 }
 
-// Run declares the queue, subscribes and ingests until ctx is done; then the
-// batch in hand is written (not cut short) and Run returns nil. While the
-// broker is unreachable it retries with backoff. Call it once.
-func (c *Consumer) Run(ctx context.Context) error {
-	err := broker.DeclareQueues(ctx, c.opts.AMQPURL, broker.QueueBinding{Exchange: c.opts.Exchange, Queue: c.opts.Queue, BindingKey: BindingKey})
-	if err != nil {
-		if ctx.Err() != nil {
-			return nil
-		}
-		return fmt.Errorf("ingest: declare queue: %w", err)
-	}
-	cfg := broker.TopicSubscriberConfig(c.opts.AMQPURL, c.opts.Exchange, c.opts.Queue, BindingKey, c.opts.Prefetch)
-	sub, chans := c.subscribe(ctx, cfg)
-	if sub == nil {
-		return nil
-	}
-	c.readyOnce.Do(func() { close(c.ready) })
-
-	// Fan in: each subscription hands over its next message only after the
-	// previous is acked, so at most Workers messages are in hand.
-	in, fannedIn := broker.FanIn(ctx, chans)
-	c.loop(ctx, in)
-	if err := broker.CloseSubscriber(sub); err != nil {
-		c.logger.Warn("closing the subscriber", slog.Any("error", err))
-	}
-	fannedIn()
-	return nil
-}
-
-func (c *Consumer) subscribe(ctx context.Context, cfg amqp.Config) (message.Subscriber, []<-chan *message.Message) {
-	wait := c.opts.Backoff
-	for {
-		sub, chans, err := c.trySubscribe(ctx, cfg)
-		if err == nil {
-			return sub, chans
-		}
-		if ctx.Err() != nil {
-			return nil, nil
-		}
-		c.logger.Warn("subscribing failed; retrying", slog.Duration("retry_in", wait), slog.Any("error", err))
-		select {
-		case <-c.opts.Clock.After(wait):
-		case <-ctx.Done():
-			return nil, nil
-		}
-		wait = min(2*wait, c.opts.MaxBackoff)
-	}
-}
-
-func (c *Consumer) trySubscribe(ctx context.Context, cfg amqp.Config) (message.Subscriber, []<-chan *message.Message, error) {
-	sub, err := amqp.NewSubscriber(cfg, broker.WatermillLogger(c.logger))
-	if err != nil {
-		return nil, nil, fmt.Errorf("connect: %w", err)
-	}
-	chans := make([]<-chan *message.Message, 0, c.opts.Workers)
-	for range c.opts.Workers {
-		ch, err := sub.Subscribe(ctx, c.opts.Queue)
-		if err != nil {
-			return nil, nil, errors.Join(fmt.Errorf("subscribe to %s: %w", c.opts.Queue, err), sub.Close())
-		}
-		chans = append(chans, ch)
-	}
-	return sub, chans, nil
-}
-
-// loop collects messages into batches and writes them until ctx is done.
-func (c *Consumer) loop(ctx context.Context, in <-chan *message.Message) {
-	var (
-		batch  []inHand
-		events int
-		timer  <-chan time.Time
-	)
-	flush := func() {
-		if len(batch) > 0 {
-			c.write(ctx, batch, events)
-		}
-		batch, events, timer = nil, 0, nil
-	}
-	for {
-		select {
-		case <-ctx.Done():
-			flush()
-			return
-		case msg := <-in:
-			h, ok := c.take(ctx, msg)
-			if !ok {
-				continue // poison, acked
-			}
-			batch = append(batch, h)
-			events += len(h.events)
-			if events >= c.opts.MaxEvents || len(batch) >= c.opts.Workers {
-				flush()
-			} else if timer == nil {
-				timer = c.opts.Clock.After(c.opts.Linger)
-			}
-		case <-timer:
-			flush()
-		}
-	}
-}
-
-// take starts msg's consumer span and decodes it; a message that is not a
-// batch of events is logged, counted and acknowledged (no retry could store
-// it), and so is an invalid event within a valid batch (dropped alone).
-func (c *Consumer) take(ctx context.Context, msg *message.Message) (inHand, bool) {
-	mctx := broker.ExtractTrace(ctx, c.opts.Propagator, msg.Metadata)
-	_, span := c.tracer.Start(mctx, "process "+c.opts.Queue,
-		trace.WithSpanKind(trace.SpanKindConsumer),
-		trace.WithAttributes(broker.ProcessAttributes(c.opts.Exchange, c.opts.Queue, msg.UUID)...))
+// take decodes msg; a message that is not a batch of events is poison (no
+// retry could store it), and an invalid event within a valid batch is
+// dropped alone.
+func (c *Consumer) take(msg *message.Message) (inHand, error) {
+	span := trace.SpanFromContext(msg.Context())
 	var batch eventsv1.ExecutionEventBatch
 	if err := proto.Unmarshal(msg.Payload, &batch); err != nil {
 		c.poison.Inc()
-		span.RecordError(err)
-		span.SetStatus(codes.Error, "poison message")
-		span.End()
-		c.logger.Error("dropping a message that is not an ExecutionEventBatch", slog.String("message_id", msg.UUID), slog.Any("error", err))
-		msg.Ack()
-		return inHand{}, false
+		return inHand{}, fmt.Errorf("%w: not an ExecutionEventBatch: %w", broker.ErrPoison, err)
 	}
-	h := inHand{msg: msg, span: span, events: make([]store.Event, 0, len(batch.GetEvents()))}
+	h := inHand{span: span, events: make([]store.Event, 0, len(batch.GetEvents()))}
 	for _, pb := range batch.GetEvents() {
 		e := FromProto(pb)
 		if err := e.Validate(); err != nil {
@@ -311,73 +209,65 @@ func (c *Consumer) take(ctx context.Context, msg *message.Message) (inHand, bool
 			continue
 		}
 		h.events = append(h.events, e)
-		if t, ok := c.tracedEvent(ctx, pb); ok {
+		if t, ok := c.tracedEvent(msg.Context(), pb); ok {
 			h.traced = append(h.traced, t)
 		}
 	}
 	span.SetAttributes(attribute.Int("messaging.batch.message_count", len(h.events)))
-	return h, true
+	return h, nil
 }
 
-// write commits the batch, retrying with backoff while the store fails,
-// then acknowledges its messages. A failure does not nack: redelivery would
-// bring the same messages back into the same batch, so the retry happens
-// here, and a shutdown during it nacks them for another consumer.
-func (c *Consumer) write(ctx context.Context, batch []inHand, n int) {
+// write commits the events of msgs in one transaction: the
+// broker.BatchHandler of the consumer, which retries the batch with
+// backoff while the store fails.
+func (c *Consumer) write(ctx context.Context, msgs []*message.Message) ([]error, error) {
+	errs := make([]error, len(msgs))
+	batch := make([]inHand, 0, len(msgs))
+	n := 0
+	for i, msg := range msgs {
+		h, err := c.take(msg)
+		if err != nil {
+			errs[i] = err
+			continue
+		}
+		batch = append(batch, h)
+		n += len(h.events)
+	}
+	if n == 0 {
+		return errs, nil
+	}
 	links := make([]trace.Link, len(batch))
 	events := make([]store.Event, 0, n)
 	for i, h := range batch {
 		links[i] = trace.Link{SpanContext: h.span.SpanContext()}
 		events = append(events, h.events...)
 	}
-	wctx := context.WithoutCancel(ctx)
-	if len(batch) == 1 {
-		wctx = trace.ContextWithSpan(wctx, batch[0].span) // one message: the write continues its trace
-	}
 	start := time.Now()
-	wctx, span := c.tracer.Start(wctx, "history.write_batch", trace.WithLinks(links...),
+	ctx, span := c.tracer.Start(ctx, "history.write_batch", trace.WithLinks(links...),
 		trace.WithAttributes(
 			semconv.DBSystemNamePostgreSQL,
 			semconv.DBOperationBatchSize(len(events)),
 			attribute.Int("cronmesh.history.events", len(events)),
 			attribute.Int("cronmesh.history.messages", len(batch))))
 	defer span.End()
-	wait := c.opts.Backoff
-	for {
-		res, err := c.opts.Store.Ingest(wctx, events, c.opts.Clock.Now())
-		if err == nil {
-			now := c.opts.Clock.Now()
-			c.events.Add(float64(res.Written))
-			c.expired.Add(float64(res.Expired))
-			c.batchEvents.Observe(float64(len(events)))
-			for i := range events {
-				if !events[i].OccurTime.IsZero() {
-					c.lag.Observe(now.Sub(events[i].OccurTime).Seconds())
-				}
-			}
-			c.eventSpans(batch, span, start, nil)
-			for _, h := range batch {
-				h.msg.Ack()
-				h.span.End()
-			}
-			return
-		}
+	res, err := c.opts.Store.Ingest(ctx, events, c.opts.Clock.Now())
+	c.eventSpans(batch, span, start, err)
+	if err != nil {
 		c.errs.Inc()
 		span.RecordError(err)
-		c.logger.Warn("writing a batch of lifecycle events failed; retrying", slog.Int("events", len(events)), slog.Duration("retry_in", wait), slog.Any("error", err))
-		select {
-		case <-c.opts.Clock.After(wait):
-		case <-ctx.Done():
-			span.SetStatus(codes.Error, "write failed; messages requeued at shutdown")
-			c.eventSpans(batch, span, start, err)
-			for _, h := range batch {
-				h.msg.Nack()
-				h.span.End()
-			}
-			return
-		}
-		wait = min(2*wait, c.opts.MaxBackoff)
+		span.SetStatus(codes.Error, "write failed; retried")
+		return nil, fmt.Errorf("write %d lifecycle events: %w", len(events), err)
 	}
+	now := c.opts.Clock.Now()
+	c.events.Add(float64(res.Written))
+	c.expired.Add(float64(res.Expired))
+	c.batchEvents.Observe(float64(len(events)))
+	for i := range events {
+		if !events[i].OccurTime.IsZero() {
+			c.lag.Observe(now.Sub(events[i].OccurTime).Seconds())
+		}
+	}
+	return errs, nil
 }
 
 // FromProto is the store form of a lifecycle event.

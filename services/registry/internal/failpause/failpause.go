@@ -11,10 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
-	"time"
 
-	"github.com/ThreeDotsLabs/watermill-amqp/v3/pkg/amqp"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"google.golang.org/protobuf/proto"
 
@@ -26,15 +23,10 @@ import (
 
 // Defaults of Options.
 const (
-	DefaultWorkers    = 8
-	DefaultBackoff    = 100 * time.Millisecond
-	DefaultMaxBackoff = 5 * time.Second
+	DefaultWorkers = 8
 	// bindingKey takes every execution event: a batch is routed by the
 	// kind of its first event only.
 	bindingKey = "execution.#"
-	// deliveryLimit is in effect none, as for the other quorum queues of
-	// the mesh: a database outage must not drop outcomes.
-	deliveryLimit = int64(1) << 30
 )
 
 // Options for New.
@@ -53,9 +45,8 @@ type Options struct {
 // Consumer applies execution outcomes to the jobs' streaks. Create with
 // New; Run until its context ends.
 type Consumer struct {
-	opts      Options
-	ready     chan struct{}
-	readyOnce sync.Once
+	opts     Options
+	consumer *broker.Consumer
 }
 
 // New validates opts and fills the defaults. It does not connect.
@@ -69,88 +60,42 @@ func New(opts Options) (*Consumer, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	if opts.Clock == nil {
-		opts.Clock = clock.Real{}
+	c := &Consumer{opts: opts}
+	var err error
+	c.consumer, err = broker.NewConsumer(broker.ConsumerOptions{
+		Name: "pause on failure", AMQPURL: opts.AMQPURL, Exchange: opts.Exchange, Queue: opts.Queue, BindingKey: bindingKey,
+		QueueArguments: map[string]any{"x-delivery-limit": broker.NoDeliveryLimit},
+		Handle:         c.apply, Subscriptions: opts.Workers, Prefetch: 1,
+		Logger: opts.Logger, Clock: opts.Clock,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("failpause: %w", err)
 	}
-	return &Consumer{opts: opts, ready: make(chan struct{})}, nil
+	return c, nil
 }
 
 // Ready is closed once the consumer is subscribed.
-func (c *Consumer) Ready() <-chan struct{} { return c.ready }
+func (c *Consumer) Ready() <-chan struct{} { return c.consumer.Ready() }
 
 // Run consumes until ctx ends. Until the broker answers it retries the
 // subscription with backoff; what it has not acknowledged is redelivered to
 // the next consumer.
-func (c *Consumer) Run(ctx context.Context) error {
-	cfg := broker.TopicSubscriberConfig(c.opts.AMQPURL, c.opts.Exchange, c.opts.Queue, bindingKey, 1)
-	cfg.Queue.Arguments["x-delivery-limit"] = deliveryLimit
-	if err := cfg.ValidateSubscriber(); err != nil {
-		return fmt.Errorf("failpause: subscriber config: %w", err)
-	}
-	sub, channels := c.subscribe(ctx, cfg)
-	if sub == nil {
-		return nil
-	}
-	c.readyOnce.Do(func() { close(c.ready) })
-	broker.ConsumeBatches(ctx, channels, broker.BatchOptions{
-		Loops: 2, MaxBatch: c.opts.Workers, Linger: 10 * time.Millisecond,
-		Backoff: DefaultBackoff, MaxBackoff: DefaultMaxBackoff, Clock: c.opts.Clock,
-	}, c.apply)
-	// Bounded: a broker that no longer answers must not hold shutdown.
-	if err := broker.CloseSubscriber(sub); err != nil {
-		c.opts.Logger.Warn("closing the execution event subscriber", slog.Any("error", err))
-	}
-	return nil
-}
+func (c *Consumer) Run(ctx context.Context) error { return c.consumer.Run(ctx) }
 
-func (c *Consumer) subscribe(ctx context.Context, cfg amqp.Config) (message.Subscriber, []<-chan *message.Message) {
-	wait := DefaultBackoff
-	for {
-		sub, err := amqp.NewSubscriber(cfg, broker.WatermillLogger(c.opts.Logger))
-		if err == nil {
-			channels := make([]<-chan *message.Message, 0, c.opts.Workers)
-			for range c.opts.Workers {
-				ch, serr := sub.Subscribe(ctx, c.opts.Queue)
-				if serr != nil {
-					err = errors.Join(serr, sub.Close())
-					break
-				}
-				channels = append(channels, ch)
-			}
-			if err == nil {
-				return sub, channels
-			}
-		}
-		c.opts.Logger.Warn("subscribing to execution events failed; retrying",
-			slog.String("queue", c.opts.Queue), slog.Duration("retry_in", wait), slog.Any("error", err))
-		select {
-		case <-ctx.Done():
-			return nil, nil
-		case <-c.opts.Clock.After(wait):
-		}
-		wait = min(2*wait, DefaultMaxBackoff)
-	}
-}
-
-// apply records the outcomes of msgs and acknowledges each message whose
-// outcomes are all recorded; the rest are requeued.
-func (c *Consumer) apply(ctx context.Context, msgs []*message.Message) []*message.Message {
-	var requeue []*message.Message
-	for _, msg := range msgs {
+// apply records the outcomes of msgs: the broker.BatchHandler of the
+// consumer. A message whose outcomes are not all recorded is retried whole
+// (recording an outcome twice is harmless: the store keys it by slot).
+func (c *Consumer) apply(ctx context.Context, msgs []*message.Message) ([]error, error) {
+	errs := make([]error, len(msgs))
+	for i, msg := range msgs {
 		batch := &eventsv1.ExecutionEventBatch{}
 		if err := proto.Unmarshal(msg.Payload, batch); err != nil {
-			c.opts.Logger.ErrorContext(ctx, "dropping an undecodable execution event batch", slog.String("message_id", msg.UUID), slog.Any("error", err))
-			msg.Ack()
+			errs[i] = fmt.Errorf("%w: decode execution event batch: %w", broker.ErrPoison, err)
 			continue
 		}
-		if err := c.record(ctx, batch.GetEvents()); err != nil {
-			c.opts.Logger.WarnContext(ctx, "recording execution outcomes failed; requeueing", slog.Any("error", err))
-			requeue = append(requeue, msg)
-			continue
-		}
-		msg.Ack()
+		errs[i] = c.record(ctx, batch.GetEvents())
 	}
-	return requeue
+	return errs, nil
 }
 
 func (c *Consumer) record(ctx context.Context, events []*eventsv1.ExecutionEvent) error {

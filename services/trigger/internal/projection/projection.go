@@ -6,10 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
 	"time"
 
-	"github.com/ThreeDotsLabs/watermill-amqp/v3/pkg/amqp"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/attribute"
@@ -46,17 +44,8 @@ const (
 )
 
 // applyTimeout bounds one batch's apply: a database that does not answer
-// within it is treated as failing, and the batch is requeued.
+// within it is treated as failing, and the batch is retried.
 const applyTimeout = 30 * time.Second
-
-// deliveryLimit is the queue's x-delivery-limit: in effect none. RabbitMQ
-// 4 gives quorum queues a default limit of 20 deliveries, after which a
-// message is dropped; an event requeued once a second through a database
-// outage of a minute would be lost, and the trigger would never learn of
-// that job change. Poison messages need no limit: they are acknowledged.
-// Not -1, which RabbitMQ 4 reads as "no limit" but 3.x as a limit that every
-// requeued message exceeds.
-const deliveryLimit = int64(1) << 30
 
 // tracerName names the consumer's tracer.
 const tracerName = "github.com/cronmesh/cronmesh/services/trigger/internal/projection"
@@ -131,12 +120,10 @@ type Options struct {
 // Consumer applies the registry's job events to the store. Create with New,
 // start with Run.
 type Consumer struct {
-	opts      Options
-	tracer    trace.Tracer
-	logger    *slog.Logger
-	ready     chan struct{}
-	readyOnce sync.Once
-	metrics   metrics
+	opts     Options
+	tracer   trace.Tracer
+	consumer *broker.Consumer
+	metrics  metrics
 }
 
 type metrics struct {
@@ -209,9 +196,19 @@ func New(opts Options) (*Consumer, error) {
 	c := &Consumer{
 		opts:    opts,
 		tracer:  opts.TracerProvider.Tracer(tracerName),
-		logger:  cmp.Or(opts.Logger, slog.New(slog.DiscardHandler)),
-		ready:   make(chan struct{}),
 		metrics: newMetrics(),
+	}
+	var err error
+	c.consumer, err = broker.NewConsumer(broker.ConsumerOptions{
+		Name: "job events", AMQPURL: opts.AMQPURL, Exchange: opts.Exchange, Queue: opts.Queue, BindingKey: opts.BindingKey,
+		QueueArguments: map[string]any{"x-delivery-limit": broker.NoDeliveryLimit},
+		Handle:         c.apply, Subscriptions: opts.Workers, Prefetch: opts.Prefetch,
+		MaxBatch: opts.MaxBatch, Batches: opts.Batches, Linger: opts.Linger,
+		Backoff: opts.Backoff, MaxBackoff: opts.MaxBackoff, HandleTimeout: applyTimeout,
+		TracerProvider: opts.TracerProvider, Propagator: opts.Propagator, Logger: opts.Logger, Clock: opts.Clock,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("projection: %w", err)
 	}
 	if opts.Metrics != nil {
 		for _, col := range c.metrics.register {
@@ -225,77 +222,15 @@ func New(opts Options) (*Consumer, error) {
 
 // Ready is closed once every worker is subscribed (the queue and its binding
 // exist, so events published from then on reach this node or another).
-func (c *Consumer) Ready() <-chan struct{} { return c.ready }
+func (c *Consumer) Ready() <-chan struct{} { return c.consumer.Ready() }
 
 // Run connects, subscribes Workers times and applies events in batches
-// until ctx is done, then closes the subscriber and returns nil once every
-// batch under way is applied and acknowledged (messages delivered after ctx
-// ended are requeued unprocessed). While RabbitMQ is unreachable it retries
-// with backoff; it returns an error only if it cannot build its subscriber
-// configuration at all. Call it once.
-func (c *Consumer) Run(ctx context.Context) error {
-	cfg := broker.TopicSubscriberConfig(c.opts.AMQPURL, c.opts.Exchange, c.opts.Queue, c.opts.BindingKey, c.opts.Prefetch)
-	cfg.Queue.Arguments["x-delivery-limit"] = deliveryLimit
-	if err := cfg.ValidateSubscriber(); err != nil {
-		return fmt.Errorf("projection: subscriber config: %w", err)
-	}
-	sub, channels := c.subscribe(ctx, cfg)
-	if sub == nil {
-		return nil // ctx ended before the broker could be reached
-	}
-	c.readyOnce.Do(func() { close(c.ready) })
-	c.logger.InfoContext(ctx, "consuming job events",
-		slog.String("exchange", c.opts.Exchange), slog.String("queue", c.opts.Queue), slog.Int("workers", len(channels)),
-		slog.Int("max_batch", c.opts.MaxBatch), slog.Int("batches", c.opts.Batches))
-	// The channels close when ctx is done (watermill-amqp stops consuming
-	// and closes them); until then, what arrives after ctx ended is
-	// requeued.
-	broker.ConsumeBatches(ctx, channels, broker.BatchOptions{
-		Loops: c.opts.Batches, MaxBatch: c.opts.MaxBatch, Linger: c.opts.Linger,
-		Backoff: c.opts.Backoff, MaxBackoff: c.opts.MaxBackoff, Clock: c.opts.Clock,
-	}, c.apply)
-	if err := broker.CloseSubscriber(sub); err != nil {
-		c.logger.Warn("closing the job event subscriber", slog.Any("error", err))
-	}
-	return nil
-}
-
-// subscribe connects and subscribes Workers times, retrying with backoff
-// until it succeeds or ctx ends (then it returns nil).
-func (c *Consumer) subscribe(ctx context.Context, cfg amqp.Config) (message.Subscriber, []<-chan *message.Message) {
-	b := c.backoff()
-	for {
-		sub, channels, err := c.trySubscribe(ctx, cfg)
-		if err == nil {
-			return sub, channels
-		}
-		if ctx.Err() != nil {
-			return nil, nil
-		}
-		wait := b.next()
-		c.logger.Warn("subscribing to job events failed; retrying",
-			slog.String("queue", c.opts.Queue), slog.Duration("retry_in", wait), slog.Any("error", err))
-		if !c.sleep(ctx, wait) {
-			return nil, nil
-		}
-	}
-}
-
-func (c *Consumer) trySubscribe(ctx context.Context, cfg amqp.Config) (message.Subscriber, []<-chan *message.Message, error) {
-	sub, err := amqp.NewSubscriber(cfg, broker.WatermillLogger(c.logger))
-	if err != nil {
-		return nil, nil, fmt.Errorf("connect: %w", err)
-	}
-	channels := make([]<-chan *message.Message, 0, c.opts.Workers)
-	for range c.opts.Workers {
-		ch, err := sub.Subscribe(ctx, c.opts.Queue)
-		if err != nil {
-			return nil, nil, errors.Join(fmt.Errorf("subscribe to %s: %w", c.opts.Queue, err), sub.Close())
-		}
-		channels = append(channels, ch)
-	}
-	return sub, channels, nil
-}
+// until ctx is done, then returns nil once every batch under way is applied
+// and acknowledged (messages delivered after ctx ended are requeued
+// unprocessed). While RabbitMQ is unreachable it retries with backoff; it
+// returns an error only if it cannot build its subscriber configuration at
+// all. Call it once.
+func (c *Consumer) Run(ctx context.Context) error { return c.consumer.Run(ctx) }
 
 // inHand is a decoded message of a batch, with its consumer span.
 type inHand struct {
@@ -305,37 +240,31 @@ type inHand struct {
 	kind string
 }
 
-// apply applies the batch msgs in one transaction and acknowledges its
-// messages. If the database failed, it returns the messages it did not
-// acknowledge (all but the undecodable ones), for the caller to requeue.
-func (c *Consumer) apply(ctx context.Context, msgs []*message.Message) []*message.Message {
+// apply applies the batch msgs in one transaction: the broker.BatchHandler
+// of the consumer.
+func (c *Consumer) apply(ctx context.Context, msgs []*message.Message) ([]error, error) {
+	errs := make([]error, len(msgs))
 	hands := make([]inHand, 0, len(msgs))
+	index := make([]int, 0, len(msgs)) // hands[i] is msgs[index[i]]
 	events := make([]store.Event, 0, len(msgs))
-	for _, msg := range msgs {
-		h, ok := c.take(ctx, msg)
-		if !ok {
-			msg.Ack()
+	for i, msg := range msgs {
+		h, err := c.take(msg)
+		if err != nil {
+			c.metrics.poison.Inc()
+			errs[i] = err
 			continue
 		}
 		hands = append(hands, h)
+		index = append(index, i)
 		events = append(events, store.Event{Event: h.ev, Trace: h.span.SpanContext()})
 	}
 	if len(hands) == 0 {
-		return nil
+		return errs, nil
 	}
-	defer func() {
-		for _, h := range hands {
-			h.span.End()
-		}
-	}()
 	now := c.opts.Clock.Now()
-	// A batch under way finishes even if Run's ctx ends meanwhile (it takes
-	// milliseconds): stopping it halfway would only requeue the events.
-	applyCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), applyTimeout)
-	defer cancel()
-	applyCtx, span := c.batchSpan(applyCtx, hands)
+	ctx, span := c.batchSpan(ctx, hands)
 	defer span.End()
-	results, err := c.opts.Store.ApplyBatch(applyCtx, events, now)
+	results, err := c.opts.Store.ApplyBatch(ctx, events, now)
 	if err == nil && len(results) != len(events) {
 		err = fmt.Errorf("the store returned %d results for %d events", len(results), len(events))
 	}
@@ -343,39 +272,26 @@ func (c *Consumer) apply(ctx context.Context, msgs []*message.Message) []*messag
 		c.metrics.errors.Add(float64(len(hands)))
 		span.RecordError(err)
 		span.SetStatus(codes.Error, "apply failed")
-		for _, h := range hands {
-			h.span.RecordError(err)
-			h.span.SetStatus(codes.Error, "apply failed")
-		}
-		c.logger.WarnContext(ctx, "applying a batch of job events failed; it will be redelivered",
-			slog.Int("events", len(hands)), slog.String("first_message_id", hands[0].msg.UUID), slog.Any("error", err))
-		requeue := make([]*message.Message, len(hands))
-		for i, h := range hands {
-			requeue[i] = h.msg
-		}
-		return requeue
+		return nil, fmt.Errorf("apply %d job events: %w", len(hands), err)
 	}
 	for i, h := range hands {
-		c.record(ctx, h, results[i], now)
+		if results[i].Err != nil {
+			c.metrics.poison.Inc()
+			errs[index[i]] = fmt.Errorf("%w: %w", broker.ErrPoison, results[i].Err)
+			continue
+		}
+		c.record(h, results[i], now)
 	}
-	for _, h := range hands {
-		h.msg.Ack()
-	}
-	return nil
+	return errs, nil
 }
 
-// take starts msg's consumer span and decodes its event; false for a
-// poison message (recorded, its span ended: the caller acknowledges it).
-func (c *Consumer) take(ctx context.Context, msg *message.Message) (inHand, bool) {
-	ctx = broker.ExtractTrace(ctx, c.opts.Propagator, msg.Metadata)
-	ctx, span := c.tracer.Start(ctx, "process "+c.opts.Exchange,
-		trace.WithSpanKind(trace.SpanKindConsumer),
-		trace.WithAttributes(broker.ProcessAttributes(c.opts.Exchange, c.opts.Queue, msg.UUID)...))
+// take decodes msg's event and labels its consumer span; an error wraps
+// broker.ErrPoison.
+func (c *Consumer) take(msg *message.Message) (inHand, error) {
+	span := trace.SpanFromContext(msg.Context())
 	ev := &eventsv1.JobEvent{}
 	if err := proto.Unmarshal(msg.Payload, ev); err != nil {
-		c.poison(ctx, span, msg, fmt.Errorf("decode job event: %w", err))
-		span.End()
-		return inHand{}, false
+		return inHand{}, fmt.Errorf("%w: decode job event: %w", broker.ErrPoison, err)
 	}
 	kind := kindLabel(ev.Kind)
 	span.SetAttributes(
@@ -383,7 +299,7 @@ func (c *Consumer) take(ctx context.Context, msg *message.Message) (inHand, bool
 		attribute.String("cronmesh.job_event.kind", kind),
 		attribute.Int64("cronmesh.job.version", ev.Version),
 	)
-	return inHand{msg: msg, span: span, ev: ev, kind: kind}, true
+	return inHand{msg: msg, span: span, ev: ev, kind: kind}, nil
 }
 
 // batchSpan is the span the batch's database work runs in: the message's
@@ -391,8 +307,7 @@ func (c *Consumer) take(ctx context.Context, msg *message.Message) (inHand, bool
 // linked to every message's.
 func (c *Consumer) batchSpan(ctx context.Context, hands []inHand) (context.Context, trace.Span) {
 	if len(hands) == 1 {
-		// Ended by apply with the other consumer spans; this one is a
-		// no-op handle to it.
+		// The consumer ends the message's span; this is a no-op handle to it.
 		return trace.ContextWithSpan(ctx, hands[0].span), noop.Span{}
 	}
 	links := make([]trace.Link, len(hands))
@@ -403,13 +318,8 @@ func (c *Consumer) batchSpan(ctx context.Context, hands []inHand) (context.Conte
 		trace.WithAttributes(semconv.DBSystemNamePostgreSQL, semconv.DBOperationBatchSize(len(hands))))
 }
 
-// record counts and traces what the store did with one event. An event
-// the store found invalid is a poison message: acknowledged like the rest.
-func (c *Consumer) record(ctx context.Context, h inHand, res store.Result, now time.Time) {
-	if res.Err != nil {
-		c.poison(trace.ContextWithSpan(ctx, h.span), h.span, h.msg, res.Err)
-		return
-	}
+// record counts and traces what the store did with one event.
+func (c *Consumer) record(h inHand, res store.Result, now time.Time) {
 	h.span.SetAttributes(attribute.String("cronmesh.projection.outcome", res.Applied.String()))
 	switch res.Applied {
 	case store.Upserted, store.Fired:
@@ -422,45 +332,6 @@ func (c *Consumer) record(ctx context.Context, h inHand, res store.Result, now t
 	if occur := h.ev.GetOccurTime(); occur.IsValid() {
 		c.metrics.lag.Observe(max(now.Sub(occur.AsTime()).Seconds(), 0))
 	}
-}
-
-// poison records a message that can never be applied. It is acknowledged:
-// redelivering it would fail the same way forever and hold up the queue.
-func (c *Consumer) poison(ctx context.Context, span trace.Span, msg *message.Message, err error) {
-	c.metrics.poison.Inc()
-	span.RecordError(err)
-	span.SetStatus(codes.Error, "poison message")
-	c.logger.ErrorContext(ctx, "dropping a job event that can never be applied",
-		slog.String("message_id", msg.UUID), slog.Int("bytes", len(msg.Payload)), slog.Any("error", err))
-}
-
-// sleep waits d on the clock; false if ctx ended first.
-func (c *Consumer) sleep(ctx context.Context, d time.Duration) bool {
-	select {
-	case <-c.opts.Clock.After(d):
-		return true
-	case <-ctx.Done():
-		return false
-	}
-}
-
-// backoff is an exponential backoff without jitter: the waits it spaces are
-// one consumer's own retries, not a herd.
-type backoff struct {
-	first, max, cur time.Duration
-}
-
-func (c *Consumer) backoff() *backoff {
-	return &backoff{first: c.opts.Backoff, max: c.opts.MaxBackoff}
-}
-
-func (b *backoff) next() time.Duration {
-	if b.cur == 0 {
-		b.cur = b.first
-	} else {
-		b.cur = min(2*b.cur, b.max)
-	}
-	return b.cur
 }
 
 // kindLabel is the metric label of an event kind: "created", "updated",

@@ -581,7 +581,7 @@ func TestConsumerContinuesTrace(t *testing.T) {
 		}
 		return false
 	}, waitFor, pollEvery)
-	require.Equal(t, "process "+h.exchange, consumer.Name)
+	require.Equal(t, "process "+h.queue, consumer.Name)
 	require.Equal(t, publish.SpanContext().TraceID(), consumer.SpanContext.TraceID())
 	require.Equal(t, publish.SpanContext().SpanID(), consumer.Parent.SpanID())
 	require.True(t, consumer.Parent.IsRemote())
