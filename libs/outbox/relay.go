@@ -18,6 +18,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/cronmesh/cronmesh/libs/broker"
 )
 
 // Defaults of [RelayOptions].
@@ -139,6 +141,13 @@ type RelayOptions struct {
 	// trigger's is corrected to PostgreSQL's): the histogram then measures
 	// lateness on one clock. Default time.Now.
 	Now func() time.Time
+	// Pack, when set, says which topics' rows may share a broker message:
+	// consecutive rows of one lane's chunk (up to 64) bound for such a
+	// topic are published as one message made by broker.Pack, which the
+	// consumer takes apart with broker.Unpack. Each row keeps its message
+	// id, headers and trace span. It needs a Publisher that pipelines
+	// ([InOrderPublisher]). Nil: one message per row.
+	Pack func(topic string) bool
 	// DrainTimeout bounds the draining when Run stops or loses the lock:
 	// how long publishes already in flight may still wait for their
 	// confirms, and then how long the DELETE of confirmed rows may take
@@ -218,6 +227,7 @@ type Relay struct {
 	ownership Ownership
 	tracing   *tracing
 	now       func() time.Time
+	pack      func(topic string) bool
 
 	// shards holds one wake-up channel per shard.
 	shards  []chan struct{}
@@ -272,6 +282,7 @@ func NewRelay(opts RelayOptions) (*Relay, error) {
 		ownership:  opts.Ownership,
 		tracing:    newTracing(opts),
 		now:        opts.Now,
+		pack:       opts.Pack,
 	}
 	if r.now == nil {
 		r.now = time.Now
@@ -870,7 +881,7 @@ func (r *Relay) publishLane(ctx, pubCtx context.Context, lane []row, epochs map[
 			err       error
 		)
 		if pipelined {
-			confirmed, err = batch.PublishInOrder(topics, msgs)
+			confirmed, err = r.publishInOrder(batch, topics, msgs)
 		} else if err = r.pub.Publish(topics[0], msgs[0]); err == nil {
 			confirmed = 1
 		}
@@ -891,6 +902,48 @@ func (r *Relay) publishLane(ctx, pubCtx context.Context, lane []row, epochs map[
 		}
 	}
 	return ids, nil
+}
+
+// publishInOrder publishes a chunk's messages in order through pub, packing
+// consecutive messages of a packable topic into one (RelayOptions.Pack),
+// and returns how many leading messages of msgs the broker confirmed.
+func (r *Relay) publishInOrder(pub InOrderPublisher, topics []string, msgs []*message.Message) (int, error) {
+	if r.pack == nil {
+		return pub.PublishInOrder(topics, msgs)
+	}
+	var (
+		outTopics []string
+		out       []*message.Message
+		covers    []int // out[i] carries covers[i] of msgs
+	)
+	for start := 0; start < len(msgs); {
+		end := start + 1
+		if r.pack(topics[start]) {
+			for end < len(msgs) && topics[end] == topics[start] {
+				end++
+			}
+		}
+		msg := msgs[start]
+		if end-start > 1 {
+			packed, err := broker.Pack(msgs[start:end])
+			if err != nil {
+				return sum(covers), err
+			}
+			msg = packed
+		}
+		outTopics, out, covers = append(outTopics, topics[start]), append(out, msg), append(covers, end-start)
+		start = end
+	}
+	n, err := pub.PublishInOrder(outTopics, out)
+	return sum(covers[:n]), err
+}
+
+func sum(xs []int) int {
+	total := 0
+	for _, x := range xs {
+		total += x
+	}
+	return total
 }
 
 // observeConfirmed observes how late the broker confirmed the rows of

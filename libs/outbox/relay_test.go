@@ -13,9 +13,11 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/prometheus/client_golang/prometheus"
+	amqp091 "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/require"
 
 	"github.com/cronmesh/cronmesh/libs/amqptest"
+	"github.com/cronmesh/cronmesh/libs/broker"
 )
 
 func TestNewRelayValidates(t *testing.T) {
@@ -521,4 +523,53 @@ func TestRelayMeasuresDueToConfirm(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestRelayPacksRowsOfAPackableTopic: consecutive rows of a lane bound for
+// a topic that Pack accepts share broker messages; every row is published
+// once, in order per aggregate, with its own id and headers, and deleted;
+// rows of other topics go alone.
+func TestRelayPacksRowsOfAPackableTopic(t *testing.T) {
+	t.Parallel()
+	pool := testPool(t)
+	top := newTopology(t)
+	r, reg := newRelay(t, RelayOptions{
+		Pool: pool, Publisher: newPublisher(t, amqptest.URL(), top.exchange), Lanes: 2,
+		Pack: func(topic string) bool { return strings.HasPrefix(topic, "dispatch.") },
+	})
+	packable := seqMessages("p", 10, 20) // 200 rows
+	for i := range packable {
+		packable[i].RoutingKey = "dispatch.normal"
+		packable[i].Headers = map[string]string{"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}
+	}
+	alone := []Message{{AggregateID: "job-x", RoutingKey: "job.created", MessageID: "alone-1", Payload: []byte("x#0")}}
+	write(t, pool, append(packable, alone...)...)
+	stop := runRelay(t, r)
+	r.Notify()
+	waitEmpty(t, pool, 20*time.Second)
+	stop()
+	require.Equal(t, float64(len(packable)+1), metric(t, reg, "outbox_published_total"), "rows, not broker messages, are counted")
+
+	var unpacked []amqp091.Delivery
+	brokerMessages, batches := 0, 0
+	for _, d := range amqptest.Drain(t, top.queue) {
+		brokerMessages++
+		msg, err := broker.Marshaler{}.Unmarshal(d)
+		require.NoError(t, err)
+		if !broker.IsBatch(msg) {
+			unpacked = append(unpacked, d)
+			continue
+		}
+		batches++
+		inner, err := broker.Unpack(msg)
+		require.NoError(t, err)
+		for _, m := range inner {
+			require.Equal(t, "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", m.Metadata.Get("traceparent"), "the row's headers travel inside the batch")
+			require.NotEmpty(t, m.Metadata.Get(RowIDHeader))
+			unpacked = append(unpacked, amqp091.Delivery{MessageId: m.UUID, Body: m.Payload})
+		}
+	}
+	require.Positive(t, batches)
+	require.Less(t, brokerMessages, len(packable)/10, "packed: far fewer broker messages than rows")
+	require.Zero(t, checkOrder(t, append(packable, alone...), unpacked), "no row published twice")
 }

@@ -27,6 +27,7 @@ import (
 	registryv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1"
 	"github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1/registryv1connect"
 	"github.com/cronmesh/cronmesh/libs/amqptest"
+	"github.com/cronmesh/cronmesh/libs/broker"
 	"github.com/cronmesh/cronmesh/libs/etcdtest"
 	"github.com/cronmesh/cronmesh/libs/meshrun"
 	"github.com/cronmesh/cronmesh/libs/meshtest"
@@ -339,12 +340,17 @@ func (r *run) tapOnce(ctx context.Context, queue string, seen map[string]bool, s
 			}
 			at := time.Now()
 			if !(d.Redelivered && seen[d.MessageId]) {
-				req := &dispatchv1.DispatchRequest{}
-				if err := proto.Unmarshal(d.Body, req); err != nil {
-					r.ledger.Bad(fmt.Sprintf("undecodable dispatch request %q: %v", d.MessageId, err))
-				} else {
-					rowID, _ := d.Headers[outbox.RowIDHeader].(string)
-					r.ledger.Enqueued(req, rowID, at)
+				msgs, err := broker.DeliveryMessages(d)
+				if err != nil {
+					r.ledger.Bad(fmt.Sprintf("undecodable dispatch message %q: %v", d.MessageId, err))
+				}
+				for _, m := range msgs {
+					req := &dispatchv1.DispatchRequest{}
+					if err := proto.Unmarshal(m.Payload, req); err != nil {
+						r.ledger.Bad(fmt.Sprintf("undecodable dispatch request %q: %v", m.UUID, err))
+						continue
+					}
+					r.ledger.Enqueued(req, m.Metadata.Get(outbox.RowIDHeader), at)
 				}
 				seen[d.MessageId] = true
 			}

@@ -274,13 +274,20 @@ func (c *cluster) record(ctx context.Context, deliveries <-chan amqp091.Delivery
 			if !ok {
 				return
 			}
-			req := &dispatchv1.DispatchRequest{}
-			if err := proto.Unmarshal(d.Body, req); err != nil {
-				c.received.bad(fmt.Sprintf("undecodable dispatch request %q: %v", d.MessageId, err))
+			msgs, err := broker.DeliveryMessages(d)
+			if err != nil {
+				c.received.bad(fmt.Sprintf("undecodable dispatch message %q: %v", d.MessageId, err))
 				continue
 			}
-			rowID, _ := d.Headers[outbox.RowIDHeader].(string)
-			c.received.add(req, rowID, time.Now())
+			at := time.Now()
+			for _, m := range msgs {
+				req := &dispatchv1.DispatchRequest{}
+				if err := proto.Unmarshal(m.Payload, req); err != nil {
+					c.received.bad(fmt.Sprintf("undecodable dispatch request %q: %v", m.UUID, err))
+					continue
+				}
+				c.received.add(req, m.Metadata.Get(outbox.RowIDHeader), at)
+			}
 		}
 	}
 }

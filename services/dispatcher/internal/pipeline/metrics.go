@@ -27,6 +27,7 @@ type metrics struct {
 	recordErrors     prometheus.Counter
 	unrecorded       prometheus.Gauge
 	unrecordedDrops  prometheus.Counter
+	batchRequests    prometheus.Histogram
 	all              []prometheus.Collector
 }
 
@@ -111,10 +112,15 @@ func newMetrics() metrics {
 			Name: "completions_unrecorded_dropped_total",
 			Help: "Completed attempts neither recorded nor held (the in-memory hold was full): a redelivery of them would be delivered again.",
 		}),
+		batchRequests: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "dispatch_batch_requests",
+			Help:    "Dispatch requests per packed broker message (the trigger's relay packs the requests it publishes together).",
+			Buckets: []float64{2, 4, 8, 16, 32, 64, 128},
+		}),
 	}
 	m.all = []prometheus.Collector{m.deliveries, m.duration, m.startDelay, m.inFlight, m.retries, m.deadLetters, m.cancelled, m.deadlineExceeded,
 		m.events, m.eventBatches, m.publishFailures, m.poison, m.cancelErrors, m.requeued, m.duplicates, m.lookUpsSkipped, m.recordErrors,
-		m.unrecorded, m.unrecordedDrops}
+		m.unrecorded, m.unrecordedDrops, m.batchRequests}
 	return m
 }
 

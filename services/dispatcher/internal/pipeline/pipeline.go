@@ -439,7 +439,7 @@ func (p *Pipeline) consume(ctx, hard context.Context, priority string, s subscri
 		if !ok {
 			return
 		}
-		switch p.handle(hard, priority, s.queue, msg) {
+		switch p.handleMessage(hard, priority, s.queue, msg) {
 		case ack:
 			b.reset()
 			msg.Ack()
@@ -454,7 +454,38 @@ func (p *Pipeline) consume(ctx, hard context.Context, priority string, s subscri
 	}
 }
 
-// handle processes one dispatch message. ctx is the hard context: it ends
+// handleMessage processes one broker message: a dispatch request, or a
+// batch of them packed by the trigger's relay (broker.Pack), whose requests
+// are handled concurrently, each as if it had arrived alone (a slow target
+// holds up only the batch's acknowledgement, not its other deliveries).
+// The batch is acknowledged once every request's consequences are
+// confirmed; if any must be requeued, the whole batch is, and the
+// redelivery skips the requests that completed (a redelivered request is
+// looked up, see mayRepeat).
+func (p *Pipeline) handleMessage(ctx context.Context, priority, queue string, msg *message.Message) verdict {
+	if !broker.IsBatch(msg) {
+		return p.handle(ctx, priority, queue, msg)
+	}
+	msgs, err := broker.Unpack(msg)
+	if err != nil {
+		_, span := p.tracer.Start(ctx, "process "+queue, trace.WithSpanKind(trace.SpanKindConsumer),
+			trace.WithAttributes(broker.ProcessAttributes(p.opts.DispatchExchange, queue, msg.UUID)...))
+		defer span.End()
+		return p.poison(ctx, span, msg, err)
+	}
+	p.metrics.batchRequests.Observe(float64(len(msgs)))
+	verdicts := make([]verdict, len(msgs))
+	var wg sync.WaitGroup
+	for i, m := range msgs {
+		wg.Go(func() { verdicts[i] = p.handle(ctx, priority, queue, m) })
+	}
+	wg.Wait()
+	// The worst verdict settles the batch: requeueNow (shutdown) over
+	// requeueLater over ack.
+	return slices.Max(verdicts)
+}
+
+// handle processes one dispatch request. ctx is the hard context: it ends
 // only when shutdown interrupts deliveries.
 func (p *Pipeline) handle(ctx context.Context, priority, queue string, msg *message.Message) verdict {
 	taken := time.Now()

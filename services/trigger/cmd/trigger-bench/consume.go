@@ -148,12 +148,19 @@ func consume(ctx context.Context, conn *amqp091.Connection, exchange, queuePrefi
 						return
 					}
 					now := time.Now()
-					req := &dispatchv1.DispatchRequest{}
-					if err := proto.Unmarshal(d.Body, req); err != nil {
-						rec.bad(fmt.Sprintf("undecodable dispatch request %q: %v", d.MessageId, err))
+					msgs, err := broker.DeliveryMessages(d)
+					if err != nil {
+						rec.bad(fmt.Sprintf("undecodable dispatch message %q: %v", d.MessageId, err))
 						continue
 					}
-					rec.add(req, now)
+					for _, m := range msgs {
+						req := &dispatchv1.DispatchRequest{}
+						if err := proto.Unmarshal(m.Payload, req); err != nil {
+							rec.bad(fmt.Sprintf("undecodable dispatch request %q: %v", m.UUID, err))
+							continue
+						}
+						rec.add(req, now)
+					}
 				}
 			}
 		})

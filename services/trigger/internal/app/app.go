@@ -330,6 +330,14 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger) (_ *App, err erro
 		TracerProvider: a.telemetry.TracerProvider,
 		Propagator:     a.telemetry.Propagator,
 		Destination:    broker.SplitRoute,
+		// The dispatch requests a lane publishes together share broker
+		// messages (the dispatcher unpacks them): a burst of slots costs
+		// the broker a message per batch, not per slot. A quiet system
+		// publishes each commit's rows at once, so a lone slot goes alone.
+		Pack: func(topic string) bool {
+			exchange, _ := broker.SplitRoute(topic)
+			return exchange == cfg.DispatchExchange
+		},
 		// Slots are due within 5 s of their time: after an outage the relay
 		// must notice the broker's return within moments, not 30 s.
 		Backoff:    100 * time.Millisecond,
