@@ -293,6 +293,11 @@ func TestChartDefaults(t *testing.T) {
 	secrets := r.kind("Secret")
 	require.Len(t, secrets, 1, "the chart creates the Secret when no existingSecret is given")
 	require.Equal(t, "cm-cronmesh-secrets", secrets[0].Metadata.Name)
+
+	// Without a history, the registry is told none.
+	off := render(t, "cm", "--set", "history.enabled=false", "--set", "global.history.url=off")
+	_, ok = env(t, off, "registry")["CRONMESH_HISTORY_URL"]
+	require.False(t, ok, `global.history.url "off" gives the registry no history`)
 }
 
 // TestChartSecretValues: credentials given as values land in the Secret and
@@ -385,7 +390,13 @@ func TestChartOptions(t *testing.T) {
 		require.Equal(t, "/etc/cronmesh/tls/tls.crt", value(e["CRONMESH_TLS_CERT"]))
 		require.Equal(t, "/etc/cronmesh/tls/tls.key", value(e["CRONMESH_TLS_KEY"]))
 		require.Equal(t, "/etc/cronmesh/tls/ca.crt", value(e["CRONMESH_TLS_CLIENT_CA"]))
-		if svc != "registry" {
+		if svc == "registry" {
+			// The history, for RerunExecution, over the chart's TLS.
+			require.True(t, strings.HasPrefix(value(e["CRONMESH_HISTORY_URL"]), "https://"), "the registry reads the history over https")
+			require.Equal(t, "/etc/cronmesh/tls/ca.crt", value(e["CRONMESH_HISTORY_CA_FILE"]))
+			require.Equal(t, "/etc/cronmesh/tls/tls.crt", value(e["CRONMESH_HISTORY_CLIENT_CERT"]))
+			require.Equal(t, "/etc/cronmesh/tls/tls.key", value(e["CRONMESH_HISTORY_CLIENT_KEY"]))
+		} else {
 			// The managed keys come from the registry over the chart's TLS,
 			// with the service's own certificate for the mutual part.
 			require.Truef(t, strings.HasPrefix(value(e["CRONMESH_REGISTRY_URL"]), "https://"), "%s: the registry over https", svc)
@@ -567,7 +578,15 @@ func checkServices(t *testing.T, r rendered, secretName string) {
 		if svc == "registry" {
 			_, ok := e["CRONMESH_REGISTRY_URL"]
 			require.False(t, ok, "the registry reads the keys from its own database")
+			// RerunExecution reads executions from the chart's history.
+			hist, ok := r.byService("Service", "history")
+			require.True(t, ok)
+			histURL, err := url.Parse(value(e["CRONMESH_HISTORY_URL"]))
+			require.NoError(t, err)
+			require.Equal(t, hist.Metadata.Name+":8084", histURL.Host, "the registry reads executions from the chart's history")
 		} else {
+			_, ok := e["CRONMESH_HISTORY_URL"]
+			require.Falsef(t, ok, "%s: only the registry reads the history", svc)
 			reg, ok := r.byService("Service", "registry")
 			require.True(t, ok)
 			regURL, err := url.Parse(value(e["CRONMESH_REGISTRY_URL"]))

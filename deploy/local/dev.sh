@@ -152,7 +152,9 @@ fi
 start etcd bin/devetcd --listen "$CRONMESH_ETCD_ENDPOINTS" --data-dir "$DEV_DIR/etcd"
 start devecho bin/devecho --listen 127.0.0.1:8090
 wait_ready devecho "$ECHO_URL/readyz"
-start registry bin/registry serve --listen 127.0.0.1:8081
+# The history starts later: the registry asks it only when RerunExecution
+# is called.
+start registry bin/registry serve --listen 127.0.0.1:8081 --history-url http://127.0.0.1:8084
 wait_ready registry http://127.0.0.1:8081/readyz
 start trigger-1 bin/trigger --listen 127.0.0.1:8082 --node-id trigger-1
 start trigger-2 bin/trigger --listen 127.0.0.1:8182 --node-id trigger-2

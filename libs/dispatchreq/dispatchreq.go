@@ -26,6 +26,12 @@ type Slot struct {
 	// zero for other kinds and for the schedule's last slot. It bounds the
 	// execution's retries when the job stops retries at its next slot.
 	NextSlotFire time.Time
+	// RerunOf is the execution a manual run re-runs (RerunExecution);
+	// empty otherwise.
+	RerunOf string
+	// Overridden names what a manual run's request overrode of the job
+	// ("target", "body", "headers"); never values.
+	Overridden []string
 }
 
 // New is the first attempt's request for slot of job. It carries the job's
@@ -50,6 +56,10 @@ func New(job *registryv1.Job, slot Slot) *dispatchv1.DispatchRequest {
 		JobVersion:     slot.Version,
 		JobDisplayName: job.GetDisplayName(),
 		JobLabels:      job.GetLabels(),
+		// The history shows them: which execution a run re-runs, and
+		// what of the job it did not take from the stored definition.
+		RerunOfExecutionId: slot.RerunOf,
+		OverriddenFields:   slot.Overridden,
 	}
 	if d := job.GetExecutionDeadline(); d != nil {
 		req.DeadlineTime = timestamppb.New(deadlineBase(slot).Add(d.AsDuration()))

@@ -28,7 +28,7 @@ func TestNewCarriesTheJobAndTheSlot(t *testing.T) {
 	fire := nominal.Add(3 * time.Millisecond)
 	got := dispatchreq.New(job, dispatchreq.Slot{
 		ExecutionID: "exec-1", JobID: "job-1", Version: 7, Nominal: nominal, Fire: fire,
-		Kind: dispatchv1.TriggerKind_TRIGGER_KIND_CATCH_UP,
+		Kind: dispatchv1.TriggerKind_TRIGGER_KIND_CATCH_UP, RerunOf: "exec-0", Overridden: []string{"body"},
 	})
 	want := &dispatchv1.DispatchRequest{
 		ExecutionId: "exec-1", JobId: "job-1", Namespace: "team-a", Attempt: 1,
@@ -36,6 +36,7 @@ func TestNewCarriesTheJobAndTheSlot(t *testing.T) {
 		TriggerKind: dispatchv1.TriggerKind_TRIGGER_KIND_CATCH_UP,
 		Target:      job.GetTarget(), RetryPolicy: job.GetRetryPolicy(), Priority: registryv1.Priority_PRIORITY_HIGH,
 		JobVersion: 7, JobDisplayName: "nightly", JobLabels: map[string]string{"team": "a"},
+		RerunOfExecutionId: "exec-0", OverriddenFields: []string{"body"},
 	}
 	require.True(t, proto.Equal(want, got), "got %v", got)
 }

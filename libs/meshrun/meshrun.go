@@ -117,6 +117,11 @@ type Mesh struct {
 	Registry, Dispatcher, History, Alerting *Process
 	Triggers                                []*Process
 
+	// historyAddr is where the history serves, chosen before the
+	// registry starts so that the registry can be told it (--history-url);
+	// empty when the mesh runs no history.
+	historyAddr string
+
 	mu    sync.Mutex
 	procs []*Process // every process started, in start order
 }
@@ -153,6 +158,13 @@ func Start(ctx context.Context, opts Options) (*Mesh, error) {
 
 	starts := func(svc string) bool { return len(opts.Only) == 0 || slices.Contains(opts.Only, svc) }
 	var err error
+	if starts("history") {
+		// The registry, started first, reads executions from the history
+		// (RerunExecution).
+		if m.historyAddr, err = freeAddr(); err != nil {
+			return nil, err
+		}
+	}
 	if starts("registry") {
 		if m.Registry, err = m.start(ctx, "registry", "registry", m.registryArgs()); err != nil {
 			return nil, m.abort(err)
@@ -171,7 +183,7 @@ func Start(ctx context.Context, opts Options) (*Mesh, error) {
 		}
 	}
 	if starts("history") {
-		if m.History, err = m.start(ctx, "history", "history", m.historyArgs()); err != nil {
+		if m.History, err = m.run(ctx, "history", "history", m.historyArgs(), m.historyAddr); err != nil {
 			return nil, m.abort(err)
 		}
 	}
@@ -274,8 +286,12 @@ func (m *Mesh) common() []string {
 func (m *Mesh) registryArgs() []string {
 	// The burst scenario creates more jobs in one namespace than the
 	// default quota allows.
-	return m.with("registry", "serve", "--schema", m.Schemas["registry"], "--exchange", m.Names.Jobs, "--max-jobs", "0",
-		"--executions-exchange", m.Names.Executions, "--executions-queue", m.Names.RegistryExecutions)
+	args := []string{"serve", "--schema", m.Schemas["registry"], "--exchange", m.Names.Jobs, "--max-jobs", "0",
+		"--executions-exchange", m.Names.Executions, "--executions-queue", m.Names.RegistryExecutions}
+	if m.historyAddr != "" {
+		args = append(args, "--history-url", "http://"+m.historyAddr)
+	}
+	return m.with("registry", args...)
 }
 
 func (m *Mesh) triggerArgs(nodeID string) []string {

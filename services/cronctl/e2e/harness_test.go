@@ -113,7 +113,11 @@ func startStack(t *testing.T) *stack {
 	common := []string{"--postgres-url", pgtest.URL(), "--amqp-url", amqptest.URL(), "--api-keys", apiKeys, "--log-level", "warn", "--shutdown-timeout", "5s"}
 
 	s := &stack{}
-	s.registry = startProcess(t, "registry", append([]string{"serve", "--schema", regSchema, "--exchange", jobsX, "--outbox-lanes", "4"}, common...))
+	// The registry reads executions from the history (`rerun`), which
+	// starts later on an address chosen now.
+	historyAddr := freeAddr(t)
+	s.registry = startProcess(t, "registry", append([]string{"serve", "--schema", regSchema, "--exchange", jobsX, "--outbox-lanes", "4",
+		"--history-url", "http://" + historyAddr}, common...))
 	// The other services fetch the managed API keys from this registry.
 	common = append(common, "--registry-url", s.registry)
 	s.trigger = startProcess(t, "trigger", append([]string{
@@ -130,7 +134,7 @@ func startStack(t *testing.T) *stack {
 		"--dead-exchange", deadX, "--dead-queue", deadQ, "--executions-exchange", executionsX,
 		"--allow-networks", "127.0.0.0/8",
 	}, common...))
-	s.history = startProcess(t, "history", append([]string{
+	s.history = startProcessAt(t, "history", historyAddr, append([]string{
 		"serve", "--schema", hstSchema, "--executions-exchange", executionsX, "--queue", historyQ,
 		"--trace-link-template", traceLinkTemplate,
 	}, common...))
@@ -147,7 +151,12 @@ func startStack(t *testing.T) *stack {
 // /readyz; its log is shown when the test fails.
 func startProcess(t *testing.T, name string, args []string) string {
 	t.Helper()
-	addr := freeAddr(t)
+	return startProcessAt(t, name, freeAddr(t), args)
+}
+
+// startProcessAt is startProcess on addr.
+func startProcessAt(t *testing.T, name, addr string, args []string) string {
+	t.Helper()
 	logPath := filepath.Join(t.TempDir(), name+".log")
 	logFile, err := os.Create(logPath)
 	require.NoError(t, err)

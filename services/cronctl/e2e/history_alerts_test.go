@@ -129,6 +129,37 @@ func testHistory(t *testing.T, s *stack) {
 	require.Equal(t, cli.ExitError, r.code)
 	require.Contains(t, r.stderr, "error: invalid_argument:")
 	require.Regexp(t, `(?m)^  query: `, r.stderr)
+
+	// `rerun` runs the finished execution's job once more, to another
+	// path with another body, and the history says so.
+	rerun := decode[map[string]string](t, s.ok(t, ns, "rerun", e.ExecutionID, "--target-url", tg.URL+"/again", "--body", `{"again":true}`, "-o", "json"))
+	require.Equal(t, job.ID, rerun["jobId"])
+	require.NotEqual(t, e.ExecutionID, rerun["executionId"])
+	type rerunJSON struct {
+		Execution struct {
+			Status     string   `json:"status"`
+			RerunOf    string   `json:"rerunOfExecutionId"`
+			Overridden []string `json:"overriddenFields"`
+		} `json:"execution"`
+	}
+	var again rerunJSON
+	require.Eventually(t, func() bool {
+		r := s.cronctl(t, ns, nil, "history", "get", rerun["executionId"], "-o", "json")
+		if r.code != cli.ExitOK {
+			return false
+		}
+		again = decode[rerunJSON](t, r.stdout)
+		return again.Execution.Status == "EXECUTION_STATUS_SUCCEEDED"
+	}, 30*time.Second, 100*time.Millisecond, "the re-run never succeeded in the history")
+	require.Equal(t, e.ExecutionID, again.Execution.RerunOf)
+	require.Equal(t, []string{"target", "body"}, again.Execution.Overridden)
+	table = s.ok(t, ns, "history", "get", rerun["executionId"])
+	require.Regexp(t, `(?m)^re-run of:\s+`+e.ExecutionID+`$`, table)
+	require.Regexp(t, `(?m)^overridden:\s+target, body$`, table)
+	require.Equal(t, 2, tg.count(), "the re-run reached the target once")
+	r = s.cronctl(t, ns, nil, "rerun", "0190f1e2-0000-7000-8000-000000000000")
+	require.Equal(t, cli.ExitError, r.code)
+	require.Contains(t, r.stderr, "error: not_found:")
 }
 
 // notification is what a webhook channel received, signature verified.

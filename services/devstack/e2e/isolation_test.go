@@ -143,10 +143,15 @@ func isolationCases() map[protoreflect.FullName]matrixCase {
 		registry + "UpdateJob": {role: editor, foreign: func(a *tenantA) proto.Message {
 			return &registryv1.UpdateJobRequest{Job: job(a)}
 		}},
-		registry + "DeleteJob":       {role: editor, foreign: func(a *tenantA) proto.Message { return &registryv1.DeleteJobRequest{Id: a.jobID} }},
-		registry + "PauseJob":        {role: editor, foreign: func(a *tenantA) proto.Message { return &registryv1.PauseJobRequest{Id: a.jobID} }},
-		registry + "ResumeJob":       {role: editor, foreign: func(a *tenantA) proto.Message { return &registryv1.ResumeJobRequest{Id: a.jobID} }},
-		registry + "RunJob":          {role: editor, foreign: func(a *tenantA) proto.Message { return &registryv1.RunJobRequest{Id: a.jobID} }},
+		registry + "DeleteJob": {role: editor, foreign: func(a *tenantA) proto.Message { return &registryv1.DeleteJobRequest{Id: a.jobID} }},
+		registry + "PauseJob":  {role: editor, foreign: func(a *tenantA) proto.Message { return &registryv1.PauseJobRequest{Id: a.jobID} }},
+		registry + "ResumeJob": {role: editor, foreign: func(a *tenantA) proto.Message { return &registryv1.ResumeJobRequest{Id: a.jobID} }},
+		registry + "RunJob":    {role: editor, foreign: func(a *tenantA) proto.Message { return &registryv1.RunJobRequest{Id: a.jobID} }},
+		// The registry asks the history for the execution with B's own
+		// key, so the history's namespace check answers NOT_FOUND.
+		registry + "RerunExecution": {role: editor, foreign: func(a *tenantA) proto.Message {
+			return &registryv1.RerunExecutionRequest{ExecutionId: a.executionID}
+		}},
 		registry + "PreviewSchedule": {role: viewer},
 
 		trigger + "GetRing":   {role: admin},

@@ -8,7 +8,9 @@ import (
 	"connectrpc.com/connect"
 	"github.com/stretchr/testify/require"
 
+	historyv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/history/v1"
 	registryv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1"
+	"github.com/cronmesh/cronmesh/libs/execid"
 )
 
 // pauseOnFailure: a job firing every second at a target that answers 500,
@@ -51,7 +53,8 @@ func (s *scenario) pauseOnFailure(t *testing.T) {
 
 // runWithOverrides: RunJob with a target, body and header override
 // delivers this run to the other target, with that body and header, signed
-// with the job's secret; the job's own target receives nothing.
+// with the job's secret; the job's own target receives nothing, and the
+// history names what was overridden.
 func (s *scenario) runWithOverrides(t *testing.T) {
 	ctx := t.Context()
 	own := newRecorder(t, http.StatusNoContent)
@@ -64,7 +67,7 @@ func (s *scenario) runWithOverrides(t *testing.T) {
 	}}))
 	require.NoError(t, err)
 	body := `{"replay":true}`
-	_, err = s.jobs.RunJob(ctx, connect.NewRequest(&registryv1.RunJobRequest{
+	run, err := s.jobs.RunJob(ctx, connect.NewRequest(&registryv1.RunJobRequest{
 		Id:              created.Msg.GetJob().GetId(),
 		TargetOverride:  &registryv1.Target{Kind: &registryv1.Target_Http{Http: &registryv1.HttpTarget{Url: other.URL + "/fixed"}}},
 		BodyOverride:    &body,
@@ -77,4 +80,15 @@ func (s *scenario) runWithOverrides(t *testing.T) {
 	require.Equal(t, "1", got.Header.Get("X-Replay"))
 	require.NotEmpty(t, got.Header.Get("webhook-signature"), "signed with the job's secret")
 	require.Empty(t, own.All(), "the job's own target is not called")
+
+	// The history shows what the run overrode (names, not values).
+	id := execid.For(created.Msg.GetJob().GetId(), run.Msg.GetNominalTime().AsTime())
+	waitFor(t, 60*time.Second, "the history records the run's overrides", func() bool {
+		resp, err := s.history.GetExecution(ctx, connect.NewRequest(&historyv1.GetExecutionRequest{ExecutionId: id}))
+		return err == nil && len(resp.Msg.GetExecution().GetOverriddenFields()) > 0
+	})
+	resp, err := s.history.GetExecution(ctx, connect.NewRequest(&historyv1.GetExecutionRequest{ExecutionId: id}))
+	require.NoError(t, err)
+	require.Equal(t, []string{"target", "body", "headers"}, resp.Msg.GetExecution().GetOverriddenFields())
+	require.Empty(t, resp.Msg.GetExecution().GetRerunOfExecutionId(), "a run, not a re-run")
 }

@@ -35,6 +35,18 @@ port, over https when the chart serves TLS.
 {{- .Values.global.keys.registryURL | default (printf "%s://%s-registry:8081" $scheme (include "cronmesh.prefix" .)) -}}
 {{- end -}}
 
+{{/*
+cronmesh.historyURL is where the registry reads the executions that
+RerunExecution re-runs: global.history.url, else the chart's history Service
+on its default port, over https when the chart serves TLS; empty when
+global.history.url is "off".
+*/}}
+{{- define "cronmesh.historyURL" -}}
+{{- $scheme := ternary "https" "http" (not (empty .Values.global.tls.secretName)) -}}
+{{- $url := .Values.global.history.url | default (printf "%s://%s-history:8084" $scheme (include "cronmesh.prefix" .)) -}}
+{{- if ne $url "off" }}{{ $url }}{{ end -}}
+{{- end -}}
+
 {{/* cronmesh.jaegerName names the optional Jaeger's Deployment and Service. */}}
 {{- define "cronmesh.jaegerName" -}}
 {{- printf "%s-jaeger" (include "cronmesh.prefix" .) -}}
@@ -122,6 +134,24 @@ CA, and show the service's certificate when the registry requires one. */}}
   value: /etc/cronmesh/tls/tls.crt
 - name: CRONMESH_REGISTRY_CLIENT_KEY
   value: /etc/cronmesh/tls/tls.key
+{{- end }}
+{{- end }}
+{{- end }}
+{{- if eq .Chart.Name "registry" }}
+{{- with include "cronmesh.historyURL" . }}
+{{- /* RerunExecution reads the execution it re-runs from the history,
+with the caller's key. */}}
+- name: CRONMESH_HISTORY_URL
+  value: {{ . | quote }}
+{{- if $g.tls.secretName }}
+- name: CRONMESH_HISTORY_CA_FILE
+  value: /etc/cronmesh/tls/ca.crt
+{{- if $g.tls.clientAuth }}
+- name: CRONMESH_HISTORY_CLIENT_CERT
+  value: /etc/cronmesh/tls/tls.crt
+- name: CRONMESH_HISTORY_CLIENT_KEY
+  value: /etc/cronmesh/tls/tls.key
+{{- end }}
 {{- end }}
 {{- end }}
 {{- end }}

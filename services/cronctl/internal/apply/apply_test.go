@@ -155,3 +155,27 @@ stopRetriesAtNextSlot: true
 	}
 	require.Equal(t, []string{"display_name", "execution_deadline", "stop_retries_at_next_slot"}, names)
 }
+
+// TestParsePauseOnFailure: apply -f carries pause_after_dead_letters, and
+// compares and updates it (it is one of the fields a file names); the
+// output-only pause fields of a job printed by `jobs get -o yaml` are
+// ignored, so such a file applies as is.
+func TestParsePauseOnFailure(t *testing.T) {
+	t.Parallel()
+	specs, err := Parse("job.yaml", []byte(`
+displayName: nightly
+pauseAfterDeadLetters: 3
+pauseReason: upstream outage
+pauseTime: "2026-11-20T03:00:00Z"
+pausedByKeyId: k_0123
+`))
+	require.NoError(t, err)
+	require.Len(t, specs, 1)
+	require.EqualValues(t, 3, specs[0].Job.GetPauseAfterDeadLetters())
+	require.Empty(t, specs[0].Job.GetPauseReason(), "output only")
+	var names []string
+	for _, fd := range specs[0].Fields {
+		names = append(names, string(fd.Name()))
+	}
+	require.Equal(t, []string{"display_name", "pause_after_dead_letters"}, names)
+}

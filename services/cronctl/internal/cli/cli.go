@@ -83,6 +83,7 @@ func tree() *command {
 		jobsCommand(),
 		{name: "apply", args: "-f FILE", summary: "create or update the jobs a file declares (idempotent; --dry-run shows the diff)", setup: applySetup},
 		deadLettersCommand(),
+		{name: "rerun", args: "EXECUTION_ID [--target-url URL] [--body B] [--header K=V]", summary: "run a finished execution's job once more now, optionally with another URL, body or headers; the history records which execution it re-runs (registry)", setup: rerunSetup},
 		{name: "cancel", args: "EXECUTION_ID", summary: "cancel an execution: queued, in flight or waiting for a retry (dispatcher)", setup: cancelSetup},
 		{name: "backfill", args: "JOB_ID --from T [--to T] [--rate N]", summary: "fire a job's slots of a past range that the ledger does not hold (trigger)", setup: backfillSetup},
 		{name: "slots", args: "JOB_ID [--limit N]", summary: "a job's slot ledger, newest first: fired or missed, and how (trigger)", setup: slotsSetup},

@@ -236,6 +236,12 @@ func executionRows(e *historyv1.Execution) [][2]string {
 		{"duration", durationText(e.GetDuration())},
 		{"http status", httpText(e.GetResponseStatus())},
 	}
+	if r := e.GetRerunOfExecutionId(); r != "" {
+		rows = append(rows, [2]string{"re-run of", r})
+	}
+	if o := e.GetOverriddenFields(); len(o) > 0 {
+		rows = append(rows, [2]string{"overridden", strings.Join(o, ", ")})
+	}
 	if r := e.GetReason(); r != "" {
 		rows = append(rows, [2]string{"reason", oneLine(r, 200)})
 	}

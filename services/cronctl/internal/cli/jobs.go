@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/types/known/fieldmaskpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	historyv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/history/v1"
 	registryv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1"
 	"github.com/cronmesh/cronmesh/services/cronctl/internal/apply"
 )
@@ -25,7 +26,7 @@ func jobsCommand() *command {
 		{name: "update", args: "ID [-f FILE] [flags]", summary: "change the given fields of a job (--etag guards against concurrent changes)", setup: jobsUpdateSetup},
 		{name: "pause", args: "ID [--reason TEXT]", summary: "stop a job from firing, saying why", setup: jobsPauseSetup},
 		{name: "resume", args: "ID", summary: "let a paused job fire again (clears the pause reason)", setup: jobsResumeSetup},
-		{name: "run", args: "ID", summary: "fire a job once now", setup: jobsRunSetup},
+		{name: "run", args: "ID [--target-url URL] [--body B] [--header K=V]", summary: "fire a job once now, optionally with another URL, body or headers for this run", setup: jobsRunSetup},
 		{name: "delete", args: "ID", summary: "delete a job", setup: jobsDeleteSetup},
 		{name: "preview", args: "[--cron EXPR | --every D | -f FILE]", summary: "the next times a schedule fires, computed by the registry", setup: jobsPreviewSetup},
 	}}
@@ -197,35 +198,17 @@ func jobsResumeSetup(*flag.FlagSet) func(context.Context, *session, []string) er
 
 func jobsRunSetup(fs *flag.FlagSet) func(context.Context, *session, []string) error {
 	requestID := fs.String("request-id", "", "idempotency key: repeating the call fires once")
-	targetURL := fs.String("target-url", "", "this run only: send to this URL instead (the job's HTTP target otherwise unchanged; secret headers must be given again with --header for another host)")
-	body := fs.String("body", "", "this run only: send this body instead of the job's")
-	headers := keyValues{}
-	fs.Var(&headers, "header", "this run only: add or replace a header, K=V (repeatable; credential headers stay secret)")
+	var o overrideFlags
+	o.register(fs)
 	return func(ctx context.Context, s *session, args []string) error {
 		if err := exactArgs(args, "ID"); err != nil {
 			return err
 		}
-		req := &registryv1.RunJobRequest{Id: args[0], RequestId: *requestID, HeadersOverride: headers}
-		if *targetURL != "" {
-			// The override is the job's target with another URL: read
-			// (secret header values come back empty and the registry
-			// keeps the stored ones for the same origin).
-			got, err := s.jobs.GetJob(ctx, connect.NewRequest(&registryv1.GetJobRequest{Id: args[0], NextRunCount: 1}))
-			if err != nil {
-				return err
-			}
-			target := got.Msg.GetJob().GetTarget()
-			if target.GetHttp() == nil {
-				return usagef("--target-url: the job's target is not HTTP")
-			}
-			target.GetHttp().Url = *targetURL
-			req.TargetOverride = target
+		req := &registryv1.RunJobRequest{Id: args[0], RequestId: *requestID}
+		var err error
+		if req.TargetOverride, req.BodyOverride, req.HeadersOverride, err = o.overrides(ctx, s, fs, args[0]); err != nil {
+			return err
 		}
-		fs.Visit(func(f *flag.Flag) {
-			if f.Name == "body" {
-				req.BodyOverride = body
-			}
-		})
 		resp, err := s.jobs.RunJob(ctx, connect.NewRequest(req))
 		if err != nil {
 			return err
@@ -234,6 +217,89 @@ func jobsRunSetup(fs *flag.FlagSet) func(context.Context, *session, []string) er
 			return [][2]string{{"job", args[0]}, {"nominal time", timeText(resp.Msg.GetNominalTime())}}
 		})
 	}
+}
+
+// rerunSetup is `cronctl rerun`: JobService.RerunExecution, with the
+// override flags of `jobs run`.
+func rerunSetup(fs *flag.FlagSet) func(context.Context, *session, []string) error {
+	requestID := fs.String("request-id", "", "idempotency key: repeating the call fires once")
+	var o overrideFlags
+	o.register(fs)
+	return func(ctx context.Context, s *session, args []string) error {
+		if err := exactArgs(args, "EXECUTION_ID"); err != nil {
+			return err
+		}
+		req := &registryv1.RerunExecutionRequest{ExecutionId: args[0], RequestId: *requestID}
+		jobID := ""
+		if o.targetURL != "" {
+			// --target-url edits the job's target: the history names the
+			// job.
+			got, err := s.history.GetExecution(ctx, connect.NewRequest(&historyv1.GetExecutionRequest{ExecutionId: args[0]}))
+			if err != nil {
+				return err
+			}
+			jobID = got.Msg.GetExecution().GetJobId()
+		}
+		var err error
+		if req.TargetOverride, req.BodyOverride, req.HeadersOverride, err = o.overrides(ctx, s, fs, jobID); err != nil {
+			return err
+		}
+		resp, err := s.jobs.RerunExecution(ctx, connect.NewRequest(req))
+		if err != nil {
+			return err
+		}
+		return s.out.Object(resp.Msg, func() [][2]string {
+			return [][2]string{
+				{"re-run of", args[0]},
+				{"job", resp.Msg.GetJobId()},
+				{"execution", resp.Msg.GetExecutionId()},
+				{"nominal time", timeText(resp.Msg.GetNominalTime())},
+			}
+		})
+	}
+}
+
+// overrideFlags are the flags of a run that overrides the job's target for
+// that run only (`jobs run`, `rerun`).
+type overrideFlags struct {
+	targetURL string
+	body      string
+	headers   keyValues
+}
+
+func (o *overrideFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&o.targetURL, "target-url", "", "this run only: send to this URL instead (the job's HTTP target otherwise unchanged; secret headers must be given again with --header for another host)")
+	fs.StringVar(&o.body, "body", "", "this run only: send this body instead of the job's")
+	o.headers = keyValues{}
+	fs.Var(&o.headers, "header", "this run only: add or replace a header, K=V (repeatable; credential headers stay secret)")
+}
+
+// overrides are the request's overrides: the target of job jobID with
+// --target-url (none without --target-url), the body when --body was given
+// (even empty), and the headers.
+func (o *overrideFlags) overrides(ctx context.Context, s *session, fs *flag.FlagSet, jobID string) (*registryv1.Target, *string, map[string]string, error) {
+	var target *registryv1.Target
+	if o.targetURL != "" {
+		// The override is the job's target with another URL: read
+		// (secret header values come back empty and the registry keeps
+		// the stored ones for the same origin).
+		got, err := s.jobs.GetJob(ctx, connect.NewRequest(&registryv1.GetJobRequest{Id: jobID, NextRunCount: 1}))
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		target = got.Msg.GetJob().GetTarget()
+		if target.GetHttp() == nil {
+			return nil, nil, nil, usagef("--target-url: the job's target is not HTTP")
+		}
+		target.GetHttp().Url = o.targetURL
+	}
+	var body *string
+	fs.Visit(func(f *flag.Flag) {
+		if f.Name == "body" {
+			body = &o.body
+		}
+	})
+	return target, body, o.headers, nil
 }
 
 func jobsDeleteSetup(fs *flag.FlagSet) func(context.Context, *session, []string) error {

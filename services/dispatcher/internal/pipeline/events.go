@@ -78,6 +78,10 @@ func newEvent(kind eventsv1.ExecutionEventKind, req *dispatchv1.DispatchRequest,
 		FireTime:        req.GetFireTime(),
 		ResponseStatus:  int32(a.status),
 		ResponseExcerpt: truncateUTF8(store.CleanText(a.excerpt), MaxEventExcerpt),
+		// Every event carries them, so that the history has them whichever
+		// event of the execution it sees first.
+		OverriddenFields:   req.GetOverriddenFields(),
+		RerunOfExecutionId: req.GetRerunOfExecutionId(),
 	}
 	if !a.start.IsZero() {
 		ev.StartTime = timestamppb.New(a.start)

@@ -39,3 +39,27 @@ func TestEventExcerpt(t *testing.T) {
 		})
 	}
 }
+
+// TestEventCarriesTheRunsOrigin: every event of an execution carries what
+// its request says of a manual run (the execution it re-runs, what it
+// overrode), whatever the kind, so the history has them from the first
+// event it sees.
+func TestEventCarriesTheRunsOrigin(t *testing.T) {
+	t.Parallel()
+	req := &dispatchv1.DispatchRequest{
+		ExecutionId: "0190f0c4-6c1e-7a00-8000-000000000002", RerunOfExecutionId: "0190f0c4-6c1e-7a00-8000-000000000001",
+		OverriddenFields: []string{"target", "headers"},
+	}
+	for _, kind := range []eventsv1.ExecutionEventKind{
+		eventsv1.ExecutionEventKind_EXECUTION_EVENT_KIND_STARTED, eventsv1.ExecutionEventKind_EXECUTION_EVENT_KIND_SUCCEEDED,
+		eventsv1.ExecutionEventKind_EXECUTION_EVENT_KIND_FAILED, eventsv1.ExecutionEventKind_EXECUTION_EVENT_KIND_DEAD,
+		eventsv1.ExecutionEventKind_EXECUTION_EVENT_KIND_CANCELLED,
+	} {
+		ev := newEvent(kind, req, time.Now(), attemptInfo{}, "", "")
+		require.Equal(t, req.RerunOfExecutionId, ev.RerunOfExecutionId, kind.String())
+		require.Equal(t, req.OverriddenFields, ev.OverriddenFields, kind.String())
+	}
+	plain := newEvent(eventsv1.ExecutionEventKind_EXECUTION_EVENT_KIND_STARTED, &dispatchv1.DispatchRequest{}, time.Now(), attemptInfo{}, "", "")
+	require.Empty(t, plain.RerunOfExecutionId)
+	require.Empty(t, plain.OverriddenFields)
+}

@@ -285,6 +285,14 @@ func FromProto(pb *eventsv1.ExecutionEvent) store.Event {
 		Reason:          noNUL(pb.GetReason()),
 		TraceID:         pb.GetTraceId(),
 		RetryScheduled:  pb.GetRetryScheduled(),
+		RerunOf:         noNUL(pb.GetRerunOfExecutionId()),
+	}
+	for _, f := range pb.GetOverriddenFields() {
+		// Field names are identifiers; one that is not (a comma would
+		// split it in the store) is not recorded.
+		if f != "" && !strings.ContainsAny(f, ",\x00") {
+			e.Overridden = append(e.Overridden, f)
+		}
 	}
 	if t := pb.GetNominalTime(); t.IsValid() {
 		e.NominalTime = t.AsTime()

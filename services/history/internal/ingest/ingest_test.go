@@ -224,6 +224,14 @@ func TestFromProto(t *testing.T) {
 	assert.Equal(t, 5*time.Second, *failed.RetryDelay)
 	assert.True(t, failed.RetryScheduled)
 
+	rerun := ingest.FromProto(&eventsv1.ExecutionEvent{
+		Kind: eventsv1.ExecutionEventKind_EXECUTION_EVENT_KIND_SUCCEEDED, ExecutionId: uuid.NewString(), JobId: "j", Namespace: "ns",
+		Attempt: 1, NominalTime: timestamppb.New(nominal), RerunOfExecutionId: "0190f0c4-6c1e-7a00-8000-000000000001",
+		OverriddenFields: []string{"target", "", "a,b", "body"},
+	})
+	assert.Equal(t, "0190f0c4-6c1e-7a00-8000-000000000001", rerun.RerunOf)
+	assert.Equal(t, []string{"target", "body"}, rerun.Overridden, "names that are not identifiers are dropped")
+
 	missed := ingest.FromProto(&eventsv1.ExecutionEvent{Kind: eventsv1.ExecutionEventKind_EXECUTION_EVENT_KIND_MISSED, ExecutionId: "x", JobId: "j", Namespace: "ns", NominalTime: timestamppb.New(nominal)})
 	require.Error(t, missed.Validate(), "execution ids are UUIDs")
 }

@@ -83,6 +83,11 @@ type Event struct {
 	TraceID         string
 	RetryScheduled  bool
 	RetryDelay      *time.Duration
+	// RerunOf is the execution a re-run re-runs; empty otherwise.
+	RerunOf string
+	// Overridden names what a manual run overrode of its job ("target",
+	// "body", "headers"); each name is a plain identifier.
+	Overridden []string
 }
 
 // status is the API status the event puts an execution (or attempt) in.
@@ -144,6 +149,8 @@ type row struct {
 	traceID        string
 	retryDelayUS   *int64
 	updateTime     time.Time
+	rerunOf        string
+	overridden     string // the names joined by commas
 }
 
 func micros(d *time.Duration) *int64 {
@@ -182,6 +189,8 @@ func rowOf(e *Event) row {
 		traceID:        e.TraceID,
 		retryDelayUS:   micros(e.RetryDelay),
 		updateTime:     e.OccurTime.UTC().Truncate(time.Microsecond),
+		rerunOf:        e.RerunOf,
+		overridden:     strings.Join(e.Overridden, ","),
 	}
 }
 
@@ -222,6 +231,8 @@ func merge(a, b row) row {
 	w.displayName = orStr(w.displayName, l.displayName)
 	w.fireTime = orPtr(w.fireTime, l.fireTime)
 	w.traceID = orStr(w.traceID, l.traceID)
+	w.rerunOf = orStr(w.rerunOf, l.rerunOf)
+	w.overridden = orStr(w.overridden, l.overridden)
 	if w.triggerKind == 0 {
 		w.triggerKind = l.triggerKind
 	}
@@ -377,15 +388,18 @@ func execArgs(rows []row) []any {
 		reason      = make([]string, n)
 		traceID     = make([]string, n)
 		updateTime  = make([]time.Time, n)
+		rerunOf     = make([]string, n)
+		overridden  = make([]string, n)
 	)
 	for i, r := range rows {
 		nominal[i], id[i], namespace[i], jobID[i], displayName[i] = r.nominal, r.id, r.namespace, r.jobID, r.displayName
 		triggerKind[i], status[i], attempt[i], rank[i] = r.triggerKind, int16(r.status), r.attempt, r.rank
 		fireTime[i], startTime[i], duration[i], respStatus[i] = r.fireTime, r.startTime, r.durationUS, r.responseStatus
 		excerpt[i], reason[i], traceID[i], updateTime[i] = r.excerpt, r.reason, r.traceID, r.updateTime
+		rerunOf[i], overridden[i] = r.rerunOf, r.overridden
 	}
 	return []any{nominal, id, namespace, jobID, displayName, triggerKind, status, attempt, rank,
-		fireTime, startTime, duration, respStatus, excerpt, reason, traceID, updateTime}
+		fireTime, startTime, duration, respStatus, excerpt, reason, traceID, updateTime, rerunOf, overridden}
 }
 
 func attemptArgs(rows []row) []any {
@@ -447,15 +461,17 @@ func fill(col, empty, same string) string {
 var upsertExecutionsSQL = `
 INSERT INTO executions AS t (nominal_time, execution_id, namespace, job_id, job_display_name, trigger_kind,
 	status, attempt, rank, fire_time, start_time, duration_us, response_status, response_excerpt, reason,
-	trace_id, update_time)
+	trace_id, update_time, rerun_of_execution_id, overridden_fields)
 SELECT * FROM unnest($1::timestamptz[], $2::uuid[], $3::text[], $4::text[], $5::text[], $6::smallint[],
 	$7::smallint[], $8::integer[], $9::smallint[], $10::timestamptz[], $11::timestamptz[], $12::bigint[],
-	$13::integer[], $14::text[], $15::text[], $16::text[], $17::timestamptz[])
+	$13::integer[], $14::text[], $15::text[], $16::text[], $17::timestamptz[], $18::text[], $19::text[])
 ON CONFLICT (nominal_time, execution_id) DO UPDATE SET
 	` + strings.Join([]string{
 	pick("status"), pick("attempt"), pick("rank"),
 	fill("job_display_name", "''", "true"),
 	fill("trace_id", "''", "true"),
+	fill("rerun_of_execution_id", "''", "true"),
+	fill("overridden_fields", "''", "true"),
 	fill("fire_time", "", "true"),
 	"trigger_kind = CASE WHEN t.trigger_kind = 0 THEN excluded.trigger_kind ELSE t.trigger_kind END",
 	fill("start_time", "", sameSQL),

@@ -82,7 +82,8 @@ func decodeCursor(s string) (cursor, error) {
 
 // executionColumns are the columns scanExecution reads.
 const executionColumns = `nominal_time, execution_id::text, job_id, job_display_name, trigger_kind, status, attempt,
-	fire_time, start_time, duration_us, response_status, response_excerpt, reason, trace_id, update_time`
+	fire_time, start_time, duration_us, response_status, response_excerpt, reason, trace_id, update_time,
+	rerun_of_execution_id, overridden_fields`
 
 func scanExecution(rows pgx.CollectableRow) (*historyv1.Execution, error) {
 	var (
@@ -91,10 +92,15 @@ func scanExecution(rows pgx.CollectableRow) (*historyv1.Execution, error) {
 		fire, start         *time.Time
 		duration            *int64
 		triggerKind, status int16
+		overridden          string
 	)
 	if err := rows.Scan(&nominal, &e.ExecutionId, &e.JobId, &e.JobDisplayName, &triggerKind, &status, &e.Attempt,
-		&fire, &start, &duration, &e.ResponseStatus, &e.ResponseExcerpt, &e.Reason, &e.TraceId, &update); err != nil {
+		&fire, &start, &duration, &e.ResponseStatus, &e.ResponseExcerpt, &e.Reason, &e.TraceId, &update,
+		&e.RerunOfExecutionId, &overridden); err != nil {
 		return nil, err
+	}
+	if overridden != "" {
+		e.OverriddenFields = strings.Split(overridden, ",")
 	}
 	e.NominalTime = timestamppb.New(nominal)
 	e.UpdateTime = timestamppb.New(update)

@@ -473,3 +473,46 @@ func TestNewValidates(t *testing.T) {
 	_, err = store.New(store.Options{Pool: pool, Schema: schema, Retention: time.Hour})
 	require.Error(t, err)
 }
+
+// TestIngestRecordsARunsOrigin: a re-run's execution keeps which execution
+// it re-runs and what its request overrode, from whichever event carried
+// them (an event without them, from a dispatcher that predates them, does
+// not erase them), and Get and List return them; a plain execution has
+// neither.
+func TestIngestRecordsARunsOrigin(t *testing.T) {
+	t.Parallel()
+	s := newStore(t, store.Options{})
+	ctx := t.Context()
+	job := uuid.NewString()
+	original := execid.For(job, now.Add(-3*time.Hour))
+	rerun := lifecycle("ns", job, now.Add(-time.Hour))
+	for i := range rerun {
+		rerun[i].TriggerKind = 2
+		if i != len(rerun)-1 {
+			rerun[i].RerunOf, rerun[i].Overridden = original, []string{"target", "headers"}
+		}
+	}
+	// The outcome first, in a batch of its own: it wins the row, and the
+	// older events fill in what it lacks.
+	_, err := s.Ingest(ctx, rerun[len(rerun)-1:], now)
+	require.NoError(t, err)
+	_, err = s.Ingest(ctx, rerun[:len(rerun)-1], now)
+	require.NoError(t, err)
+	plain := lifecycle("ns", job, now.Add(-2*time.Hour))
+	_, err = s.Ingest(ctx, plain, now)
+	require.NoError(t, err)
+
+	got, _, err := s.Get(ctx, "ns", rerun[0].ExecutionID)
+	require.NoError(t, err)
+	assert.Equal(t, historyv1.ExecutionStatus_EXECUTION_STATUS_SUCCEEDED, got.GetStatus())
+	assert.Equal(t, original, got.GetRerunOfExecutionId())
+	assert.Equal(t, []string{"target", "headers"}, got.GetOverriddenFields())
+
+	list, _, err := s.List(ctx, store.ListFilter{Namespace: "ns", JobID: job, Limit: 10})
+	require.NoError(t, err)
+	require.Len(t, list, 2)
+	assert.Equal(t, original, list[0].GetRerunOfExecutionId(), "newest first: the re-run")
+	assert.Equal(t, []string{"target", "headers"}, list[0].GetOverriddenFields())
+	assert.Empty(t, list[1].GetRerunOfExecutionId())
+	assert.Empty(t, list[1].GetOverriddenFields())
+}

@@ -22,10 +22,12 @@ import (
 	registryv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1"
 	"github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1/registryv1connect"
 	"github.com/cronmesh/cronmesh/libs/apikey"
+	"github.com/cronmesh/cronmesh/libs/execid"
 	"github.com/cronmesh/cronmesh/libs/jobspec"
 	"github.com/cronmesh/cronmesh/libs/reqlimit"
 	"github.com/cronmesh/cronmesh/libs/rpcerr"
 	"github.com/cronmesh/cronmesh/libs/targetcheck"
+	"github.com/cronmesh/cronmesh/services/registry/internal/history"
 	"github.com/cronmesh/cronmesh/services/registry/internal/store"
 	"github.com/cronmesh/cronmesh/services/registry/internal/validate"
 )
@@ -56,15 +58,17 @@ var updatablePaths = []string{
 type Handler struct {
 	store   *store.Store
 	targets *targetcheck.Checker
+	history *history.Client
 	logger  *slog.Logger
 }
 
 var _ registryv1connect.JobServiceHandler = (*Handler)(nil)
 
 // NewHandler returns a JobService handler backed by s, whose jobs' targets
-// must pass targets.
-func NewHandler(s *store.Store, targets *targetcheck.Checker, logger *slog.Logger) *Handler {
-	return &Handler{store: s, targets: targets, logger: logger}
+// must pass targets, reading the executions RerunExecution re-runs from
+// hist (nil: RerunExecution is UNIMPLEMENTED, everything else works).
+func NewHandler(s *store.Store, targets *targetcheck.Checker, hist *history.Client, logger *slog.Logger) *Handler {
+	return &Handler{store: s, targets: targets, history: hist, logger: logger}
 }
 
 // namespace returns the caller's namespace. A request that reached a handler
@@ -429,18 +433,79 @@ func (h *Handler) RunJob(ctx context.Context, req *connect.Request[registryv1.Ru
 	v := &rpcerr.Violations{}
 	reqlimit.ID(v, "id", req.Msg.Id)
 	validate.RequestID(v, "request_id", req.Msg.RequestId)
+	reqlimit.Count(v, "headers_override", len(req.Msg.HeadersOverride), targetcheck.MaxHeaders)
 	if !v.Empty() {
 		return nil, v.Err()
 	}
-	var override store.RunOverride
-	if req.Msg.TargetOverride != nil || req.Msg.BodyOverride != nil || len(req.Msg.HeadersOverride) > 0 {
-		override = func(job *registryv1.Job) ([]string, error) { return h.overrideRun(req.Msg, job) }
-	}
-	nominal, err := h.store.Run(ctx, ns, req.Msg.Id, req.Msg.RequestId, override)
+	nominal, err := h.store.Run(ctx, ns, req.Msg.Id, req.Msg.RequestId, h.runOverride(req.Msg), "")
 	if err != nil {
 		return nil, h.toConnect(ctx, "RunJob", err)
 	}
 	return connect.NewResponse(&registryv1.RunJobResponse{NominalTime: timestamppb.New(nominal)}), nil
+}
+
+// runOverride is the store's override of a run request's job; nil when the
+// request overrides nothing.
+func (h *Handler) runOverride(req *registryv1.RunJobRequest) store.RunOverride {
+	if req.TargetOverride == nil && req.BodyOverride == nil && len(req.HeadersOverride) == 0 {
+		return nil
+	}
+	return func(job *registryv1.Job) ([]string, error) { return h.overrideRun(req, job) }
+}
+
+// RerunExecution implements JobService.RerunExecution: a manual run of the
+// execution's job, as RunJob makes, that records the execution it re-runs.
+// The execution is read from the history with the caller's own key, so
+// that the history's namespace check decides what the caller may re-run.
+func (h *Handler) RerunExecution(ctx context.Context, req *connect.Request[registryv1.RerunExecutionRequest]) (*connect.Response[registryv1.RerunExecutionResponse], error) {
+	ns, err := namespace(ctx)
+	if err != nil {
+		return nil, err
+	}
+	m := req.Msg
+	v := &rpcerr.Violations{}
+	if m.ExecutionId == "" {
+		v.Add("execution_id", "is required")
+	} else if reqlimit.ID(v, "execution_id", m.ExecutionId) && uuid.Validate(m.ExecutionId) != nil {
+		v.Add("execution_id", "is not an execution id (a UUID)")
+	}
+	validate.RequestID(v, "request_id", m.RequestId)
+	reqlimit.Count(v, "headers_override", len(m.HeadersOverride), targetcheck.MaxHeaders)
+	if !v.Empty() {
+		return nil, v.Err()
+	}
+	respond := func(jobID string, nominal time.Time) *connect.Response[registryv1.RerunExecutionResponse] {
+		return connect.NewResponse(&registryv1.RerunExecutionResponse{
+			JobId: jobID, NominalTime: timestamppb.New(nominal), ExecutionId: execid.For(jobID, nominal),
+		})
+	}
+	if m.RequestId != "" {
+		// A replay is answered from the registry alone: it must not
+		// depend on the history, nor on the execution's state since.
+		jobID, nominal, found, err := h.store.PreviousRun(ctx, ns, m.RequestId)
+		if err != nil {
+			return nil, h.toConnect(ctx, "RerunExecution", err)
+		}
+		if found {
+			return respond(jobID, nominal), nil
+		}
+	}
+	exec, err := h.history.Execution(ctx, req.Header().Get("Authorization"), m.ExecutionId)
+	if err != nil {
+		return nil, h.toConnect(ctx, "RerunExecution", err)
+	}
+	if !history.Finished(exec.GetStatus()) {
+		return nil, h.toConnect(ctx, "RerunExecution", history.ErrNotFinished)
+	}
+	run := &registryv1.RunJobRequest{
+		Id: exec.GetJobId(), RequestId: m.RequestId,
+		TargetOverride: m.TargetOverride, BodyOverride: m.BodyOverride, HeadersOverride: m.HeadersOverride,
+	}
+	nominal, err := h.store.Run(ctx, ns, run.Id, run.RequestId, h.runOverride(run), exec.GetExecutionId())
+	if err != nil {
+		return nil, h.toConnect(ctx, "RerunExecution", err)
+	}
+	return respond(run.Id, nominal), nil
 }
 
 // overrideRun replaces job.Target (the stored one, secrets included) with

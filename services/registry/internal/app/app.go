@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"log/slog"
+	"net/url"
 	"sync"
 	"time"
 
@@ -25,11 +26,14 @@ import (
 	"github.com/cronmesh/cronmesh/libs/outbox"
 	"github.com/cronmesh/cronmesh/libs/postgres"
 	"github.com/cronmesh/cronmesh/libs/quota"
+	"github.com/cronmesh/cronmesh/libs/rpcclient"
 	"github.com/cronmesh/cronmesh/libs/server"
 	"github.com/cronmesh/cronmesh/libs/targetcheck"
 	"github.com/cronmesh/cronmesh/libs/telemetry"
+	"github.com/cronmesh/cronmesh/libs/tlsconfig"
 	"github.com/cronmesh/cronmesh/services/registry/internal/api"
 	"github.com/cronmesh/cronmesh/services/registry/internal/failpause"
+	"github.com/cronmesh/cronmesh/services/registry/internal/history"
 	"github.com/cronmesh/cronmesh/services/registry/internal/store"
 )
 
@@ -87,6 +91,14 @@ type Config struct {
 	// entries (targetcheck.ParseAllowList). The dispatcher must be given
 	// the same list.
 	TargetAMQPAllow config.StringList
+	// HistoryURL is the history service's base URL, from which
+	// RerunExecution reads the execution it re-runs (--history-url). Empty:
+	// RerunExecution answers UNIMPLEMENTED, everything else works.
+	HistoryURL string
+	// HistoryTLS is how an https HistoryURL is trusted, and the client
+	// certificate shown when the history asks for one
+	// (--history-ca-file, --history-client-cert, --history-client-key).
+	HistoryTLS tlsconfig.Client
 }
 
 // Register adds the registry's flags to fs.
@@ -102,6 +114,10 @@ func (c *Config) Register(fs *flag.FlagSet) {
 	fs.IntVar(&c.MaxJobs.Default, "max-jobs", DefaultMaxJobs, "most jobs a namespace may hold (0: no limit); creates beyond are refused with RESOURCE_EXHAUSTED")
 	fs.Var(&c.MaxJobs.Namespaces, "max-jobs-namespaces", "per-namespace overrides of --max-jobs, comma separated, each namespace=N (0: no limit)")
 	c.Keys.RegisterRefresh(fs)
+	fs.StringVar(&c.HistoryURL, "history-url", "", "base URL of the history service, for RerunExecution (empty: RerunExecution answers UNIMPLEMENTED)")
+	fs.StringVar(&c.HistoryTLS.CAFile, "history-ca-file", "", "PEM CA certificates an https --history-url must chain to (default: the system's)")
+	fs.StringVar(&c.HistoryTLS.CertFile, "history-client-cert", "", "PEM client certificate for a history service that requires one (mutual TLS)")
+	fs.StringVar(&c.HistoryTLS.KeyFile, "history-client-key", "", "PEM key of --history-client-cert")
 	fs.Var(&c.TargetAMQPAllow, "target-amqp-allow", "comma-separated namespace=name or namespace=prefix* entries: AMQP names a namespace's targets may publish to besides its own <namespace>.* (same list as the dispatcher's)")
 }
 
@@ -278,7 +294,11 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger) (_ *App, err erro
 	a.server.UseMiddleware(a.keys.Middleware().Wrap)
 	auditLog := audit.New(audit.Options{Pool: a.pool, Logger: logger, Retention: cfg.AuditRetention})
 	auditLog.Mount(a.server)
-	path, handler := registryv1connect.NewJobServiceHandler(api.NewHandler(st, targetcheck.New(amqpPolicy), logger), a.server.HandlerOptions(auditLog.Interceptor(), authz.NewInterceptor())...)
+	hist, err := cfg.historyClient(a.telemetry, logger)
+	if err != nil {
+		return nil, err
+	}
+	path, handler := registryv1connect.NewJobServiceHandler(api.NewHandler(st, targetcheck.New(amqpPolicy), hist, logger), a.server.HandlerOptions(auditLog.Interceptor(), authz.NewInterceptor())...)
 	a.server.Handle(registryv1connect.JobServiceName, path, handler)
 	keysChanged := func(ctx context.Context) {
 		if err := a.keys.Refresh(ctx); err != nil {
@@ -288,6 +308,25 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger) (_ *App, err erro
 	path, handler = registryv1connect.NewKeyServiceHandler(api.NewKeyHandler(st, logger, keysChanged), a.server.HandlerOptions(auditLog.Interceptor(), authz.NewInterceptor())...)
 	a.server.Handle(registryv1connect.KeyServiceName, path, handler)
 	return a, nil
+}
+
+// historyClient is the client RerunExecution reads executions with; nil
+// without --history-url. The connection is made at the first call, so the
+// registry starts, and serves everything else, while the history is down.
+func (c Config) historyClient(tel *telemetry.Telemetry, logger *slog.Logger) (*history.Client, error) {
+	if c.HistoryURL == "" {
+		logger.Info("no --history-url: RerunExecution answers UNIMPLEMENTED")
+		return nil, nil
+	}
+	u, err := url.Parse(c.HistoryURL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("--history-url %q: want an http:// or https:// base URL", c.HistoryURL)
+	}
+	httpClient, err := rpcclient.NewHTTPClient(c.HistoryTLS)
+	if err != nil {
+		return nil, fmt.Errorf("--history-ca-file, --history-client-cert, --history-client-key: %w", err)
+	}
+	return history.New(httpClient, c.HistoryURL, tel.Propagator), nil
 }
 
 // FailuresReady is closed once the pause on failure consumes execution

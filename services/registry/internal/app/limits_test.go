@@ -131,6 +131,10 @@ func TestRequestFieldCaps(t *testing.T) {
 			_, err := c.RunJob(ctx, connect.NewRequest(&registryv1.RunJobRequest{Id: tooLong}))
 			return err
 		}, "id"},
+		{"rerun execution id", func(ctx context.Context, c registryv1connect.JobServiceClient) error {
+			_, err := c.RerunExecution(ctx, connect.NewRequest(&registryv1.RerunExecutionRequest{ExecutionId: tooLong}))
+			return err
+		}, "execution_id"},
 		{"preview cron", func(ctx context.Context, c registryv1connect.JobServiceClient) error {
 			_, err := c.PreviewSchedule(ctx, connect.NewRequest(&registryv1.PreviewScheduleRequest{Schedule: longCron}))
 			return err

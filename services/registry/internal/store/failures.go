@@ -144,7 +144,7 @@ func (s *Store) writeUpdate(ctx context.Context, tx pgx.Tx, job *registryv1.Job,
 		return ErrNotFound
 	}
 	job.Etag = etag(job.Version)
-	msg, err := s.event(ctx, kind, job, nil)
+	msg, err := s.event(ctx, kind, job)
 	if err != nil {
 		return err
 	}

@@ -144,7 +144,7 @@ func (s *Store) Create(ctx context.Context, namespace string, jobs []NewJob) ([]
 			if err := cols.add(job); err != nil {
 				return err
 			}
-			msg, err := s.event(ctx, eventsv1.JobEventKind_JOB_EVENT_KIND_CREATED, job, nil)
+			msg, err := s.event(ctx, eventsv1.JobEventKind_JOB_EVENT_KIND_CREATED, job)
 			if err != nil {
 				return err
 			}
@@ -409,7 +409,7 @@ func (s *Store) Delete(ctx context.Context, namespace, id, ifMatch string) error
 		job.Version++
 		job.Etag = etag(job.Version)
 		job.UpdateTime = timestamppb.New(s.Now())
-		msg, err := s.event(ctx, eventsv1.JobEventKind_JOB_EVENT_KIND_DELETED, job, nil)
+		msg, err := s.event(ctx, eventsv1.JobEventKind_JOB_EVENT_KIND_DELETED, job)
 		if err != nil {
 			return err
 		}
@@ -432,8 +432,9 @@ type RunOverride func(job *registryv1.Job) ([]string, error)
 // job is not changed. The nominal time is now, or 1 µs after the job's
 // previous manual run when two requests share a microsecond, so each
 // manual run is its own slot. A repeated requestID returns the first
-// call's nominal time and writes nothing.
-func (s *Store) Run(ctx context.Context, namespace, id, requestID string, override RunOverride) (time.Time, error) {
+// call's nominal time and writes nothing. rerunOf is the execution the run
+// re-runs (RerunExecution), carried by the event; empty for RunJob.
+func (s *Store) Run(ctx context.Context, namespace, id, requestID string, override RunOverride, rerunOf string) (time.Time, error) {
 	var nominal time.Time
 	wrote := false
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
@@ -481,10 +482,10 @@ func (s *Store) Run(ctx context.Context, namespace, id, requestID string, overri
 				return err
 			}
 		}
-		msg, err := s.event(ctx, eventsv1.JobEventKind_JOB_EVENT_KIND_RUN_REQUESTED, job, &eventsv1.RunRequest{
+		msg, err := s.runEvent(ctx, job, &eventsv1.RunRequest{
 			NominalTime: timestamppb.New(nominal),
 			RequestId:   requestID,
-		}, overrides...)
+		}, overrides, rerunOf)
 		if err != nil {
 			return err
 		}
@@ -492,7 +493,7 @@ func (s *Store) Run(ctx context.Context, namespace, id, requestID string, overri
 		return outbox.Write(ctx, tx, msg)
 	})
 	if errors.Is(err, errConcurrentRun) {
-		return s.Run(ctx, namespace, id, requestID, override)
+		return s.Run(ctx, namespace, id, requestID, override, rerunOf)
 	}
 	if err != nil {
 		return time.Time{}, err
@@ -505,16 +506,44 @@ func (s *Store) Run(ctx context.Context, namespace, id, requestID string, overri
 
 var errConcurrentRun = errors.New("concurrent run request with the same id")
 
-func (s *Store) event(ctx context.Context, kind eventsv1.JobEventKind, job *registryv1.Job, run *eventsv1.RunRequest, runOverrides ...string) (outbox.Message, error) {
-	ev := &eventsv1.JobEvent{
-		EventId:      uuid.Must(uuid.NewV7()).String(),
-		Kind:         kind,
-		Job:          job,
-		Version:      job.Version,
-		OccurTime:    timestamppb.New(s.Now()),
-		RunRequest:   run,
-		RunOverrides: runOverrides,
+// PreviousRun returns the job and nominal time of the manual run that
+// requestID of namespace already made (RunJob and RerunExecution share the
+// keys); found is false when the key is unused.
+func (s *Store) PreviousRun(ctx context.Context, namespace, requestID string) (jobID string, nominal time.Time, found bool, err error) {
+	err = s.pool.QueryRow(ctx, `SELECT job_id::text, nominal_time FROM run_requests WHERE namespace = $1 AND request_id = $2`,
+		namespace, requestID).Scan(&jobID, &nominal)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", time.Time{}, false, nil
 	}
+	if err != nil {
+		return "", time.Time{}, false, fmt.Errorf("read run request: %w", err)
+	}
+	return jobID, nominal.UTC(), true, nil
+}
+
+// runEvent is the RUN_REQUESTED event of a manual run of job (its target
+// already the run's): what it overrode and the execution it re-runs.
+func (s *Store) runEvent(ctx context.Context, job *registryv1.Job, run *eventsv1.RunRequest, overrides []string, rerunOf string) (outbox.Message, error) {
+	return s.message(ctx, &eventsv1.JobEvent{
+		Kind:               eventsv1.JobEventKind_JOB_EVENT_KIND_RUN_REQUESTED,
+		Job:                job,
+		RunRequest:         run,
+		RunOverrides:       overrides,
+		RerunOfExecutionId: rerunOf,
+	})
+}
+
+func (s *Store) event(ctx context.Context, kind eventsv1.JobEventKind, job *registryv1.Job) (outbox.Message, error) {
+	return s.message(ctx, &eventsv1.JobEvent{Kind: kind, Job: job})
+}
+
+// message fills ev's id, version, time and key id and makes it an outbox
+// message.
+func (s *Store) message(ctx context.Context, ev *eventsv1.JobEvent) (outbox.Message, error) {
+	job := ev.Job
+	ev.EventId = uuid.Must(uuid.NewV7()).String()
+	ev.Version = job.Version
+	ev.OccurTime = timestamppb.New(s.Now())
 	// The principal rides on ctx from the API key middleware, so every
 	// change records its key without each method of the store taking it.
 	if p, ok := apikey.PrincipalFrom(ctx); ok {
@@ -528,7 +557,7 @@ func (s *Store) event(ctx context.Context, kind eventsv1.JobEventKind, job *regi
 	s.propagator.Inject(ctx, propagation.MapCarrier(headers))
 	return outbox.Message{
 		AggregateID: job.Id,
-		RoutingKey:  RoutingKey(kind),
+		RoutingKey:  RoutingKey(ev.Kind),
 		MessageID:   ev.EventId,
 		Payload:     payload,
 		Headers:     headers,

@@ -508,7 +508,7 @@ func (s *Store) fireRuns(ctx context.Context, tx pgx.Tx, b *batch, runs []int, s
 		if e.Trace.IsValid() {
 			tctx = trace.ContextWithSpanContext(ctx, e.Trace)
 		}
-		msg, err := s.dispatchMessage(e.Event.Job, b.ids[i].String(), e.Event.Version, nominal, now, firing.KindManual, time.Time{}, s.traceHeaders(tctx))
+		msg, err := s.dispatchMessage(e.Event.Job, b.ids[i].String(), e.Event.Version, nominal, now, firing.KindManual, time.Time{}, s.traceHeaders(tctx), e.Event)
 		if err != nil {
 			return false, err
 		}

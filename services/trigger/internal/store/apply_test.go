@@ -237,6 +237,8 @@ func TestApplyRunRequested(t *testing.T) {
 	job := newJob(ts("2030-03-10T10:01:30Z"))
 	nominal := ts("2030-03-10T10:02:03.123456Z")
 	run := runEvent(job, 1, nominal)
+	rerunOf := execid.For(job.Id, ts("2030-03-09T10:00:00Z"))
+	run.RerunOfExecutionId, run.RunOverrides = rerunOf, []string{"target", "body"}
 
 	// Before the job's CREATED event: fired from the event's job.
 	e.apply(t, run, store.Fired)
@@ -254,6 +256,8 @@ func TestApplyRunRequested(t *testing.T) {
 	require.Equal(t, dispatchv1.TriggerKind_TRIGGER_KIND_MANUAL, req.TriggerKind)
 	require.Equal(t, nominal, req.NominalTime.AsTime())
 	require.Equal(t, int32(1), req.Attempt)
+	require.Equal(t, rerunOf, req.RerunOfExecutionId, "the history learns which execution the run re-runs")
+	require.Equal(t, []string{"target", "body"}, req.OverriddenFields, "and what the run overrode")
 	require.Equal(t, "whsec_c2VjcmV0c2VjcmV0c2VjcmV0c2VjcmV0", req.Target.GetHttp().GetSigningSecret())
 	require.NotContains(t, rows[0].Headers, outbox.DueAtHeader, "a run-now is not the firing promise")
 	require.Len(t, e.notified, 1)

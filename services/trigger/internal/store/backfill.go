@@ -178,7 +178,7 @@ func (s *Store) backfillBatch(ctx context.Context, id uuid.UUID, slots []time.Ti
 			if !inserted[cols.execIDs[i]] {
 				continue
 			}
-			msg, err := s.dispatchMessage(job, id.String(), version, nominal, now, firing.KindBackfill, time.Time{}, headers)
+			msg, err := s.dispatchMessage(job, id.String(), version, nominal, now, firing.KindBackfill, time.Time{}, headers, nil)
 			if err != nil {
 				return err
 			}

@@ -478,7 +478,7 @@ func (s *Store) commitMessages(ctx context.Context, advances []firing.Advance, s
 			if err := flushMissed(a); err != nil { // keep slot order
 				return nil, err
 			}
-			msg, err := s.dispatchMessage(a.Due.Job, jobID, a.Due.Version, nominal, fireTime, slot.Kind, nextSlotFire(a, ref.slot), s.executionHeaders(ctx, batch, jobID, nominal, headers))
+			msg, err := s.dispatchMessage(a.Due.Job, jobID, a.Due.Version, nominal, fireTime, slot.Kind, nextSlotFire(a, ref.slot), s.executionHeaders(ctx, batch, jobID, nominal, headers), nil)
 			if err != nil {
 				return nil, err
 			}
@@ -514,11 +514,17 @@ func (s *Store) commitMessages(ctx context.Context, advances []firing.Advance, s
 // nextSlotFire is when the job's next slot fires (zero: none, or not a
 // scheduled slot): the bound on the execution's retries when the job
 // stops retries at its next slot.
-func (s *Store) dispatchMessage(job *registryv1.Job, jobID string, version int64, nominal, fireTime time.Time, kind firing.SlotKind, nextSlotFire time.Time, headers map[string]string) (outbox.Message, error) {
+//
+// run is the run request of a manual slot (nil for the others): the
+// execution it re-runs and what it overrode go into the request, for the
+// history.
+func (s *Store) dispatchMessage(job *registryv1.Job, jobID string, version int64, nominal, fireTime time.Time, kind firing.SlotKind, nextSlotFire time.Time, headers map[string]string, run *eventsv1.JobEvent) (outbox.Message, error) {
 	execID := executionID(jobID, nominal)
 	req := dispatchreq.New(job, dispatchreq.Slot{
 		ExecutionID: execID, JobID: jobID, Version: version, Nominal: nominal, Fire: fireTime, Kind: TriggerKind(kind),
 		NextSlotFire: nextSlotFire,
+		RerunOf:      run.GetRerunOfExecutionId(),
+		Overridden:   run.GetRunOverrides(),
 	})
 	payload, err := proto.Marshal(req)
 	if err != nil {

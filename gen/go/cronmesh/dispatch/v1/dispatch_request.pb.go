@@ -136,9 +136,16 @@ type DispatchRequest struct {
 	// delivered once). The trigger computes it from the schedule when it
 	// fires the slot, so that the dispatcher needs no schedule. Unset: none
 	// (manual runs, backfills, the schedule's last slot). A redrive clears it.
-	NextSlotTime  *timestamppb.Timestamp `protobuf:"bytes,21,opt,name=next_slot_time,json=nextSlotTime,proto3" json:"next_slot_time,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	NextSlotTime *timestamppb.Timestamp `protobuf:"bytes,21,opt,name=next_slot_time,json=nextSlotTime,proto3" json:"next_slot_time,omitempty"`
+	// For a manual run made by JobService.RerunExecution: the execution it
+	// re-runs. Copied into every lifecycle event of the execution.
+	RerunOfExecutionId string `protobuf:"bytes,16,opt,name=rerun_of_execution_id,json=rerunOfExecutionId,proto3" json:"rerun_of_execution_id,omitempty"`
+	// For a manual run: what its request overrode of the job ("target",
+	// "body", "headers"), names only, never values (they may be secret).
+	// Copied into every lifecycle event of the execution.
+	OverriddenFields []string `protobuf:"bytes,17,rep,name=overridden_fields,json=overriddenFields,proto3" json:"overridden_fields,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *DispatchRequest) Reset() {
@@ -283,11 +290,25 @@ func (x *DispatchRequest) GetNextSlotTime() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *DispatchRequest) GetRerunOfExecutionId() string {
+	if x != nil {
+		return x.RerunOfExecutionId
+	}
+	return ""
+}
+
+func (x *DispatchRequest) GetOverriddenFields() []string {
+	if x != nil {
+		return x.OverriddenFields
+	}
+	return nil
+}
+
 var File_cronmesh_dispatch_v1_dispatch_request_proto protoreflect.FileDescriptor
 
 const file_cronmesh_dispatch_v1_dispatch_request_proto_rawDesc = "" +
 	"\n" +
-	"+cronmesh/dispatch/v1/dispatch_request.proto\x12\x14cronmesh.dispatch.v1\x1a\x1ecronmesh/registry/v1/job.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xff\x06\n" +
+	"+cronmesh/dispatch/v1/dispatch_request.proto\x12\x14cronmesh.dispatch.v1\x1a\x1ecronmesh/registry/v1/job.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xdf\a\n" +
 	"\x0fDispatchRequest\x12!\n" +
 	"\fexecution_id\x18\x01 \x01(\tR\vexecutionId\x12\x15\n" +
 	"\x06job_id\x18\x02 \x01(\tR\x05jobId\x12\x1c\n" +
@@ -307,7 +328,9 @@ const file_cronmesh_dispatch_v1_dispatch_request_proto_rawDesc = "" +
 	"job_labels\x18\r \x03(\v24.cronmesh.dispatch.v1.DispatchRequest.JobLabelsEntryR\tjobLabels\x12#\n" +
 	"\rfirst_attempt\x18\x0e \x01(\x05R\ffirstAttempt\x12?\n" +
 	"\rdeadline_time\x18\x14 \x01(\v2\x1a.google.protobuf.TimestampR\fdeadlineTime\x12@\n" +
-	"\x0enext_slot_time\x18\x15 \x01(\v2\x1a.google.protobuf.TimestampR\fnextSlotTime\x1a<\n" +
+	"\x0enext_slot_time\x18\x15 \x01(\v2\x1a.google.protobuf.TimestampR\fnextSlotTime\x121\n" +
+	"\x15rerun_of_execution_id\x18\x10 \x01(\tR\x12rerunOfExecutionId\x12+\n" +
+	"\x11overridden_fields\x18\x11 \x03(\tR\x10overriddenFields\x1a<\n" +
 	"\x0eJobLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01*\x96\x01\n" +

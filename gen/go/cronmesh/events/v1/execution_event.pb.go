@@ -180,9 +180,14 @@ type ExecutionEvent struct {
 	// created this event, in the execution's trace. Events of many
 	// executions travel in one broker message, whose headers can hold only
 	// one context: consumers continue each event's trace from here.
-	TraceContext  map[string]string `protobuf:"bytes,21,rep,name=trace_context,json=traceContext,proto3" json:"trace_context,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	TraceContext map[string]string `protobuf:"bytes,21,rep,name=trace_context,json=traceContext,proto3" json:"trace_context,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// DispatchRequest.overridden_fields of the execution: what a manual
+	// run overrode of the job ("target", "body", "headers").
+	OverriddenFields []string `protobuf:"bytes,22,rep,name=overridden_fields,json=overriddenFields,proto3" json:"overridden_fields,omitempty"`
+	// DispatchRequest.rerun_of_execution_id: the execution this one re-runs.
+	RerunOfExecutionId string `protobuf:"bytes,23,opt,name=rerun_of_execution_id,json=rerunOfExecutionId,proto3" json:"rerun_of_execution_id,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *ExecutionEvent) Reset() {
@@ -362,13 +367,27 @@ func (x *ExecutionEvent) GetTraceContext() map[string]string {
 	return nil
 }
 
+func (x *ExecutionEvent) GetOverriddenFields() []string {
+	if x != nil {
+		return x.OverriddenFields
+	}
+	return nil
+}
+
+func (x *ExecutionEvent) GetRerunOfExecutionId() string {
+	if x != nil {
+		return x.RerunOfExecutionId
+	}
+	return ""
+}
+
 var File_cronmesh_events_v1_execution_event_proto protoreflect.FileDescriptor
 
 const file_cronmesh_events_v1_execution_event_proto_rawDesc = "" +
 	"\n" +
 	"(cronmesh/events/v1/execution_event.proto\x12\x12cronmesh.events.v1\x1a+cronmesh/dispatch/v1/dispatch_request.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"Q\n" +
 	"\x13ExecutionEventBatch\x12:\n" +
-	"\x06events\x18\x01 \x03(\v2\".cronmesh.events.v1.ExecutionEventR\x06events\"\x86\t\n" +
+	"\x06events\x18\x01 \x03(\v2\".cronmesh.events.v1.ExecutionEventR\x06events\"\xe6\t\n" +
 	"\x0eExecutionEvent\x12\x19\n" +
 	"\bevent_id\x18\x01 \x01(\tR\aeventId\x12:\n" +
 	"\x04kind\x18\x02 \x01(\x0e2&.cronmesh.events.v1.ExecutionEventKindR\x04kind\x12!\n" +
@@ -395,7 +414,9 @@ const file_cronmesh_events_v1_execution_event_proto_rawDesc = "" +
 	"\x0fretry_scheduled\x18\x13 \x01(\bR\x0eretryScheduled\x12:\n" +
 	"\vretry_delay\x18\x14 \x01(\v2\x19.google.protobuf.DurationR\n" +
 	"retryDelay\x12Y\n" +
-	"\rtrace_context\x18\x15 \x03(\v24.cronmesh.events.v1.ExecutionEvent.TraceContextEntryR\ftraceContext\x1a<\n" +
+	"\rtrace_context\x18\x15 \x03(\v24.cronmesh.events.v1.ExecutionEvent.TraceContextEntryR\ftraceContext\x12+\n" +
+	"\x11overridden_fields\x18\x16 \x03(\tR\x10overriddenFields\x121\n" +
+	"\x15rerun_of_execution_id\x18\x17 \x01(\tR\x12rerunOfExecutionId\x1a<\n" +
 	"\x0eJobLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a?\n" +

@@ -114,9 +114,12 @@ type JobEvent struct {
 	// For JOB_EVENT_KIND_RUN_REQUESTED: what RunJob overrode for this run
 	// ("target", "body", "headers"); job.target is then the run's target,
 	// overrides applied.
-	RunOverrides  []string `protobuf:"bytes,10,rep,name=run_overrides,json=runOverrides,proto3" json:"run_overrides,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	RunOverrides []string `protobuf:"bytes,10,rep,name=run_overrides,json=runOverrides,proto3" json:"run_overrides,omitempty"`
+	// For JOB_EVENT_KIND_RUN_REQUESTED made by RerunExecution: the execution
+	// the run re-runs; empty for RunJob.
+	RerunOfExecutionId string `protobuf:"bytes,11,opt,name=rerun_of_execution_id,json=rerunOfExecutionId,proto3" json:"rerun_of_execution_id,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *JobEvent) Reset() {
@@ -205,6 +208,13 @@ func (x *JobEvent) GetRunOverrides() []string {
 	return nil
 }
 
+func (x *JobEvent) GetRerunOfExecutionId() string {
+	if x != nil {
+		return x.RerunOfExecutionId
+	}
+	return ""
+}
+
 // RunRequest is a manual run outside the schedule (JobService.RunJob).
 type RunRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -264,7 +274,7 @@ var File_cronmesh_events_v1_job_event_proto protoreflect.FileDescriptor
 
 const file_cronmesh_events_v1_job_event_proto_rawDesc = "" +
 	"\n" +
-	"\"cronmesh/events/v1/job_event.proto\x12\x12cronmesh.events.v1\x1a\x1ecronmesh/registry/v1/job.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xda\x02\n" +
+	"\"cronmesh/events/v1/job_event.proto\x12\x12cronmesh.events.v1\x1a\x1ecronmesh/registry/v1/job.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x8d\x03\n" +
 	"\bJobEvent\x12\x19\n" +
 	"\bevent_id\x18\x01 \x01(\tR\aeventId\x124\n" +
 	"\x04kind\x18\x02 \x01(\x0e2 .cronmesh.events.v1.JobEventKindR\x04kind\x12+\n" +
@@ -276,7 +286,8 @@ const file_cronmesh_events_v1_job_event_proto_rawDesc = "" +
 	"runRequest\x12\x15\n" +
 	"\x06key_id\x18\a \x01(\tR\x05keyId\x12#\n" +
 	"\rrun_overrides\x18\n" +
-	" \x03(\tR\frunOverrides\"j\n" +
+	" \x03(\tR\frunOverrides\x121\n" +
+	"\x15rerun_of_execution_id\x18\v \x01(\tR\x12rerunOfExecutionId\"j\n" +
 	"\n" +
 	"RunRequest\x12=\n" +
 	"\fnominal_time\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\vnominalTime\x12\x1d\n" +

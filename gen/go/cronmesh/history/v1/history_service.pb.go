@@ -132,9 +132,14 @@ type Execution struct {
 	// (for example http://127.0.0.1:16686/trace/{trace_id} for Jaeger). Empty
 	// when no template is configured or the trace id is unknown (a missed
 	// slot). Not stored: a changed template applies to every execution.
-	TraceUrl      string `protobuf:"bytes,16,opt,name=trace_url,json=traceUrl,proto3" json:"trace_url,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	TraceUrl string `protobuf:"bytes,16,opt,name=trace_url,json=traceUrl,proto3" json:"trace_url,omitempty"`
+	// For a re-run (JobService.RerunExecution): the execution it re-runs.
+	RerunOfExecutionId string `protobuf:"bytes,17,opt,name=rerun_of_execution_id,json=rerunOfExecutionId,proto3" json:"rerun_of_execution_id,omitempty"`
+	// For a manual run with overrides: what was overridden of the job
+	// ("target", "body", "headers"); the values are not recorded.
+	OverriddenFields []string `protobuf:"bytes,18,rep,name=overridden_fields,json=overriddenFields,proto3" json:"overridden_fields,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *Execution) Reset() {
@@ -277,6 +282,20 @@ func (x *Execution) GetTraceUrl() string {
 		return x.TraceUrl
 	}
 	return ""
+}
+
+func (x *Execution) GetRerunOfExecutionId() string {
+	if x != nil {
+		return x.RerunOfExecutionId
+	}
+	return ""
+}
+
+func (x *Execution) GetOverriddenFields() []string {
+	if x != nil {
+		return x.OverriddenFields
+	}
+	return nil
 }
 
 // Attempt is one delivery of an execution.
@@ -832,7 +851,7 @@ var File_cronmesh_history_v1_history_service_proto protoreflect.FileDescriptor
 
 const file_cronmesh_history_v1_history_service_proto_rawDesc = "" +
 	"\n" +
-	")cronmesh/history/v1/history_service.proto\x12\x13cronmesh.history.v1\x1a\x1bcronmesh/auth/v1/auth.proto\x1a+cronmesh/dispatch/v1/dispatch_request.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xd8\x05\n" +
+	")cronmesh/history/v1/history_service.proto\x12\x13cronmesh.history.v1\x1a\x1bcronmesh/auth/v1/auth.proto\x1a+cronmesh/dispatch/v1/dispatch_request.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xb8\x06\n" +
 	"\tExecution\x12!\n" +
 	"\fexecution_id\x18\x01 \x01(\tR\vexecutionId\x12\x15\n" +
 	"\x06job_id\x18\x02 \x01(\tR\x05jobId\x12(\n" +
@@ -852,7 +871,9 @@ const file_cronmesh_history_v1_history_service_proto_rawDesc = "" +
 	"\btrace_id\x18\x0e \x01(\tR\atraceId\x12;\n" +
 	"\vupdate_time\x18\x0f \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"updateTime\x12\x1b\n" +
-	"\ttrace_url\x18\x10 \x01(\tR\btraceUrl\"\xfb\x02\n" +
+	"\ttrace_url\x18\x10 \x01(\tR\btraceUrl\x121\n" +
+	"\x15rerun_of_execution_id\x18\x11 \x01(\tR\x12rerunOfExecutionId\x12+\n" +
+	"\x11overridden_fields\x18\x12 \x03(\tR\x10overriddenFields\"\xfb\x02\n" +
 	"\aAttempt\x12\x18\n" +
 	"\aattempt\x18\x01 \x01(\x05R\aattempt\x12<\n" +
 	"\x06status\x18\x02 \x01(\x0e2$.cronmesh.history.v1.ExecutionStatusR\x06status\x129\n" +

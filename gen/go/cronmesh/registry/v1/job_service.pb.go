@@ -960,6 +960,156 @@ func (x *RunJobResponse) GetNominalTime() *timestamppb.Timestamp {
 	return nil
 }
 
+type RerunExecutionRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The execution to re-run (history Execution.execution_id). It must be
+	// finished: succeeded, failed, dead-lettered, cancelled, missed or
+	// skipped.
+	ExecutionId string `protobuf:"bytes,1,opt,name=execution_id,json=executionId,proto3" json:"execution_id,omitempty"`
+	// Client-chosen idempotency key, at most 128 characters, shared with
+	// RunJob's: a repeated key returns the first call's run, whatever
+	// execution or overrides it gives.
+	RequestId string `protobuf:"bytes,2,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	// As RunJobRequest.target_override, against the job's current target
+	// (InvalidArgument names "target_override...").
+	TargetOverride *Target `protobuf:"bytes,3,opt,name=target_override,json=targetOverride,proto3" json:"target_override,omitempty"`
+	// As RunJobRequest.body_override.
+	BodyOverride *string `protobuf:"bytes,4,opt,name=body_override,json=bodyOverride,proto3,oneof" json:"body_override,omitempty"`
+	// As RunJobRequest.headers_override.
+	HeadersOverride map[string]string `protobuf:"bytes,5,rep,name=headers_override,json=headersOverride,proto3" json:"headers_override,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *RerunExecutionRequest) Reset() {
+	*x = RerunExecutionRequest{}
+	mi := &file_cronmesh_registry_v1_job_service_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RerunExecutionRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RerunExecutionRequest) ProtoMessage() {}
+
+func (x *RerunExecutionRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cronmesh_registry_v1_job_service_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RerunExecutionRequest.ProtoReflect.Descriptor instead.
+func (*RerunExecutionRequest) Descriptor() ([]byte, []int) {
+	return file_cronmesh_registry_v1_job_service_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *RerunExecutionRequest) GetExecutionId() string {
+	if x != nil {
+		return x.ExecutionId
+	}
+	return ""
+}
+
+func (x *RerunExecutionRequest) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
+func (x *RerunExecutionRequest) GetTargetOverride() *Target {
+	if x != nil {
+		return x.TargetOverride
+	}
+	return nil
+}
+
+func (x *RerunExecutionRequest) GetBodyOverride() string {
+	if x != nil && x.BodyOverride != nil {
+		return *x.BodyOverride
+	}
+	return ""
+}
+
+func (x *RerunExecutionRequest) GetHeadersOverride() map[string]string {
+	if x != nil {
+		return x.HeadersOverride
+	}
+	return nil
+}
+
+type RerunExecutionResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The job of the re-run execution.
+	JobId string `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	// The nominal time given to the manual run.
+	NominalTime *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=nominal_time,json=nominalTime,proto3" json:"nominal_time,omitempty"`
+	// The new execution's id, derived from (job_id, nominal_time): the
+	// history shows it under this id once the trigger has fired it.
+	ExecutionId   string `protobuf:"bytes,3,opt,name=execution_id,json=executionId,proto3" json:"execution_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RerunExecutionResponse) Reset() {
+	*x = RerunExecutionResponse{}
+	mi := &file_cronmesh_registry_v1_job_service_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RerunExecutionResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RerunExecutionResponse) ProtoMessage() {}
+
+func (x *RerunExecutionResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_cronmesh_registry_v1_job_service_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RerunExecutionResponse.ProtoReflect.Descriptor instead.
+func (*RerunExecutionResponse) Descriptor() ([]byte, []int) {
+	return file_cronmesh_registry_v1_job_service_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *RerunExecutionResponse) GetJobId() string {
+	if x != nil {
+		return x.JobId
+	}
+	return ""
+}
+
+func (x *RerunExecutionResponse) GetNominalTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.NominalTime
+	}
+	return nil
+}
+
+func (x *RerunExecutionResponse) GetExecutionId() string {
+	if x != nil {
+		return x.ExecutionId
+	}
+	return ""
+}
+
 type PreviewScheduleRequest struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	Schedule *Schedule              `protobuf:"bytes,1,opt,name=schedule,proto3" json:"schedule,omitempty"`
@@ -974,7 +1124,7 @@ type PreviewScheduleRequest struct {
 
 func (x *PreviewScheduleRequest) Reset() {
 	*x = PreviewScheduleRequest{}
-	mi := &file_cronmesh_registry_v1_job_service_proto_msgTypes[18]
+	mi := &file_cronmesh_registry_v1_job_service_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -986,7 +1136,7 @@ func (x *PreviewScheduleRequest) String() string {
 func (*PreviewScheduleRequest) ProtoMessage() {}
 
 func (x *PreviewScheduleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cronmesh_registry_v1_job_service_proto_msgTypes[18]
+	mi := &file_cronmesh_registry_v1_job_service_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -999,7 +1149,7 @@ func (x *PreviewScheduleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PreviewScheduleRequest.ProtoReflect.Descriptor instead.
 func (*PreviewScheduleRequest) Descriptor() ([]byte, []int) {
-	return file_cronmesh_registry_v1_job_service_proto_rawDescGZIP(), []int{18}
+	return file_cronmesh_registry_v1_job_service_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *PreviewScheduleRequest) GetSchedule() *Schedule {
@@ -1034,7 +1184,7 @@ type PreviewScheduleResponse struct {
 
 func (x *PreviewScheduleResponse) Reset() {
 	*x = PreviewScheduleResponse{}
-	mi := &file_cronmesh_registry_v1_job_service_proto_msgTypes[19]
+	mi := &file_cronmesh_registry_v1_job_service_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1046,7 +1196,7 @@ func (x *PreviewScheduleResponse) String() string {
 func (*PreviewScheduleResponse) ProtoMessage() {}
 
 func (x *PreviewScheduleResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cronmesh_registry_v1_job_service_proto_msgTypes[19]
+	mi := &file_cronmesh_registry_v1_job_service_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1059,7 +1209,7 @@ func (x *PreviewScheduleResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PreviewScheduleResponse.ProtoReflect.Descriptor instead.
 func (*PreviewScheduleResponse) Descriptor() ([]byte, []int) {
-	return file_cronmesh_registry_v1_job_service_proto_rawDescGZIP(), []int{19}
+	return file_cronmesh_registry_v1_job_service_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *PreviewScheduleResponse) GetTimes() []*timestamppb.Timestamp {
@@ -1134,13 +1284,28 @@ const file_cronmesh_registry_v1_job_service_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\x10\n" +
 	"\x0e_body_override\"O\n" +
 	"\x0eRunJobResponse\x12=\n" +
-	"\fnominal_time\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\vnominalTime\"\x9a\x01\n" +
+	"\fnominal_time\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\vnominalTime\"\x8d\x03\n" +
+	"\x15RerunExecutionRequest\x12!\n" +
+	"\fexecution_id\x18\x01 \x01(\tR\vexecutionId\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x02 \x01(\tR\trequestId\x12E\n" +
+	"\x0ftarget_override\x18\x03 \x01(\v2\x1c.cronmesh.registry.v1.TargetR\x0etargetOverride\x12(\n" +
+	"\rbody_override\x18\x04 \x01(\tH\x00R\fbodyOverride\x88\x01\x01\x12k\n" +
+	"\x10headers_override\x18\x05 \x03(\v2@.cronmesh.registry.v1.RerunExecutionRequest.HeadersOverrideEntryR\x0fheadersOverride\x1aB\n" +
+	"\x14HeadersOverrideEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\x10\n" +
+	"\x0e_body_override\"\x91\x01\n" +
+	"\x16RerunExecutionResponse\x12\x15\n" +
+	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12=\n" +
+	"\fnominal_time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\vnominalTime\x12!\n" +
+	"\fexecution_id\x18\x03 \x01(\tR\vexecutionId\"\x9a\x01\n" +
 	"\x16PreviewScheduleRequest\x12:\n" +
 	"\bschedule\x18\x01 \x01(\v2\x1e.cronmesh.registry.v1.ScheduleR\bschedule\x12.\n" +
 	"\x04from\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x04from\x12\x14\n" +
 	"\x05count\x18\x03 \x01(\x05R\x05count\"K\n" +
 	"\x17PreviewScheduleResponse\x120\n" +
-	"\x05times\x18\x01 \x03(\v2\x1a.google.protobuf.TimestampR\x05times2\x89\b\n" +
+	"\x05times\x18\x01 \x03(\v2\x1a.google.protobuf.TimestampR\x05times2\xfc\b\n" +
 	"\n" +
 	"JobService\x12b\n" +
 	"\tCreateJob\x12&.cronmesh.registry.v1.CreateJobRequest\x1a'.cronmesh.registry.v1.CreateJobResponse\"\x04\xe0\xab\x19\x02\x12t\n" +
@@ -1151,7 +1316,8 @@ const file_cronmesh_registry_v1_job_service_proto_rawDesc = "" +
 	"\tDeleteJob\x12&.cronmesh.registry.v1.DeleteJobRequest\x1a'.cronmesh.registry.v1.DeleteJobResponse\"\x04\xe0\xab\x19\x02\x12_\n" +
 	"\bPauseJob\x12%.cronmesh.registry.v1.PauseJobRequest\x1a&.cronmesh.registry.v1.PauseJobResponse\"\x04\xe0\xab\x19\x02\x12b\n" +
 	"\tResumeJob\x12&.cronmesh.registry.v1.ResumeJobRequest\x1a'.cronmesh.registry.v1.ResumeJobResponse\"\x04\xe0\xab\x19\x02\x12Y\n" +
-	"\x06RunJob\x12#.cronmesh.registry.v1.RunJobRequest\x1a$.cronmesh.registry.v1.RunJobResponse\"\x04\xe0\xab\x19\x02\x12w\n" +
+	"\x06RunJob\x12#.cronmesh.registry.v1.RunJobRequest\x1a$.cronmesh.registry.v1.RunJobResponse\"\x04\xe0\xab\x19\x02\x12q\n" +
+	"\x0eRerunExecution\x12+.cronmesh.registry.v1.RerunExecutionRequest\x1a,.cronmesh.registry.v1.RerunExecutionResponse\"\x04\xe0\xab\x19\x02\x12w\n" +
 	"\x0fPreviewSchedule\x12,.cronmesh.registry.v1.PreviewScheduleRequest\x1a-.cronmesh.registry.v1.PreviewScheduleResponse\"\a\xe0\xab\x19\x01\x90\x02\x01BEZCgithub.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1;registryv1b\x06proto3"
 
 var (
@@ -1166,7 +1332,7 @@ func file_cronmesh_registry_v1_job_service_proto_rawDescGZIP() []byte {
 	return file_cronmesh_registry_v1_job_service_proto_rawDescData
 }
 
-var file_cronmesh_registry_v1_job_service_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
+var file_cronmesh_registry_v1_job_service_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
 var file_cronmesh_registry_v1_job_service_proto_goTypes = []any{
 	(*CreateJobRequest)(nil),        // 0: cronmesh.registry.v1.CreateJobRequest
 	(*CreateJobResponse)(nil),       // 1: cronmesh.registry.v1.CreateJobResponse
@@ -1186,61 +1352,69 @@ var file_cronmesh_registry_v1_job_service_proto_goTypes = []any{
 	(*ResumeJobResponse)(nil),       // 15: cronmesh.registry.v1.ResumeJobResponse
 	(*RunJobRequest)(nil),           // 16: cronmesh.registry.v1.RunJobRequest
 	(*RunJobResponse)(nil),          // 17: cronmesh.registry.v1.RunJobResponse
-	(*PreviewScheduleRequest)(nil),  // 18: cronmesh.registry.v1.PreviewScheduleRequest
-	(*PreviewScheduleResponse)(nil), // 19: cronmesh.registry.v1.PreviewScheduleResponse
-	nil,                             // 20: cronmesh.registry.v1.ListJobsRequest.LabelsEntry
-	nil,                             // 21: cronmesh.registry.v1.RunJobRequest.HeadersOverrideEntry
-	(*Job)(nil),                     // 22: cronmesh.registry.v1.Job
-	(*timestamppb.Timestamp)(nil),   // 23: google.protobuf.Timestamp
-	(*fieldmaskpb.FieldMask)(nil),   // 24: google.protobuf.FieldMask
-	(*Target)(nil),                  // 25: cronmesh.registry.v1.Target
-	(*Schedule)(nil),                // 26: cronmesh.registry.v1.Schedule
+	(*RerunExecutionRequest)(nil),   // 18: cronmesh.registry.v1.RerunExecutionRequest
+	(*RerunExecutionResponse)(nil),  // 19: cronmesh.registry.v1.RerunExecutionResponse
+	(*PreviewScheduleRequest)(nil),  // 20: cronmesh.registry.v1.PreviewScheduleRequest
+	(*PreviewScheduleResponse)(nil), // 21: cronmesh.registry.v1.PreviewScheduleResponse
+	nil,                             // 22: cronmesh.registry.v1.ListJobsRequest.LabelsEntry
+	nil,                             // 23: cronmesh.registry.v1.RunJobRequest.HeadersOverrideEntry
+	nil,                             // 24: cronmesh.registry.v1.RerunExecutionRequest.HeadersOverrideEntry
+	(*Job)(nil),                     // 25: cronmesh.registry.v1.Job
+	(*timestamppb.Timestamp)(nil),   // 26: google.protobuf.Timestamp
+	(*fieldmaskpb.FieldMask)(nil),   // 27: google.protobuf.FieldMask
+	(*Target)(nil),                  // 28: cronmesh.registry.v1.Target
+	(*Schedule)(nil),                // 29: cronmesh.registry.v1.Schedule
 }
 var file_cronmesh_registry_v1_job_service_proto_depIdxs = []int32{
-	22, // 0: cronmesh.registry.v1.CreateJobRequest.job:type_name -> cronmesh.registry.v1.Job
-	22, // 1: cronmesh.registry.v1.CreateJobResponse.job:type_name -> cronmesh.registry.v1.Job
+	25, // 0: cronmesh.registry.v1.CreateJobRequest.job:type_name -> cronmesh.registry.v1.Job
+	25, // 1: cronmesh.registry.v1.CreateJobResponse.job:type_name -> cronmesh.registry.v1.Job
 	0,  // 2: cronmesh.registry.v1.BatchCreateJobsRequest.requests:type_name -> cronmesh.registry.v1.CreateJobRequest
-	22, // 3: cronmesh.registry.v1.BatchCreateJobsResponse.jobs:type_name -> cronmesh.registry.v1.Job
-	22, // 4: cronmesh.registry.v1.GetJobResponse.job:type_name -> cronmesh.registry.v1.Job
-	23, // 5: cronmesh.registry.v1.GetJobResponse.next_run_times:type_name -> google.protobuf.Timestamp
-	20, // 6: cronmesh.registry.v1.ListJobsRequest.labels:type_name -> cronmesh.registry.v1.ListJobsRequest.LabelsEntry
-	22, // 7: cronmesh.registry.v1.ListJobsResponse.jobs:type_name -> cronmesh.registry.v1.Job
-	22, // 8: cronmesh.registry.v1.UpdateJobRequest.job:type_name -> cronmesh.registry.v1.Job
-	24, // 9: cronmesh.registry.v1.UpdateJobRequest.update_mask:type_name -> google.protobuf.FieldMask
-	22, // 10: cronmesh.registry.v1.UpdateJobResponse.job:type_name -> cronmesh.registry.v1.Job
-	22, // 11: cronmesh.registry.v1.PauseJobResponse.job:type_name -> cronmesh.registry.v1.Job
-	22, // 12: cronmesh.registry.v1.ResumeJobResponse.job:type_name -> cronmesh.registry.v1.Job
-	25, // 13: cronmesh.registry.v1.RunJobRequest.target_override:type_name -> cronmesh.registry.v1.Target
-	21, // 14: cronmesh.registry.v1.RunJobRequest.headers_override:type_name -> cronmesh.registry.v1.RunJobRequest.HeadersOverrideEntry
-	23, // 15: cronmesh.registry.v1.RunJobResponse.nominal_time:type_name -> google.protobuf.Timestamp
-	26, // 16: cronmesh.registry.v1.PreviewScheduleRequest.schedule:type_name -> cronmesh.registry.v1.Schedule
-	23, // 17: cronmesh.registry.v1.PreviewScheduleRequest.from:type_name -> google.protobuf.Timestamp
-	23, // 18: cronmesh.registry.v1.PreviewScheduleResponse.times:type_name -> google.protobuf.Timestamp
-	0,  // 19: cronmesh.registry.v1.JobService.CreateJob:input_type -> cronmesh.registry.v1.CreateJobRequest
-	2,  // 20: cronmesh.registry.v1.JobService.BatchCreateJobs:input_type -> cronmesh.registry.v1.BatchCreateJobsRequest
-	4,  // 21: cronmesh.registry.v1.JobService.GetJob:input_type -> cronmesh.registry.v1.GetJobRequest
-	6,  // 22: cronmesh.registry.v1.JobService.ListJobs:input_type -> cronmesh.registry.v1.ListJobsRequest
-	8,  // 23: cronmesh.registry.v1.JobService.UpdateJob:input_type -> cronmesh.registry.v1.UpdateJobRequest
-	10, // 24: cronmesh.registry.v1.JobService.DeleteJob:input_type -> cronmesh.registry.v1.DeleteJobRequest
-	12, // 25: cronmesh.registry.v1.JobService.PauseJob:input_type -> cronmesh.registry.v1.PauseJobRequest
-	14, // 26: cronmesh.registry.v1.JobService.ResumeJob:input_type -> cronmesh.registry.v1.ResumeJobRequest
-	16, // 27: cronmesh.registry.v1.JobService.RunJob:input_type -> cronmesh.registry.v1.RunJobRequest
-	18, // 28: cronmesh.registry.v1.JobService.PreviewSchedule:input_type -> cronmesh.registry.v1.PreviewScheduleRequest
-	1,  // 29: cronmesh.registry.v1.JobService.CreateJob:output_type -> cronmesh.registry.v1.CreateJobResponse
-	3,  // 30: cronmesh.registry.v1.JobService.BatchCreateJobs:output_type -> cronmesh.registry.v1.BatchCreateJobsResponse
-	5,  // 31: cronmesh.registry.v1.JobService.GetJob:output_type -> cronmesh.registry.v1.GetJobResponse
-	7,  // 32: cronmesh.registry.v1.JobService.ListJobs:output_type -> cronmesh.registry.v1.ListJobsResponse
-	9,  // 33: cronmesh.registry.v1.JobService.UpdateJob:output_type -> cronmesh.registry.v1.UpdateJobResponse
-	11, // 34: cronmesh.registry.v1.JobService.DeleteJob:output_type -> cronmesh.registry.v1.DeleteJobResponse
-	13, // 35: cronmesh.registry.v1.JobService.PauseJob:output_type -> cronmesh.registry.v1.PauseJobResponse
-	15, // 36: cronmesh.registry.v1.JobService.ResumeJob:output_type -> cronmesh.registry.v1.ResumeJobResponse
-	17, // 37: cronmesh.registry.v1.JobService.RunJob:output_type -> cronmesh.registry.v1.RunJobResponse
-	19, // 38: cronmesh.registry.v1.JobService.PreviewSchedule:output_type -> cronmesh.registry.v1.PreviewScheduleResponse
-	29, // [29:39] is the sub-list for method output_type
-	19, // [19:29] is the sub-list for method input_type
-	19, // [19:19] is the sub-list for extension type_name
-	19, // [19:19] is the sub-list for extension extendee
-	0,  // [0:19] is the sub-list for field type_name
+	25, // 3: cronmesh.registry.v1.BatchCreateJobsResponse.jobs:type_name -> cronmesh.registry.v1.Job
+	25, // 4: cronmesh.registry.v1.GetJobResponse.job:type_name -> cronmesh.registry.v1.Job
+	26, // 5: cronmesh.registry.v1.GetJobResponse.next_run_times:type_name -> google.protobuf.Timestamp
+	22, // 6: cronmesh.registry.v1.ListJobsRequest.labels:type_name -> cronmesh.registry.v1.ListJobsRequest.LabelsEntry
+	25, // 7: cronmesh.registry.v1.ListJobsResponse.jobs:type_name -> cronmesh.registry.v1.Job
+	25, // 8: cronmesh.registry.v1.UpdateJobRequest.job:type_name -> cronmesh.registry.v1.Job
+	27, // 9: cronmesh.registry.v1.UpdateJobRequest.update_mask:type_name -> google.protobuf.FieldMask
+	25, // 10: cronmesh.registry.v1.UpdateJobResponse.job:type_name -> cronmesh.registry.v1.Job
+	25, // 11: cronmesh.registry.v1.PauseJobResponse.job:type_name -> cronmesh.registry.v1.Job
+	25, // 12: cronmesh.registry.v1.ResumeJobResponse.job:type_name -> cronmesh.registry.v1.Job
+	28, // 13: cronmesh.registry.v1.RunJobRequest.target_override:type_name -> cronmesh.registry.v1.Target
+	23, // 14: cronmesh.registry.v1.RunJobRequest.headers_override:type_name -> cronmesh.registry.v1.RunJobRequest.HeadersOverrideEntry
+	26, // 15: cronmesh.registry.v1.RunJobResponse.nominal_time:type_name -> google.protobuf.Timestamp
+	28, // 16: cronmesh.registry.v1.RerunExecutionRequest.target_override:type_name -> cronmesh.registry.v1.Target
+	24, // 17: cronmesh.registry.v1.RerunExecutionRequest.headers_override:type_name -> cronmesh.registry.v1.RerunExecutionRequest.HeadersOverrideEntry
+	26, // 18: cronmesh.registry.v1.RerunExecutionResponse.nominal_time:type_name -> google.protobuf.Timestamp
+	29, // 19: cronmesh.registry.v1.PreviewScheduleRequest.schedule:type_name -> cronmesh.registry.v1.Schedule
+	26, // 20: cronmesh.registry.v1.PreviewScheduleRequest.from:type_name -> google.protobuf.Timestamp
+	26, // 21: cronmesh.registry.v1.PreviewScheduleResponse.times:type_name -> google.protobuf.Timestamp
+	0,  // 22: cronmesh.registry.v1.JobService.CreateJob:input_type -> cronmesh.registry.v1.CreateJobRequest
+	2,  // 23: cronmesh.registry.v1.JobService.BatchCreateJobs:input_type -> cronmesh.registry.v1.BatchCreateJobsRequest
+	4,  // 24: cronmesh.registry.v1.JobService.GetJob:input_type -> cronmesh.registry.v1.GetJobRequest
+	6,  // 25: cronmesh.registry.v1.JobService.ListJobs:input_type -> cronmesh.registry.v1.ListJobsRequest
+	8,  // 26: cronmesh.registry.v1.JobService.UpdateJob:input_type -> cronmesh.registry.v1.UpdateJobRequest
+	10, // 27: cronmesh.registry.v1.JobService.DeleteJob:input_type -> cronmesh.registry.v1.DeleteJobRequest
+	12, // 28: cronmesh.registry.v1.JobService.PauseJob:input_type -> cronmesh.registry.v1.PauseJobRequest
+	14, // 29: cronmesh.registry.v1.JobService.ResumeJob:input_type -> cronmesh.registry.v1.ResumeJobRequest
+	16, // 30: cronmesh.registry.v1.JobService.RunJob:input_type -> cronmesh.registry.v1.RunJobRequest
+	18, // 31: cronmesh.registry.v1.JobService.RerunExecution:input_type -> cronmesh.registry.v1.RerunExecutionRequest
+	20, // 32: cronmesh.registry.v1.JobService.PreviewSchedule:input_type -> cronmesh.registry.v1.PreviewScheduleRequest
+	1,  // 33: cronmesh.registry.v1.JobService.CreateJob:output_type -> cronmesh.registry.v1.CreateJobResponse
+	3,  // 34: cronmesh.registry.v1.JobService.BatchCreateJobs:output_type -> cronmesh.registry.v1.BatchCreateJobsResponse
+	5,  // 35: cronmesh.registry.v1.JobService.GetJob:output_type -> cronmesh.registry.v1.GetJobResponse
+	7,  // 36: cronmesh.registry.v1.JobService.ListJobs:output_type -> cronmesh.registry.v1.ListJobsResponse
+	9,  // 37: cronmesh.registry.v1.JobService.UpdateJob:output_type -> cronmesh.registry.v1.UpdateJobResponse
+	11, // 38: cronmesh.registry.v1.JobService.DeleteJob:output_type -> cronmesh.registry.v1.DeleteJobResponse
+	13, // 39: cronmesh.registry.v1.JobService.PauseJob:output_type -> cronmesh.registry.v1.PauseJobResponse
+	15, // 40: cronmesh.registry.v1.JobService.ResumeJob:output_type -> cronmesh.registry.v1.ResumeJobResponse
+	17, // 41: cronmesh.registry.v1.JobService.RunJob:output_type -> cronmesh.registry.v1.RunJobResponse
+	19, // 42: cronmesh.registry.v1.JobService.RerunExecution:output_type -> cronmesh.registry.v1.RerunExecutionResponse
+	21, // 43: cronmesh.registry.v1.JobService.PreviewSchedule:output_type -> cronmesh.registry.v1.PreviewScheduleResponse
+	33, // [33:44] is the sub-list for method output_type
+	22, // [22:33] is the sub-list for method input_type
+	22, // [22:22] is the sub-list for extension type_name
+	22, // [22:22] is the sub-list for extension extendee
+	0,  // [0:22] is the sub-list for field type_name
 }
 
 func init() { file_cronmesh_registry_v1_job_service_proto_init() }
@@ -1251,13 +1425,14 @@ func file_cronmesh_registry_v1_job_service_proto_init() {
 	file_cronmesh_registry_v1_job_proto_init()
 	file_cronmesh_registry_v1_job_service_proto_msgTypes[6].OneofWrappers = []any{}
 	file_cronmesh_registry_v1_job_service_proto_msgTypes[16].OneofWrappers = []any{}
+	file_cronmesh_registry_v1_job_service_proto_msgTypes[18].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cronmesh_registry_v1_job_service_proto_rawDesc), len(file_cronmesh_registry_v1_job_service_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   22,
+			NumMessages:   25,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

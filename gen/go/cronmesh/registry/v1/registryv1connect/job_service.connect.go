@@ -52,6 +52,9 @@ const (
 	JobServiceResumeJobProcedure = "/cronmesh.registry.v1.JobService/ResumeJob"
 	// JobServiceRunJobProcedure is the fully-qualified name of the JobService's RunJob RPC.
 	JobServiceRunJobProcedure = "/cronmesh.registry.v1.JobService/RunJob"
+	// JobServiceRerunExecutionProcedure is the fully-qualified name of the JobService's RerunExecution
+	// RPC.
+	JobServiceRerunExecutionProcedure = "/cronmesh.registry.v1.JobService/RerunExecution"
 	// JobServicePreviewScheduleProcedure is the fully-qualified name of the JobService's
 	// PreviewSchedule RPC.
 	JobServicePreviewScheduleProcedure = "/cronmesh.registry.v1.JobService/PreviewSchedule"
@@ -88,6 +91,19 @@ type JobServiceClient interface {
 	// optionally with another target, body or headers for this run only. A
 	// non-empty request_id makes the call idempotent.
 	RunJob(context.Context, *connect.Request[v1.RunJobRequest]) (*connect.Response[v1.RunJobResponse], error)
+	// RerunExecution fires the job of a finished execution once more, now,
+	// as a manual run (TRIGGER_KIND_MANUAL, nominal time now) of the job's
+	// current definition, optionally with another target, body or headers,
+	// checked as RunJob checks them. The new execution records which one it
+	// re-runs (history Execution.rerun_of_execution_id) and which fields
+	// were overridden. The registry reads the execution from the history
+	// service with the caller's key: an execution the caller cannot see, or
+	// that the history does not hold (yet, or any more), is NOT_FOUND; one
+	// still running or waiting for a retry is FAILED_PRECONDITION; a history
+	// that does not answer is UNAVAILABLE, and a registry started without
+	// --history-url answers UNIMPLEMENTED. A non-empty request_id makes the
+	// call idempotent.
+	RerunExecution(context.Context, *connect.Request[v1.RerunExecutionRequest]) (*connect.Response[v1.RerunExecutionResponse], error)
 	// PreviewSchedule computes the next nominal times of a schedule, strictly
 	// after `from`, in UTC, without storing anything. See Schedule for the
 	// daylight saving time rules.
@@ -161,6 +177,12 @@ func NewJobServiceClient(httpClient connect.HTTPClient, baseURL string, opts ...
 			connect.WithSchema(jobServiceMethods.ByName("RunJob")),
 			connect.WithClientOptions(opts...),
 		),
+		rerunExecution: connect.NewClient[v1.RerunExecutionRequest, v1.RerunExecutionResponse](
+			httpClient,
+			baseURL+JobServiceRerunExecutionProcedure,
+			connect.WithSchema(jobServiceMethods.ByName("RerunExecution")),
+			connect.WithClientOptions(opts...),
+		),
 		previewSchedule: connect.NewClient[v1.PreviewScheduleRequest, v1.PreviewScheduleResponse](
 			httpClient,
 			baseURL+JobServicePreviewScheduleProcedure,
@@ -182,6 +204,7 @@ type jobServiceClient struct {
 	pauseJob        *connect.Client[v1.PauseJobRequest, v1.PauseJobResponse]
 	resumeJob       *connect.Client[v1.ResumeJobRequest, v1.ResumeJobResponse]
 	runJob          *connect.Client[v1.RunJobRequest, v1.RunJobResponse]
+	rerunExecution  *connect.Client[v1.RerunExecutionRequest, v1.RerunExecutionResponse]
 	previewSchedule *connect.Client[v1.PreviewScheduleRequest, v1.PreviewScheduleResponse]
 }
 
@@ -230,6 +253,11 @@ func (c *jobServiceClient) RunJob(ctx context.Context, req *connect.Request[v1.R
 	return c.runJob.CallUnary(ctx, req)
 }
 
+// RerunExecution calls cronmesh.registry.v1.JobService.RerunExecution.
+func (c *jobServiceClient) RerunExecution(ctx context.Context, req *connect.Request[v1.RerunExecutionRequest]) (*connect.Response[v1.RerunExecutionResponse], error) {
+	return c.rerunExecution.CallUnary(ctx, req)
+}
+
 // PreviewSchedule calls cronmesh.registry.v1.JobService.PreviewSchedule.
 func (c *jobServiceClient) PreviewSchedule(ctx context.Context, req *connect.Request[v1.PreviewScheduleRequest]) (*connect.Response[v1.PreviewScheduleResponse], error) {
 	return c.previewSchedule.CallUnary(ctx, req)
@@ -266,6 +294,19 @@ type JobServiceHandler interface {
 	// optionally with another target, body or headers for this run only. A
 	// non-empty request_id makes the call idempotent.
 	RunJob(context.Context, *connect.Request[v1.RunJobRequest]) (*connect.Response[v1.RunJobResponse], error)
+	// RerunExecution fires the job of a finished execution once more, now,
+	// as a manual run (TRIGGER_KIND_MANUAL, nominal time now) of the job's
+	// current definition, optionally with another target, body or headers,
+	// checked as RunJob checks them. The new execution records which one it
+	// re-runs (history Execution.rerun_of_execution_id) and which fields
+	// were overridden. The registry reads the execution from the history
+	// service with the caller's key: an execution the caller cannot see, or
+	// that the history does not hold (yet, or any more), is NOT_FOUND; one
+	// still running or waiting for a retry is FAILED_PRECONDITION; a history
+	// that does not answer is UNAVAILABLE, and a registry started without
+	// --history-url answers UNIMPLEMENTED. A non-empty request_id makes the
+	// call idempotent.
+	RerunExecution(context.Context, *connect.Request[v1.RerunExecutionRequest]) (*connect.Response[v1.RerunExecutionResponse], error)
 	// PreviewSchedule computes the next nominal times of a schedule, strictly
 	// after `from`, in UTC, without storing anything. See Schedule for the
 	// daylight saving time rules.
@@ -335,6 +376,12 @@ func NewJobServiceHandler(svc JobServiceHandler, opts ...connect.HandlerOption) 
 		connect.WithSchema(jobServiceMethods.ByName("RunJob")),
 		connect.WithHandlerOptions(opts...),
 	)
+	jobServiceRerunExecutionHandler := connect.NewUnaryHandler(
+		JobServiceRerunExecutionProcedure,
+		svc.RerunExecution,
+		connect.WithSchema(jobServiceMethods.ByName("RerunExecution")),
+		connect.WithHandlerOptions(opts...),
+	)
 	jobServicePreviewScheduleHandler := connect.NewUnaryHandler(
 		JobServicePreviewScheduleProcedure,
 		svc.PreviewSchedule,
@@ -362,6 +409,8 @@ func NewJobServiceHandler(svc JobServiceHandler, opts ...connect.HandlerOption) 
 			jobServiceResumeJobHandler.ServeHTTP(w, r)
 		case JobServiceRunJobProcedure:
 			jobServiceRunJobHandler.ServeHTTP(w, r)
+		case JobServiceRerunExecutionProcedure:
+			jobServiceRerunExecutionHandler.ServeHTTP(w, r)
 		case JobServicePreviewScheduleProcedure:
 			jobServicePreviewScheduleHandler.ServeHTTP(w, r)
 		default:
@@ -407,6 +456,10 @@ func (UnimplementedJobServiceHandler) ResumeJob(context.Context, *connect.Reques
 
 func (UnimplementedJobServiceHandler) RunJob(context.Context, *connect.Request[v1.RunJobRequest]) (*connect.Response[v1.RunJobResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("cronmesh.registry.v1.JobService.RunJob is not implemented"))
+}
+
+func (UnimplementedJobServiceHandler) RerunExecution(context.Context, *connect.Request[v1.RerunExecutionRequest]) (*connect.Response[v1.RerunExecutionResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("cronmesh.registry.v1.JobService.RerunExecution is not implemented"))
 }
 
 func (UnimplementedJobServiceHandler) PreviewSchedule(context.Context, *connect.Request[v1.PreviewScheduleRequest]) (*connect.Response[v1.PreviewScheduleResponse], error) {

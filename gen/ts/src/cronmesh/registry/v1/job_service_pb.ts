@@ -15,7 +15,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file cronmesh/registry/v1/job_service.proto.
  */
 export const file_cronmesh_registry_v1_job_service: GenFile = /*@__PURE__*/
-  fileDesc("CiZjcm9ubWVzaC9yZWdpc3RyeS92MS9qb2Jfc2VydmljZS5wcm90bxIUY3Jvbm1lc2gucmVnaXN0cnkudjEiTgoQQ3JlYXRlSm9iUmVxdWVzdBImCgNqb2IYASABKAsyGS5jcm9ubWVzaC5yZWdpc3RyeS52MS5Kb2ISEgoKcmVxdWVzdF9pZBgCIAEoCSI7ChFDcmVhdGVKb2JSZXNwb25zZRImCgNqb2IYASABKAsyGS5jcm9ubWVzaC5yZWdpc3RyeS52MS5Kb2IiUgoWQmF0Y2hDcmVhdGVKb2JzUmVxdWVzdBI4CghyZXF1ZXN0cxgBIAMoCzImLmNyb25tZXNoLnJlZ2lzdHJ5LnYxLkNyZWF0ZUpvYlJlcXVlc3QiQgoXQmF0Y2hDcmVhdGVKb2JzUmVzcG9uc2USJwoEam9icxgBIAMoCzIZLmNyb25tZXNoLnJlZ2lzdHJ5LnYxLkpvYiIzCg1HZXRKb2JSZXF1ZXN0EgoKAmlkGAEgASgJEhYKDm5leHRfcnVuX2NvdW50GAIgASgFImwKDkdldEpvYlJlc3BvbnNlEiYKA2pvYhgBIAEoCzIZLmNyb25tZXNoLnJlZ2lzdHJ5LnYxLkpvYhIyCg5uZXh0X3J1bl90aW1lcxgCIAMoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAiygEKD0xpc3RKb2JzUmVxdWVzdBIRCglwYWdlX3NpemUYASABKAUSEgoKcGFnZV90b2tlbhgCIAEoCRJBCgZsYWJlbHMYAyADKAsyMS5jcm9ubWVzaC5yZWdpc3RyeS52MS5MaXN0Sm9ic1JlcXVlc3QuTGFiZWxzRW50cnkSEwoGcGF1c2VkGAQgASgISACIAQEaLQoLTGFiZWxzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4AUIJCgdfcGF1c2VkIlQKEExpc3RKb2JzUmVzcG9uc2USJwoEam9icxgBIAMoCzIZLmNyb25tZXNoLnJlZ2lzdHJ5LnYxLkpvYhIXCg9uZXh0X3BhZ2VfdG9rZW4YAiABKAkiawoQVXBkYXRlSm9iUmVxdWVzdBImCgNqb2IYASABKAsyGS5jcm9ubWVzaC5yZWdpc3RyeS52MS5Kb2ISLwoLdXBkYXRlX21hc2sYAiABKAsyGi5nb29nbGUucHJvdG9idWYuRmllbGRNYXNrIjsKEVVwZGF0ZUpvYlJlc3BvbnNlEiYKA2pvYhgBIAEoCzIZLmNyb25tZXNoLnJlZ2lzdHJ5LnYxLkpvYiIsChBEZWxldGVKb2JSZXF1ZXN0EgoKAmlkGAEgASgJEgwKBGV0YWcYAiABKAkiEwoRRGVsZXRlSm9iUmVzcG9uc2UiLQoPUGF1c2VKb2JSZXF1ZXN0EgoKAmlkGAEgASgJEg4KBnJlYXNvbhgCIAEoCSI6ChBQYXVzZUpvYlJlc3BvbnNlEiYKA2pvYhgBIAEoCzIZLmNyb25tZXNoLnJlZ2lzdHJ5LnYxLkpvYiIeChBSZXN1bWVKb2JSZXF1ZXN0EgoKAmlkGAEgASgJIjsKEVJlc3VtZUpvYlJlc3BvbnNlEiYKA2pvYhgBIAEoCzIZLmNyb25tZXNoLnJlZ2lzdHJ5LnYxLkpvYiKgAgoNUnVuSm9iUmVxdWVzdBIKCgJpZBgBIAEoCRISCgpyZXF1ZXN0X2lkGAIgASgJEjUKD3RhcmdldF9vdmVycmlkZRgDIAEoCzIcLmNyb25tZXNoLnJlZ2lzdHJ5LnYxLlRhcmdldBIaCg1ib2R5X292ZXJyaWRlGAQgASgJSACIAQESUgoQaGVhZGVyc19vdmVycmlkZRgFIAMoCzI4LmNyb25tZXNoLnJlZ2lzdHJ5LnYxLlJ1bkpvYlJlcXVlc3QuSGVhZGVyc092ZXJyaWRlRW50cnkaNgoUSGVhZGVyc092ZXJyaWRlRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4AUIQCg5fYm9keV9vdmVycmlkZSJCCg5SdW5Kb2JSZXNwb25zZRIwCgxub21pbmFsX3RpbWUYASABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIoMBChZQcmV2aWV3U2NoZWR1bGVSZXF1ZXN0EjAKCHNjaGVkdWxlGAEgASgLMh4uY3Jvbm1lc2gucmVnaXN0cnkudjEuU2NoZWR1bGUSKAoEZnJvbRgCIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASDQoFY291bnQYAyABKAUiRAoXUHJldmlld1NjaGVkdWxlUmVzcG9uc2USKQoFdGltZXMYASADKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wMokICgpKb2JTZXJ2aWNlEmIKCUNyZWF0ZUpvYhImLmNyb25tZXNoLnJlZ2lzdHJ5LnYxLkNyZWF0ZUpvYlJlcXVlc3QaJy5jcm9ubWVzaC5yZWdpc3RyeS52MS5DcmVhdGVKb2JSZXNwb25zZSIE4KsZAhJ0Cg9CYXRjaENyZWF0ZUpvYnMSLC5jcm9ubWVzaC5yZWdpc3RyeS52MS5CYXRjaENyZWF0ZUpvYnNSZXF1ZXN0Gi0uY3Jvbm1lc2gucmVnaXN0cnkudjEuQmF0Y2hDcmVhdGVKb2JzUmVzcG9uc2UiBOCrGQISXAoGR2V0Sm9iEiMuY3Jvbm1lc2gucmVnaXN0cnkudjEuR2V0Sm9iUmVxdWVzdBokLmNyb25tZXNoLnJlZ2lzdHJ5LnYxLkdldEpvYlJlc3BvbnNlIgeQAgHgqxkBEmIKCExpc3RKb2JzEiUuY3Jvbm1lc2gucmVnaXN0cnkudjEuTGlzdEpvYnNSZXF1ZXN0GiYuY3Jvbm1lc2gucmVnaXN0cnkudjEuTGlzdEpvYnNSZXNwb25zZSIHkAIB4KsZARJiCglVcGRhdGVKb2ISJi5jcm9ubWVzaC5yZWdpc3RyeS52MS5VcGRhdGVKb2JSZXF1ZXN0GicuY3Jvbm1lc2gucmVnaXN0cnkudjEuVXBkYXRlSm9iUmVzcG9uc2UiBOCrGQISYgoJRGVsZXRlSm9iEiYuY3Jvbm1lc2gucmVnaXN0cnkudjEuRGVsZXRlSm9iUmVxdWVzdBonLmNyb25tZXNoLnJlZ2lzdHJ5LnYxLkRlbGV0ZUpvYlJlc3BvbnNlIgTgqxkCEl8KCFBhdXNlSm9iEiUuY3Jvbm1lc2gucmVnaXN0cnkudjEuUGF1c2VKb2JSZXF1ZXN0GiYuY3Jvbm1lc2gucmVnaXN0cnkudjEuUGF1c2VKb2JSZXNwb25zZSIE4KsZAhJiCglSZXN1bWVKb2ISJi5jcm9ubWVzaC5yZWdpc3RyeS52MS5SZXN1bWVKb2JSZXF1ZXN0GicuY3Jvbm1lc2gucmVnaXN0cnkudjEuUmVzdW1lSm9iUmVzcG9uc2UiBOCrGQISWQoGUnVuSm9iEiMuY3Jvbm1lc2gucmVnaXN0cnkudjEuUnVuSm9iUmVxdWVzdBokLmNyb25tZXNoLnJlZ2lzdHJ5LnYxLlJ1bkpvYlJlc3BvbnNlIgTgqxkCEncKD1ByZXZpZXdTY2hlZHVsZRIsLmNyb25tZXNoLnJlZ2lzdHJ5LnYxLlByZXZpZXdTY2hlZHVsZVJlcXVlc3QaLS5jcm9ubWVzaC5yZWdpc3RyeS52MS5QcmV2aWV3U2NoZWR1bGVSZXNwb25zZSIHkAIB4KsZAUJFWkNnaXRodWIuY29tL2Nyb25tZXNoL2Nyb25tZXNoL2dlbi9nby9jcm9ubWVzaC9yZWdpc3RyeS92MTtyZWdpc3RyeXYxYgZwcm90bzM", [file_cronmesh_auth_v1_auth, file_cronmesh_registry_v1_job, file_google_protobuf_field_mask, file_google_protobuf_timestamp]);
+  fileDesc("CiZjcm9ubWVzaC9yZWdpc3RyeS92MS9qb2Jfc2VydmljZS5wcm90bxIUY3Jvbm1lc2gucmVnaXN0cnkudjEiTgoQQ3JlYXRlSm9iUmVxdWVzdBImCgNqb2IYASABKAsyGS5jcm9ubWVzaC5yZWdpc3RyeS52MS5Kb2ISEgoKcmVxdWVzdF9pZBgCIAEoCSI7ChFDcmVhdGVKb2JSZXNwb25zZRImCgNqb2IYASABKAsyGS5jcm9ubWVzaC5yZWdpc3RyeS52MS5Kb2IiUgoWQmF0Y2hDcmVhdGVKb2JzUmVxdWVzdBI4CghyZXF1ZXN0cxgBIAMoCzImLmNyb25tZXNoLnJlZ2lzdHJ5LnYxLkNyZWF0ZUpvYlJlcXVlc3QiQgoXQmF0Y2hDcmVhdGVKb2JzUmVzcG9uc2USJwoEam9icxgBIAMoCzIZLmNyb25tZXNoLnJlZ2lzdHJ5LnYxLkpvYiIzCg1HZXRKb2JSZXF1ZXN0EgoKAmlkGAEgASgJEhYKDm5leHRfcnVuX2NvdW50GAIgASgFImwKDkdldEpvYlJlc3BvbnNlEiYKA2pvYhgBIAEoCzIZLmNyb25tZXNoLnJlZ2lzdHJ5LnYxLkpvYhIyCg5uZXh0X3J1bl90aW1lcxgCIAMoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAiygEKD0xpc3RKb2JzUmVxdWVzdBIRCglwYWdlX3NpemUYASABKAUSEgoKcGFnZV90b2tlbhgCIAEoCRJBCgZsYWJlbHMYAyADKAsyMS5jcm9ubWVzaC5yZWdpc3RyeS52MS5MaXN0Sm9ic1JlcXVlc3QuTGFiZWxzRW50cnkSEwoGcGF1c2VkGAQgASgISACIAQEaLQoLTGFiZWxzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4AUIJCgdfcGF1c2VkIlQKEExpc3RKb2JzUmVzcG9uc2USJwoEam9icxgBIAMoCzIZLmNyb25tZXNoLnJlZ2lzdHJ5LnYxLkpvYhIXCg9uZXh0X3BhZ2VfdG9rZW4YAiABKAkiawoQVXBkYXRlSm9iUmVxdWVzdBImCgNqb2IYASABKAsyGS5jcm9ubWVzaC5yZWdpc3RyeS52MS5Kb2ISLwoLdXBkYXRlX21hc2sYAiABKAsyGi5nb29nbGUucHJvdG9idWYuRmllbGRNYXNrIjsKEVVwZGF0ZUpvYlJlc3BvbnNlEiYKA2pvYhgBIAEoCzIZLmNyb25tZXNoLnJlZ2lzdHJ5LnYxLkpvYiIsChBEZWxldGVKb2JSZXF1ZXN0EgoKAmlkGAEgASgJEgwKBGV0YWcYAiABKAkiEwoRRGVsZXRlSm9iUmVzcG9uc2UiLQoPUGF1c2VKb2JSZXF1ZXN0EgoKAmlkGAEgASgJEg4KBnJlYXNvbhgCIAEoCSI6ChBQYXVzZUpvYlJlc3BvbnNlEiYKA2pvYhgBIAEoCzIZLmNyb25tZXNoLnJlZ2lzdHJ5LnYxLkpvYiIeChBSZXN1bWVKb2JSZXF1ZXN0EgoKAmlkGAEgASgJIjsKEVJlc3VtZUpvYlJlc3BvbnNlEiYKA2pvYhgBIAEoCzIZLmNyb25tZXNoLnJlZ2lzdHJ5LnYxLkpvYiKgAgoNUnVuSm9iUmVxdWVzdBIKCgJpZBgBIAEoCRISCgpyZXF1ZXN0X2lkGAIgASgJEjUKD3RhcmdldF9vdmVycmlkZRgDIAEoCzIcLmNyb25tZXNoLnJlZ2lzdHJ5LnYxLlRhcmdldBIaCg1ib2R5X292ZXJyaWRlGAQgASgJSACIAQESUgoQaGVhZGVyc19vdmVycmlkZRgFIAMoCzI4LmNyb25tZXNoLnJlZ2lzdHJ5LnYxLlJ1bkpvYlJlcXVlc3QuSGVhZGVyc092ZXJyaWRlRW50cnkaNgoUSGVhZGVyc092ZXJyaWRlRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4AUIQCg5fYm9keV9vdmVycmlkZSJCCg5SdW5Kb2JSZXNwb25zZRIwCgxub21pbmFsX3RpbWUYASABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIroCChVSZXJ1bkV4ZWN1dGlvblJlcXVlc3QSFAoMZXhlY3V0aW9uX2lkGAEgASgJEhIKCnJlcXVlc3RfaWQYAiABKAkSNQoPdGFyZ2V0X292ZXJyaWRlGAMgASgLMhwuY3Jvbm1lc2gucmVnaXN0cnkudjEuVGFyZ2V0EhoKDWJvZHlfb3ZlcnJpZGUYBCABKAlIAIgBARJaChBoZWFkZXJzX292ZXJyaWRlGAUgAygLMkAuY3Jvbm1lc2gucmVnaXN0cnkudjEuUmVydW5FeGVjdXRpb25SZXF1ZXN0LkhlYWRlcnNPdmVycmlkZUVudHJ5GjYKFEhlYWRlcnNPdmVycmlkZUVudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAFCEAoOX2JvZHlfb3ZlcnJpZGUicAoWUmVydW5FeGVjdXRpb25SZXNwb25zZRIOCgZqb2JfaWQYASABKAkSMAoMbm9taW5hbF90aW1lGAIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIUCgxleGVjdXRpb25faWQYAyABKAkigwEKFlByZXZpZXdTY2hlZHVsZVJlcXVlc3QSMAoIc2NoZWR1bGUYASABKAsyHi5jcm9ubWVzaC5yZWdpc3RyeS52MS5TY2hlZHVsZRIoCgRmcm9tGAIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBINCgVjb3VudBgDIAEoBSJEChdQcmV2aWV3U2NoZWR1bGVSZXNwb25zZRIpCgV0aW1lcxgBIAMoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAy/AgKCkpvYlNlcnZpY2USYgoJQ3JlYXRlSm9iEiYuY3Jvbm1lc2gucmVnaXN0cnkudjEuQ3JlYXRlSm9iUmVxdWVzdBonLmNyb25tZXNoLnJlZ2lzdHJ5LnYxLkNyZWF0ZUpvYlJlc3BvbnNlIgTgqxkCEnQKD0JhdGNoQ3JlYXRlSm9icxIsLmNyb25tZXNoLnJlZ2lzdHJ5LnYxLkJhdGNoQ3JlYXRlSm9ic1JlcXVlc3QaLS5jcm9ubWVzaC5yZWdpc3RyeS52MS5CYXRjaENyZWF0ZUpvYnNSZXNwb25zZSIE4KsZAhJcCgZHZXRKb2ISIy5jcm9ubWVzaC5yZWdpc3RyeS52MS5HZXRKb2JSZXF1ZXN0GiQuY3Jvbm1lc2gucmVnaXN0cnkudjEuR2V0Sm9iUmVzcG9uc2UiB5ACAeCrGQESYgoITGlzdEpvYnMSJS5jcm9ubWVzaC5yZWdpc3RyeS52MS5MaXN0Sm9ic1JlcXVlc3QaJi5jcm9ubWVzaC5yZWdpc3RyeS52MS5MaXN0Sm9ic1Jlc3BvbnNlIgeQAgHgqxkBEmIKCVVwZGF0ZUpvYhImLmNyb25tZXNoLnJlZ2lzdHJ5LnYxLlVwZGF0ZUpvYlJlcXVlc3QaJy5jcm9ubWVzaC5yZWdpc3RyeS52MS5VcGRhdGVKb2JSZXNwb25zZSIE4KsZAhJiCglEZWxldGVKb2ISJi5jcm9ubWVzaC5yZWdpc3RyeS52MS5EZWxldGVKb2JSZXF1ZXN0GicuY3Jvbm1lc2gucmVnaXN0cnkudjEuRGVsZXRlSm9iUmVzcG9uc2UiBOCrGQISXwoIUGF1c2VKb2ISJS5jcm9ubWVzaC5yZWdpc3RyeS52MS5QYXVzZUpvYlJlcXVlc3QaJi5jcm9ubWVzaC5yZWdpc3RyeS52MS5QYXVzZUpvYlJlc3BvbnNlIgTgqxkCEmIKCVJlc3VtZUpvYhImLmNyb25tZXNoLnJlZ2lzdHJ5LnYxLlJlc3VtZUpvYlJlcXVlc3QaJy5jcm9ubWVzaC5yZWdpc3RyeS52MS5SZXN1bWVKb2JSZXNwb25zZSIE4KsZAhJZCgZSdW5Kb2ISIy5jcm9ubWVzaC5yZWdpc3RyeS52MS5SdW5Kb2JSZXF1ZXN0GiQuY3Jvbm1lc2gucmVnaXN0cnkudjEuUnVuSm9iUmVzcG9uc2UiBOCrGQIScQoOUmVydW5FeGVjdXRpb24SKy5jcm9ubWVzaC5yZWdpc3RyeS52MS5SZXJ1bkV4ZWN1dGlvblJlcXVlc3QaLC5jcm9ubWVzaC5yZWdpc3RyeS52MS5SZXJ1bkV4ZWN1dGlvblJlc3BvbnNlIgTgqxkCEncKD1ByZXZpZXdTY2hlZHVsZRIsLmNyb25tZXNoLnJlZ2lzdHJ5LnYxLlByZXZpZXdTY2hlZHVsZVJlcXVlc3QaLS5jcm9ubWVzaC5yZWdpc3RyeS52MS5QcmV2aWV3U2NoZWR1bGVSZXNwb25zZSIHkAIB4KsZAUJFWkNnaXRodWIuY29tL2Nyb25tZXNoL2Nyb25tZXNoL2dlbi9nby9jcm9ubWVzaC9yZWdpc3RyeS92MTtyZWdpc3RyeXYxYgZwcm90bzM", [file_cronmesh_auth_v1_auth, file_cronmesh_registry_v1_job, file_google_protobuf_field_mask, file_google_protobuf_timestamp]);
 
 /**
  * @generated from message cronmesh.registry.v1.CreateJobRequest
@@ -450,6 +450,92 @@ export const RunJobResponseSchema: GenMessage<RunJobResponse> = /*@__PURE__*/
   messageDesc(file_cronmesh_registry_v1_job_service, 17);
 
 /**
+ * @generated from message cronmesh.registry.v1.RerunExecutionRequest
+ */
+export type RerunExecutionRequest = Message<"cronmesh.registry.v1.RerunExecutionRequest"> & {
+  /**
+   * The execution to re-run (history Execution.execution_id). It must be
+   * finished: succeeded, failed, dead-lettered, cancelled, missed or
+   * skipped.
+   *
+   * @generated from field: string execution_id = 1;
+   */
+  executionId: string;
+
+  /**
+   * Client-chosen idempotency key, at most 128 characters, shared with
+   * RunJob's: a repeated key returns the first call's run, whatever
+   * execution or overrides it gives.
+   *
+   * @generated from field: string request_id = 2;
+   */
+  requestId: string;
+
+  /**
+   * As RunJobRequest.target_override, against the job's current target
+   * (InvalidArgument names "target_override...").
+   *
+   * @generated from field: cronmesh.registry.v1.Target target_override = 3;
+   */
+  targetOverride?: Target | undefined;
+
+  /**
+   * As RunJobRequest.body_override.
+   *
+   * @generated from field: optional string body_override = 4;
+   */
+  bodyOverride?: string | undefined;
+
+  /**
+   * As RunJobRequest.headers_override.
+   *
+   * @generated from field: map<string, string> headers_override = 5;
+   */
+  headersOverride: { [key: string]: string };
+};
+
+/**
+ * Describes the message cronmesh.registry.v1.RerunExecutionRequest.
+ * Use `create(RerunExecutionRequestSchema)` to create a new message.
+ */
+export const RerunExecutionRequestSchema: GenMessage<RerunExecutionRequest> = /*@__PURE__*/
+  messageDesc(file_cronmesh_registry_v1_job_service, 18);
+
+/**
+ * @generated from message cronmesh.registry.v1.RerunExecutionResponse
+ */
+export type RerunExecutionResponse = Message<"cronmesh.registry.v1.RerunExecutionResponse"> & {
+  /**
+   * The job of the re-run execution.
+   *
+   * @generated from field: string job_id = 1;
+   */
+  jobId: string;
+
+  /**
+   * The nominal time given to the manual run.
+   *
+   * @generated from field: google.protobuf.Timestamp nominal_time = 2;
+   */
+  nominalTime?: Timestamp | undefined;
+
+  /**
+   * The new execution's id, derived from (job_id, nominal_time): the
+   * history shows it under this id once the trigger has fired it.
+   *
+   * @generated from field: string execution_id = 3;
+   */
+  executionId: string;
+};
+
+/**
+ * Describes the message cronmesh.registry.v1.RerunExecutionResponse.
+ * Use `create(RerunExecutionResponseSchema)` to create a new message.
+ */
+export const RerunExecutionResponseSchema: GenMessage<RerunExecutionResponse> = /*@__PURE__*/
+  messageDesc(file_cronmesh_registry_v1_job_service, 19);
+
+/**
  * @generated from message cronmesh.registry.v1.PreviewScheduleRequest
  */
 export type PreviewScheduleRequest = Message<"cronmesh.registry.v1.PreviewScheduleRequest"> & {
@@ -479,7 +565,7 @@ export type PreviewScheduleRequest = Message<"cronmesh.registry.v1.PreviewSchedu
  * Use `create(PreviewScheduleRequestSchema)` to create a new message.
  */
 export const PreviewScheduleRequestSchema: GenMessage<PreviewScheduleRequest> = /*@__PURE__*/
-  messageDesc(file_cronmesh_registry_v1_job_service, 18);
+  messageDesc(file_cronmesh_registry_v1_job_service, 20);
 
 /**
  * @generated from message cronmesh.registry.v1.PreviewScheduleResponse
@@ -499,7 +585,7 @@ export type PreviewScheduleResponse = Message<"cronmesh.registry.v1.PreviewSched
  * Use `create(PreviewScheduleResponseSchema)` to create a new message.
  */
 export const PreviewScheduleResponseSchema: GenMessage<PreviewScheduleResponse> = /*@__PURE__*/
-  messageDesc(file_cronmesh_registry_v1_job_service, 19);
+  messageDesc(file_cronmesh_registry_v1_job_service, 21);
 
 /**
  * JobService is the public API for job definitions. Every call is scoped to
@@ -613,6 +699,27 @@ export const JobService: GenService<{
     methodKind: "unary";
     input: typeof RunJobRequestSchema;
     output: typeof RunJobResponseSchema;
+  },
+  /**
+   * RerunExecution fires the job of a finished execution once more, now,
+   * as a manual run (TRIGGER_KIND_MANUAL, nominal time now) of the job's
+   * current definition, optionally with another target, body or headers,
+   * checked as RunJob checks them. The new execution records which one it
+   * re-runs (history Execution.rerun_of_execution_id) and which fields
+   * were overridden. The registry reads the execution from the history
+   * service with the caller's key: an execution the caller cannot see, or
+   * that the history does not hold (yet, or any more), is NOT_FOUND; one
+   * still running or waiting for a retry is FAILED_PRECONDITION; a history
+   * that does not answer is UNAVAILABLE, and a registry started without
+   * --history-url answers UNIMPLEMENTED. A non-empty request_id makes the
+   * call idempotent.
+   *
+   * @generated from rpc cronmesh.registry.v1.JobService.RerunExecution
+   */
+  rerunExecution: {
+    methodKind: "unary";
+    input: typeof RerunExecutionRequestSchema;
+    output: typeof RerunExecutionResponseSchema;
   },
   /**
    * PreviewSchedule computes the next nominal times of a schedule, strictly
