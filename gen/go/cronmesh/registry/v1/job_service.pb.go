@@ -845,8 +845,10 @@ type RunJobRequest struct {
 	// moved to the secret ones), checked on the resulting target
 	// (InvalidArgument names the header: headers_override["Name"]).
 	HeadersOverride map[string]string `protobuf:"bytes,5,rep,name=headers_override,json=headersOverride,proto3" json:"headers_override,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// The overlap policy of this run; unset means the job's.
+	OverlapPolicy OverlapPolicy `protobuf:"varint,6,opt,name=overlap_policy,json=overlapPolicy,proto3,enum=cronmesh.registry.v1.OverlapPolicy" json:"overlap_policy,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RunJobRequest) Reset() {
@@ -912,6 +914,13 @@ func (x *RunJobRequest) GetHeadersOverride() map[string]string {
 		return x.HeadersOverride
 	}
 	return nil
+}
+
+func (x *RunJobRequest) GetOverlapPolicy() OverlapPolicy {
+	if x != nil {
+		return x.OverlapPolicy
+	}
+	return OverlapPolicy_OVERLAP_POLICY_UNSPECIFIED
 }
 
 type RunJobResponse struct {
@@ -1121,14 +1130,15 @@ const file_cronmesh_registry_v1_job_service_proto_rawDesc = "" +
 	"\x10ResumeJobRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\"@\n" +
 	"\x11ResumeJobResponse\x12+\n" +
-	"\x03job\x18\x01 \x01(\v2\x19.cronmesh.registry.v1.JobR\x03job\"\xea\x02\n" +
+	"\x03job\x18\x01 \x01(\v2\x19.cronmesh.registry.v1.JobR\x03job\"\xb6\x03\n" +
 	"\rRunJobRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x02 \x01(\tR\trequestId\x12E\n" +
 	"\x0ftarget_override\x18\x03 \x01(\v2\x1c.cronmesh.registry.v1.TargetR\x0etargetOverride\x12(\n" +
 	"\rbody_override\x18\x04 \x01(\tH\x00R\fbodyOverride\x88\x01\x01\x12c\n" +
-	"\x10headers_override\x18\x05 \x03(\v28.cronmesh.registry.v1.RunJobRequest.HeadersOverrideEntryR\x0fheadersOverride\x1aB\n" +
+	"\x10headers_override\x18\x05 \x03(\v28.cronmesh.registry.v1.RunJobRequest.HeadersOverrideEntryR\x0fheadersOverride\x12J\n" +
+	"\x0eoverlap_policy\x18\x06 \x01(\x0e2#.cronmesh.registry.v1.OverlapPolicyR\roverlapPolicy\x1aB\n" +
 	"\x14HeadersOverrideEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\x10\n" +
@@ -1194,7 +1204,8 @@ var file_cronmesh_registry_v1_job_service_proto_goTypes = []any{
 	(*timestamppb.Timestamp)(nil),   // 23: google.protobuf.Timestamp
 	(*fieldmaskpb.FieldMask)(nil),   // 24: google.protobuf.FieldMask
 	(*Target)(nil),                  // 25: cronmesh.registry.v1.Target
-	(*Schedule)(nil),                // 26: cronmesh.registry.v1.Schedule
+	(OverlapPolicy)(0),              // 26: cronmesh.registry.v1.OverlapPolicy
+	(*Schedule)(nil),                // 27: cronmesh.registry.v1.Schedule
 }
 var file_cronmesh_registry_v1_job_service_proto_depIdxs = []int32{
 	22, // 0: cronmesh.registry.v1.CreateJobRequest.job:type_name -> cronmesh.registry.v1.Job
@@ -1212,35 +1223,36 @@ var file_cronmesh_registry_v1_job_service_proto_depIdxs = []int32{
 	22, // 12: cronmesh.registry.v1.ResumeJobResponse.job:type_name -> cronmesh.registry.v1.Job
 	25, // 13: cronmesh.registry.v1.RunJobRequest.target_override:type_name -> cronmesh.registry.v1.Target
 	21, // 14: cronmesh.registry.v1.RunJobRequest.headers_override:type_name -> cronmesh.registry.v1.RunJobRequest.HeadersOverrideEntry
-	23, // 15: cronmesh.registry.v1.RunJobResponse.nominal_time:type_name -> google.protobuf.Timestamp
-	26, // 16: cronmesh.registry.v1.PreviewScheduleRequest.schedule:type_name -> cronmesh.registry.v1.Schedule
-	23, // 17: cronmesh.registry.v1.PreviewScheduleRequest.from:type_name -> google.protobuf.Timestamp
-	23, // 18: cronmesh.registry.v1.PreviewScheduleResponse.times:type_name -> google.protobuf.Timestamp
-	0,  // 19: cronmesh.registry.v1.JobService.CreateJob:input_type -> cronmesh.registry.v1.CreateJobRequest
-	2,  // 20: cronmesh.registry.v1.JobService.BatchCreateJobs:input_type -> cronmesh.registry.v1.BatchCreateJobsRequest
-	4,  // 21: cronmesh.registry.v1.JobService.GetJob:input_type -> cronmesh.registry.v1.GetJobRequest
-	6,  // 22: cronmesh.registry.v1.JobService.ListJobs:input_type -> cronmesh.registry.v1.ListJobsRequest
-	8,  // 23: cronmesh.registry.v1.JobService.UpdateJob:input_type -> cronmesh.registry.v1.UpdateJobRequest
-	10, // 24: cronmesh.registry.v1.JobService.DeleteJob:input_type -> cronmesh.registry.v1.DeleteJobRequest
-	12, // 25: cronmesh.registry.v1.JobService.PauseJob:input_type -> cronmesh.registry.v1.PauseJobRequest
-	14, // 26: cronmesh.registry.v1.JobService.ResumeJob:input_type -> cronmesh.registry.v1.ResumeJobRequest
-	16, // 27: cronmesh.registry.v1.JobService.RunJob:input_type -> cronmesh.registry.v1.RunJobRequest
-	18, // 28: cronmesh.registry.v1.JobService.PreviewSchedule:input_type -> cronmesh.registry.v1.PreviewScheduleRequest
-	1,  // 29: cronmesh.registry.v1.JobService.CreateJob:output_type -> cronmesh.registry.v1.CreateJobResponse
-	3,  // 30: cronmesh.registry.v1.JobService.BatchCreateJobs:output_type -> cronmesh.registry.v1.BatchCreateJobsResponse
-	5,  // 31: cronmesh.registry.v1.JobService.GetJob:output_type -> cronmesh.registry.v1.GetJobResponse
-	7,  // 32: cronmesh.registry.v1.JobService.ListJobs:output_type -> cronmesh.registry.v1.ListJobsResponse
-	9,  // 33: cronmesh.registry.v1.JobService.UpdateJob:output_type -> cronmesh.registry.v1.UpdateJobResponse
-	11, // 34: cronmesh.registry.v1.JobService.DeleteJob:output_type -> cronmesh.registry.v1.DeleteJobResponse
-	13, // 35: cronmesh.registry.v1.JobService.PauseJob:output_type -> cronmesh.registry.v1.PauseJobResponse
-	15, // 36: cronmesh.registry.v1.JobService.ResumeJob:output_type -> cronmesh.registry.v1.ResumeJobResponse
-	17, // 37: cronmesh.registry.v1.JobService.RunJob:output_type -> cronmesh.registry.v1.RunJobResponse
-	19, // 38: cronmesh.registry.v1.JobService.PreviewSchedule:output_type -> cronmesh.registry.v1.PreviewScheduleResponse
-	29, // [29:39] is the sub-list for method output_type
-	19, // [19:29] is the sub-list for method input_type
-	19, // [19:19] is the sub-list for extension type_name
-	19, // [19:19] is the sub-list for extension extendee
-	0,  // [0:19] is the sub-list for field type_name
+	26, // 15: cronmesh.registry.v1.RunJobRequest.overlap_policy:type_name -> cronmesh.registry.v1.OverlapPolicy
+	23, // 16: cronmesh.registry.v1.RunJobResponse.nominal_time:type_name -> google.protobuf.Timestamp
+	27, // 17: cronmesh.registry.v1.PreviewScheduleRequest.schedule:type_name -> cronmesh.registry.v1.Schedule
+	23, // 18: cronmesh.registry.v1.PreviewScheduleRequest.from:type_name -> google.protobuf.Timestamp
+	23, // 19: cronmesh.registry.v1.PreviewScheduleResponse.times:type_name -> google.protobuf.Timestamp
+	0,  // 20: cronmesh.registry.v1.JobService.CreateJob:input_type -> cronmesh.registry.v1.CreateJobRequest
+	2,  // 21: cronmesh.registry.v1.JobService.BatchCreateJobs:input_type -> cronmesh.registry.v1.BatchCreateJobsRequest
+	4,  // 22: cronmesh.registry.v1.JobService.GetJob:input_type -> cronmesh.registry.v1.GetJobRequest
+	6,  // 23: cronmesh.registry.v1.JobService.ListJobs:input_type -> cronmesh.registry.v1.ListJobsRequest
+	8,  // 24: cronmesh.registry.v1.JobService.UpdateJob:input_type -> cronmesh.registry.v1.UpdateJobRequest
+	10, // 25: cronmesh.registry.v1.JobService.DeleteJob:input_type -> cronmesh.registry.v1.DeleteJobRequest
+	12, // 26: cronmesh.registry.v1.JobService.PauseJob:input_type -> cronmesh.registry.v1.PauseJobRequest
+	14, // 27: cronmesh.registry.v1.JobService.ResumeJob:input_type -> cronmesh.registry.v1.ResumeJobRequest
+	16, // 28: cronmesh.registry.v1.JobService.RunJob:input_type -> cronmesh.registry.v1.RunJobRequest
+	18, // 29: cronmesh.registry.v1.JobService.PreviewSchedule:input_type -> cronmesh.registry.v1.PreviewScheduleRequest
+	1,  // 30: cronmesh.registry.v1.JobService.CreateJob:output_type -> cronmesh.registry.v1.CreateJobResponse
+	3,  // 31: cronmesh.registry.v1.JobService.BatchCreateJobs:output_type -> cronmesh.registry.v1.BatchCreateJobsResponse
+	5,  // 32: cronmesh.registry.v1.JobService.GetJob:output_type -> cronmesh.registry.v1.GetJobResponse
+	7,  // 33: cronmesh.registry.v1.JobService.ListJobs:output_type -> cronmesh.registry.v1.ListJobsResponse
+	9,  // 34: cronmesh.registry.v1.JobService.UpdateJob:output_type -> cronmesh.registry.v1.UpdateJobResponse
+	11, // 35: cronmesh.registry.v1.JobService.DeleteJob:output_type -> cronmesh.registry.v1.DeleteJobResponse
+	13, // 36: cronmesh.registry.v1.JobService.PauseJob:output_type -> cronmesh.registry.v1.PauseJobResponse
+	15, // 37: cronmesh.registry.v1.JobService.ResumeJob:output_type -> cronmesh.registry.v1.ResumeJobResponse
+	17, // 38: cronmesh.registry.v1.JobService.RunJob:output_type -> cronmesh.registry.v1.RunJobResponse
+	19, // 39: cronmesh.registry.v1.JobService.PreviewSchedule:output_type -> cronmesh.registry.v1.PreviewScheduleResponse
+	30, // [30:40] is the sub-list for method output_type
+	20, // [20:30] is the sub-list for method input_type
+	20, // [20:20] is the sub-list for extension type_name
+	20, // [20:20] is the sub-list for extension extendee
+	0,  // [0:20] is the sub-list for field type_name
 }
 
 func init() { file_cronmesh_registry_v1_job_service_proto_init() }
