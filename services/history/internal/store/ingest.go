@@ -23,6 +23,7 @@ const (
 	StatusDead      Status = 5
 	StatusCancelled Status = 6
 	StatusMissed    Status = 7
+	StatusSkipped   Status = 8
 )
 
 // Kind is a lifecycle event kind, numbered as
@@ -37,6 +38,7 @@ const (
 	KindDead      Kind = 4
 	KindCancelled Kind = 5
 	KindMissed    Kind = 6
+	KindSkipped   Kind = 7
 )
 
 // rank orders the kinds of one attempt: the row of an execution (and of an
@@ -56,12 +58,18 @@ func (k Kind) rank() int16 {
 		return 4
 	case KindDead:
 		return 5
-	case KindMissed:
+	case KindMissed, KindSkipped:
+		// Alone: no attempt was made (attempt 0).
 		return 6
 	default:
 		return 0
 	}
 }
+
+// attemptless reports the kinds of a slot that made no attempt (attempt
+// 0): a missed slot, and one its overlap policy skipped. They have no
+// attempt row.
+func (k Kind) attemptless() bool { return k == KindMissed || k == KindSkipped }
 
 // Event is one lifecycle event, as the ingest writes it.
 type Event struct {
@@ -101,6 +109,8 @@ func (e *Event) status() Status {
 		return StatusDead
 	case KindCancelled:
 		return StatusCancelled
+	case KindSkipped:
+		return StatusSkipped
 	default:
 		return StatusMissed
 	}
@@ -117,7 +127,7 @@ func (e *Event) Validate() error {
 		return fmt.Errorf("execution_id %q is not a UUID", e.ExecutionID)
 	case e.NominalTime.IsZero():
 		return fmt.Errorf("event of execution %s has no nominal_time", e.ExecutionID)
-	case e.Kind != KindMissed && e.Attempt < 1:
+	case !e.Kind.attemptless() && e.Attempt < 1:
 		return fmt.Errorf("event of execution %s has attempt %d", e.ExecutionID, e.Attempt)
 	}
 	return nil
@@ -286,7 +296,7 @@ func (s *Store) Ingest(ctx context.Context, events []Event, now time.Time) (Inge
 		} else {
 			execs[k] = r
 		}
-		if e.Kind != KindMissed {
+		if !e.Kind.attemptless() {
 			ak := attemptKey{k, r.attempt}
 			if old, ok := attempts[ak]; ok {
 				attempts[ak] = merge(old, r)
