@@ -52,6 +52,12 @@ func SkippedReason(running string) string {
 	return fmt.Sprintf("skipped: execution %s of this job is still in progress", running)
 }
 
+// BufferedReason is the reason of a BUFFERED event: the execution in
+// progress the slot waits for.
+func BufferedReason(running string) string {
+	return fmt.Sprintf("buffered: waiting for execution %s of this job to end", running)
+}
+
 // overlapped reports whether req's execution has an overlap policy to
 // enforce: a policy other than ALLOW (unspecified reads as ALLOW), and an
 // Overlap to enforce it with. Everything else costs nothing here.
@@ -134,7 +140,14 @@ func (p *Pipeline) admit(ctx context.Context, span trace.Span, req *dispatchv1.D
 		wait := p.emit(ctx, ev)
 		// Recorded final, so that a redelivery is acked as a duplicate.
 		return p.completed(ctx, req, p.await(ctx, span, nil, wait), true, now), true
-	case store.Buffered, store.AlreadyBuffered:
+	case store.Buffered:
+		// Announced, so that the history shows the slot waiting and the
+		// missed-schedule watchdog sees it fired.
+		span.SetAttributes(attribute.String("cronmesh.dispatch.outcome", "buffered"))
+		ev := newEvent(eventsv1.ExecutionEventKind_EXECUTION_EVENT_KIND_BUFFERED, req, now, attemptInfo{}, BufferedReason(res.Other), traceID)
+		ev.Attempt = 0
+		return p.await(ctx, span, nil, p.emit(ctx, ev)), true
+	case store.AlreadyBuffered:
 		span.SetAttributes(attribute.String("cronmesh.dispatch.outcome", "buffered"))
 		return ack, true
 	case store.CancelledOther:

@@ -205,7 +205,8 @@ func TestOverlapBufferOne(t *testing.T) {
 		require.NoError(t, err)
 		return held && a.Buffered == s[1].ExecutionId
 	}, 30*time.Second, 5*time.Millisecond)
-	require.Empty(t, e.events.of(s[1].ExecutionId), "a buffered slot has no event until it starts")
+	buffered := e.waitFor(s[1].ExecutionId, eventsv1.ExecutionEventKind_EXECUTION_EVENT_KIND_BUFFERED, 0)
+	require.Equal(t, "buffered: waiting for execution "+s[0].ExecutionId+" of this job to end", buffered.Reason)
 	require.Empty(t, g.of(s[1].ExecutionId))
 
 	g.release(s[0].ExecutionId, ok200)

@@ -24,6 +24,7 @@ const (
 	StatusCancelled Status = 6
 	StatusMissed    Status = 7
 	StatusSkipped   Status = 8
+	StatusBuffered  Status = 9
 )
 
 // Kind is a lifecycle event kind, numbered as
@@ -39,6 +40,7 @@ const (
 	KindCancelled Kind = 5
 	KindMissed    Kind = 6
 	KindSkipped   Kind = 7
+	KindBuffered  Kind = 8
 )
 
 // rank orders the kinds of one attempt: the row of an execution (and of an
@@ -48,7 +50,9 @@ const (
 // a FAILED whose retry it cancelled. 0 means the kind is not recorded.
 func (k Kind) rank() int16 {
 	switch k {
-	case KindStarted:
+	case KindStarted, KindBuffered:
+		// BUFFERED has attempt 0: the first attempt's STARTED, or a
+		// SKIPPED, replaces it.
 		return 1
 	case KindFailed:
 		return 2
@@ -67,9 +71,9 @@ func (k Kind) rank() int16 {
 }
 
 // attemptless reports the kinds of a slot that made no attempt (attempt
-// 0): a missed slot, and one its overlap policy skipped. They have no
-// attempt row.
-func (k Kind) attemptless() bool { return k == KindMissed || k == KindSkipped }
+// 0): a missed slot, and one its overlap policy skipped or buffered. They
+// have no attempt row.
+func (k Kind) attemptless() bool { return k == KindMissed || k == KindSkipped || k == KindBuffered }
 
 // Event is one lifecycle event, as the ingest writes it.
 type Event struct {
@@ -111,6 +115,8 @@ func (e *Event) status() Status {
 		return StatusCancelled
 	case KindSkipped:
 		return StatusSkipped
+	case KindBuffered:
+		return StatusBuffered
 	default:
 		return StatusMissed
 	}

@@ -249,7 +249,7 @@ func (s *Store) JobStats(ctx context.Context, namespace, jobID string, start, en
 	var st Stats
 	var pct []float64
 	err := s.pool.QueryRow(ctx, `
-		SELECT count(*) FILTER (WHERE status NOT IN (7, 8)),
+		SELECT count(*) FILTER (WHERE status NOT IN (7, 8, 9)),
 		       count(*) FILTER (WHERE status = 2),
 		       count(*) FILTER (WHERE status IN (4, 5)),
 		       count(*) FILTER (WHERE status = 7),
@@ -271,7 +271,7 @@ func (s *Store) JobStats(ctx context.Context, namespace, jobID string, start, en
 		st.P50, st.P95, st.P99 = ds[0], ds[1], ds[2]
 	}
 	rows, err := s.pool.Query(ctx, "SELECT "+executionColumns+` FROM executions
-		WHERE namespace = $1 AND job_id = $2 AND status NOT IN (7, 8) ORDER BY nominal_time DESC, execution_id DESC LIMIT 1`, namespace, jobID)
+		WHERE namespace = $1 AND job_id = $2 AND status NOT IN (7, 8, 9) ORDER BY nominal_time DESC, execution_id DESC LIMIT 1`, namespace, jobID)
 	if err != nil {
 		return Stats{}, fmt.Errorf("job stats: last run: %w", err)
 	}
@@ -287,5 +287,5 @@ func (s *Store) JobStats(ctx context.Context, namespace, jobID string, start, en
 
 // ValidStatus reports whether s is a status executions can have.
 func ValidStatus(s Status) bool {
-	return slices.Contains([]Status{StatusRunning, StatusSucceeded, StatusRetrying, StatusFailed, StatusDead, StatusCancelled, StatusMissed, StatusSkipped}, s)
+	return slices.Contains([]Status{StatusRunning, StatusSucceeded, StatusRetrying, StatusFailed, StatusDead, StatusCancelled, StatusMissed, StatusSkipped, StatusBuffered}, s)
 }

@@ -220,6 +220,33 @@ func TestIngestSkipped(t *testing.T) {
 	assert.Equal(t, id, list[0].GetExecutionId())
 }
 
+// TestIngestBuffered: a slot waiting for its job's execution in progress
+// is BUFFERED until its first attempt's events replace it, in any order.
+func TestIngestBuffered(t *testing.T) {
+	t.Parallel()
+	s := newStore(t, store.Options{})
+	ctx := t.Context()
+	job := uuid.NewString()
+	n := now.Add(-time.Hour)
+	id := execid.For(job, n)
+	buffered := store.Event{Kind: store.KindBuffered, ExecutionID: id, JobID: job, Namespace: "ns", NominalTime: n, OccurTime: n,
+		FireTime: n, TriggerKind: 1, Reason: "buffered: waiting for execution x of this job to end"}
+	_, err := s.Ingest(ctx, []store.Event{buffered}, now)
+	require.NoError(t, err)
+	got, attempts, err := s.Get(ctx, "ns", id)
+	require.NoError(t, err)
+	assert.Equal(t, historyv1.ExecutionStatus_EXECUTION_STATUS_BUFFERED, got.GetStatus())
+	assert.Empty(t, attempts)
+
+	started := store.Event{Kind: store.KindStarted, ExecutionID: id, JobID: job, Namespace: "ns", Attempt: 1, NominalTime: n, OccurTime: n.Add(time.Minute), TriggerKind: 1}
+	_, err = s.Ingest(ctx, []store.Event{started, buffered}, now)
+	require.NoError(t, err)
+	got, attempts, err = s.Get(ctx, "ns", id)
+	require.NoError(t, err)
+	assert.Equal(t, historyv1.ExecutionStatus_EXECUTION_STATUS_RUNNING, got.GetStatus(), "a late BUFFERED does not undo the start")
+	assert.Len(t, attempts, 1)
+}
+
 func TestNamespaceIsolation(t *testing.T) {
 	t.Parallel()
 	s := newStore(t, store.Options{})

@@ -48,6 +48,9 @@ const (
 	// The slot fired but was not delivered: its overlap policy found another
 	// execution of the job in progress (see reason).
 	ExecutionStatus_EXECUTION_STATUS_SKIPPED ExecutionStatus = 8
+	// The slot fired and waits for the job's execution in progress to end
+	// (overlap policy BUFFER_ONE; see reason); it runs next.
+	ExecutionStatus_EXECUTION_STATUS_BUFFERED ExecutionStatus = 9
 )
 
 // Enum value maps for ExecutionStatus.
@@ -62,6 +65,7 @@ var (
 		6: "EXECUTION_STATUS_CANCELLED",
 		7: "EXECUTION_STATUS_MISSED",
 		8: "EXECUTION_STATUS_SKIPPED",
+		9: "EXECUTION_STATUS_BUFFERED",
 	}
 	ExecutionStatus_value = map[string]int32{
 		"EXECUTION_STATUS_UNSPECIFIED": 0,
@@ -73,6 +77,7 @@ var (
 		"EXECUTION_STATUS_CANCELLED":   6,
 		"EXECUTION_STATUS_MISSED":      7,
 		"EXECUTION_STATUS_SKIPPED":     8,
+		"EXECUTION_STATUS_BUFFERED":    9,
 	}
 )
 
@@ -713,10 +718,11 @@ func (x *GetJobStatsRequest) GetEndTime() *timestamppb.Timestamp {
 
 type GetJobStatsResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// The newest execution that was run (not missed or skipped), in any
+	// The newest execution that was run (not missed, skipped or buffered), in any
 	// window; unset if none is in the history.
 	LastRun *Execution `protobuf:"bytes,1,opt,name=last_run,json=lastRun,proto3" json:"last_run,omitempty"`
-	// Executions run in the window (every status but MISSED and SKIPPED).
+	// Executions run in the window (every status but MISSED, SKIPPED and
+	// BUFFERED).
 	Runs      int64 `protobuf:"varint,2,opt,name=runs,proto3" json:"runs,omitempty"`
 	Successes int64 `protobuf:"varint,3,opt,name=successes,proto3" json:"successes,omitempty"`
 	// FAILED or DEAD.
@@ -917,7 +923,7 @@ const file_cronmesh_history_v1_history_service_proto_rawDesc = "" +
 	"start_time\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\tstartTime\x125\n" +
 	"\bend_time\x18\n" +
 	" \x01(\v2\x1a.google.protobuf.TimestampR\aendTime\x12\x18\n" +
-	"\askipped\x18\v \x01(\x03R\askipped*\xa3\x02\n" +
+	"\askipped\x18\v \x01(\x03R\askipped*\xc2\x02\n" +
 	"\x0fExecutionStatus\x12 \n" +
 	"\x1cEXECUTION_STATUS_UNSPECIFIED\x10\x00\x12\x1c\n" +
 	"\x18EXECUTION_STATUS_RUNNING\x10\x01\x12\x1e\n" +
@@ -927,7 +933,8 @@ const file_cronmesh_history_v1_history_service_proto_rawDesc = "" +
 	"\x15EXECUTION_STATUS_DEAD\x10\x05\x12\x1e\n" +
 	"\x1aEXECUTION_STATUS_CANCELLED\x10\x06\x12\x1b\n" +
 	"\x17EXECUTION_STATUS_MISSED\x10\a\x12\x1c\n" +
-	"\x18EXECUTION_STATUS_SKIPPED\x10\b2\xdd\x02\n" +
+	"\x18EXECUTION_STATUS_SKIPPED\x10\b\x12\x1d\n" +
+	"\x19EXECUTION_STATUS_BUFFERED\x10\t2\xdd\x02\n" +
 	"\x0eHistoryService\x12r\n" +
 	"\x0eListExecutions\x12*.cronmesh.history.v1.ListExecutionsRequest\x1a+.cronmesh.history.v1.ListExecutionsResponse\"\a\xe0\xab\x19\x01\x90\x02\x01\x12l\n" +
 	"\fGetExecution\x12(.cronmesh.history.v1.GetExecutionRequest\x1a).cronmesh.history.v1.GetExecutionResponse\"\a\xe0\xab\x19\x01\x90\x02\x01\x12i\n" +

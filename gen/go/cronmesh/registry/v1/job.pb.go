@@ -39,8 +39,9 @@ const (
 	// recorded SKIPPED, with the running execution's id in the reason.
 	OverlapPolicy_OVERLAP_POLICY_SKIP OverlapPolicy = 2
 	// A slot that finds an execution in progress waits for it to end
-	// (succeeded, dead-lettered, cancelled or past its deadline), then
-	// runs; at most one waits, and a slot that finds one waiting is SKIPPED.
+	// (succeeded, dead-lettered, cancelled or past its deadline), recorded
+	// BUFFERED meanwhile, then runs; at most one waits, and a slot that
+	// finds one waiting is SKIPPED.
 	OverlapPolicy_OVERLAP_POLICY_BUFFER_ONE OverlapPolicy = 3
 	// A slot that finds an execution in progress cancels it (its pending
 	// retries are dropped, its attempt in flight aborted: CANCELLED with the

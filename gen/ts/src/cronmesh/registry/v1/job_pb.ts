@@ -631,8 +631,9 @@ export enum OverlapPolicy {
 
   /**
    * A slot that finds an execution in progress waits for it to end
-   * (succeeded, dead-lettered, cancelled or past its deadline), then
-   * runs; at most one waits, and a slot that finds one waiting is SKIPPED.
+   * (succeeded, dead-lettered, cancelled or past its deadline), recorded
+   * BUFFERED meanwhile, then runs; at most one waits, and a slot that
+   * finds one waiting is SKIPPED.
    *
    * @generated from enum value: OVERLAP_POLICY_BUFFER_ONE = 3;
    */
