@@ -201,11 +201,19 @@ func jobsRunSetup(fs *flag.FlagSet) func(context.Context, *session, []string) er
 	body := fs.String("body", "", "this run only: send this body instead of the job's")
 	headers := keyValues{}
 	fs.Var(&headers, "header", "this run only: add or replace a header, K=V (repeatable; credential headers stay secret)")
+	overlap := fs.String("overlap-policy", "", "this run only: "+overlapPolicyUsage+" (default: the job's)")
 	return func(ctx context.Context, s *session, args []string) error {
 		if err := exactArgs(args, "ID"); err != nil {
 			return err
 		}
 		req := &registryv1.RunJobRequest{Id: args[0], RequestId: *requestID, HeadersOverride: headers}
+		if *overlap != "" {
+			p, err := parseOverlapPolicy(*overlap)
+			if err != nil {
+				return err
+			}
+			req.OverlapPolicy = p
+		}
 		if *targetURL != "" {
 			// The override is the job's target with another URL: read
 			// (secret header values come back empty and the registry
@@ -316,6 +324,7 @@ func printJob(s *session, j *registryv1.Job, next []*timestamppb.Timestamp) erro
 			{"target", targetText(j.GetTarget())},
 			{"paused", strconv.FormatBool(j.GetPaused())},
 			{"priority", strings.TrimPrefix(j.GetPriority().String(), "PRIORITY_")},
+			{"overlap policy", overlapPolicyText(j.GetOverlapPolicy())},
 			{"version", strconv.FormatInt(j.GetVersion(), 10)},
 			{"etag", j.GetEtag()},
 			{"updated", timeText(j.GetUpdateTime())},
