@@ -35,7 +35,8 @@ type Slot struct {
 }
 
 // New is the first attempt's request for slot of job. It carries the job's
-// namespace, target, retry policy, priority, display name and labels, so
+// namespace, target, retry policy, overlap policy, priority, display name
+// and labels, so
 // that the dispatcher, the history and the alerting need not read the
 // registry to deliver and describe it, and the execution's deadlines
 // (execution_deadline from the nominal time; the next slot's firing time
@@ -60,6 +61,7 @@ func New(job *registryv1.Job, slot Slot) *dispatchv1.DispatchRequest {
 		// what of the job it did not take from the stored definition.
 		RerunOfExecutionId: slot.RerunOf,
 		OverriddenFields:   slot.Overridden,
+		OverlapPolicy:      job.GetOverlapPolicy(),
 	}
 	if d := job.GetExecutionDeadline(); d != nil {
 		req.DeadlineTime = timestamppb.New(deadlineBase(slot).Add(d.AsDuration()))

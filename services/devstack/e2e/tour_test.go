@@ -119,6 +119,9 @@ func TestTour(t *testing.T) {
 		require.Regexp(t, `path=/tick status=200 webhook_id=\S+ idempotency_key=\S+`, out[1], "devecho logged the delivery with its headers")
 		require.Regexp(t, `nominal_time=\d{4}-\d\d-\d\dT[0-9:]+Z attempt=1 trigger_kind=scheduled`, out[1], "devecho logged the slot headers")
 		require.Regexp(t, `body="\{\\"kind\\":\\"tick\\",\\"slot\\":\\"\d{4}-\d\d-\d\dT[0-9:]+Z\\"\}"`, out[1], "the body template was rendered")
+		// The SKIP job: a slot skipped while the slow one ran.
+		require.Contains(t, out[1], "EXECUTION_STATUS_SKIPPED")
+		require.Regexp(t, `"reason": "skipped: execution [0-9a-f-]{36} of this job is still in progress"`, out[1])
 
 		// Block 3: dead letter, incident, notification, redrive, resolution.
 		require.Contains(t, out[2], `"deadLetters"`)

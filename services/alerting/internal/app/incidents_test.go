@@ -226,3 +226,59 @@ func TestChannelDownGetsNotificationLater(t *testing.T) {
 	require.Len(t, smtp.Messages(), 1)
 	require.Equal(t, incs[0].Id, rcv.received()[0].Payload.Incident.ID)
 }
+
+// TestSkippedExecutionsAndConsecutiveFailures: an execution skipped by its
+// overlap policy is neither a failure nor a success for a consecutive
+// failures rule, unless the rule counts skipped executions: then it is a
+// failure.
+func TestSkippedExecutionsAndConsecutiveFailures(t *testing.T) {
+	t.Parallel()
+	a := startAlerting(t)
+	rcv := startReceiver(t)
+	smtp := smtptest.Start(t)
+	counting := failuresRule(2)
+	counting.Selector = &alertingv1.JobSelector{Labels: map[string]string{"team": "counts"}}
+	counting.GetConsecutiveFailures().CountSkipped = true
+	counting = setupRule(t, a, rcv, smtp, counting)
+	plain := failuresRule(2)
+	plain.Selector = &alertingv1.JobSelector{Labels: map[string]string{"team": "plain"}}
+	setupRule(t, a, rcv, smtp, plain)
+	got, err := a.client(keyAlpha).GetRule(context.Background(), connect.NewRequest(&alertingv1.GetRuleRequest{Id: counting.Id}))
+	require.NoError(t, err)
+	require.True(t, got.Msg.Rule.GetConsecutiveFailures().GetCountSkipped())
+
+	t0 := time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC)
+	slot := func(n int) time.Time { return t0.Add(time.Duration(n) * time.Minute) }
+	skip := func(job string, labels map[string]string, n int) *eventsv1.ExecutionEvent {
+		ev := exec(job, labels, n, eventsv1.ExecutionEventKind_EXECUTION_EVENT_KIND_SKIPPED, slot(n))
+		ev.Attempt = 0
+		ev.Reason = "skipped: execution exe-" + job + "-1 of this job is still in progress"
+		return ev
+	}
+	counts, plainLabels := map[string]string{"team": "counts"}, map[string]string{"team": "plain"}
+
+	// The plain rule's job fails, is skipped, fails: two failures in a row
+	// (the skip neither counts nor breaks the streak). Its events go first,
+	// so that the counting rule's incident below is evaluated after them.
+	a.publishExecutions(t, exec("job-p", plainLabels, 1, failed, slot(1)), skip("job-p", plainLabels, 2))
+	s2 := skip("job-c", counts, 2)
+	a.publishExecutions(t, exec("job-c", counts, 1, failed, slot(1)), s2)
+	a.waitEvaluated(t, s2)
+	incs := a.incidents(t, "job-c")
+	require.Len(t, incs, 1)
+	require.Equal(t, "2 executions in a row failed or were skipped", incs[0].Summary)
+	require.Equal(t, slot(2), incs[0].SlotTime.AsTime())
+	require.Empty(t, a.incidents(t, "job-p"), "one failure and a skip are not two failures")
+	// The missed-schedule watchdog counts a skipped slot as seen: the
+	// trigger fired it.
+	var seen time.Time
+	require.NoError(t, a.app.Pool().QueryRow(context.Background(), `SELECT seen_through FROM jobs WHERE id = 'job-c'`).Scan(&seen))
+	require.Equal(t, slot(2), seen.UTC())
+
+	f3 := exec("job-p", plainLabels, 3, failed, slot(3))
+	a.publishExecutions(t, f3)
+	a.waitEvaluated(t, f3)
+	incs = a.incidents(t, "job-p")
+	require.Len(t, incs, 1)
+	require.Equal(t, "2 executions in a row failed", incs[0].Summary)
+}

@@ -33,6 +33,9 @@ type Rule struct {
 	Labels map[string]string
 	// Count is the ConsecutiveFailures threshold.
 	Count int
+	// CountSkipped: a ConsecutiveFailures rule counts the executions an
+	// overlap policy skipped as failures.
+	CountSkipped bool
 	// Tolerance is how late a MissedSchedule slot may fire.
 	Tolerance time.Duration
 	// Within is the NoSuccess window.
@@ -60,6 +63,7 @@ func Compile(namespace, id string, p *alertingv1.Rule, created time.Time) *Rule 
 	switch c := p.GetCondition().(type) {
 	case *alertingv1.Rule_ConsecutiveFailures:
 		r.Kind, r.Count = ConsecutiveFailures, int(c.ConsecutiveFailures.GetCount())
+		r.CountSkipped = c.ConsecutiveFailures.GetCountSkipped()
 	case *alertingv1.Rule_MissedSchedule:
 		r.Kind, r.Tolerance = MissedSchedule, c.MissedSchedule.GetTolerance().AsDuration()
 	case *alertingv1.Rule_DeadLettered:

@@ -45,6 +45,10 @@ const (
 	outcomeMissed
 	// outcomeFired: the first attempt of a scheduled slot started.
 	outcomeFired
+	// outcomeSkipped: the execution's overlap policy skipped it; a failure
+	// for the consecutive-failure rules that count skipped executions,
+	// nothing for the others.
+	outcomeSkipped
 )
 
 func classify(ev *eventsv1.ExecutionEvent) outcome {
@@ -59,6 +63,8 @@ func classify(ev *eventsv1.ExecutionEvent) outcome {
 		return outcomeDead
 	case eventsv1.ExecutionEventKind_EXECUTION_EVENT_KIND_MISSED:
 		return outcomeMissed
+	case eventsv1.ExecutionEventKind_EXECUTION_EVENT_KIND_SKIPPED:
+		return outcomeSkipped
 	case eventsv1.ExecutionEventKind_EXECUTION_EVENT_KIND_STARTED:
 		if ev.GetAttempt() <= 1 && scheduled(ev) {
 			return outcomeFired
@@ -127,12 +133,12 @@ func (s *Store) ApplyExecutions(ctx context.Context, events []*eventsv1.Executio
 			continue
 		}
 		matched := set.Matching(ev.GetNamespace(), ev.GetJobId(), ev.GetJobLabels())
-		if len(matched) == 0 {
+		if len(matched) == 0 || (out == outcomeSkipped && !slices.ContainsFunc(matched, countsSkipped)) {
 			continue
 		}
 		it := item{ev: ev, out: out, rules: matched, nominal: ev.GetNominalTime().AsTime()}
 		switch out {
-		case outcomeFailure, outcomeDead, outcomeMissed:
+		case outcomeFailure, outcomeDead, outcomeMissed, outcomeSkipped:
 			it.opens = true
 		case outcomeFired:
 			it.opens = lateByAny(matched, lateness(ev))
@@ -241,6 +247,10 @@ func markJobs(ctx context.Context, tx pgx.Tx, marks map[string]*jobMark, now tim
 	return nil
 }
 
+// countsSkipped reports a consecutive-failure rule that counts skipped
+// executions as failures.
+func countsSkipped(r *rules.Rule) bool { return r.Kind == rules.ConsecutiveFailures && r.CountSkipped }
+
 func lateByAny(rs []*rules.Rule, late time.Duration) bool {
 	for _, r := range rs {
 		if r.Kind == rules.MissedSchedule && late > r.Tolerance {
@@ -256,7 +266,7 @@ func dedupe(ctx context.Context, tx pgx.Tx, items []item, now time.Time, res *Re
 	var attempts []int32
 	var kinds []int16
 	var nominals []time.Time
-	var failed []bool
+	var failed, skipped []bool
 	for _, it := range items {
 		if !it.opens {
 			continue
@@ -267,17 +277,18 @@ func dedupe(ctx context.Context, tx pgx.Tx, items []item, now time.Time, res *Re
 		jobs = append(jobs, it.ev.GetJobId())
 		nominals = append(nominals, it.nominal)
 		failed = append(failed, it.out == outcomeFailure || it.out == outcomeDead)
+		skipped = append(skipped, it.out == outcomeSkipped)
 	}
 	if len(ids) == 0 {
 		return items, nil
 	}
 	rows, err := tx.Query(ctx, `
-		INSERT INTO execution_events (execution_id, attempt, kind, job_id, nominal_time, failed, seen_time)
-		SELECT e.id, e.attempt, e.kind, e.job, e.nominal, e.failed, $7
-		FROM unnest($1::text[], $2::int[], $3::smallint[], $4::text[], $5::timestamptz[], $6::bool[])
-		     AS e(id, attempt, kind, job, nominal, failed)
+		INSERT INTO execution_events (execution_id, attempt, kind, job_id, nominal_time, failed, skipped, seen_time)
+		SELECT e.id, e.attempt, e.kind, e.job, e.nominal, e.failed, e.skipped, $8
+		FROM unnest($1::text[], $2::int[], $3::smallint[], $4::text[], $5::timestamptz[], $6::bool[], $7::bool[])
+		     AS e(id, attempt, kind, job, nominal, failed, skipped)
 		ON CONFLICT DO NOTHING
-		RETURNING execution_id, attempt, kind`, ids, attempts, kinds, jobs, nominals, failed, now)
+		RETURNING execution_id, attempt, kind`, ids, attempts, kinds, jobs, nominals, failed, skipped, now)
 	if err != nil {
 		return nil, fmt.Errorf("record events: %w", err)
 	}
@@ -367,7 +378,7 @@ func (s *Store) evaluate(ctx context.Context, tx pgx.Tx, items []item, now time.
 			if cur, ok := lastSuccess[job]; !ok || it.nominal.After(cur.nominal) {
 				lastSuccess[job] = success{it.nominal, it.ev}
 			}
-		case outcomeFailure, outcomeDead:
+		case outcomeFailure, outcomeDead, outcomeSkipped:
 			if cur, ok := failing[job]; !ok || it.nominal.After(cur.GetNominalTime().AsTime()) {
 				failing[job] = it.ev
 			}
@@ -425,24 +436,47 @@ func (s *Store) evaluate(ctx context.Context, tx pgx.Tx, items []item, now time.
 		// long a job keeps failing. (Counting DISTINCT execution_id read
 		// every failure since the last success: in a storm of jobs that
 		// never recover, each batch got slower than the last.)
+		// The second count, failures and skipped executions together, is
+		// made only when a rule of the batch counts skipped ones.
+		withSkipped := false
+		for _, it := range items {
+			withSkipped = withSkipped || slices.ContainsFunc(it.rules, countsSkipped)
+		}
 		rows, err := tx.Query(ctx, `
 			SELECT f.id, (SELECT count(*) FROM (
 			        SELECT DISTINCT e.nominal_time FROM execution_events e
 			        WHERE e.job_id = f.id AND e.failed
 			          AND e.nominal_time > coalesce(j.last_success_nominal, '-infinity')
 			        ORDER BY e.nominal_time DESC
-			        LIMIT $2) c)
-			FROM unnest($1::text[]) AS f(id) LEFT JOIN jobs j ON j.id = f.id`, ids, maxCount(items))
+			        LIMIT $2) c),
+			    CASE WHEN $3 THEN (SELECT count(*) FROM (
+			        SELECT e.nominal_time FROM execution_events e
+			        WHERE e.job_id = f.id AND e.failed
+			          AND e.nominal_time > coalesce(j.last_success_nominal, '-infinity')
+			        UNION
+			        SELECT e.nominal_time FROM execution_events e
+			        WHERE e.job_id = f.id AND e.skipped
+			          AND e.nominal_time > coalesce(j.last_success_nominal, '-infinity')
+			        ORDER BY nominal_time DESC
+			        LIMIT $2) c) ELSE 0 END
+			FROM unnest($1::text[]) AS f(id) LEFT JOIN jobs j ON j.id = f.id`, ids, maxCount(items), withSkipped)
 		if err != nil {
 			return fmt.Errorf("count failures: %w", err)
 		}
 		var job string
-		var n int
-		if _, err := pgx.ForEachRow(rows, []any{&job, &n}, func() error {
+		var nFailed, nAny int
+		if _, err := pgx.ForEachRow(rows, []any{&job, &nFailed, &nAny}, func() error {
 			ev := failing[job]
 			for _, r := range ruleList(items, job) {
-				if r.Kind == rules.ConsecutiveFailures && n >= r.Count {
-					opens = append(opens, openReq{r, ev, ev.GetNominalTime().AsTime(), fmt.Sprintf("%d executions in a row failed", n)})
+				if r.Kind != rules.ConsecutiveFailures {
+					continue
+				}
+				n, what := nFailed, "failed"
+				if r.CountSkipped {
+					n, what = nAny, "failed or were skipped"
+				}
+				if n >= r.Count {
+					opens = append(opens, openReq{r, ev, ev.GetNominalTime().AsTime(), fmt.Sprintf("%d executions in a row %s", n, what)})
 				}
 			}
 			return nil

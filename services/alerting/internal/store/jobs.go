@@ -554,7 +554,7 @@ func (s *Store) Prune(ctx context.Context, before time.Time, limit int) (events,
 	tag, err := s.pool.Exec(ctx, `
 		DELETE FROM execution_events WHERE ctid IN (
 		    SELECT e.ctid FROM execution_events e LEFT JOIN jobs j ON j.id = e.job_id
-		    WHERE e.seen_time < $1 AND (NOT e.failed OR e.nominal_time <= j.last_success_nominal)
+		    WHERE e.seen_time < $1 AND (NOT (e.failed OR e.skipped) OR e.nominal_time <= j.last_success_nominal)
 		    LIMIT $2)`, before, limit)
 	if err != nil {
 		return 0, 0, fmt.Errorf("prune events: %w", err)

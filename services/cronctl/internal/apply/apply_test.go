@@ -137,6 +137,24 @@ target:
 	require.Equal(t, registryv1.BodyFormat_BODY_FORMAT_TEMPLATE, specs[1].Job.GetTarget().GetAmqp().GetBodyFormat())
 }
 
+// TestParseOverlapPolicy: apply -f carries the overlap policy, by its
+// enum name.
+func TestParseOverlapPolicy(t *testing.T) {
+	t.Parallel()
+	specs, err := Parse("job.yaml", []byte(`
+displayName: nightly
+overlapPolicy: OVERLAP_POLICY_BUFFER_ONE
+`))
+	require.NoError(t, err)
+	require.Len(t, specs, 1)
+	require.Equal(t, registryv1.OverlapPolicy_OVERLAP_POLICY_BUFFER_ONE, specs[0].Job.GetOverlapPolicy())
+	var names []string
+	for _, fd := range specs[0].Fields {
+		names = append(names, string(fd.Name()))
+	}
+	require.Equal(t, []string{"display_name", "overlap_policy"}, names)
+}
+
 // TestParseDeadline: apply -f carries the execution deadline fields.
 func TestParseDeadline(t *testing.T) {
 	t.Parallel()

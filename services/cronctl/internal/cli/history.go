@@ -36,6 +36,8 @@ var statusNames = map[string]historyv1.ExecutionStatus{
 	"dead":      historyv1.ExecutionStatus_EXECUTION_STATUS_DEAD,
 	"cancelled": historyv1.ExecutionStatus_EXECUTION_STATUS_CANCELLED,
 	"missed":    historyv1.ExecutionStatus_EXECUTION_STATUS_MISSED,
+	"skipped":   historyv1.ExecutionStatus_EXECUTION_STATUS_SKIPPED,
+	"buffered":  historyv1.ExecutionStatus_EXECUTION_STATUS_BUFFERED,
 }
 
 // triggerNames are the trigger kinds as cronctl spells them.
@@ -55,7 +57,7 @@ func parseStatuses(values []string) ([]historyv1.ExecutionStatus, error) {
 			name = strings.ToLower(strings.TrimSpace(name))
 			s, ok := statusNames[name]
 			if !ok {
-				return nil, usagef("--status %q: want running, succeeded, retrying, failed, dead, cancelled or missed", name)
+				return nil, usagef("--status %q: want running, succeeded, retrying, failed, dead, cancelled, missed, skipped or buffered", name)
 			}
 			out = append(out, s)
 		}
@@ -130,7 +132,7 @@ func orDash(s string) string {
 func historyListSetup(fs *flag.FlagSet) func(context.Context, *session, []string) error {
 	job := fs.String("job", "", "only this job's executions")
 	var statuses, triggers stringList
-	fs.Var(&statuses, "status", "only executions in this status: running, succeeded, retrying, failed, dead, cancelled, missed (repeatable or comma-separated)")
+	fs.Var(&statuses, "status", "only executions in this status: running, succeeded, retrying, failed, dead, cancelled, missed, skipped, buffered (repeatable or comma-separated)")
 	fs.Var(&triggers, "trigger", "only executions fired this way: scheduled, manual, backfill, catch-up (repeatable or comma-separated)")
 	since := fs.String("since", "", "only nominal times at or after this: RFC 3339, or a duration ago (24h)")
 	until := fs.String("until", "", "only nominal times before this: RFC 3339, or a duration ago")
@@ -285,6 +287,7 @@ func historyStatsSetup(fs *flag.FlagSet) func(context.Context, *session, []strin
 				{"succeeded", strconv.FormatInt(st.GetSuccesses(), 10)},
 				{"failed", strconv.FormatInt(st.GetFailures(), 10)},
 				{"missed", strconv.FormatInt(st.GetMissed(), 10)},
+				{"skipped", strconv.FormatInt(st.GetSkipped(), 10)},
 				{"success rate", successRate(st.GetSuccesses(), st.GetRuns())},
 				{"duration p50", durationText(st.GetDurationP50())},
 				{"duration p95", durationText(st.GetDurationP95())},

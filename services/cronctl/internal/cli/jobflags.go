@@ -100,6 +100,7 @@ type jobFlags struct {
 	priority             string
 	executionDeadline    time.Duration
 	stopAtNextSlot       optionalBool
+	overlapPolicy        string
 }
 
 // optionalBool is a boolean flag that knows whether it was given, so that
@@ -134,6 +135,29 @@ func (f *jobFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.priority, "priority", "", "high, normal or low")
 	fs.DurationVar(&f.executionDeadline, "execution-deadline", 0, "no attempt starts this long after the slot's nominal time; the execution is dead-lettered \"deadline exceeded\" (1s to 168h, at least the attempt timeout)")
 	fs.Var(&f.stopAtNextSlot, "stop-retries-at-next-slot", "no retry starts once the job's next slot fires (scheduled and catch-up slots)")
+	fs.StringVar(&f.overlapPolicy, "overlap-policy", "", overlapPolicyUsage+" (default allow)")
+}
+
+// overlapPolicyUsage describes --overlap-policy.
+const overlapPolicyUsage = "what a slot does while an execution of the job is in progress: allow (runs too), skip (recorded SKIPPED), buffer-one (waits; one at most), cancel-other (cancels the running one)"
+
+// parseOverlapPolicy reads --overlap-policy: allow, skip, buffer-one or
+// cancel-other (any case, "_" for "-").
+func parseOverlapPolicy(s string) (registryv1.OverlapPolicy, error) {
+	name := "OVERLAP_POLICY_" + strings.ToUpper(strings.ReplaceAll(s, "-", "_"))
+	p, ok := registryv1.OverlapPolicy_value[name]
+	if !ok || p == 0 {
+		return 0, usagef("--overlap-policy %q: want allow, skip, buffer-one or cancel-other", s)
+	}
+	return registryv1.OverlapPolicy(p), nil
+}
+
+// overlapPolicyText is the policy as --overlap-policy spells it.
+func overlapPolicyText(p registryv1.OverlapPolicy) string {
+	if p == registryv1.OverlapPolicy_OVERLAP_POLICY_UNSPECIFIED {
+		return "allow"
+	}
+	return strings.ReplaceAll(strings.ToLower(strings.TrimPrefix(p.String(), "OVERLAP_POLICY_")), "_", "-")
 }
 
 // bodyAndFormat is the body --body or --body-template gives (at most one
@@ -231,6 +255,13 @@ func (f *jobFlags) apply(job *registryv1.Job) ([]string, error) {
 	}
 	if f.stopAtNextSlot.set {
 		job.StopRetriesAtNextSlot, paths = f.stopAtNextSlot.value, append(paths, "stop_retries_at_next_slot")
+	}
+	if f.overlapPolicy != "" {
+		p, err := parseOverlapPolicy(f.overlapPolicy)
+		if err != nil {
+			return nil, err
+		}
+		job.OverlapPolicy, paths = p, append(paths, "overlap_policy")
 	}
 	return paths, nil
 }

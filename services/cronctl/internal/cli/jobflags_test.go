@@ -3,6 +3,7 @@ package cli
 import (
 	"flag"
 	"io"
+	"strings"
 	"testing"
 	"time"
 
@@ -87,6 +88,44 @@ func TestDeadlineFlags(t *testing.T) {
 			if len(tt.args) > 0 {
 				require.Equal(t, tt.stop, job.StopRetriesAtNextSlot)
 			}
+		})
+	}
+}
+
+// TestOverlapPolicyFlag: --overlap-policy sets the field and its mask path;
+// a wrong value is a usage error naming the choices.
+func TestOverlapPolicyFlag(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		value string
+		want  registryv1.OverlapPolicy
+		ok    bool
+	}{
+		{"allow", registryv1.OverlapPolicy_OVERLAP_POLICY_ALLOW, true},
+		{"skip", registryv1.OverlapPolicy_OVERLAP_POLICY_SKIP, true},
+		{"buffer-one", registryv1.OverlapPolicy_OVERLAP_POLICY_BUFFER_ONE, true},
+		{"CANCEL_OTHER", registryv1.OverlapPolicy_OVERLAP_POLICY_CANCEL_OTHER, true},
+		{"unspecified", 0, false},
+		{"forbid", 0, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.value, func(t *testing.T) {
+			t.Parallel()
+			var f jobFlags
+			fs := flag.NewFlagSet("update", flag.ContinueOnError)
+			fs.SetOutput(io.Discard)
+			f.register(fs)
+			require.NoError(t, fs.Parse([]string{"--overlap-policy", tt.value}))
+			job := &registryv1.Job{}
+			paths, err := f.apply(job)
+			if !tt.ok {
+				require.ErrorContains(t, err, "want allow, skip, buffer-one or cancel-other")
+				return
+			}
+			require.NoError(t, err)
+			require.Equal(t, []string{"overlap_policy"}, paths)
+			require.Equal(t, tt.want, job.OverlapPolicy)
+			require.Equal(t, strings.ReplaceAll(strings.ToLower(tt.value), "_", "-"), overlapPolicyText(job.OverlapPolicy))
 		})
 	}
 }

@@ -200,6 +200,7 @@ func jobsRunSetup(fs *flag.FlagSet) func(context.Context, *session, []string) er
 	requestID := fs.String("request-id", "", "idempotency key: repeating the call fires once")
 	var o overrideFlags
 	o.register(fs)
+	overlap := fs.String("overlap-policy", "", "this run only: "+overlapPolicyUsage+" (default: the job's)")
 	return func(ctx context.Context, s *session, args []string) error {
 		if err := exactArgs(args, "ID"); err != nil {
 			return err
@@ -208,6 +209,11 @@ func jobsRunSetup(fs *flag.FlagSet) func(context.Context, *session, []string) er
 		var err error
 		if req.TargetOverride, req.BodyOverride, req.HeadersOverride, err = o.overrides(ctx, s, fs, args[0]); err != nil {
 			return err
+		}
+		if *overlap != "" {
+			if req.OverlapPolicy, err = parseOverlapPolicy(*overlap); err != nil {
+				return err
+			}
 		}
 		resp, err := s.jobs.RunJob(ctx, connect.NewRequest(req))
 		if err != nil {
@@ -382,6 +388,7 @@ func printJob(s *session, j *registryv1.Job, next []*timestamppb.Timestamp) erro
 			{"target", targetText(j.GetTarget())},
 			{"paused", strconv.FormatBool(j.GetPaused())},
 			{"priority", strings.TrimPrefix(j.GetPriority().String(), "PRIORITY_")},
+			{"overlap policy", overlapPolicyText(j.GetOverlapPolicy())},
 			{"version", strconv.FormatInt(j.GetVersion(), 10)},
 			{"etag", j.GetEtag()},
 			{"updated", timeText(j.GetUpdateTime())},

@@ -65,6 +65,7 @@ func backfillSetup(fs *flag.FlagSet) func(context.Context, *session, []string) e
 	from := fs.String("from", "", "first nominal time (inclusive): RFC 3339, or a duration ago (24h); required")
 	to := fs.String("to", "", "last nominal time (inclusive): RFC 3339, or a duration ago (default now)")
 	rate := fs.Int("rate", 0, "slots fired per second, 1 to 1000 (default: the trigger's, 100)")
+	overlap := fs.String("overlap-policy", "", "the backfill's executions: "+overlapPolicyUsage+" (default: the job's)")
 	return func(ctx context.Context, s *session, args []string) error {
 		if err := exactArgs(args, "JOB_ID"); err != nil {
 			return err
@@ -78,6 +79,11 @@ func backfillSetup(fs *flag.FlagSet) func(context.Context, *session, []string) e
 		now := s.now()
 		req := &triggerv1.BackfillJobRequest{JobId: args[0], Rate: int32(*rate)}
 		var err error
+		if *overlap != "" {
+			if req.OverlapPolicy, err = parseOverlapPolicy(*overlap); err != nil {
+				return err
+			}
+		}
 		if req.StartTime, err = parseTimeArg("from", *from, now); err != nil {
 			return err
 		}

@@ -340,6 +340,7 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger, opts ...Option) (
 		Deliverer:          deliverer,
 		Checks:             a.store,
 		Cancels:            a.cancels,
+		Overlap:            a.store,
 		DispatchExchange:   cfg.DispatchExchange,
 		DispatchQueue:      cfg.DispatchQueue,
 		RetryExchange:      cfg.RetryExchange,

@@ -28,6 +28,10 @@ type metrics struct {
 	unrecorded       prometheus.Gauge
 	unrecordedDrops  prometheus.Counter
 	batchRequests    prometheus.Histogram
+	overlap          *prometheus.CounterVec
+	overlapErrors    prometheus.Counter
+	promoted         prometheus.Counter
+	staleReleases    prometheus.Counter
 	all              []prometheus.Collector
 }
 
@@ -78,7 +82,7 @@ func newMetrics() metrics {
 		}),
 		publishFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "publish_failures_total",
-			Help: "Publishes that failed (the dispatch message is requeued), by what was published: retry, dead, events.",
+			Help: "Publishes that failed (the dispatch message is requeued), by what was published: retry, dead, events, promoted.",
 		}, []string{"what"}),
 		poison: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "poison_messages_total",
@@ -117,10 +121,26 @@ func newMetrics() metrics {
 			Help:    "Dispatch requests per packed broker message (the trigger's relay packs the requests it publishes together).",
 			Buckets: []float64{2, 4, 8, 16, 32, 64, 128},
 		}),
+		overlap: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "overlap_decisions_total",
+			Help: "First attempts of executions with an overlap policy other than ALLOW, by what the policy made of them: admitted, skipped, buffered, already_buffered, cancelled_other.",
+		}, []string{"decision"}),
+		overlapErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "overlap_errors_total",
+			Help: "Overlap policy checks (the request is requeued) and releases (retried by the sweep) that failed.",
+		}),
+		promoted: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "overlap_promoted_published_total",
+			Help: "Buffered executions published to the dispatch exchange once the execution they waited for ended (a republish by the sweep counts again).",
+		}),
+		staleReleases: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "overlap_stale_releases_total",
+			Help: "Active executions released by the sweep because they held their job past their bound (their end was never seen).",
+		}),
 	}
 	m.all = []prometheus.Collector{m.deliveries, m.duration, m.startDelay, m.inFlight, m.retries, m.deadLetters, m.cancelled, m.deadlineExceeded,
 		m.events, m.eventBatches, m.publishFailures, m.poison, m.cancelErrors, m.requeued, m.duplicates, m.lookUpsSkipped, m.recordErrors,
-		m.unrecorded, m.unrecordedDrops, m.batchRequests}
+		m.unrecorded, m.unrecordedDrops, m.batchRequests, m.overlap, m.overlapErrors, m.promoted, m.staleReleases}
 	return m
 }
 

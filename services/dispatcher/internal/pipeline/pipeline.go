@@ -120,6 +120,18 @@ type Options struct {
 	// RecordRetryInterval is how often held completions are recorded
 	// again. Default DefaultRecordRetryInterval.
 	RecordRetryInterval time.Duration
+	// Overlap, if non-nil, enforces the executions' overlap policies: the
+	// first attempt of an execution whose policy is not ALLOW is admitted,
+	// skipped (a SKIPPED event, recorded completed), buffered or cancels
+	// the job's execution in progress (through Cancels), and the final
+	// outcome of such an execution releases its job (see overlap.go). A
+	// check that fails requeues the request. Nil enforces nothing: every
+	// execution runs as ALLOW.
+	Overlap Overlap
+	// OverlapSweepInterval is how often the overlap state is swept (stale
+	// holds released, unconfirmed promotions published again, failed
+	// releases retried). Default DefaultOverlapSweepInterval.
+	OverlapSweepInterval time.Duration
 
 	// Broker names. Defaults: the Default* constants.
 	DispatchExchange   string
@@ -202,6 +214,7 @@ type Pipeline struct {
 	checks    *batcher[*checkQuery]
 	records   *batcher[store.CompletedAttempt]
 	held      *unrecorded
+	releases  refSet
 	ready     chan struct{}
 	readyOnce sync.Once
 }
@@ -224,7 +237,7 @@ func New(opts Options) (*Pipeline, error) {
 		return nil, errors.New("pipeline: Deliverer is required")
 	case opts.Prefetch < 0 || opts.Workers.High < 0 || opts.Workers.Normal < 0 || opts.Workers.Low < 0 ||
 		opts.EventBatch < 0 || opts.EventPublishers < 0 || opts.DrainTimeout < 0 || opts.PublishTimeout < 0 ||
-		opts.CancelTimeout < 0 || opts.Backoff < 0 || opts.MaxBackoff < 0 || opts.UnrecordedCapacity < 0 || opts.RecordRetryInterval < 0:
+		opts.CancelTimeout < 0 || opts.Backoff < 0 || opts.MaxBackoff < 0 || opts.UnrecordedCapacity < 0 || opts.RecordRetryInterval < 0 || opts.OverlapSweepInterval < 0:
 		return nil, errors.New("pipeline: counts and durations must not be negative")
 	}
 	opts.DispatchExchange = cmp.Or(opts.DispatchExchange, DefaultDispatchExchange)
@@ -260,6 +273,7 @@ func New(opts Options) (*Pipeline, error) {
 	opts.MaxBackoff = max(cmp.Or(opts.MaxBackoff, DefaultMaxBackoff), opts.Backoff)
 	opts.UnrecordedCapacity = cmp.Or(opts.UnrecordedCapacity, DefaultUnrecordedCapacity)
 	opts.RecordRetryInterval = cmp.Or(opts.RecordRetryInterval, DefaultRecordRetryInterval)
+	opts.OverlapSweepInterval = cmp.Or(opts.OverlapSweepInterval, DefaultOverlapSweepInterval)
 	if opts.TracerProvider == nil {
 		opts.TracerProvider = noop.NewTracerProvider()
 	}
@@ -354,6 +368,9 @@ func (p *Pipeline) Run(ctx context.Context) error {
 		batchers.Go(func() { p.checks.run(batchCtx) })
 		batchers.Go(func() { p.records.run(batchCtx) })
 		batchers.Go(func() { p.recordHeld(batchCtx) })
+	}
+	if p.opts.Overlap != nil {
+		batchers.Go(func() { p.sweepOverlap(batchCtx) })
 	}
 	defer func() {
 		stopBatchers()
@@ -515,26 +532,36 @@ func (p *Pipeline) handle(ctx context.Context, priority, queue string, msg *mess
 		traceID = sc.TraceID().String()
 	}
 
-	done, isCancelled := p.precheck(ctx, req, msg.Metadata)
+	check := p.precheck(ctx, req, msg.Metadata)
 	if ctx.Err() != nil {
 		return requeueNow
 	}
 	ref := inflight.Ref{Namespace: req.Namespace, ExecutionID: req.ExecutionId}
-	isCancelled = isCancelled || p.knownCancelled(ctx, req, ref)
-	if done {
+	isCancelled := check.Cancelled || p.knownCancelled(ctx, req, ref)
+	if check.Completed {
 		// A redelivery (the relay republished it, or a dispatcher died
 		// after its consequences were confirmed but before the ack) of an
-		// attempt that completed: its target has seen it.
+		// attempt that completed: its target has seen it. If the
+		// execution is over, its job's overlap hold is released again
+		// (the first copy may have died between its record and its
+		// release; releasing what is released changes nothing).
 		p.metrics.duplicates.Inc()
 		span.SetAttributes(attribute.String("cronmesh.dispatch.outcome", "duplicate"))
+		if check.Final {
+			p.release(ctx, req)
+		}
 		return ack
 	}
 	dropCancelled := func() verdict {
 		p.metrics.cancelled.Inc()
 		span.SetAttributes(attribute.String("cronmesh.dispatch.outcome", "cancelled"))
 		wait := p.emit(ctx, newEvent(eventsv1.ExecutionEventKind_EXECUTION_EVENT_KIND_CANCELLED, req, p.opts.Clock.Now(), attemptInfo{},
-			"cancelled through CancelExecution", traceID))
-		return p.await(ctx, span, nil, wait)
+			p.cancelReason(ctx, req, "cancelled through CancelExecution"), traceID))
+		v := p.await(ctx, span, nil, wait)
+		if v == ack {
+			p.release(ctx, req)
+		}
+		return v
 	}
 	if isCancelled {
 		return dropCancelled()
@@ -542,6 +569,14 @@ func (p *Pipeline) handle(ctx context.Context, priority, queue string, msg *mess
 
 	if reason := attemptPastDeadline(req, p.opts.Clock.Now()); reason != "" {
 		return p.expired(ctx, span, req, reason, traceID)
+	}
+	if req.Attempt == 1 && p.overlapped(req) {
+		// The policy binds the first attempt only: a retry or a redrive
+		// belongs to an execution that was admitted (or is explicitly
+		// asked for).
+		if v, stop := p.admit(ctx, span, req, msg.Metadata, traceID); stop {
+			return v
+		}
 	}
 
 	// A delivery slot of the priority, held until the outcome is known:
@@ -610,11 +645,12 @@ func (p *Pipeline) handle(ctx context.Context, priority, queue string, msg *mess
 	case aborted:
 		p.metrics.cancelled.Inc()
 		span.SetAttributes(attribute.String("cronmesh.dispatch.outcome", "cancelled"))
-		cancelled := event(eventsv1.ExecutionEventKind_EXECUTION_EVENT_KIND_CANCELLED, "cancelled through CancelExecution; the attempt in flight was aborted")
-		return p.completed(ctx, req, p.await(ctx, span, nil, started, cancelled), true, now)
+		cancelled := event(eventsv1.ExecutionEventKind_EXECUTION_EVENT_KIND_CANCELLED,
+			p.cancelReason(ctx, req, "cancelled through CancelExecution")+"; the attempt in flight was aborted")
+		return p.finished(ctx, req, p.await(ctx, span, nil, started, cancelled), now)
 	case out.Result == deliver.Succeeded:
 		v := p.await(ctx, span, nil, started, event(eventsv1.ExecutionEventKind_EXECUTION_EVENT_KIND_SUCCEEDED, out.Reason))
-		return p.completed(ctx, req, v, true, now)
+		return p.finished(ctx, req, v, now)
 	case retryable:
 		span.SetAttributes(attribute.String("cronmesh.dispatch.retry_tier", tier.String()))
 		retry := info
@@ -640,7 +676,7 @@ func (p *Pipeline) handle(ctx context.Context, priority, queue string, msg *mess
 		if err == nil {
 			p.metrics.deadLetters.Inc()
 		}
-		return p.completed(ctx, req, p.await(ctx, span, err, started, failed, dead), true, now)
+		return p.finished(ctx, req, p.await(ctx, span, err, started, failed, dead), now)
 	}
 }
 
@@ -657,7 +693,7 @@ func (p *Pipeline) expired(ctx context.Context, span trace.Span, req *dispatchv1
 	if err == nil {
 		p.metrics.deadLetters.Inc()
 	}
-	return p.completed(ctx, req, p.await(ctx, span, err, dead), true, now)
+	return p.finished(ctx, req, p.await(ctx, span, err, dead), now)
 }
 
 // knownCancelled reports whether the Cancels know ref's execution
@@ -797,6 +833,11 @@ func (p *Pipeline) publishDead(ctx context.Context, req *dispatchv1.DispatchRequ
 // child, across the delay queue: RabbitMQ keeps a message's headers when
 // it dead-letters it), and waits for its confirm.
 func (p *Pipeline) publish(ctx context.Context, topic, id string, body []byte) error {
+	return p.publishWith(ctx, topic, id, body, nil)
+}
+
+// publishWith is publish with headers added to the message.
+func (p *Pipeline) publishWith(ctx context.Context, topic, id string, body []byte, headers map[string]string) error {
 	exchange, key := broker.SplitRoute(topic)
 	ctx, span := p.tracer.Start(ctx, "publish "+exchange,
 		trace.WithSpanKind(trace.SpanKindProducer),
@@ -813,6 +854,9 @@ func (p *Pipeline) publish(ctx context.Context, topic, id string, body []byte) e
 	ctx, cancel := context.WithTimeout(ctx, p.opts.PublishTimeout)
 	defer cancel()
 	msg := message.NewMessage(id, body)
+	for k, v := range headers {
+		msg.Metadata.Set(k, v)
+	}
 	broker.InjectTrace(ctx, p.opts.Propagator, msg.Metadata)
 	msg.SetContext(ctx)
 	if err := p.opts.Publisher.Publish(topic, msg); err != nil {
@@ -824,20 +868,20 @@ func (p *Pipeline) publish(ctx context.Context, topic, id string, body []byte) e
 	return nil
 }
 
-// precheck asks whether req's attempt has completed and whether its
-// execution is cancelled, in one batched look-up. A failed look-up answers
-// no to both (see the package doc). A first publish of a slot's first
-// attempt skips the look-up (see mayRepeat).
-func (p *Pipeline) precheck(ctx context.Context, req *dispatchv1.DispatchRequest, md message.Metadata) (done, cancelled bool) {
+// precheck asks whether req's attempt has completed (and its execution is
+// over) and whether its execution is cancelled, in one batched look-up. A
+// failed look-up answers no to all (see the package doc). A first publish
+// of a slot's first attempt skips the look-up (see mayRepeat).
+func (p *Pipeline) precheck(ctx context.Context, req *dispatchv1.DispatchRequest, md message.Metadata) store.CheckResult {
 	if p.checks == nil {
-		return false, false
+		return store.CheckResult{}
 	}
 	if p.held.covers(req.ExecutionId, req.Attempt) {
-		return true, false
+		return store.CheckResult{Completed: true}
 	}
 	if !mayRepeat(req, md) {
 		p.metrics.lookUpsSkipped.Inc()
-		return false, false
+		return store.CheckResult{}
 	}
 	q := &checkQuery{ref: store.CheckRef{Namespace: req.Namespace, ExecutionID: req.ExecutionId, Attempt: req.Attempt}}
 	select {
@@ -845,11 +889,11 @@ func (p *Pipeline) precheck(ctx context.Context, req *dispatchv1.DispatchRequest
 		if err != nil {
 			p.metrics.cancelErrors.Inc()
 			p.logger.WarnContext(ctx, "look-up before delivery failed; delivering", slog.String("execution_id", req.ExecutionId), slog.Any("error", err))
-			return false, false
+			return store.CheckResult{}
 		}
-		return q.result.Completed, q.result.Cancelled
+		return q.result
 	case <-ctx.Done():
-		return false, false
+		return store.CheckResult{}
 	}
 }
 

@@ -638,6 +638,10 @@ type CheckResult struct {
 	Cancelled bool
 	// Completed: the attempt must not be delivered again (see Completed).
 	Completed bool
+	// Final: the execution is over (succeeded, dead, cancelled in flight
+	// or skipped), so a duplicate of it still releases its job's overlap
+	// row (the record is written before the release).
+	Final bool
 }
 
 // Check answers Cancelled and Completed for each ref in one query, the
@@ -661,19 +665,20 @@ func (s *Store) Check(ctx context.Context, refs []CheckRef) ([]CheckResult, erro
 	rows, err := s.pool.Query(ctx, `
 		SELECT u.i,
 			EXISTS (SELECT 1 FROM cancellations c WHERE c.execution_id = u.e AND c.namespace = u.ns),
-			COALESCE((SELECT d.final OR d.attempt >= u.a FROM completed_attempts d WHERE d.execution_id = u.e), false)
+			COALESCE((SELECT d.final OR d.attempt >= u.a FROM completed_attempts d WHERE d.execution_id = u.e), false),
+			COALESCE((SELECT d.final FROM completed_attempts d WHERE d.execution_id = u.e), false)
 		FROM unnest($1::int[], $2::uuid[], $3::text[], $4::int[]) AS u(i, e, ns, a)`,
 		idx, execs, namespaces, attempts)
 	if err != nil {
 		return nil, fmt.Errorf("check attempts: %w", err)
 	}
 	var (
-		i                   int32
-		cancelled, complete bool
+		i                          int32
+		cancelled, complete, final bool
 	)
-	if _, err := pgx.ForEachRow(rows, []any{&i, &cancelled, &complete}, func() error {
+	if _, err := pgx.ForEachRow(rows, []any{&i, &cancelled, &complete, &final}, func() error {
 		if i >= 0 && int(i) < len(out) {
-			out[i] = CheckResult{Cancelled: cancelled, Completed: complete}
+			out[i] = CheckResult{Cancelled: cancelled, Completed: complete, Final: final}
 		}
 		return nil
 	}); err != nil {

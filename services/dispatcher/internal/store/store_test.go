@@ -405,7 +405,7 @@ func TestCheck(t *testing.T) {
 	})
 	require.NoError(t, err)
 	require.Equal(t, []store.CheckResult{
-		{Cancelled: true}, {}, {}, {Completed: true}, {}, {Cancelled: true, Completed: true}, {},
+		{Cancelled: true}, {}, {}, {Completed: true}, {}, {Cancelled: true, Completed: true, Final: true}, {},
 	}, got)
 	got, err = s.Check(ctx, nil)
 	require.NoError(t, err)

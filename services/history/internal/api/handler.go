@@ -222,7 +222,7 @@ func (h *Handler) GetJobStats(ctx context.Context, req *connect.Request[historyv
 	}
 	h.link(st.LastRun)
 	res := &historyv1.GetJobStatsResponse{
-		LastRun: st.LastRun, Runs: st.Runs, Successes: st.Successes, Failures: st.Failures, Missed: st.Missed,
+		LastRun: st.LastRun, Runs: st.Runs, Successes: st.Successes, Failures: st.Failures, Missed: st.Missed, Skipped: st.Skipped,
 		StartTime: timestamppb.New(start), EndTime: timestamppb.New(end),
 	}
 	if st.P50 != nil {

@@ -23,6 +23,8 @@ const (
 	StatusDead      Status = 5
 	StatusCancelled Status = 6
 	StatusMissed    Status = 7
+	StatusSkipped   Status = 8
+	StatusBuffered  Status = 9
 )
 
 // Kind is a lifecycle event kind, numbered as
@@ -37,6 +39,8 @@ const (
 	KindDead      Kind = 4
 	KindCancelled Kind = 5
 	KindMissed    Kind = 6
+	KindSkipped   Kind = 7
+	KindBuffered  Kind = 8
 )
 
 // rank orders the kinds of one attempt: the row of an execution (and of an
@@ -46,7 +50,9 @@ const (
 // a FAILED whose retry it cancelled. 0 means the kind is not recorded.
 func (k Kind) rank() int16 {
 	switch k {
-	case KindStarted:
+	case KindStarted, KindBuffered:
+		// BUFFERED has attempt 0: the first attempt's STARTED, or a
+		// SKIPPED, replaces it.
 		return 1
 	case KindFailed:
 		return 2
@@ -56,12 +62,18 @@ func (k Kind) rank() int16 {
 		return 4
 	case KindDead:
 		return 5
-	case KindMissed:
+	case KindMissed, KindSkipped:
+		// Alone: no attempt was made (attempt 0).
 		return 6
 	default:
 		return 0
 	}
 }
+
+// attemptless reports the kinds of a slot that made no attempt (attempt
+// 0): a missed slot, and one its overlap policy skipped or buffered. They
+// have no attempt row.
+func (k Kind) attemptless() bool { return k == KindMissed || k == KindSkipped || k == KindBuffered }
 
 // Event is one lifecycle event, as the ingest writes it.
 type Event struct {
@@ -106,6 +118,10 @@ func (e *Event) status() Status {
 		return StatusDead
 	case KindCancelled:
 		return StatusCancelled
+	case KindSkipped:
+		return StatusSkipped
+	case KindBuffered:
+		return StatusBuffered
 	default:
 		return StatusMissed
 	}
@@ -122,7 +138,7 @@ func (e *Event) Validate() error {
 		return fmt.Errorf("execution_id %q is not a UUID", e.ExecutionID)
 	case e.NominalTime.IsZero():
 		return fmt.Errorf("event of execution %s has no nominal_time", e.ExecutionID)
-	case e.Kind != KindMissed && e.Attempt < 1:
+	case !e.Kind.attemptless() && e.Attempt < 1:
 		return fmt.Errorf("event of execution %s has attempt %d", e.ExecutionID, e.Attempt)
 	}
 	return nil
@@ -297,7 +313,7 @@ func (s *Store) Ingest(ctx context.Context, events []Event, now time.Time) (Inge
 		} else {
 			execs[k] = r
 		}
-		if e.Kind != KindMissed {
+		if !e.Kind.attemptless() {
 			ak := attemptKey{k, r.attempt}
 			if old, ok := attempts[ak]; ok {
 				attempts[ak] = merge(old, r)

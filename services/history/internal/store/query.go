@@ -243,8 +243,8 @@ func (s *Store) Get(ctx context.Context, namespace, id string) (*historyv1.Execu
 
 // Stats summarises a job's executions with nominal time in [start, end).
 type Stats struct {
-	LastRun                           *historyv1.Execution // nil when none
-	Runs, Successes, Failures, Missed int64
+	LastRun                                    *historyv1.Execution // nil when none
+	Runs, Successes, Failures, Missed, Skipped int64
 	// Percentiles of the finished executions' latest-attempt durations;
 	// nil when none finished.
 	P50, P95, P99 *time.Duration
@@ -255,15 +255,16 @@ func (s *Store) JobStats(ctx context.Context, namespace, jobID string, start, en
 	var st Stats
 	var pct []float64
 	err := s.pool.QueryRow(ctx, `
-		SELECT count(*) FILTER (WHERE status <> 7),
+		SELECT count(*) FILTER (WHERE status NOT IN (7, 8, 9)),
 		       count(*) FILTER (WHERE status = 2),
 		       count(*) FILTER (WHERE status IN (4, 5)),
 		       count(*) FILTER (WHERE status = 7),
+		       count(*) FILTER (WHERE status = 8),
 		       percentile_cont(ARRAY[0.5, 0.95, 0.99]) WITHIN GROUP (ORDER BY duration_us)
 		           FILTER (WHERE status IN (2, 4, 5) AND duration_us IS NOT NULL)
 		FROM executions
 		WHERE namespace = $1 AND job_id = $2 AND nominal_time >= $3 AND nominal_time < $4`,
-		namespace, jobID, start, end).Scan(&st.Runs, &st.Successes, &st.Failures, &st.Missed, &pct)
+		namespace, jobID, start, end).Scan(&st.Runs, &st.Successes, &st.Failures, &st.Missed, &st.Skipped, &pct)
 	if err != nil {
 		return Stats{}, fmt.Errorf("job stats: %w", err)
 	}
@@ -276,7 +277,7 @@ func (s *Store) JobStats(ctx context.Context, namespace, jobID string, start, en
 		st.P50, st.P95, st.P99 = ds[0], ds[1], ds[2]
 	}
 	rows, err := s.pool.Query(ctx, "SELECT "+executionColumns+` FROM executions
-		WHERE namespace = $1 AND job_id = $2 AND status <> 7 ORDER BY nominal_time DESC, execution_id DESC LIMIT 1`, namespace, jobID)
+		WHERE namespace = $1 AND job_id = $2 AND status NOT IN (7, 8, 9) ORDER BY nominal_time DESC, execution_id DESC LIMIT 1`, namespace, jobID)
 	if err != nil {
 		return Stats{}, fmt.Errorf("job stats: last run: %w", err)
 	}
@@ -292,5 +293,5 @@ func (s *Store) JobStats(ctx context.Context, namespace, jobID string, start, en
 
 // ValidStatus reports whether s is a status executions can have.
 func ValidStatus(s Status) bool {
-	return slices.Contains([]Status{StatusRunning, StatusSucceeded, StatusRetrying, StatusFailed, StatusDead, StatusCancelled, StatusMissed}, s)
+	return slices.Contains([]Status{StatusRunning, StatusSucceeded, StatusRetrying, StatusFailed, StatusDead, StatusCancelled, StatusMissed, StatusSkipped, StatusBuffered}, s)
 }

@@ -185,6 +185,68 @@ func TestIngestDeadAndMissed(t *testing.T) {
 	assert.Empty(t, attempts)
 }
 
+// TestIngestSkipped: a slot its overlap policy skipped is stored SKIPPED
+// with its reason and no attempt, found by status and by its reason.
+func TestIngestSkipped(t *testing.T) {
+	t.Parallel()
+	s := newStore(t, store.Options{})
+	ctx := t.Context()
+	job := uuid.NewString()
+	n := now.Add(-time.Hour)
+	id := execid.For(job, n)
+	reason := "skipped: execution 0190d6c8-6f1e-7c2a-9d51-3b8f2a4e6c10 of this job is still in progress"
+	ev := store.Event{Kind: store.KindSkipped, ExecutionID: id, JobID: job, Namespace: "ns", NominalTime: n, OccurTime: now,
+		FireTime: n, TriggerKind: 1, Reason: reason}
+	require.NoError(t, ev.Validate(), "attempt 0 is valid for a skipped slot")
+	_, err := s.Ingest(ctx, append(lifecycle("ns", job, n.Add(-time.Minute)), ev, ev), now)
+	require.NoError(t, err)
+
+	got, attempts, err := s.Get(ctx, "ns", id)
+	require.NoError(t, err)
+	assert.Equal(t, historyv1.ExecutionStatus_EXECUTION_STATUS_SKIPPED, got.GetStatus())
+	assert.Equal(t, reason, got.GetReason())
+	assert.Equal(t, n, got.GetFireTime().AsTime(), "it was fired")
+	assert.Zero(t, got.GetAttempt())
+	assert.Empty(t, attempts)
+
+	require.True(t, store.ValidStatus(store.StatusSkipped))
+	list, _, err := s.List(ctx, store.ListFilter{Namespace: "ns", Limit: 10, Statuses: []store.Status{store.StatusSkipped}})
+	require.NoError(t, err)
+	require.Len(t, list, 1)
+	assert.Equal(t, id, list[0].GetExecutionId())
+	list, _, err = s.List(ctx, store.ListFilter{Namespace: "ns", Limit: 10, Query: "still in progress"})
+	require.NoError(t, err)
+	require.Len(t, list, 1)
+	assert.Equal(t, id, list[0].GetExecutionId())
+}
+
+// TestIngestBuffered: a slot waiting for its job's execution in progress
+// is BUFFERED until its first attempt's events replace it, in any order.
+func TestIngestBuffered(t *testing.T) {
+	t.Parallel()
+	s := newStore(t, store.Options{})
+	ctx := t.Context()
+	job := uuid.NewString()
+	n := now.Add(-time.Hour)
+	id := execid.For(job, n)
+	buffered := store.Event{Kind: store.KindBuffered, ExecutionID: id, JobID: job, Namespace: "ns", NominalTime: n, OccurTime: n,
+		FireTime: n, TriggerKind: 1, Reason: "buffered: waiting for execution x of this job to end"}
+	_, err := s.Ingest(ctx, []store.Event{buffered}, now)
+	require.NoError(t, err)
+	got, attempts, err := s.Get(ctx, "ns", id)
+	require.NoError(t, err)
+	assert.Equal(t, historyv1.ExecutionStatus_EXECUTION_STATUS_BUFFERED, got.GetStatus())
+	assert.Empty(t, attempts)
+
+	started := store.Event{Kind: store.KindStarted, ExecutionID: id, JobID: job, Namespace: "ns", Attempt: 1, NominalTime: n, OccurTime: n.Add(time.Minute), TriggerKind: 1}
+	_, err = s.Ingest(ctx, []store.Event{started, buffered}, now)
+	require.NoError(t, err)
+	got, attempts, err = s.Get(ctx, "ns", id)
+	require.NoError(t, err)
+	assert.Equal(t, historyv1.ExecutionStatus_EXECUTION_STATUS_RUNNING, got.GetStatus(), "a late BUFFERED does not undo the start")
+	assert.Len(t, attempts, 1)
+}
+
 func TestNamespaceIsolation(t *testing.T) {
 	t.Parallel()
 	s := newStore(t, store.Options{})
@@ -388,6 +450,9 @@ func TestJobStats(t *testing.T) {
 	}
 	newest := now.Add(-time.Second)
 	evs = append(evs, store.Event{Kind: store.KindMissed, ExecutionID: execid.For(job, newest), JobID: job, Namespace: "ns", NominalTime: newest, OccurTime: now})
+	skippedAt := now.Add(-2 * time.Second)
+	evs = append(evs, store.Event{Kind: store.KindSkipped, ExecutionID: execid.For(job, skippedAt), JobID: job, Namespace: "ns", NominalTime: skippedAt, OccurTime: now,
+		Reason: "skipped: execution x of this job is still in progress"})
 	running := now.Add(-30 * time.Second)
 	evs = append(evs, store.Event{Kind: store.KindStarted, ExecutionID: execid.For(job, running), JobID: job, Namespace: "ns", Attempt: 1, NominalTime: running, OccurTime: now})
 	// Outside the window.
@@ -402,12 +467,13 @@ func TestJobStats(t *testing.T) {
 	assert.EqualValues(t, 100, st.Successes)
 	assert.EqualValues(t, 3, st.Failures)
 	assert.EqualValues(t, 3, st.Missed)
+	assert.EqualValues(t, 1, st.Skipped, "a skipped slot is not a run")
 	require.NotNil(t, st.P50)
 	// Over 103 durations: 1..100 ms and 3 × 1 s.
 	assert.InDelta(t, 52*time.Millisecond, *st.P50, float64(time.Millisecond))
 	assert.Equal(t, time.Second, *st.P99)
 	require.NotNil(t, st.LastRun)
-	assert.Equal(t, historyv1.ExecutionStatus_EXECUTION_STATUS_RUNNING, st.LastRun.GetStatus(), "the newest fired execution, not the newer missed slot")
+	assert.Equal(t, historyv1.ExecutionStatus_EXECUTION_STATUS_RUNNING, st.LastRun.GetStatus(), "the newest run, not the newer missed and skipped slots")
 
 	empty, err := s.JobStats(ctx, "ns", uuid.NewString(), now.Add(-time.Hour), now)
 	require.NoError(t, err)

@@ -51,7 +51,7 @@ const (
 var updatablePaths = []string{
 	"display_name", "description", "labels", "schedule", "target", "retry_policy",
 	"catch_up_window", "paused", "priority", "spread_window", "execution_deadline",
-	"stop_retries_at_next_slot", "pause_after_dead_letters",
+	"stop_retries_at_next_slot", "pause_after_dead_letters", "overlap_policy",
 }
 
 // Handler implements registryv1connect.JobServiceHandler.
@@ -434,10 +434,24 @@ func (h *Handler) RunJob(ctx context.Context, req *connect.Request[registryv1.Ru
 	reqlimit.ID(v, "id", req.Msg.Id)
 	validate.RequestID(v, "request_id", req.Msg.RequestId)
 	reqlimit.Count(v, "headers_override", len(req.Msg.HeadersOverride), targetcheck.MaxHeaders)
+	validate.OverlapPolicy(v, "overlap_policy", req.Msg.OverlapPolicy)
 	if !v.Empty() {
 		return nil, v.Err()
 	}
-	nominal, err := h.store.Run(ctx, ns, req.Msg.Id, req.Msg.RequestId, h.runOverride(req.Msg), "")
+	override := h.runOverride(req.Msg)
+	if policy := req.Msg.OverlapPolicy; policy != registryv1.OverlapPolicy_OVERLAP_POLICY_UNSPECIFIED {
+		// The run's event carries the job as this run sees it: the
+		// trigger fires the run with that job's policy.
+		targetOverride := override
+		override = func(job *registryv1.Job) ([]string, error) {
+			job.OverlapPolicy = policy
+			if targetOverride == nil {
+				return nil, nil
+			}
+			return targetOverride(job)
+		}
+	}
+	nominal, err := h.store.Run(ctx, ns, req.Msg.Id, req.Msg.RequestId, override, "")
 	if err != nil {
 		return nil, h.toConnect(ctx, "RunJob", err)
 	}

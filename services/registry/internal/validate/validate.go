@@ -124,8 +124,21 @@ func Job(v *rpcerr.Violations, targets *targetcheck.Checker, path string, job *r
 	default:
 		v.Add(p("priority"), "unknown priority %d", job.Priority)
 	}
+	if job.OverlapPolicy == registryv1.OverlapPolicy_OVERLAP_POLICY_UNSPECIFIED {
+		job.OverlapPolicy = registryv1.OverlapPolicy_OVERLAP_POLICY_ALLOW
+	} else {
+		OverlapPolicy(v, p("overlap_policy"), job.OverlapPolicy)
+	}
 	if job.Schedule != nil && job.Schedule.TimeZone == "" {
 		job.Schedule.TimeZone = jobspec.DefaultTimeZone
+	}
+}
+
+// OverlapPolicy refuses a value the enum does not name; UNSPECIFIED is
+// allowed (a job stores it as ALLOW, a run or backfill takes the job's).
+func OverlapPolicy(v *rpcerr.Violations, path string, policy registryv1.OverlapPolicy) {
+	if _, ok := registryv1.OverlapPolicy_name[int32(policy)]; !ok {
+		v.Add(path, "unknown overlap policy %d", policy)
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	registryv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1"
 	triggerv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/trigger/v1"
 	"github.com/cronmesh/cronmesh/gen/go/cronmesh/trigger/v1/triggerv1connect"
 	"github.com/cronmesh/cronmesh/libs/apikey"
@@ -138,10 +139,13 @@ func (h *Handler) BackfillJob(ctx context.Context, req *connect.Request[triggerv
 	if req.Msg.Rate < 0 || req.Msg.Rate > MaxBackfillRate {
 		v.Add("rate", "must be between 0 and 1000 slots per second")
 	}
+	if _, ok := registryv1.OverlapPolicy_name[int32(req.Msg.OverlapPolicy)]; !ok {
+		v.Add("overlap_policy", "unknown overlap policy %d", req.Msg.OverlapPolicy)
+	}
 	if err := v.Err(); err != nil {
 		return nil, err
 	}
-	res, err := h.store.Backfill(ctx, ns, req.Msg.JobId, req.Msg.StartTime.AsTime(), req.Msg.EndTime.AsTime(), int(req.Msg.Rate))
+	res, err := h.store.Backfill(ctx, ns, req.Msg.JobId, req.Msg.StartTime.AsTime(), req.Msg.EndTime.AsTime(), int(req.Msg.Rate), req.Msg.OverlapPolicy)
 	if err != nil {
 		return nil, h.toConnect(ctx, "BackfillJob", err)
 	}

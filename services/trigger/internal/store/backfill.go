@@ -9,6 +9,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
+	registryv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1"
 	"github.com/cronmesh/cronmesh/libs/outbox"
 	"github.com/cronmesh/cronmesh/services/trigger/internal/firing"
 )
@@ -53,10 +54,13 @@ type BackfillResult struct {
 // node, is a *quota.ExceededError, found before anything is written (and
 // after the checks above, so a wrong request takes no room).
 //
+// The slots' executions take the overlap policy overlap, or the job's when
+// it is OVERLAP_POLICY_UNSPECIFIED.
+//
 // On an error (including ctx ending while it waits for the rate), the
 // result counts what the committed transactions did: a retried call skips
 // those slots.
-func (s *Store) Backfill(ctx context.Context, namespace, jobID string, start, end time.Time, rate int) (BackfillResult, error) {
+func (s *Store) Backfill(ctx context.Context, namespace, jobID string, start, end time.Time, rate int, overlap registryv1.OverlapPolicy) (BackfillResult, error) {
 	var res BackfillResult
 	if end.Before(start) {
 		return res, ErrInvalidRange
@@ -104,7 +108,7 @@ func (s *Store) Backfill(ctx context.Context, namespace, jobID string, start, en
 			return res, err
 		}
 		n := min(len(slots), backfillBatch)
-		fired, err := s.backfillBatch(ctx, id, slots[:n])
+		fired, err := s.backfillBatch(ctx, id, slots[:n], overlap)
 		if err != nil {
 			return res, err
 		}
@@ -141,7 +145,7 @@ func (s *Store) pace(ctx context.Context, t0 time.Time, fired, rate int, lease *
 
 // backfillBatch records and publishes the slots the ledger does not hold and
 // returns how many.
-func (s *Store) backfillBatch(ctx context.Context, id uuid.UUID, slots []time.Time) (int, error) {
+func (s *Store) backfillBatch(ctx context.Context, id uuid.UUID, slots []time.Time, overlap registryv1.OverlapPolicy) (int, error) {
 	fired := 0
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		var (
@@ -162,6 +166,9 @@ func (s *Store) backfillBatch(ctx context.Context, id uuid.UUID, slots []time.Ti
 		job, err := decodeSpec(spec, id.String(), namespace, version, paused)
 		if err != nil {
 			return err
+		}
+		if overlap != registryv1.OverlapPolicy_OVERLAP_POLICY_UNSPECIFIED {
+			job.OverlapPolicy = overlap
 		}
 		now := micros(s.clock.Now())
 		var cols ledgerColumns

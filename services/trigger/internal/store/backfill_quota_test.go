@@ -61,7 +61,7 @@ func startBackfill(t *testing.T, s *store.Store, clk *clock.Fake, job *registryv
 	r := &running{cancel: cancel, done: make(chan error, 1)}
 	waiting := clk.Waiters()
 	go func() {
-		_, err := s.Backfill(ctx, job.Namespace, job.Id, longFrom, longTo, 100)
+		_, err := s.Backfill(ctx, job.Namespace, job.Id, longFrom, longTo, 100, 0)
 		r.done <- err
 	}()
 	for clk.Waiters() == waiting {
@@ -108,7 +108,7 @@ func TestConcurrentBackfillsBeyondTheQuotaAreRefused(t *testing.T) {
 	require.Equal(t, 2, e.runningBackfills(t, testNamespace))
 
 	short := e.everyMinute(t, testNamespace)
-	res, err := e.store.Backfill(t.Context(), testNamespace, short.Id, shortFrom, shortTo, 0)
+	res, err := e.store.Backfill(t.Context(), testNamespace, short.Id, shortFrom, shortTo, 0, 0)
 	requireExceeded(t, err, testNamespace)
 	require.Zero(t, res)
 	require.Empty(t, e.ledger(t, short.Id), "a refused backfill writes nothing")
@@ -125,13 +125,13 @@ func TestConcurrentBackfillsBeyondTheQuotaAreRefused(t *testing.T) {
 	// A backfill that ends frees its place.
 	first.stop()
 	require.Equal(t, 1, e.runningBackfills(t, testNamespace))
-	res, err = e.store.Backfill(t.Context(), testNamespace, short.Id, shortFrom, shortTo, 0)
+	res, err = e.store.Backfill(t.Context(), testNamespace, short.Id, shortFrom, shortTo, 0, 0)
 	require.NoError(t, err)
 	require.Equal(t, store.BackfillResult{Fired: 61}, res)
 	require.Equal(t, 1, e.runningBackfills(t, testNamespace), "the short backfill released its row")
 
 	// Requests that are wrong take no place and are not counted as refusals.
-	_, err = e.store.Backfill(t.Context(), testNamespace, short.Id, shortTo, shortFrom, 0)
+	_, err = e.store.Backfill(t.Context(), testNamespace, short.Id, shortTo, shortFrom, 0, 0)
 	require.ErrorIs(t, err, store.ErrInvalidRange)
 	require.Equal(t, 1.0, testutil.ToFloat64(refusals.Collector(testNamespace, store.BackfillQuota)))
 }
@@ -169,7 +169,7 @@ func TestConcurrentBackfillClaimsNeverOvershoot(t *testing.T) {
 	results := make(chan error, callers)
 	for _, job := range jobs {
 		go func() {
-			_, err := claims.Backfill(ctx, testNamespace, job.Id, longFrom, longTo, 100)
+			_, err := claims.Backfill(ctx, testNamespace, job.Id, longFrom, longTo, 100, 0)
 			results <- err
 		}()
 	}
@@ -229,10 +229,10 @@ func TestBackfillQuotaHoldsAcrossNodes(t *testing.T) {
 		FROM generate_series(1, 2)`, testNamespace, clk.Now())
 	require.NoError(t, err)
 	short := e.everyMinute(t, testNamespace)
-	_, err = e.store.Backfill(t.Context(), testNamespace, short.Id, shortFrom, shortTo, 0)
+	_, err = e.store.Backfill(t.Context(), testNamespace, short.Id, shortFrom, shortTo, 0, 0)
 	requireExceeded(t, err, testNamespace)
 	clk.Advance(time.Minute)
-	_, err = e.store.Backfill(t.Context(), testNamespace, short.Id, shortFrom, shortTo, 0)
+	_, err = e.store.Backfill(t.Context(), testNamespace, short.Id, shortFrom, shortTo, 0, 0)
 	require.NoError(t, err, "the dead node's rows expired")
 	require.Zero(t, e.runningBackfills(t, testNamespace), "and were dropped")
 }
@@ -246,7 +246,7 @@ func TestLongBackfillKeepsItsPlace(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
 	go func() {
-		_, err := e.store.Backfill(ctx, testNamespace, slow.Id, longFrom, longTo, 1)
+		_, err := e.store.Backfill(ctx, testNamespace, slow.Id, longFrom, longTo, 1, 0)
 		done <- err
 	}()
 	short := e.everyMinute(t, testNamespace)
@@ -254,7 +254,7 @@ func TestLongBackfillKeepsItsPlace(t *testing.T) {
 		for clk.Waiters() == 0 {
 			time.Sleep(100 * time.Microsecond) // polls; asserts nothing about time
 		}
-		_, err := e.store.Backfill(t.Context(), testNamespace, short.Id, shortFrom, shortTo, 0)
+		_, err := e.store.Backfill(t.Context(), testNamespace, short.Id, shortFrom, shortTo, 0, 0)
 		requireExceeded(t, err, testNamespace)
 		clk.Advance(20 * time.Second)
 	}

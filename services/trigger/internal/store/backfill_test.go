@@ -9,6 +9,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	dispatchv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/dispatch/v1"
+	registryv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1"
 	"github.com/cronmesh/cronmesh/libs/clock"
 	"github.com/cronmesh/cronmesh/libs/execid"
 	"github.com/cronmesh/cronmesh/libs/outbox"
@@ -52,7 +53,7 @@ func TestBackfill(t *testing.T) {
 
 	// 02:00 to 06:00 inclusive (the end is clamped to now): 241 slots at 100
 	// a second, in transactions of 100: two waits of one second.
-	res, err := e.store.Backfill(t.Context(), testNamespace, job.Id, ts("2030-03-10T02:00:00Z"), ts("2030-03-10T06:10:00Z"), 100)
+	res, err := e.store.Backfill(t.Context(), testNamespace, job.Id, ts("2030-03-10T02:00:00Z"), ts("2030-03-10T06:10:00Z"), 100, 0)
 	require.NoError(t, err)
 	require.Equal(t, store.BackfillResult{Fired: 241}, res)
 	require.Equal(t, 2*time.Second, clk.Now().Sub(ts(backfillStart)), "paced at the rate")
@@ -78,7 +79,7 @@ func TestBackfill(t *testing.T) {
 	// An overlapping range fires only what the ledger lacks; skipped slots
 	// cost no rate.
 	start := clk.Now()
-	res, err = e.store.Backfill(t.Context(), testNamespace, job.Id, ts("2030-03-10T01:00:00Z"), ts("2030-03-10T03:00:00Z"), 1000)
+	res, err = e.store.Backfill(t.Context(), testNamespace, job.Id, ts("2030-03-10T01:00:00Z"), ts("2030-03-10T03:00:00Z"), 1000, 0)
 	require.NoError(t, err)
 	require.Equal(t, store.BackfillResult{Fired: 60, Skipped: 61}, res)
 	// Slots 01:00-02:39 make the first batch (60 fired), 02:40-03:00 the
@@ -111,7 +112,7 @@ func TestBackfillLimits(t *testing.T) {
 			if ns == "" {
 				ns = testNamespace
 			}
-			res, err := e.store.Backfill(t.Context(), ns, job.Id, tt.start, tt.end, 0)
+			res, err := e.store.Backfill(t.Context(), ns, job.Id, tt.start, tt.end, 0, 0)
 			if tt.err != nil {
 				require.ErrorIs(t, err, tt.err)
 			} else {
@@ -136,14 +137,47 @@ func TestBackfillCancelledWhilePacing(t *testing.T) {
 		}
 		cancel()
 	}()
-	res, err := e.store.Backfill(ctx, testNamespace, job.Id, ts("2030-03-10T02:00:00Z"), ts("2030-03-10T06:00:00Z"), 100)
+	res, err := e.store.Backfill(ctx, testNamespace, job.Id, ts("2030-03-10T02:00:00Z"), ts("2030-03-10T06:00:00Z"), 100, 0)
 	require.ErrorIs(t, err, context.Canceled)
 	require.Equal(t, store.BackfillResult{Fired: 100}, res, "the first batch committed")
 	require.Len(t, e.ledger(t, job.Id), 100)
 
 	// A retry picks up where it stopped.
 	advanceWhileWaiting(t, clk)
-	res, err = e.store.Backfill(t.Context(), testNamespace, job.Id, ts("2030-03-10T02:00:00Z"), ts("2030-03-10T06:00:00Z"), 100)
+	res, err = e.store.Backfill(t.Context(), testNamespace, job.Id, ts("2030-03-10T02:00:00Z"), ts("2030-03-10T06:00:00Z"), 100, 0)
 	require.NoError(t, err)
 	require.Equal(t, store.BackfillResult{Fired: 141, Skipped: 100}, res)
+}
+
+// TestBackfillOverlapPolicy: a backfill's executions carry the job's
+// overlap policy, or the one the backfill gives.
+func TestBackfillOverlapPolicy(t *testing.T) {
+	t.Parallel()
+	e, _ := newBackfillEnv(t)
+	job := newJob(ts("2030-03-09T00:00:00Z"), cron("0 * * * *", ""), func(j *registryv1.Job) {
+		j.OverlapPolicy = registryv1.OverlapPolicy_OVERLAP_POLICY_SKIP
+	})
+	e.apply(t, created(job), store.Upserted)
+
+	res, err := e.store.Backfill(t.Context(), testNamespace, job.Id, ts("2030-03-10T01:00:00Z"), ts("2030-03-10T01:00:00Z"), 0,
+		registryv1.OverlapPolicy_OVERLAP_POLICY_UNSPECIFIED)
+	require.NoError(t, err)
+	require.Equal(t, 1, res.Fired)
+	res, err = e.store.Backfill(t.Context(), testNamespace, job.Id, ts("2030-03-10T02:00:00Z"), ts("2030-03-10T02:00:00Z"), 0,
+		registryv1.OverlapPolicy_OVERLAP_POLICY_CANCEL_OTHER)
+	require.NoError(t, err)
+	require.Equal(t, 1, res.Fired)
+
+	rows := e.outbox(t)
+	require.Len(t, rows, 2)
+	policies := map[time.Time]registryv1.OverlapPolicy{}
+	for _, row := range rows {
+		req := &dispatchv1.DispatchRequest{}
+		require.NoError(t, proto.Unmarshal(row.Payload, req))
+		policies[req.NominalTime.AsTime()] = req.OverlapPolicy
+	}
+	require.Equal(t, map[time.Time]registryv1.OverlapPolicy{
+		ts("2030-03-10T01:00:00Z"): registryv1.OverlapPolicy_OVERLAP_POLICY_SKIP,
+		ts("2030-03-10T02:00:00Z"): registryv1.OverlapPolicy_OVERLAP_POLICY_CANCEL_OTHER,
+	}, policies)
 }

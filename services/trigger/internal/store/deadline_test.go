@@ -27,6 +27,7 @@ func TestCommitCarriesTheDeadlines(t *testing.T) {
 		j.SpreadWindow = durationpb.New(window)
 		j.ExecutionDeadline = durationpb.New(time.Hour)
 		j.StopRetriesAtNextSlot = true
+		j.OverlapPolicy = registryv1.OverlapPolicy_OVERLAP_POLICY_BUFFER_ONE
 	})
 	spread := firing.SpreadOffset(job.Id, window)
 	slots := []firing.Slot{
@@ -50,6 +51,9 @@ func TestCommitCarriesTheDeadlines(t *testing.T) {
 	require.Equal(t, slots[1].Nominal.Add(spread), reqs[0].NextSlotTime.AsTime(), "the next slot, though missed")
 	require.Equal(t, slots[2].Nominal.Add(time.Hour), reqs[1].DeadlineTime.AsTime())
 	require.Equal(t, to.Add(spread), reqs[1].NextSlotTime.AsTime(), "the advance's next fire time")
+	for _, req := range reqs {
+		require.Equal(t, registryv1.OverlapPolicy_OVERLAP_POLICY_BUFFER_ONE, req.OverlapPolicy, "the job's overlap policy")
+	}
 }
 
 // The schedule's last slot has no next slot; a run-now has none either.

@@ -435,7 +435,12 @@ func (x *JobSelector) GetLabels() map[string]string {
 type ConsecutiveFailures struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// 1 to 1,000.
-	Count         int32 `protobuf:"varint,1,opt,name=count,proto3" json:"count,omitempty"`
+	Count int32 `protobuf:"varint,1,opt,name=count,proto3" json:"count,omitempty"`
+	// If true, an execution SKIPPED by the job's overlap policy counts as a
+	// failure (a job that keeps overrunning its interval alerts). False, the
+	// default: a skipped execution is neither a failure nor a success and
+	// leaves the count as it is.
+	CountSkipped  bool `protobuf:"varint,2,opt,name=count_skipped,json=countSkipped,proto3" json:"count_skipped,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -475,6 +480,13 @@ func (x *ConsecutiveFailures) GetCount() int32 {
 		return x.Count
 	}
 	return 0
+}
+
+func (x *ConsecutiveFailures) GetCountSkipped() bool {
+	if x != nil {
+		return x.CountSkipped
+	}
+	return false
 }
 
 // MissedSchedule opens when a slot was recorded missed, when a slot fired
@@ -2384,9 +2396,10 @@ const file_cronmesh_alerting_v1_alert_service_proto_rawDesc = "" +
 	"\x06labels\x18\x02 \x03(\v2-.cronmesh.alerting.v1.JobSelector.LabelsEntryR\x06labels\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"+\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"P\n" +
 	"\x13ConsecutiveFailures\x12\x14\n" +
-	"\x05count\x18\x01 \x01(\x05R\x05count\"I\n" +
+	"\x05count\x18\x01 \x01(\x05R\x05count\x12#\n" +
+	"\rcount_skipped\x18\x02 \x01(\bR\fcountSkipped\"I\n" +
 	"\x0eMissedSchedule\x127\n" +
 	"\ttolerance\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\ttolerance\"\x0e\n" +
 	"\fDeadLettered\"H\n" +

@@ -144,8 +144,13 @@ type DispatchRequest struct {
 	// "body", "headers"), names only, never values (they may be secret).
 	// Copied into every lifecycle event of the execution.
 	OverriddenFields []string `protobuf:"bytes,17,rep,name=overridden_fields,json=overriddenFields,proto3" json:"overridden_fields,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// The execution's overlap policy: the job's, or the one RunJob or
+	// BackfillJob gave. The dispatcher applies it to the first attempt
+	// (UNSPECIFIED and ALLOW: no check); retries carry it so that the
+	// execution's end releases the job.
+	OverlapPolicy v1.OverlapPolicy `protobuf:"varint,15,opt,name=overlap_policy,json=overlapPolicy,proto3,enum=cronmesh.registry.v1.OverlapPolicy" json:"overlap_policy,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *DispatchRequest) Reset() {
@@ -304,11 +309,18 @@ func (x *DispatchRequest) GetOverriddenFields() []string {
 	return nil
 }
 
+func (x *DispatchRequest) GetOverlapPolicy() v1.OverlapPolicy {
+	if x != nil {
+		return x.OverlapPolicy
+	}
+	return v1.OverlapPolicy(0)
+}
+
 var File_cronmesh_dispatch_v1_dispatch_request_proto protoreflect.FileDescriptor
 
 const file_cronmesh_dispatch_v1_dispatch_request_proto_rawDesc = "" +
 	"\n" +
-	"+cronmesh/dispatch/v1/dispatch_request.proto\x12\x14cronmesh.dispatch.v1\x1a\x1ecronmesh/registry/v1/job.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xdf\a\n" +
+	"+cronmesh/dispatch/v1/dispatch_request.proto\x12\x14cronmesh.dispatch.v1\x1a\x1ecronmesh/registry/v1/job.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xab\b\n" +
 	"\x0fDispatchRequest\x12!\n" +
 	"\fexecution_id\x18\x01 \x01(\tR\vexecutionId\x12\x15\n" +
 	"\x06job_id\x18\x02 \x01(\tR\x05jobId\x12\x1c\n" +
@@ -330,7 +342,8 @@ const file_cronmesh_dispatch_v1_dispatch_request_proto_rawDesc = "" +
 	"\rdeadline_time\x18\x14 \x01(\v2\x1a.google.protobuf.TimestampR\fdeadlineTime\x12@\n" +
 	"\x0enext_slot_time\x18\x15 \x01(\v2\x1a.google.protobuf.TimestampR\fnextSlotTime\x121\n" +
 	"\x15rerun_of_execution_id\x18\x10 \x01(\tR\x12rerunOfExecutionId\x12+\n" +
-	"\x11overridden_fields\x18\x11 \x03(\tR\x10overriddenFields\x1a<\n" +
+	"\x11overridden_fields\x18\x11 \x03(\tR\x10overriddenFields\x12J\n" +
+	"\x0eoverlap_policy\x18\x0f \x01(\x0e2#.cronmesh.registry.v1.OverlapPolicyR\roverlapPolicy\x1a<\n" +
 	"\x0eJobLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01*\x96\x01\n" +
@@ -363,22 +376,24 @@ var file_cronmesh_dispatch_v1_dispatch_request_proto_goTypes = []any{
 	(*v1.Target)(nil),             // 4: cronmesh.registry.v1.Target
 	(*v1.RetryPolicy)(nil),        // 5: cronmesh.registry.v1.RetryPolicy
 	(v1.Priority)(0),              // 6: cronmesh.registry.v1.Priority
+	(v1.OverlapPolicy)(0),         // 7: cronmesh.registry.v1.OverlapPolicy
 }
 var file_cronmesh_dispatch_v1_dispatch_request_proto_depIdxs = []int32{
-	3, // 0: cronmesh.dispatch.v1.DispatchRequest.nominal_time:type_name -> google.protobuf.Timestamp
-	3, // 1: cronmesh.dispatch.v1.DispatchRequest.fire_time:type_name -> google.protobuf.Timestamp
-	0, // 2: cronmesh.dispatch.v1.DispatchRequest.trigger_kind:type_name -> cronmesh.dispatch.v1.TriggerKind
-	4, // 3: cronmesh.dispatch.v1.DispatchRequest.target:type_name -> cronmesh.registry.v1.Target
-	5, // 4: cronmesh.dispatch.v1.DispatchRequest.retry_policy:type_name -> cronmesh.registry.v1.RetryPolicy
-	6, // 5: cronmesh.dispatch.v1.DispatchRequest.priority:type_name -> cronmesh.registry.v1.Priority
-	2, // 6: cronmesh.dispatch.v1.DispatchRequest.job_labels:type_name -> cronmesh.dispatch.v1.DispatchRequest.JobLabelsEntry
-	3, // 7: cronmesh.dispatch.v1.DispatchRequest.deadline_time:type_name -> google.protobuf.Timestamp
-	3, // 8: cronmesh.dispatch.v1.DispatchRequest.next_slot_time:type_name -> google.protobuf.Timestamp
-	9, // [9:9] is the sub-list for method output_type
-	9, // [9:9] is the sub-list for method input_type
-	9, // [9:9] is the sub-list for extension type_name
-	9, // [9:9] is the sub-list for extension extendee
-	0, // [0:9] is the sub-list for field type_name
+	3,  // 0: cronmesh.dispatch.v1.DispatchRequest.nominal_time:type_name -> google.protobuf.Timestamp
+	3,  // 1: cronmesh.dispatch.v1.DispatchRequest.fire_time:type_name -> google.protobuf.Timestamp
+	0,  // 2: cronmesh.dispatch.v1.DispatchRequest.trigger_kind:type_name -> cronmesh.dispatch.v1.TriggerKind
+	4,  // 3: cronmesh.dispatch.v1.DispatchRequest.target:type_name -> cronmesh.registry.v1.Target
+	5,  // 4: cronmesh.dispatch.v1.DispatchRequest.retry_policy:type_name -> cronmesh.registry.v1.RetryPolicy
+	6,  // 5: cronmesh.dispatch.v1.DispatchRequest.priority:type_name -> cronmesh.registry.v1.Priority
+	2,  // 6: cronmesh.dispatch.v1.DispatchRequest.job_labels:type_name -> cronmesh.dispatch.v1.DispatchRequest.JobLabelsEntry
+	3,  // 7: cronmesh.dispatch.v1.DispatchRequest.deadline_time:type_name -> google.protobuf.Timestamp
+	3,  // 8: cronmesh.dispatch.v1.DispatchRequest.next_slot_time:type_name -> google.protobuf.Timestamp
+	7,  // 9: cronmesh.dispatch.v1.DispatchRequest.overlap_policy:type_name -> cronmesh.registry.v1.OverlapPolicy
+	10, // [10:10] is the sub-list for method output_type
+	10, // [10:10] is the sub-list for method input_type
+	10, // [10:10] is the sub-list for extension type_name
+	10, // [10:10] is the sub-list for extension extendee
+	0,  // [0:10] is the sub-list for field type_name
 }
 
 func init() { file_cronmesh_dispatch_v1_dispatch_request_proto_init() }

@@ -37,6 +37,14 @@ const (
 	// The slot was not fired: it was older than the job's catch-up window
 	// when a trigger could fire it (after downtime).
 	ExecutionEventKind_EXECUTION_EVENT_KIND_MISSED ExecutionEventKind = 6
+	// The slot fired but was not delivered: its overlap policy (SKIP, or
+	// BUFFER_ONE with one already waiting) found another execution of the
+	// job in progress, which the reason names.
+	ExecutionEventKind_EXECUTION_EVENT_KIND_SKIPPED ExecutionEventKind = 7
+	// The slot fired and waits (overlap policy BUFFER_ONE) for the job's
+	// execution in progress, which the reason names, to end; its STARTED
+	// follows when it runs.
+	ExecutionEventKind_EXECUTION_EVENT_KIND_BUFFERED ExecutionEventKind = 8
 )
 
 // Enum value maps for ExecutionEventKind.
@@ -49,6 +57,8 @@ var (
 		4: "EXECUTION_EVENT_KIND_DEAD",
 		5: "EXECUTION_EVENT_KIND_CANCELLED",
 		6: "EXECUTION_EVENT_KIND_MISSED",
+		7: "EXECUTION_EVENT_KIND_SKIPPED",
+		8: "EXECUTION_EVENT_KIND_BUFFERED",
 	}
 	ExecutionEventKind_value = map[string]int32{
 		"EXECUTION_EVENT_KIND_UNSPECIFIED": 0,
@@ -58,6 +68,8 @@ var (
 		"EXECUTION_EVENT_KIND_DEAD":        4,
 		"EXECUTION_EVENT_KIND_CANCELLED":   5,
 		"EXECUTION_EVENT_KIND_MISSED":      6,
+		"EXECUTION_EVENT_KIND_SKIPPED":     7,
+		"EXECUTION_EVENT_KIND_BUFFERED":    8,
 	}
 )
 
@@ -147,14 +159,15 @@ type ExecutionEvent struct {
 	ExecutionId string             `protobuf:"bytes,3,opt,name=execution_id,json=executionId,proto3" json:"execution_id,omitempty"`
 	JobId       string             `protobuf:"bytes,4,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
 	Namespace   string             `protobuf:"bytes,5,opt,name=namespace,proto3" json:"namespace,omitempty"`
-	// 0 for MISSED (no attempt was made).
+	// 0 for MISSED, SKIPPED and BUFFERED (no attempt was made).
 	Attempt     int32                  `protobuf:"varint,6,opt,name=attempt,proto3" json:"attempt,omitempty"`
 	NominalTime *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=nominal_time,json=nominalTime,proto3" json:"nominal_time,omitempty"`
 	OccurTime   *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=occur_time,json=occurTime,proto3" json:"occur_time,omitempty"`
 	TriggerKind v1.TriggerKind         `protobuf:"varint,9,opt,name=trigger_kind,json=triggerKind,proto3,enum=cronmesh.dispatch.v1.TriggerKind" json:"trigger_kind,omitempty"`
 	// For SUCCEEDED and FAILED: how long the attempt took.
 	Duration *durationpb.Duration `protobuf:"bytes,10,opt,name=duration,proto3" json:"duration,omitempty"`
-	// Why: the error of a failed attempt, the reason a slot was missed.
+	// Why: the error of a failed attempt, the reason a slot was missed or
+	// skipped.
 	Reason string `protobuf:"bytes,11,opt,name=reason,proto3" json:"reason,omitempty"`
 	// The W3C trace id of the execution's trace (32 hex digits).
 	TraceId        string            `protobuf:"bytes,12,opt,name=trace_id,json=traceId,proto3" json:"trace_id,omitempty"`
@@ -422,7 +435,7 @@ const file_cronmesh_events_v1_execution_event_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a?\n" +
 	"\x11TraceContextEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01*\x85\x02\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01*\xca\x02\n" +
 	"\x12ExecutionEventKind\x12$\n" +
 	" EXECUTION_EVENT_KIND_UNSPECIFIED\x10\x00\x12 \n" +
 	"\x1cEXECUTION_EVENT_KIND_STARTED\x10\x01\x12\"\n" +
@@ -430,7 +443,9 @@ const file_cronmesh_events_v1_execution_event_proto_rawDesc = "" +
 	"\x1bEXECUTION_EVENT_KIND_FAILED\x10\x03\x12\x1d\n" +
 	"\x19EXECUTION_EVENT_KIND_DEAD\x10\x04\x12\"\n" +
 	"\x1eEXECUTION_EVENT_KIND_CANCELLED\x10\x05\x12\x1f\n" +
-	"\x1bEXECUTION_EVENT_KIND_MISSED\x10\x06BAZ?github.com/cronmesh/cronmesh/gen/go/cronmesh/events/v1;eventsv1b\x06proto3"
+	"\x1bEXECUTION_EVENT_KIND_MISSED\x10\x06\x12 \n" +
+	"\x1cEXECUTION_EVENT_KIND_SKIPPED\x10\a\x12!\n" +
+	"\x1dEXECUTION_EVENT_KIND_BUFFERED\x10\bBAZ?github.com/cronmesh/cronmesh/gen/go/cronmesh/events/v1;eventsv1b\x06proto3"
 
 var (
 	file_cronmesh_events_v1_execution_event_proto_rawDescOnce sync.Once

@@ -45,6 +45,12 @@ const (
 	ExecutionStatus_EXECUTION_STATUS_CANCELLED ExecutionStatus = 6
 	// The slot was not fired (see reason).
 	ExecutionStatus_EXECUTION_STATUS_MISSED ExecutionStatus = 7
+	// The slot fired but was not delivered: its overlap policy found another
+	// execution of the job in progress (see reason).
+	ExecutionStatus_EXECUTION_STATUS_SKIPPED ExecutionStatus = 8
+	// The slot fired and waits for the job's execution in progress to end
+	// (overlap policy BUFFER_ONE; see reason); it runs next.
+	ExecutionStatus_EXECUTION_STATUS_BUFFERED ExecutionStatus = 9
 )
 
 // Enum value maps for ExecutionStatus.
@@ -58,6 +64,8 @@ var (
 		5: "EXECUTION_STATUS_DEAD",
 		6: "EXECUTION_STATUS_CANCELLED",
 		7: "EXECUTION_STATUS_MISSED",
+		8: "EXECUTION_STATUS_SKIPPED",
+		9: "EXECUTION_STATUS_BUFFERED",
 	}
 	ExecutionStatus_value = map[string]int32{
 		"EXECUTION_STATUS_UNSPECIFIED": 0,
@@ -68,6 +76,8 @@ var (
 		"EXECUTION_STATUS_DEAD":        5,
 		"EXECUTION_STATUS_CANCELLED":   6,
 		"EXECUTION_STATUS_MISSED":      7,
+		"EXECUTION_STATUS_SKIPPED":     8,
+		"EXECUTION_STATUS_BUFFERED":    9,
 	}
 )
 
@@ -727,10 +737,11 @@ func (x *GetJobStatsRequest) GetEndTime() *timestamppb.Timestamp {
 
 type GetJobStatsResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// The newest execution that was fired (not missed), in any window; unset
-	// if none is in the history.
+	// The newest execution that was run (not missed, skipped or buffered), in any
+	// window; unset if none is in the history.
 	LastRun *Execution `protobuf:"bytes,1,opt,name=last_run,json=lastRun,proto3" json:"last_run,omitempty"`
-	// Executions fired in the window (every status but MISSED).
+	// Executions run in the window (every status but MISSED, SKIPPED and
+	// BUFFERED).
 	Runs      int64 `protobuf:"varint,2,opt,name=runs,proto3" json:"runs,omitempty"`
 	Successes int64 `protobuf:"varint,3,opt,name=successes,proto3" json:"successes,omitempty"`
 	// FAILED or DEAD.
@@ -738,11 +749,13 @@ type GetJobStatsResponse struct {
 	Missed   int64 `protobuf:"varint,5,opt,name=missed,proto3" json:"missed,omitempty"`
 	// Latest-attempt durations of the finished executions in the window;
 	// unset when none finished.
-	DurationP50   *durationpb.Duration   `protobuf:"bytes,6,opt,name=duration_p50,json=durationP50,proto3" json:"duration_p50,omitempty"`
-	DurationP95   *durationpb.Duration   `protobuf:"bytes,7,opt,name=duration_p95,json=durationP95,proto3" json:"duration_p95,omitempty"`
-	DurationP99   *durationpb.Duration   `protobuf:"bytes,8,opt,name=duration_p99,json=durationP99,proto3" json:"duration_p99,omitempty"`
-	StartTime     *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=start_time,json=startTime,proto3" json:"start_time,omitempty"`
-	EndTime       *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=end_time,json=endTime,proto3" json:"end_time,omitempty"`
+	DurationP50 *durationpb.Duration   `protobuf:"bytes,6,opt,name=duration_p50,json=durationP50,proto3" json:"duration_p50,omitempty"`
+	DurationP95 *durationpb.Duration   `protobuf:"bytes,7,opt,name=duration_p95,json=durationP95,proto3" json:"duration_p95,omitempty"`
+	DurationP99 *durationpb.Duration   `protobuf:"bytes,8,opt,name=duration_p99,json=durationP99,proto3" json:"duration_p99,omitempty"`
+	StartTime   *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=start_time,json=startTime,proto3" json:"start_time,omitempty"`
+	EndTime     *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=end_time,json=endTime,proto3" json:"end_time,omitempty"`
+	// Executions in the window SKIPPED by their overlap policy.
+	Skipped       int64 `protobuf:"varint,11,opt,name=skipped,proto3" json:"skipped,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -847,6 +860,13 @@ func (x *GetJobStatsResponse) GetEndTime() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *GetJobStatsResponse) GetSkipped() int64 {
+	if x != nil {
+		return x.Skipped
+	}
+	return 0
+}
+
 var File_cronmesh_history_v1_history_service_proto protoreflect.FileDescriptor
 
 const file_cronmesh_history_v1_history_service_proto_rawDesc = "" +
@@ -910,7 +930,7 @@ const file_cronmesh_history_v1_history_service_proto_rawDesc = "" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x129\n" +
 	"\n" +
 	"start_time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\tstartTime\x125\n" +
-	"\bend_time\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\aendTime\"\xe2\x03\n" +
+	"\bend_time\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\aendTime\"\xfc\x03\n" +
 	"\x13GetJobStatsResponse\x129\n" +
 	"\blast_run\x18\x01 \x01(\v2\x1e.cronmesh.history.v1.ExecutionR\alastRun\x12\x12\n" +
 	"\x04runs\x18\x02 \x01(\x03R\x04runs\x12\x1c\n" +
@@ -923,7 +943,8 @@ const file_cronmesh_history_v1_history_service_proto_rawDesc = "" +
 	"\n" +
 	"start_time\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\tstartTime\x125\n" +
 	"\bend_time\x18\n" +
-	" \x01(\v2\x1a.google.protobuf.TimestampR\aendTime*\x85\x02\n" +
+	" \x01(\v2\x1a.google.protobuf.TimestampR\aendTime\x12\x18\n" +
+	"\askipped\x18\v \x01(\x03R\askipped*\xc2\x02\n" +
 	"\x0fExecutionStatus\x12 \n" +
 	"\x1cEXECUTION_STATUS_UNSPECIFIED\x10\x00\x12\x1c\n" +
 	"\x18EXECUTION_STATUS_RUNNING\x10\x01\x12\x1e\n" +
@@ -932,7 +953,9 @@ const file_cronmesh_history_v1_history_service_proto_rawDesc = "" +
 	"\x17EXECUTION_STATUS_FAILED\x10\x04\x12\x19\n" +
 	"\x15EXECUTION_STATUS_DEAD\x10\x05\x12\x1e\n" +
 	"\x1aEXECUTION_STATUS_CANCELLED\x10\x06\x12\x1b\n" +
-	"\x17EXECUTION_STATUS_MISSED\x10\a2\xdd\x02\n" +
+	"\x17EXECUTION_STATUS_MISSED\x10\a\x12\x1c\n" +
+	"\x18EXECUTION_STATUS_SKIPPED\x10\b\x12\x1d\n" +
+	"\x19EXECUTION_STATUS_BUFFERED\x10\t2\xdd\x02\n" +
 	"\x0eHistoryService\x12r\n" +
 	"\x0eListExecutions\x12*.cronmesh.history.v1.ListExecutionsRequest\x1a+.cronmesh.history.v1.ListExecutionsResponse\"\a\xe0\xab\x19\x01\x90\x02\x01\x12l\n" +
 	"\fGetExecution\x12(.cronmesh.history.v1.GetExecutionRequest\x1a).cronmesh.history.v1.GetExecutionResponse\"\a\xe0\xab\x19\x01\x90\x02\x01\x12i\n" +

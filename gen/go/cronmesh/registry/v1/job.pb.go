@@ -23,6 +23,77 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// OverlapPolicy says what happens to a new execution of a job while another
+// execution of the same job is in progress. Only executions fired with a
+// policy other than ALLOW are tracked: an ALLOW execution never waits and
+// never holds another back.
+type OverlapPolicy int32
+
+const (
+	// Treated as OVERLAP_POLICY_ALLOW (on RunJob and BackfillJob: the job's
+	// policy).
+	OverlapPolicy_OVERLAP_POLICY_UNSPECIFIED OverlapPolicy = 0
+	// Every slot runs, whatever else of the job is running.
+	OverlapPolicy_OVERLAP_POLICY_ALLOW OverlapPolicy = 1
+	// A slot that finds an execution in progress is not delivered: it is
+	// recorded SKIPPED, with the running execution's id in the reason.
+	OverlapPolicy_OVERLAP_POLICY_SKIP OverlapPolicy = 2
+	// A slot that finds an execution in progress waits for it to end
+	// (succeeded, dead-lettered, cancelled or past its deadline), recorded
+	// BUFFERED meanwhile, then runs; at most one waits, and a slot that
+	// finds one waiting is SKIPPED.
+	OverlapPolicy_OVERLAP_POLICY_BUFFER_ONE OverlapPolicy = 3
+	// A slot that finds an execution in progress cancels it (its pending
+	// retries are dropped, its attempt in flight aborted: CANCELLED with the
+	// reason "cancelled by overlap policy: execution <new id>") and runs.
+	OverlapPolicy_OVERLAP_POLICY_CANCEL_OTHER OverlapPolicy = 4
+)
+
+// Enum value maps for OverlapPolicy.
+var (
+	OverlapPolicy_name = map[int32]string{
+		0: "OVERLAP_POLICY_UNSPECIFIED",
+		1: "OVERLAP_POLICY_ALLOW",
+		2: "OVERLAP_POLICY_SKIP",
+		3: "OVERLAP_POLICY_BUFFER_ONE",
+		4: "OVERLAP_POLICY_CANCEL_OTHER",
+	}
+	OverlapPolicy_value = map[string]int32{
+		"OVERLAP_POLICY_UNSPECIFIED":  0,
+		"OVERLAP_POLICY_ALLOW":        1,
+		"OVERLAP_POLICY_SKIP":         2,
+		"OVERLAP_POLICY_BUFFER_ONE":   3,
+		"OVERLAP_POLICY_CANCEL_OTHER": 4,
+	}
+)
+
+func (x OverlapPolicy) Enum() *OverlapPolicy {
+	p := new(OverlapPolicy)
+	*p = x
+	return p
+}
+
+func (x OverlapPolicy) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (OverlapPolicy) Descriptor() protoreflect.EnumDescriptor {
+	return file_cronmesh_registry_v1_job_proto_enumTypes[0].Descriptor()
+}
+
+func (OverlapPolicy) Type() protoreflect.EnumType {
+	return &file_cronmesh_registry_v1_job_proto_enumTypes[0]
+}
+
+func (x OverlapPolicy) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use OverlapPolicy.Descriptor instead.
+func (OverlapPolicy) EnumDescriptor() ([]byte, []int) {
+	return file_cronmesh_registry_v1_job_proto_rawDescGZIP(), []int{0}
+}
+
 // BodyFormat says whether a target's body is sent as given or filled in per
 // attempt with the slot's values.
 type BodyFormat int32
@@ -65,11 +136,11 @@ func (x BodyFormat) String() string {
 }
 
 func (BodyFormat) Descriptor() protoreflect.EnumDescriptor {
-	return file_cronmesh_registry_v1_job_proto_enumTypes[0].Descriptor()
+	return file_cronmesh_registry_v1_job_proto_enumTypes[1].Descriptor()
 }
 
 func (BodyFormat) Type() protoreflect.EnumType {
-	return &file_cronmesh_registry_v1_job_proto_enumTypes[0]
+	return &file_cronmesh_registry_v1_job_proto_enumTypes[1]
 }
 
 func (x BodyFormat) Number() protoreflect.EnumNumber {
@@ -78,7 +149,7 @@ func (x BodyFormat) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use BodyFormat.Descriptor instead.
 func (BodyFormat) EnumDescriptor() ([]byte, []int) {
-	return file_cronmesh_registry_v1_job_proto_rawDescGZIP(), []int{0}
+	return file_cronmesh_registry_v1_job_proto_rawDescGZIP(), []int{1}
 }
 
 // Priority orders delivery under load: high is never starved behind low.
@@ -119,11 +190,11 @@ func (x Priority) String() string {
 }
 
 func (Priority) Descriptor() protoreflect.EnumDescriptor {
-	return file_cronmesh_registry_v1_job_proto_enumTypes[1].Descriptor()
+	return file_cronmesh_registry_v1_job_proto_enumTypes[2].Descriptor()
 }
 
 func (Priority) Type() protoreflect.EnumType {
-	return &file_cronmesh_registry_v1_job_proto_enumTypes[1]
+	return &file_cronmesh_registry_v1_job_proto_enumTypes[2]
 }
 
 func (x Priority) Number() protoreflect.EnumNumber {
@@ -132,7 +203,7 @@ func (x Priority) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Priority.Descriptor instead.
 func (Priority) EnumDescriptor() ([]byte, []int) {
-	return file_cronmesh_registry_v1_job_proto_rawDescGZIP(), []int{1}
+	return file_cronmesh_registry_v1_job_proto_rawDescGZIP(), []int{2}
 }
 
 // Job is a registered unit of scheduled work: when it runs (schedule), what it
@@ -211,8 +282,14 @@ type Job struct {
 	// before the resume no longer counts). Dead letters count only while the
 	// option is set.
 	PauseAfterDeadLetters int32 `protobuf:"varint,28,opt,name=pause_after_dead_letters,json=pauseAfterDeadLetters,proto3" json:"pause_after_dead_letters,omitempty"`
-	unknownFields         protoimpl.UnknownFields
-	sizeCache             protoimpl.SizeCache
+	// What a slot does when an execution of the job is still in progress
+	// (an attempt in flight, or a retry waiting in a delay tier).
+	// OVERLAP_POLICY_UNSPECIFIED is stored as OVERLAP_POLICY_ALLOW. Applies
+	// to the slots fired after it is set; RunJob and BackfillJob may give
+	// their own. See docs/api.md, "Overlap policies".
+	OverlapPolicy OverlapPolicy `protobuf:"varint,17,opt,name=overlap_policy,json=overlapPolicy,proto3,enum=cronmesh.registry.v1.OverlapPolicy" json:"overlap_policy,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Job) Reset() {
@@ -397,6 +474,13 @@ func (x *Job) GetPauseAfterDeadLetters() int32 {
 		return x.PauseAfterDeadLetters
 	}
 	return 0
+}
+
+func (x *Job) GetOverlapPolicy() OverlapPolicy {
+	if x != nil {
+		return x.OverlapPolicy
+	}
+	return OverlapPolicy_OVERLAP_POLICY_UNSPECIFIED
 }
 
 // Schedule says when a job runs. Exactly one of cron, interval, at or after.
@@ -1040,7 +1124,7 @@ var File_cronmesh_registry_v1_job_proto protoreflect.FileDescriptor
 
 const file_cronmesh_registry_v1_job_proto_rawDesc = "" +
 	"\n" +
-	"\x1ecronmesh/registry/v1/job.proto\x12\x14cronmesh.registry.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xed\b\n" +
+	"\x1ecronmesh/registry/v1/job.proto\x12\x14cronmesh.registry.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xb9\t\n" +
 	"\x03Job\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1c\n" +
 	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12!\n" +
@@ -1067,7 +1151,8 @@ const file_cronmesh_registry_v1_job_proto_rawDesc = "" +
 	"\n" +
 	"pause_time\x18\x1a \x01(\v2\x1a.google.protobuf.TimestampR\tpauseTime\x12'\n" +
 	"\x10paused_by_key_id\x18\x1b \x01(\tR\rpausedByKeyId\x127\n" +
-	"\x18pause_after_dead_letters\x18\x1c \x01(\x05R\x15pauseAfterDeadLetters\x1a9\n" +
+	"\x18pause_after_dead_letters\x18\x1c \x01(\x05R\x15pauseAfterDeadLetters\x12J\n" +
+	"\x0eoverlap_policy\x18\x11 \x01(\x0e2#.cronmesh.registry.v1.OverlapPolicyR\roverlapPolicy\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xd6\x02\n" +
@@ -1133,7 +1218,13 @@ const file_cronmesh_registry_v1_job_proto_rawDesc = "" +
 	"\n" +
 	"multiplier\x18\x04 \x01(\x01R\n" +
 	"multiplierB\x0e\n" +
-	"\f_max_retries*\\\n" +
+	"\f_max_retries*\xa2\x01\n" +
+	"\rOverlapPolicy\x12\x1e\n" +
+	"\x1aOVERLAP_POLICY_UNSPECIFIED\x10\x00\x12\x18\n" +
+	"\x14OVERLAP_POLICY_ALLOW\x10\x01\x12\x17\n" +
+	"\x13OVERLAP_POLICY_SKIP\x10\x02\x12\x1d\n" +
+	"\x19OVERLAP_POLICY_BUFFER_ONE\x10\x03\x12\x1f\n" +
+	"\x1bOVERLAP_POLICY_CANCEL_OTHER\x10\x04*\\\n" +
 	"\n" +
 	"BodyFormat\x12\x1b\n" +
 	"\x17BODY_FORMAT_UNSPECIFIED\x10\x00\x12\x17\n" +
@@ -1157,61 +1248,63 @@ func file_cronmesh_registry_v1_job_proto_rawDescGZIP() []byte {
 	return file_cronmesh_registry_v1_job_proto_rawDescData
 }
 
-var file_cronmesh_registry_v1_job_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
+var file_cronmesh_registry_v1_job_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
 var file_cronmesh_registry_v1_job_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
 var file_cronmesh_registry_v1_job_proto_goTypes = []any{
-	(BodyFormat)(0),               // 0: cronmesh.registry.v1.BodyFormat
-	(Priority)(0),                 // 1: cronmesh.registry.v1.Priority
-	(*Job)(nil),                   // 2: cronmesh.registry.v1.Job
-	(*Schedule)(nil),              // 3: cronmesh.registry.v1.Schedule
-	(*Interval)(nil),              // 4: cronmesh.registry.v1.Interval
-	(*Target)(nil),                // 5: cronmesh.registry.v1.Target
-	(*HttpTarget)(nil),            // 6: cronmesh.registry.v1.HttpTarget
-	(*AmqpTarget)(nil),            // 7: cronmesh.registry.v1.AmqpTarget
-	(*RetryPolicy)(nil),           // 8: cronmesh.registry.v1.RetryPolicy
-	nil,                           // 9: cronmesh.registry.v1.Job.LabelsEntry
-	nil,                           // 10: cronmesh.registry.v1.HttpTarget.HeadersEntry
-	nil,                           // 11: cronmesh.registry.v1.HttpTarget.SecretHeadersEntry
-	nil,                           // 12: cronmesh.registry.v1.AmqpTarget.HeadersEntry
-	nil,                           // 13: cronmesh.registry.v1.AmqpTarget.SecretHeadersEntry
-	(*durationpb.Duration)(nil),   // 14: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil), // 15: google.protobuf.Timestamp
+	(OverlapPolicy)(0),            // 0: cronmesh.registry.v1.OverlapPolicy
+	(BodyFormat)(0),               // 1: cronmesh.registry.v1.BodyFormat
+	(Priority)(0),                 // 2: cronmesh.registry.v1.Priority
+	(*Job)(nil),                   // 3: cronmesh.registry.v1.Job
+	(*Schedule)(nil),              // 4: cronmesh.registry.v1.Schedule
+	(*Interval)(nil),              // 5: cronmesh.registry.v1.Interval
+	(*Target)(nil),                // 6: cronmesh.registry.v1.Target
+	(*HttpTarget)(nil),            // 7: cronmesh.registry.v1.HttpTarget
+	(*AmqpTarget)(nil),            // 8: cronmesh.registry.v1.AmqpTarget
+	(*RetryPolicy)(nil),           // 9: cronmesh.registry.v1.RetryPolicy
+	nil,                           // 10: cronmesh.registry.v1.Job.LabelsEntry
+	nil,                           // 11: cronmesh.registry.v1.HttpTarget.HeadersEntry
+	nil,                           // 12: cronmesh.registry.v1.HttpTarget.SecretHeadersEntry
+	nil,                           // 13: cronmesh.registry.v1.AmqpTarget.HeadersEntry
+	nil,                           // 14: cronmesh.registry.v1.AmqpTarget.SecretHeadersEntry
+	(*durationpb.Duration)(nil),   // 15: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil), // 16: google.protobuf.Timestamp
 }
 var file_cronmesh_registry_v1_job_proto_depIdxs = []int32{
-	9,  // 0: cronmesh.registry.v1.Job.labels:type_name -> cronmesh.registry.v1.Job.LabelsEntry
-	3,  // 1: cronmesh.registry.v1.Job.schedule:type_name -> cronmesh.registry.v1.Schedule
-	5,  // 2: cronmesh.registry.v1.Job.target:type_name -> cronmesh.registry.v1.Target
-	8,  // 3: cronmesh.registry.v1.Job.retry_policy:type_name -> cronmesh.registry.v1.RetryPolicy
-	14, // 4: cronmesh.registry.v1.Job.catch_up_window:type_name -> google.protobuf.Duration
-	1,  // 5: cronmesh.registry.v1.Job.priority:type_name -> cronmesh.registry.v1.Priority
-	14, // 6: cronmesh.registry.v1.Job.spread_window:type_name -> google.protobuf.Duration
-	15, // 7: cronmesh.registry.v1.Job.create_time:type_name -> google.protobuf.Timestamp
-	15, // 8: cronmesh.registry.v1.Job.update_time:type_name -> google.protobuf.Timestamp
-	14, // 9: cronmesh.registry.v1.Job.execution_deadline:type_name -> google.protobuf.Duration
-	15, // 10: cronmesh.registry.v1.Job.pause_time:type_name -> google.protobuf.Timestamp
-	4,  // 11: cronmesh.registry.v1.Schedule.interval:type_name -> cronmesh.registry.v1.Interval
-	15, // 12: cronmesh.registry.v1.Schedule.at:type_name -> google.protobuf.Timestamp
-	14, // 13: cronmesh.registry.v1.Schedule.after:type_name -> google.protobuf.Duration
-	15, // 14: cronmesh.registry.v1.Schedule.start_time:type_name -> google.protobuf.Timestamp
-	15, // 15: cronmesh.registry.v1.Schedule.end_time:type_name -> google.protobuf.Timestamp
-	14, // 16: cronmesh.registry.v1.Interval.every:type_name -> google.protobuf.Duration
-	15, // 17: cronmesh.registry.v1.Interval.anchor_time:type_name -> google.protobuf.Timestamp
-	6,  // 18: cronmesh.registry.v1.Target.http:type_name -> cronmesh.registry.v1.HttpTarget
-	7,  // 19: cronmesh.registry.v1.Target.amqp:type_name -> cronmesh.registry.v1.AmqpTarget
-	10, // 20: cronmesh.registry.v1.HttpTarget.headers:type_name -> cronmesh.registry.v1.HttpTarget.HeadersEntry
-	14, // 21: cronmesh.registry.v1.HttpTarget.timeout:type_name -> google.protobuf.Duration
-	11, // 22: cronmesh.registry.v1.HttpTarget.secret_headers:type_name -> cronmesh.registry.v1.HttpTarget.SecretHeadersEntry
-	0,  // 23: cronmesh.registry.v1.HttpTarget.body_format:type_name -> cronmesh.registry.v1.BodyFormat
-	12, // 24: cronmesh.registry.v1.AmqpTarget.headers:type_name -> cronmesh.registry.v1.AmqpTarget.HeadersEntry
-	13, // 25: cronmesh.registry.v1.AmqpTarget.secret_headers:type_name -> cronmesh.registry.v1.AmqpTarget.SecretHeadersEntry
-	0,  // 26: cronmesh.registry.v1.AmqpTarget.body_format:type_name -> cronmesh.registry.v1.BodyFormat
-	14, // 27: cronmesh.registry.v1.RetryPolicy.initial_backoff:type_name -> google.protobuf.Duration
-	14, // 28: cronmesh.registry.v1.RetryPolicy.max_backoff:type_name -> google.protobuf.Duration
-	29, // [29:29] is the sub-list for method output_type
-	29, // [29:29] is the sub-list for method input_type
-	29, // [29:29] is the sub-list for extension type_name
-	29, // [29:29] is the sub-list for extension extendee
-	0,  // [0:29] is the sub-list for field type_name
+	10, // 0: cronmesh.registry.v1.Job.labels:type_name -> cronmesh.registry.v1.Job.LabelsEntry
+	4,  // 1: cronmesh.registry.v1.Job.schedule:type_name -> cronmesh.registry.v1.Schedule
+	6,  // 2: cronmesh.registry.v1.Job.target:type_name -> cronmesh.registry.v1.Target
+	9,  // 3: cronmesh.registry.v1.Job.retry_policy:type_name -> cronmesh.registry.v1.RetryPolicy
+	15, // 4: cronmesh.registry.v1.Job.catch_up_window:type_name -> google.protobuf.Duration
+	2,  // 5: cronmesh.registry.v1.Job.priority:type_name -> cronmesh.registry.v1.Priority
+	15, // 6: cronmesh.registry.v1.Job.spread_window:type_name -> google.protobuf.Duration
+	16, // 7: cronmesh.registry.v1.Job.create_time:type_name -> google.protobuf.Timestamp
+	16, // 8: cronmesh.registry.v1.Job.update_time:type_name -> google.protobuf.Timestamp
+	15, // 9: cronmesh.registry.v1.Job.execution_deadline:type_name -> google.protobuf.Duration
+	16, // 10: cronmesh.registry.v1.Job.pause_time:type_name -> google.protobuf.Timestamp
+	0,  // 11: cronmesh.registry.v1.Job.overlap_policy:type_name -> cronmesh.registry.v1.OverlapPolicy
+	5,  // 12: cronmesh.registry.v1.Schedule.interval:type_name -> cronmesh.registry.v1.Interval
+	16, // 13: cronmesh.registry.v1.Schedule.at:type_name -> google.protobuf.Timestamp
+	15, // 14: cronmesh.registry.v1.Schedule.after:type_name -> google.protobuf.Duration
+	16, // 15: cronmesh.registry.v1.Schedule.start_time:type_name -> google.protobuf.Timestamp
+	16, // 16: cronmesh.registry.v1.Schedule.end_time:type_name -> google.protobuf.Timestamp
+	15, // 17: cronmesh.registry.v1.Interval.every:type_name -> google.protobuf.Duration
+	16, // 18: cronmesh.registry.v1.Interval.anchor_time:type_name -> google.protobuf.Timestamp
+	7,  // 19: cronmesh.registry.v1.Target.http:type_name -> cronmesh.registry.v1.HttpTarget
+	8,  // 20: cronmesh.registry.v1.Target.amqp:type_name -> cronmesh.registry.v1.AmqpTarget
+	11, // 21: cronmesh.registry.v1.HttpTarget.headers:type_name -> cronmesh.registry.v1.HttpTarget.HeadersEntry
+	15, // 22: cronmesh.registry.v1.HttpTarget.timeout:type_name -> google.protobuf.Duration
+	12, // 23: cronmesh.registry.v1.HttpTarget.secret_headers:type_name -> cronmesh.registry.v1.HttpTarget.SecretHeadersEntry
+	1,  // 24: cronmesh.registry.v1.HttpTarget.body_format:type_name -> cronmesh.registry.v1.BodyFormat
+	13, // 25: cronmesh.registry.v1.AmqpTarget.headers:type_name -> cronmesh.registry.v1.AmqpTarget.HeadersEntry
+	14, // 26: cronmesh.registry.v1.AmqpTarget.secret_headers:type_name -> cronmesh.registry.v1.AmqpTarget.SecretHeadersEntry
+	1,  // 27: cronmesh.registry.v1.AmqpTarget.body_format:type_name -> cronmesh.registry.v1.BodyFormat
+	15, // 28: cronmesh.registry.v1.RetryPolicy.initial_backoff:type_name -> google.protobuf.Duration
+	15, // 29: cronmesh.registry.v1.RetryPolicy.max_backoff:type_name -> google.protobuf.Duration
+	30, // [30:30] is the sub-list for method output_type
+	30, // [30:30] is the sub-list for method input_type
+	30, // [30:30] is the sub-list for extension type_name
+	30, // [30:30] is the sub-list for extension extendee
+	0,  // [0:30] is the sub-list for field type_name
 }
 
 func init() { file_cronmesh_registry_v1_job_proto_init() }
@@ -1235,7 +1328,7 @@ func file_cronmesh_registry_v1_job_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cronmesh_registry_v1_job_proto_rawDesc), len(file_cronmesh_registry_v1_job_proto_rawDesc)),
-			NumEnums:      2,
+			NumEnums:      3,
 			NumMessages:   12,
 			NumExtensions: 0,
 			NumServices:   0,

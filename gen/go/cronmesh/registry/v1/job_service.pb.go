@@ -845,8 +845,10 @@ type RunJobRequest struct {
 	// moved to the secret ones), checked on the resulting target
 	// (InvalidArgument names the header: headers_override["Name"]).
 	HeadersOverride map[string]string `protobuf:"bytes,5,rep,name=headers_override,json=headersOverride,proto3" json:"headers_override,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// The overlap policy of this run; unset means the job's.
+	OverlapPolicy OverlapPolicy `protobuf:"varint,6,opt,name=overlap_policy,json=overlapPolicy,proto3,enum=cronmesh.registry.v1.OverlapPolicy" json:"overlap_policy,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RunJobRequest) Reset() {
@@ -912,6 +914,13 @@ func (x *RunJobRequest) GetHeadersOverride() map[string]string {
 		return x.HeadersOverride
 	}
 	return nil
+}
+
+func (x *RunJobRequest) GetOverlapPolicy() OverlapPolicy {
+	if x != nil {
+		return x.OverlapPolicy
+	}
+	return OverlapPolicy_OVERLAP_POLICY_UNSPECIFIED
 }
 
 type RunJobResponse struct {
@@ -1271,14 +1280,15 @@ const file_cronmesh_registry_v1_job_service_proto_rawDesc = "" +
 	"\x10ResumeJobRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\"@\n" +
 	"\x11ResumeJobResponse\x12+\n" +
-	"\x03job\x18\x01 \x01(\v2\x19.cronmesh.registry.v1.JobR\x03job\"\xea\x02\n" +
+	"\x03job\x18\x01 \x01(\v2\x19.cronmesh.registry.v1.JobR\x03job\"\xb6\x03\n" +
 	"\rRunJobRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x02 \x01(\tR\trequestId\x12E\n" +
 	"\x0ftarget_override\x18\x03 \x01(\v2\x1c.cronmesh.registry.v1.TargetR\x0etargetOverride\x12(\n" +
 	"\rbody_override\x18\x04 \x01(\tH\x00R\fbodyOverride\x88\x01\x01\x12c\n" +
-	"\x10headers_override\x18\x05 \x03(\v28.cronmesh.registry.v1.RunJobRequest.HeadersOverrideEntryR\x0fheadersOverride\x1aB\n" +
+	"\x10headers_override\x18\x05 \x03(\v28.cronmesh.registry.v1.RunJobRequest.HeadersOverrideEntryR\x0fheadersOverride\x12J\n" +
+	"\x0eoverlap_policy\x18\x06 \x01(\x0e2#.cronmesh.registry.v1.OverlapPolicyR\roverlapPolicy\x1aB\n" +
 	"\x14HeadersOverrideEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\x10\n" +
@@ -1363,7 +1373,8 @@ var file_cronmesh_registry_v1_job_service_proto_goTypes = []any{
 	(*timestamppb.Timestamp)(nil),   // 26: google.protobuf.Timestamp
 	(*fieldmaskpb.FieldMask)(nil),   // 27: google.protobuf.FieldMask
 	(*Target)(nil),                  // 28: cronmesh.registry.v1.Target
-	(*Schedule)(nil),                // 29: cronmesh.registry.v1.Schedule
+	(OverlapPolicy)(0),              // 29: cronmesh.registry.v1.OverlapPolicy
+	(*Schedule)(nil),                // 30: cronmesh.registry.v1.Schedule
 }
 var file_cronmesh_registry_v1_job_service_proto_depIdxs = []int32{
 	25, // 0: cronmesh.registry.v1.CreateJobRequest.job:type_name -> cronmesh.registry.v1.Job
@@ -1381,40 +1392,41 @@ var file_cronmesh_registry_v1_job_service_proto_depIdxs = []int32{
 	25, // 12: cronmesh.registry.v1.ResumeJobResponse.job:type_name -> cronmesh.registry.v1.Job
 	28, // 13: cronmesh.registry.v1.RunJobRequest.target_override:type_name -> cronmesh.registry.v1.Target
 	23, // 14: cronmesh.registry.v1.RunJobRequest.headers_override:type_name -> cronmesh.registry.v1.RunJobRequest.HeadersOverrideEntry
-	26, // 15: cronmesh.registry.v1.RunJobResponse.nominal_time:type_name -> google.protobuf.Timestamp
-	28, // 16: cronmesh.registry.v1.RerunExecutionRequest.target_override:type_name -> cronmesh.registry.v1.Target
-	24, // 17: cronmesh.registry.v1.RerunExecutionRequest.headers_override:type_name -> cronmesh.registry.v1.RerunExecutionRequest.HeadersOverrideEntry
-	26, // 18: cronmesh.registry.v1.RerunExecutionResponse.nominal_time:type_name -> google.protobuf.Timestamp
-	29, // 19: cronmesh.registry.v1.PreviewScheduleRequest.schedule:type_name -> cronmesh.registry.v1.Schedule
-	26, // 20: cronmesh.registry.v1.PreviewScheduleRequest.from:type_name -> google.protobuf.Timestamp
-	26, // 21: cronmesh.registry.v1.PreviewScheduleResponse.times:type_name -> google.protobuf.Timestamp
-	0,  // 22: cronmesh.registry.v1.JobService.CreateJob:input_type -> cronmesh.registry.v1.CreateJobRequest
-	2,  // 23: cronmesh.registry.v1.JobService.BatchCreateJobs:input_type -> cronmesh.registry.v1.BatchCreateJobsRequest
-	4,  // 24: cronmesh.registry.v1.JobService.GetJob:input_type -> cronmesh.registry.v1.GetJobRequest
-	6,  // 25: cronmesh.registry.v1.JobService.ListJobs:input_type -> cronmesh.registry.v1.ListJobsRequest
-	8,  // 26: cronmesh.registry.v1.JobService.UpdateJob:input_type -> cronmesh.registry.v1.UpdateJobRequest
-	10, // 27: cronmesh.registry.v1.JobService.DeleteJob:input_type -> cronmesh.registry.v1.DeleteJobRequest
-	12, // 28: cronmesh.registry.v1.JobService.PauseJob:input_type -> cronmesh.registry.v1.PauseJobRequest
-	14, // 29: cronmesh.registry.v1.JobService.ResumeJob:input_type -> cronmesh.registry.v1.ResumeJobRequest
-	16, // 30: cronmesh.registry.v1.JobService.RunJob:input_type -> cronmesh.registry.v1.RunJobRequest
-	18, // 31: cronmesh.registry.v1.JobService.RerunExecution:input_type -> cronmesh.registry.v1.RerunExecutionRequest
-	20, // 32: cronmesh.registry.v1.JobService.PreviewSchedule:input_type -> cronmesh.registry.v1.PreviewScheduleRequest
-	1,  // 33: cronmesh.registry.v1.JobService.CreateJob:output_type -> cronmesh.registry.v1.CreateJobResponse
-	3,  // 34: cronmesh.registry.v1.JobService.BatchCreateJobs:output_type -> cronmesh.registry.v1.BatchCreateJobsResponse
-	5,  // 35: cronmesh.registry.v1.JobService.GetJob:output_type -> cronmesh.registry.v1.GetJobResponse
-	7,  // 36: cronmesh.registry.v1.JobService.ListJobs:output_type -> cronmesh.registry.v1.ListJobsResponse
-	9,  // 37: cronmesh.registry.v1.JobService.UpdateJob:output_type -> cronmesh.registry.v1.UpdateJobResponse
-	11, // 38: cronmesh.registry.v1.JobService.DeleteJob:output_type -> cronmesh.registry.v1.DeleteJobResponse
-	13, // 39: cronmesh.registry.v1.JobService.PauseJob:output_type -> cronmesh.registry.v1.PauseJobResponse
-	15, // 40: cronmesh.registry.v1.JobService.ResumeJob:output_type -> cronmesh.registry.v1.ResumeJobResponse
-	17, // 41: cronmesh.registry.v1.JobService.RunJob:output_type -> cronmesh.registry.v1.RunJobResponse
-	19, // 42: cronmesh.registry.v1.JobService.RerunExecution:output_type -> cronmesh.registry.v1.RerunExecutionResponse
-	21, // 43: cronmesh.registry.v1.JobService.PreviewSchedule:output_type -> cronmesh.registry.v1.PreviewScheduleResponse
-	33, // [33:44] is the sub-list for method output_type
-	22, // [22:33] is the sub-list for method input_type
-	22, // [22:22] is the sub-list for extension type_name
-	22, // [22:22] is the sub-list for extension extendee
-	0,  // [0:22] is the sub-list for field type_name
+	29, // 15: cronmesh.registry.v1.RunJobRequest.overlap_policy:type_name -> cronmesh.registry.v1.OverlapPolicy
+	26, // 16: cronmesh.registry.v1.RunJobResponse.nominal_time:type_name -> google.protobuf.Timestamp
+	28, // 17: cronmesh.registry.v1.RerunExecutionRequest.target_override:type_name -> cronmesh.registry.v1.Target
+	24, // 18: cronmesh.registry.v1.RerunExecutionRequest.headers_override:type_name -> cronmesh.registry.v1.RerunExecutionRequest.HeadersOverrideEntry
+	26, // 19: cronmesh.registry.v1.RerunExecutionResponse.nominal_time:type_name -> google.protobuf.Timestamp
+	30, // 20: cronmesh.registry.v1.PreviewScheduleRequest.schedule:type_name -> cronmesh.registry.v1.Schedule
+	26, // 21: cronmesh.registry.v1.PreviewScheduleRequest.from:type_name -> google.protobuf.Timestamp
+	26, // 22: cronmesh.registry.v1.PreviewScheduleResponse.times:type_name -> google.protobuf.Timestamp
+	0,  // 23: cronmesh.registry.v1.JobService.CreateJob:input_type -> cronmesh.registry.v1.CreateJobRequest
+	2,  // 24: cronmesh.registry.v1.JobService.BatchCreateJobs:input_type -> cronmesh.registry.v1.BatchCreateJobsRequest
+	4,  // 25: cronmesh.registry.v1.JobService.GetJob:input_type -> cronmesh.registry.v1.GetJobRequest
+	6,  // 26: cronmesh.registry.v1.JobService.ListJobs:input_type -> cronmesh.registry.v1.ListJobsRequest
+	8,  // 27: cronmesh.registry.v1.JobService.UpdateJob:input_type -> cronmesh.registry.v1.UpdateJobRequest
+	10, // 28: cronmesh.registry.v1.JobService.DeleteJob:input_type -> cronmesh.registry.v1.DeleteJobRequest
+	12, // 29: cronmesh.registry.v1.JobService.PauseJob:input_type -> cronmesh.registry.v1.PauseJobRequest
+	14, // 30: cronmesh.registry.v1.JobService.ResumeJob:input_type -> cronmesh.registry.v1.ResumeJobRequest
+	16, // 31: cronmesh.registry.v1.JobService.RunJob:input_type -> cronmesh.registry.v1.RunJobRequest
+	18, // 32: cronmesh.registry.v1.JobService.RerunExecution:input_type -> cronmesh.registry.v1.RerunExecutionRequest
+	20, // 33: cronmesh.registry.v1.JobService.PreviewSchedule:input_type -> cronmesh.registry.v1.PreviewScheduleRequest
+	1,  // 34: cronmesh.registry.v1.JobService.CreateJob:output_type -> cronmesh.registry.v1.CreateJobResponse
+	3,  // 35: cronmesh.registry.v1.JobService.BatchCreateJobs:output_type -> cronmesh.registry.v1.BatchCreateJobsResponse
+	5,  // 36: cronmesh.registry.v1.JobService.GetJob:output_type -> cronmesh.registry.v1.GetJobResponse
+	7,  // 37: cronmesh.registry.v1.JobService.ListJobs:output_type -> cronmesh.registry.v1.ListJobsResponse
+	9,  // 38: cronmesh.registry.v1.JobService.UpdateJob:output_type -> cronmesh.registry.v1.UpdateJobResponse
+	11, // 39: cronmesh.registry.v1.JobService.DeleteJob:output_type -> cronmesh.registry.v1.DeleteJobResponse
+	13, // 40: cronmesh.registry.v1.JobService.PauseJob:output_type -> cronmesh.registry.v1.PauseJobResponse
+	15, // 41: cronmesh.registry.v1.JobService.ResumeJob:output_type -> cronmesh.registry.v1.ResumeJobResponse
+	17, // 42: cronmesh.registry.v1.JobService.RunJob:output_type -> cronmesh.registry.v1.RunJobResponse
+	19, // 43: cronmesh.registry.v1.JobService.RerunExecution:output_type -> cronmesh.registry.v1.RerunExecutionResponse
+	21, // 44: cronmesh.registry.v1.JobService.PreviewSchedule:output_type -> cronmesh.registry.v1.PreviewScheduleResponse
+	34, // [34:45] is the sub-list for method output_type
+	23, // [23:34] is the sub-list for method input_type
+	23, // [23:23] is the sub-list for extension type_name
+	23, // [23:23] is the sub-list for extension extendee
+	0,  // [0:23] is the sub-list for field type_name
 }
 
 func init() { file_cronmesh_registry_v1_job_service_proto_init() }

@@ -9,6 +9,7 @@ package triggerv1
 import (
 	_ "github.com/cronmesh/cronmesh/gen/go/cronmesh/auth/v1"
 	v1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/dispatch/v1"
+	v11 "github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
@@ -513,7 +514,12 @@ type BackfillJobRequest struct {
 	StartTime *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=start_time,json=startTime,proto3" json:"start_time,omitempty"`
 	EndTime   *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=end_time,json=endTime,proto3" json:"end_time,omitempty"`
 	// Slots per second, 1 to 1,000; 0 means 100.
-	Rate          int32 `protobuf:"varint,4,opt,name=rate,proto3" json:"rate,omitempty"`
+	Rate int32 `protobuf:"varint,4,opt,name=rate,proto3" json:"rate,omitempty"`
+	// The overlap policy of the backfill's executions; unset means the
+	// job's. A backfill's slots come fast: with SKIP, most of them are
+	// skipped while the first runs; with BUFFER_ONE, one waits and the rest
+	// are skipped; ALLOW runs them all at once.
+	OverlapPolicy v11.OverlapPolicy `protobuf:"varint,5,opt,name=overlap_policy,json=overlapPolicy,proto3,enum=cronmesh.registry.v1.OverlapPolicy" json:"overlap_policy,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -576,6 +582,13 @@ func (x *BackfillJobRequest) GetRate() int32 {
 	return 0
 }
 
+func (x *BackfillJobRequest) GetOverlapPolicy() v11.OverlapPolicy {
+	if x != nil {
+		return x.OverlapPolicy
+	}
+	return v11.OverlapPolicy(0)
+}
+
 type BackfillJobResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Slots fired by this call.
@@ -634,7 +647,7 @@ var File_cronmesh_trigger_v1_trigger_service_proto protoreflect.FileDescriptor
 
 const file_cronmesh_trigger_v1_trigger_service_proto_rawDesc = "" +
 	"\n" +
-	")cronmesh/trigger/v1/trigger_service.proto\x12\x13cronmesh.trigger.v1\x1a\x1bcronmesh/auth/v1/auth.proto\x1a+cronmesh/dispatch/v1/dispatch_request.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x10\n" +
+	")cronmesh/trigger/v1/trigger_service.proto\x12\x13cronmesh.trigger.v1\x1a\x1bcronmesh/auth/v1/auth.proto\x1a+cronmesh/dispatch/v1/dispatch_request.proto\x1a\x1ecronmesh/registry/v1/job.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x10\n" +
 	"\x0eGetRingRequest\"\xb1\x01\n" +
 	"\x0fGetRingResponse\x12'\n" +
 	"\x0fpartition_count\x18\x01 \x01(\x05R\x0epartitionCount\x125\n" +
@@ -666,13 +679,14 @@ const file_cronmesh_trigger_v1_trigger_service_proto_rawDesc = "" +
 	"recordTime\x124\n" +
 	"\x05state\x18\x04 \x01(\x0e2\x1e.cronmesh.trigger.v1.SlotStateR\x05state\x12D\n" +
 	"\ftrigger_kind\x18\x05 \x01(\x0e2!.cronmesh.dispatch.v1.TriggerKindR\vtriggerKind\x12\x14\n" +
-	"\x05epoch\x18\x06 \x01(\x03R\x05epoch\"\xb1\x01\n" +
+	"\x05epoch\x18\x06 \x01(\x03R\x05epoch\"\xfd\x01\n" +
 	"\x12BackfillJobRequest\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x129\n" +
 	"\n" +
 	"start_time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\tstartTime\x125\n" +
 	"\bend_time\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\aendTime\x12\x12\n" +
-	"\x04rate\x18\x04 \x01(\x05R\x04rate\"E\n" +
+	"\x04rate\x18\x04 \x01(\x05R\x04rate\x12J\n" +
+	"\x0eoverlap_policy\x18\x05 \x01(\x0e2#.cronmesh.registry.v1.OverlapPolicyR\roverlapPolicy\"E\n" +
 	"\x13BackfillJobResponse\x12\x14\n" +
 	"\x05fired\x18\x01 \x01(\x05R\x05fired\x12\x18\n" +
 	"\askipped\x18\x02 \x01(\x05R\askipped*T\n" +
@@ -712,6 +726,7 @@ var file_cronmesh_trigger_v1_trigger_service_proto_goTypes = []any{
 	(*BackfillJobResponse)(nil),   // 9: cronmesh.trigger.v1.BackfillJobResponse
 	(*timestamppb.Timestamp)(nil), // 10: google.protobuf.Timestamp
 	(v1.TriggerKind)(0),           // 11: cronmesh.dispatch.v1.TriggerKind
+	(v11.OverlapPolicy)(0),        // 12: cronmesh.registry.v1.OverlapPolicy
 }
 var file_cronmesh_trigger_v1_trigger_service_proto_depIdxs = []int32{
 	3,  // 0: cronmesh.trigger.v1.GetRingResponse.members:type_name -> cronmesh.trigger.v1.Member
@@ -724,17 +739,18 @@ var file_cronmesh_trigger_v1_trigger_service_proto_depIdxs = []int32{
 	11, // 7: cronmesh.trigger.v1.Slot.trigger_kind:type_name -> cronmesh.dispatch.v1.TriggerKind
 	10, // 8: cronmesh.trigger.v1.BackfillJobRequest.start_time:type_name -> google.protobuf.Timestamp
 	10, // 9: cronmesh.trigger.v1.BackfillJobRequest.end_time:type_name -> google.protobuf.Timestamp
-	1,  // 10: cronmesh.trigger.v1.TriggerService.GetRing:input_type -> cronmesh.trigger.v1.GetRingRequest
-	5,  // 11: cronmesh.trigger.v1.TriggerService.ListSlots:input_type -> cronmesh.trigger.v1.ListSlotsRequest
-	8,  // 12: cronmesh.trigger.v1.TriggerService.BackfillJob:input_type -> cronmesh.trigger.v1.BackfillJobRequest
-	2,  // 13: cronmesh.trigger.v1.TriggerService.GetRing:output_type -> cronmesh.trigger.v1.GetRingResponse
-	6,  // 14: cronmesh.trigger.v1.TriggerService.ListSlots:output_type -> cronmesh.trigger.v1.ListSlotsResponse
-	9,  // 15: cronmesh.trigger.v1.TriggerService.BackfillJob:output_type -> cronmesh.trigger.v1.BackfillJobResponse
-	13, // [13:16] is the sub-list for method output_type
-	10, // [10:13] is the sub-list for method input_type
-	10, // [10:10] is the sub-list for extension type_name
-	10, // [10:10] is the sub-list for extension extendee
-	0,  // [0:10] is the sub-list for field type_name
+	12, // 10: cronmesh.trigger.v1.BackfillJobRequest.overlap_policy:type_name -> cronmesh.registry.v1.OverlapPolicy
+	1,  // 11: cronmesh.trigger.v1.TriggerService.GetRing:input_type -> cronmesh.trigger.v1.GetRingRequest
+	5,  // 12: cronmesh.trigger.v1.TriggerService.ListSlots:input_type -> cronmesh.trigger.v1.ListSlotsRequest
+	8,  // 13: cronmesh.trigger.v1.TriggerService.BackfillJob:input_type -> cronmesh.trigger.v1.BackfillJobRequest
+	2,  // 14: cronmesh.trigger.v1.TriggerService.GetRing:output_type -> cronmesh.trigger.v1.GetRingResponse
+	6,  // 15: cronmesh.trigger.v1.TriggerService.ListSlots:output_type -> cronmesh.trigger.v1.ListSlotsResponse
+	9,  // 16: cronmesh.trigger.v1.TriggerService.BackfillJob:output_type -> cronmesh.trigger.v1.BackfillJobResponse
+	14, // [14:17] is the sub-list for method output_type
+	11, // [11:14] is the sub-list for method input_type
+	11, // [11:11] is the sub-list for extension type_name
+	11, // [11:11] is the sub-list for extension extendee
+	0,  // [0:11] is the sub-list for field type_name
 }
 
 func init() { file_cronmesh_trigger_v1_trigger_service_proto_init() }

@@ -4,7 +4,7 @@
 
 import type { GenEnum, GenFile, GenMessage } from "@bufbuild/protobuf/codegenv2";
 import { enumDesc, fileDesc, messageDesc } from "@bufbuild/protobuf/codegenv2";
-import type { Priority, RetryPolicy, Target } from "../../registry/v1/job_pb.js";
+import type { OverlapPolicy, Priority, RetryPolicy, Target } from "../../registry/v1/job_pb.js";
 import { file_cronmesh_registry_v1_job } from "../../registry/v1/job_pb.js";
 import type { Timestamp } from "@bufbuild/protobuf/wkt";
 import { file_google_protobuf_timestamp } from "@bufbuild/protobuf/wkt";
@@ -14,7 +14,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file cronmesh/dispatch/v1/dispatch_request.proto.
  */
 export const file_cronmesh_dispatch_v1_dispatch_request: GenFile = /*@__PURE__*/
-  fileDesc("Citjcm9ubWVzaC9kaXNwYXRjaC92MS9kaXNwYXRjaF9yZXF1ZXN0LnByb3RvEhRjcm9ubWVzaC5kaXNwYXRjaC52MSLxBQoPRGlzcGF0Y2hSZXF1ZXN0EhQKDGV4ZWN1dGlvbl9pZBgBIAEoCRIOCgZqb2JfaWQYAiABKAkSEQoJbmFtZXNwYWNlGAMgASgJEg8KB2F0dGVtcHQYBCABKAUSMAoMbm9taW5hbF90aW1lGAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBItCglmaXJlX3RpbWUYBiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEjcKDHRyaWdnZXJfa2luZBgHIAEoDjIhLmNyb25tZXNoLmRpc3BhdGNoLnYxLlRyaWdnZXJLaW5kEiwKBnRhcmdldBgIIAEoCzIcLmNyb25tZXNoLnJlZ2lzdHJ5LnYxLlRhcmdldBI3CgxyZXRyeV9wb2xpY3kYCSABKAsyIS5jcm9ubWVzaC5yZWdpc3RyeS52MS5SZXRyeVBvbGljeRIwCghwcmlvcml0eRgKIAEoDjIeLmNyb25tZXNoLnJlZ2lzdHJ5LnYxLlByaW9yaXR5EhMKC2pvYl92ZXJzaW9uGAsgASgDEhgKEGpvYl9kaXNwbGF5X25hbWUYDCABKAkSSAoKam9iX2xhYmVscxgNIAMoCzI0LmNyb25tZXNoLmRpc3BhdGNoLnYxLkRpc3BhdGNoUmVxdWVzdC5Kb2JMYWJlbHNFbnRyeRIVCg1maXJzdF9hdHRlbXB0GA4gASgFEjEKDWRlYWRsaW5lX3RpbWUYFCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEjIKDm5leHRfc2xvdF90aW1lGBUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIdChVyZXJ1bl9vZl9leGVjdXRpb25faWQYECABKAkSGQoRb3ZlcnJpZGRlbl9maWVsZHMYESADKAkaMAoOSm9iTGFiZWxzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASqWAQoLVHJpZ2dlcktpbmQSHAoYVFJJR0dFUl9LSU5EX1VOU1BFQ0lGSUVEEAASGgoWVFJJR0dFUl9LSU5EX1NDSEVEVUxFRBABEhcKE1RSSUdHRVJfS0lORF9NQU5VQUwQAhIZChVUUklHR0VSX0tJTkRfQkFDS0ZJTEwQAxIZChVUUklHR0VSX0tJTkRfQ0FUQ0hfVVAQBEJFWkNnaXRodWIuY29tL2Nyb25tZXNoL2Nyb25tZXNoL2dlbi9nby9jcm9ubWVzaC9kaXNwYXRjaC92MTtkaXNwYXRjaHYxYgZwcm90bzM", [file_cronmesh_registry_v1_job, file_google_protobuf_timestamp]);
+  fileDesc("Citjcm9ubWVzaC9kaXNwYXRjaC92MS9kaXNwYXRjaF9yZXF1ZXN0LnByb3RvEhRjcm9ubWVzaC5kaXNwYXRjaC52MSKuBgoPRGlzcGF0Y2hSZXF1ZXN0EhQKDGV4ZWN1dGlvbl9pZBgBIAEoCRIOCgZqb2JfaWQYAiABKAkSEQoJbmFtZXNwYWNlGAMgASgJEg8KB2F0dGVtcHQYBCABKAUSMAoMbm9taW5hbF90aW1lGAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBItCglmaXJlX3RpbWUYBiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEjcKDHRyaWdnZXJfa2luZBgHIAEoDjIhLmNyb25tZXNoLmRpc3BhdGNoLnYxLlRyaWdnZXJLaW5kEiwKBnRhcmdldBgIIAEoCzIcLmNyb25tZXNoLnJlZ2lzdHJ5LnYxLlRhcmdldBI3CgxyZXRyeV9wb2xpY3kYCSABKAsyIS5jcm9ubWVzaC5yZWdpc3RyeS52MS5SZXRyeVBvbGljeRIwCghwcmlvcml0eRgKIAEoDjIeLmNyb25tZXNoLnJlZ2lzdHJ5LnYxLlByaW9yaXR5EhMKC2pvYl92ZXJzaW9uGAsgASgDEhgKEGpvYl9kaXNwbGF5X25hbWUYDCABKAkSSAoKam9iX2xhYmVscxgNIAMoCzI0LmNyb25tZXNoLmRpc3BhdGNoLnYxLkRpc3BhdGNoUmVxdWVzdC5Kb2JMYWJlbHNFbnRyeRIVCg1maXJzdF9hdHRlbXB0GA4gASgFEjEKDWRlYWRsaW5lX3RpbWUYFCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEjIKDm5leHRfc2xvdF90aW1lGBUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIdChVyZXJ1bl9vZl9leGVjdXRpb25faWQYECABKAkSGQoRb3ZlcnJpZGRlbl9maWVsZHMYESADKAkSOwoOb3ZlcmxhcF9wb2xpY3kYDyABKA4yIy5jcm9ubWVzaC5yZWdpc3RyeS52MS5PdmVybGFwUG9saWN5GjAKDkpvYkxhYmVsc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEqlgEKC1RyaWdnZXJLaW5kEhwKGFRSSUdHRVJfS0lORF9VTlNQRUNJRklFRBAAEhoKFlRSSUdHRVJfS0lORF9TQ0hFRFVMRUQQARIXChNUUklHR0VSX0tJTkRfTUFOVUFMEAISGQoVVFJJR0dFUl9LSU5EX0JBQ0tGSUxMEAMSGQoVVFJJR0dFUl9LSU5EX0NBVENIX1VQEARCRVpDZ2l0aHViLmNvbS9jcm9ubWVzaC9jcm9ubWVzaC9nZW4vZ28vY3Jvbm1lc2gvZGlzcGF0Y2gvdjE7ZGlzcGF0Y2h2MWIGcHJvdG8z", [file_cronmesh_registry_v1_job, file_google_protobuf_timestamp]);
 
 /**
  * DispatchRequest asks the dispatcher to deliver one attempt of one
@@ -162,6 +162,16 @@ export type DispatchRequest = Message<"cronmesh.dispatch.v1.DispatchRequest"> & 
    * @generated from field: repeated string overridden_fields = 17;
    */
   overriddenFields: string[];
+
+  /**
+   * The execution's overlap policy: the job's, or the one RunJob or
+   * BackfillJob gave. The dispatcher applies it to the first attempt
+   * (UNSPECIFIED and ALLOW: no check); retries carry it so that the
+   * execution's end releases the job.
+   *
+   * @generated from field: cronmesh.registry.v1.OverlapPolicy overlap_policy = 15;
+   */
+  overlapPolicy: OverlapPolicy;
 };
 
 /**

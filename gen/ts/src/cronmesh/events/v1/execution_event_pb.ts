@@ -14,7 +14,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file cronmesh/events/v1/execution_event.proto.
  */
 export const file_cronmesh_events_v1_execution_event: GenFile = /*@__PURE__*/
-  fileDesc("Cihjcm9ubWVzaC9ldmVudHMvdjEvZXhlY3V0aW9uX2V2ZW50LnByb3RvEhJjcm9ubWVzaC5ldmVudHMudjEiSQoTRXhlY3V0aW9uRXZlbnRCYXRjaBIyCgZldmVudHMYASADKAsyIi5jcm9ubWVzaC5ldmVudHMudjEuRXhlY3V0aW9uRXZlbnQitgcKDkV4ZWN1dGlvbkV2ZW50EhAKCGV2ZW50X2lkGAEgASgJEjQKBGtpbmQYAiABKA4yJi5jcm9ubWVzaC5ldmVudHMudjEuRXhlY3V0aW9uRXZlbnRLaW5kEhQKDGV4ZWN1dGlvbl9pZBgDIAEoCRIOCgZqb2JfaWQYBCABKAkSEQoJbmFtZXNwYWNlGAUgASgJEg8KB2F0dGVtcHQYBiABKAUSMAoMbm9taW5hbF90aW1lGAcgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgpvY2N1cl90aW1lGAggASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBI3Cgx0cmlnZ2VyX2tpbmQYCSABKA4yIS5jcm9ubWVzaC5kaXNwYXRjaC52MS5UcmlnZ2VyS2luZBIrCghkdXJhdGlvbhgKIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIOCgZyZWFzb24YCyABKAkSEAoIdHJhY2VfaWQYDCABKAkSGAoQam9iX2Rpc3BsYXlfbmFtZRgNIAEoCRJFCgpqb2JfbGFiZWxzGA4gAygLMjEuY3Jvbm1lc2guZXZlbnRzLnYxLkV4ZWN1dGlvbkV2ZW50LkpvYkxhYmVsc0VudHJ5Ei0KCWZpcmVfdGltZRgPIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKc3RhcnRfdGltZRgQIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASFwoPcmVzcG9uc2Vfc3RhdHVzGBEgASgFEhgKEHJlc3BvbnNlX2V4Y2VycHQYEiABKAkSFwoPcmV0cnlfc2NoZWR1bGVkGBMgASgIEi4KC3JldHJ5X2RlbGF5GBQgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEksKDXRyYWNlX2NvbnRleHQYFSADKAsyNC5jcm9ubWVzaC5ldmVudHMudjEuRXhlY3V0aW9uRXZlbnQuVHJhY2VDb250ZXh0RW50cnkSGQoRb3ZlcnJpZGRlbl9maWVsZHMYFiADKAkSHQoVcmVydW5fb2ZfZXhlY3V0aW9uX2lkGBcgASgJGjAKDkpvYkxhYmVsc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEaMwoRVHJhY2VDb250ZXh0RW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASqFAgoSRXhlY3V0aW9uRXZlbnRLaW5kEiQKIEVYRUNVVElPTl9FVkVOVF9LSU5EX1VOU1BFQ0lGSUVEEAASIAocRVhFQ1VUSU9OX0VWRU5UX0tJTkRfU1RBUlRFRBABEiIKHkVYRUNVVElPTl9FVkVOVF9LSU5EX1NVQ0NFRURFRBACEh8KG0VYRUNVVElPTl9FVkVOVF9LSU5EX0ZBSUxFRBADEh0KGUVYRUNVVElPTl9FVkVOVF9LSU5EX0RFQUQQBBIiCh5FWEVDVVRJT05fRVZFTlRfS0lORF9DQU5DRUxMRUQQBRIfChtFWEVDVVRJT05fRVZFTlRfS0lORF9NSVNTRUQQBkJBWj9naXRodWIuY29tL2Nyb25tZXNoL2Nyb25tZXNoL2dlbi9nby9jcm9ubWVzaC9ldmVudHMvdjE7ZXZlbnRzdjFiBnByb3RvMw", [file_cronmesh_dispatch_v1_dispatch_request, file_google_protobuf_duration, file_google_protobuf_timestamp]);
+  fileDesc("Cihjcm9ubWVzaC9ldmVudHMvdjEvZXhlY3V0aW9uX2V2ZW50LnByb3RvEhJjcm9ubWVzaC5ldmVudHMudjEiSQoTRXhlY3V0aW9uRXZlbnRCYXRjaBIyCgZldmVudHMYASADKAsyIi5jcm9ubWVzaC5ldmVudHMudjEuRXhlY3V0aW9uRXZlbnQitgcKDkV4ZWN1dGlvbkV2ZW50EhAKCGV2ZW50X2lkGAEgASgJEjQKBGtpbmQYAiABKA4yJi5jcm9ubWVzaC5ldmVudHMudjEuRXhlY3V0aW9uRXZlbnRLaW5kEhQKDGV4ZWN1dGlvbl9pZBgDIAEoCRIOCgZqb2JfaWQYBCABKAkSEQoJbmFtZXNwYWNlGAUgASgJEg8KB2F0dGVtcHQYBiABKAUSMAoMbm9taW5hbF90aW1lGAcgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgpvY2N1cl90aW1lGAggASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBI3Cgx0cmlnZ2VyX2tpbmQYCSABKA4yIS5jcm9ubWVzaC5kaXNwYXRjaC52MS5UcmlnZ2VyS2luZBIrCghkdXJhdGlvbhgKIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIOCgZyZWFzb24YCyABKAkSEAoIdHJhY2VfaWQYDCABKAkSGAoQam9iX2Rpc3BsYXlfbmFtZRgNIAEoCRJFCgpqb2JfbGFiZWxzGA4gAygLMjEuY3Jvbm1lc2guZXZlbnRzLnYxLkV4ZWN1dGlvbkV2ZW50LkpvYkxhYmVsc0VudHJ5Ei0KCWZpcmVfdGltZRgPIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKc3RhcnRfdGltZRgQIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASFwoPcmVzcG9uc2Vfc3RhdHVzGBEgASgFEhgKEHJlc3BvbnNlX2V4Y2VycHQYEiABKAkSFwoPcmV0cnlfc2NoZWR1bGVkGBMgASgIEi4KC3JldHJ5X2RlbGF5GBQgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEksKDXRyYWNlX2NvbnRleHQYFSADKAsyNC5jcm9ubWVzaC5ldmVudHMudjEuRXhlY3V0aW9uRXZlbnQuVHJhY2VDb250ZXh0RW50cnkSGQoRb3ZlcnJpZGRlbl9maWVsZHMYFiADKAkSHQoVcmVydW5fb2ZfZXhlY3V0aW9uX2lkGBcgASgJGjAKDkpvYkxhYmVsc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEaMwoRVHJhY2VDb250ZXh0RW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASrKAgoSRXhlY3V0aW9uRXZlbnRLaW5kEiQKIEVYRUNVVElPTl9FVkVOVF9LSU5EX1VOU1BFQ0lGSUVEEAASIAocRVhFQ1VUSU9OX0VWRU5UX0tJTkRfU1RBUlRFRBABEiIKHkVYRUNVVElPTl9FVkVOVF9LSU5EX1NVQ0NFRURFRBACEh8KG0VYRUNVVElPTl9FVkVOVF9LSU5EX0ZBSUxFRBADEh0KGUVYRUNVVElPTl9FVkVOVF9LSU5EX0RFQUQQBBIiCh5FWEVDVVRJT05fRVZFTlRfS0lORF9DQU5DRUxMRUQQBRIfChtFWEVDVVRJT05fRVZFTlRfS0lORF9NSVNTRUQQBhIgChxFWEVDVVRJT05fRVZFTlRfS0lORF9TS0lQUEVEEAcSIQodRVhFQ1VUSU9OX0VWRU5UX0tJTkRfQlVGRkVSRUQQCEJBWj9naXRodWIuY29tL2Nyb25tZXNoL2Nyb25tZXNoL2dlbi9nby9jcm9ubWVzaC9ldmVudHMvdjE7ZXZlbnRzdjFiBnByb3RvMw", [file_cronmesh_dispatch_v1_dispatch_request, file_google_protobuf_duration, file_google_protobuf_timestamp]);
 
 /**
  * ExecutionEventBatch is the body of one message on the
@@ -74,7 +74,7 @@ export type ExecutionEvent = Message<"cronmesh.events.v1.ExecutionEvent"> & {
   namespace: string;
 
   /**
-   * 0 for MISSED (no attempt was made).
+   * 0 for MISSED, SKIPPED and BUFFERED (no attempt was made).
    *
    * @generated from field: int32 attempt = 6;
    */
@@ -103,7 +103,8 @@ export type ExecutionEvent = Message<"cronmesh.events.v1.ExecutionEvent"> & {
   duration?: Duration | undefined;
 
   /**
-   * Why: the error of a failed attempt, the reason a slot was missed.
+   * Why: the error of a failed attempt, the reason a slot was missed or
+   * skipped.
    *
    * @generated from field: string reason = 11;
    */
@@ -247,6 +248,24 @@ export enum ExecutionEventKind {
    * @generated from enum value: EXECUTION_EVENT_KIND_MISSED = 6;
    */
   MISSED = 6,
+
+  /**
+   * The slot fired but was not delivered: its overlap policy (SKIP, or
+   * BUFFER_ONE with one already waiting) found another execution of the
+   * job in progress, which the reason names.
+   *
+   * @generated from enum value: EXECUTION_EVENT_KIND_SKIPPED = 7;
+   */
+  SKIPPED = 7,
+
+  /**
+   * The slot fired and waits (overlap policy BUFFER_ONE) for the job's
+   * execution in progress, which the reason names, to end; its STARTED
+   * follows when it runs.
+   *
+   * @generated from enum value: EXECUTION_EVENT_KIND_BUFFERED = 8;
+   */
+  BUFFERED = 8,
 }
 
 /**

@@ -12,7 +12,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file cronmesh/registry/v1/job.proto.
  */
 export const file_cronmesh_registry_v1_job: GenFile = /*@__PURE__*/
-  fileDesc("Ch5jcm9ubWVzaC9yZWdpc3RyeS92MS9qb2IucHJvdG8SFGNyb25tZXNoLnJlZ2lzdHJ5LnYxItMGCgNKb2ISCgoCaWQYASABKAkSEQoJbmFtZXNwYWNlGAIgASgJEhQKDGRpc3BsYXlfbmFtZRgDIAEoCRITCgtkZXNjcmlwdGlvbhgEIAEoCRI1CgZsYWJlbHMYBSADKAsyJS5jcm9ubWVzaC5yZWdpc3RyeS52MS5Kb2IuTGFiZWxzRW50cnkSMAoIc2NoZWR1bGUYBiABKAsyHi5jcm9ubWVzaC5yZWdpc3RyeS52MS5TY2hlZHVsZRIsCgZ0YXJnZXQYByABKAsyHC5jcm9ubWVzaC5yZWdpc3RyeS52MS5UYXJnZXQSNwoMcmV0cnlfcG9saWN5GAggASgLMiEuY3Jvbm1lc2gucmVnaXN0cnkudjEuUmV0cnlQb2xpY3kSMgoPY2F0Y2hfdXBfd2luZG93GAkgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEg4KBnBhdXNlZBgKIAEoCBIwCghwcmlvcml0eRgLIAEoDjIeLmNyb25tZXNoLnJlZ2lzdHJ5LnYxLlByaW9yaXR5EjAKDXNwcmVhZF93aW5kb3cYDCABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SLwoLY3JlYXRlX3RpbWUYDSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi8KC3VwZGF0ZV90aW1lGA4gASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIMCgRldGFnGA8gASgJEg8KB3ZlcnNpb24YECABKAMSNQoSZXhlY3V0aW9uX2RlYWRsaW5lGBQgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEiEKGXN0b3BfcmV0cmllc19hdF9uZXh0X3Nsb3QYFSABKAgSFAoMcGF1c2VfcmVhc29uGBkgASgJEi4KCnBhdXNlX3RpbWUYGiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhgKEHBhdXNlZF9ieV9rZXlfaWQYGyABKAkSIAoYcGF1c2VfYWZ0ZXJfZGVhZF9sZXR0ZXJzGBwgASgFGi0KC0xhYmVsc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEinQIKCFNjaGVkdWxlEg4KBGNyb24YASABKAlIABIyCghpbnRlcnZhbBgCIAEoCzIeLmNyb25tZXNoLnJlZ2lzdHJ5LnYxLkludGVydmFsSAASKAoCYXQYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wSAASKgoFYWZ0ZXIYBCABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb25IABIRCgl0aW1lX3pvbmUYBSABKAkSLgoKc3RhcnRfdGltZRgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLAoIZW5kX3RpbWUYByABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wQgYKBGtpbmQiZQoISW50ZXJ2YWwSKAoFZXZlcnkYASABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SLwoLYW5jaG9yX3RpbWUYAiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wInQKBlRhcmdldBIwCgRodHRwGAEgASgLMiAuY3Jvbm1lc2gucmVnaXN0cnkudjEuSHR0cFRhcmdldEgAEjAKBGFtcXAYAiABKAsyIC5jcm9ubWVzaC5yZWdpc3RyeS52MS5BbXFwVGFyZ2V0SABCBgoEa2luZCLEAwoKSHR0cFRhcmdldBIOCgZtZXRob2QYASABKAkSCwoDdXJsGAIgASgJEj4KB2hlYWRlcnMYAyADKAsyLS5jcm9ubWVzaC5yZWdpc3RyeS52MS5IdHRwVGFyZ2V0LkhlYWRlcnNFbnRyeRIMCgRib2R5GAQgASgJEioKB3RpbWVvdXQYBSABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SHQoVYWNjZXB0ZWRfc3RhdHVzX2NvZGVzGAYgAygFEhYKDnNpZ25pbmdfc2VjcmV0GAcgASgJEksKDnNlY3JldF9oZWFkZXJzGAggAygLMjMuY3Jvbm1lc2gucmVnaXN0cnkudjEuSHR0cFRhcmdldC5TZWNyZXRIZWFkZXJzRW50cnkSNQoLYm9keV9mb3JtYXQYCSABKA4yIC5jcm9ubWVzaC5yZWdpc3RyeS52MS5Cb2R5Rm9ybWF0Gi4KDEhlYWRlcnNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBGjQKElNlY3JldEhlYWRlcnNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIoEDCgpBbXFwVGFyZ2V0EhAKCGV4Y2hhbmdlGAEgASgJEhMKC3JvdXRpbmdfa2V5GAIgASgJEj4KB2hlYWRlcnMYAyADKAsyLS5jcm9ubWVzaC5yZWdpc3RyeS52MS5BbXFwVGFyZ2V0LkhlYWRlcnNFbnRyeRIMCgRib2R5GAQgASgJEhQKDGNvbnRlbnRfdHlwZRgFIAEoCRJLCg5zZWNyZXRfaGVhZGVycxgGIAMoCzIzLmNyb25tZXNoLnJlZ2lzdHJ5LnYxLkFtcXBUYXJnZXQuU2VjcmV0SGVhZGVyc0VudHJ5EjUKC2JvZHlfZm9ybWF0GAcgASgOMiAuY3Jvbm1lc2gucmVnaXN0cnkudjEuQm9keUZvcm1hdBouCgxIZWFkZXJzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ARo0ChJTZWNyZXRIZWFkZXJzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASKvAQoLUmV0cnlQb2xpY3kSGAoLbWF4X3JldHJpZXMYASABKAVIAIgBARIyCg9pbml0aWFsX2JhY2tvZmYYAiABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SLgoLbWF4X2JhY2tvZmYYAyABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SEgoKbXVsdGlwbGllchgEIAEoAUIOCgxfbWF4X3JldHJpZXMqXAoKQm9keUZvcm1hdBIbChdCT0RZX0ZPUk1BVF9VTlNQRUNJRklFRBAAEhcKE0JPRFlfRk9STUFUX0xJVEVSQUwQARIYChRCT0RZX0ZPUk1BVF9URU1QTEFURRACKl4KCFByaW9yaXR5EhgKFFBSSU9SSVRZX1VOU1BFQ0lGSUVEEAASEQoNUFJJT1JJVFlfSElHSBABEhMKD1BSSU9SSVRZX05PUk1BTBACEhAKDFBSSU9SSVRZX0xPVxADQkVaQ2dpdGh1Yi5jb20vY3Jvbm1lc2gvY3Jvbm1lc2gvZ2VuL2dvL2Nyb25tZXNoL3JlZ2lzdHJ5L3YxO3JlZ2lzdHJ5djFiBnByb3RvMw", [file_google_protobuf_duration, file_google_protobuf_timestamp]);
+  fileDesc("Ch5jcm9ubWVzaC9yZWdpc3RyeS92MS9qb2IucHJvdG8SFGNyb25tZXNoLnJlZ2lzdHJ5LnYxIpAHCgNKb2ISCgoCaWQYASABKAkSEQoJbmFtZXNwYWNlGAIgASgJEhQKDGRpc3BsYXlfbmFtZRgDIAEoCRITCgtkZXNjcmlwdGlvbhgEIAEoCRI1CgZsYWJlbHMYBSADKAsyJS5jcm9ubWVzaC5yZWdpc3RyeS52MS5Kb2IuTGFiZWxzRW50cnkSMAoIc2NoZWR1bGUYBiABKAsyHi5jcm9ubWVzaC5yZWdpc3RyeS52MS5TY2hlZHVsZRIsCgZ0YXJnZXQYByABKAsyHC5jcm9ubWVzaC5yZWdpc3RyeS52MS5UYXJnZXQSNwoMcmV0cnlfcG9saWN5GAggASgLMiEuY3Jvbm1lc2gucmVnaXN0cnkudjEuUmV0cnlQb2xpY3kSMgoPY2F0Y2hfdXBfd2luZG93GAkgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEg4KBnBhdXNlZBgKIAEoCBIwCghwcmlvcml0eRgLIAEoDjIeLmNyb25tZXNoLnJlZ2lzdHJ5LnYxLlByaW9yaXR5EjAKDXNwcmVhZF93aW5kb3cYDCABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SLwoLY3JlYXRlX3RpbWUYDSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi8KC3VwZGF0ZV90aW1lGA4gASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIMCgRldGFnGA8gASgJEg8KB3ZlcnNpb24YECABKAMSNQoSZXhlY3V0aW9uX2RlYWRsaW5lGBQgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEiEKGXN0b3BfcmV0cmllc19hdF9uZXh0X3Nsb3QYFSABKAgSFAoMcGF1c2VfcmVhc29uGBkgASgJEi4KCnBhdXNlX3RpbWUYGiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhgKEHBhdXNlZF9ieV9rZXlfaWQYGyABKAkSIAoYcGF1c2VfYWZ0ZXJfZGVhZF9sZXR0ZXJzGBwgASgFEjsKDm92ZXJsYXBfcG9saWN5GBEgASgOMiMuY3Jvbm1lc2gucmVnaXN0cnkudjEuT3ZlcmxhcFBvbGljeRotCgtMYWJlbHNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIp0CCghTY2hlZHVsZRIOCgRjcm9uGAEgASgJSAASMgoIaW50ZXJ2YWwYAiABKAsyHi5jcm9ubWVzaC5yZWdpc3RyeS52MS5JbnRlcnZhbEgAEigKAmF0GAMgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcEgAEioKBWFmdGVyGAQgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uSAASEQoJdGltZV96b25lGAUgASgJEi4KCnN0YXJ0X3RpbWUYBiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEiwKCGVuZF90aW1lGAcgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcEIGCgRraW5kImUKCEludGVydmFsEigKBWV2ZXJ5GAEgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEi8KC2FuY2hvcl90aW1lGAIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCJ0CgZUYXJnZXQSMAoEaHR0cBgBIAEoCzIgLmNyb25tZXNoLnJlZ2lzdHJ5LnYxLkh0dHBUYXJnZXRIABIwCgRhbXFwGAIgASgLMiAuY3Jvbm1lc2gucmVnaXN0cnkudjEuQW1xcFRhcmdldEgAQgYKBGtpbmQixAMKCkh0dHBUYXJnZXQSDgoGbWV0aG9kGAEgASgJEgsKA3VybBgCIAEoCRI+CgdoZWFkZXJzGAMgAygLMi0uY3Jvbm1lc2gucmVnaXN0cnkudjEuSHR0cFRhcmdldC5IZWFkZXJzRW50cnkSDAoEYm9keRgEIAEoCRIqCgd0aW1lb3V0GAUgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEh0KFWFjY2VwdGVkX3N0YXR1c19jb2RlcxgGIAMoBRIWCg5zaWduaW5nX3NlY3JldBgHIAEoCRJLCg5zZWNyZXRfaGVhZGVycxgIIAMoCzIzLmNyb25tZXNoLnJlZ2lzdHJ5LnYxLkh0dHBUYXJnZXQuU2VjcmV0SGVhZGVyc0VudHJ5EjUKC2JvZHlfZm9ybWF0GAkgASgOMiAuY3Jvbm1lc2gucmVnaXN0cnkudjEuQm9keUZvcm1hdBouCgxIZWFkZXJzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ARo0ChJTZWNyZXRIZWFkZXJzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASKBAwoKQW1xcFRhcmdldBIQCghleGNoYW5nZRgBIAEoCRITCgtyb3V0aW5nX2tleRgCIAEoCRI+CgdoZWFkZXJzGAMgAygLMi0uY3Jvbm1lc2gucmVnaXN0cnkudjEuQW1xcFRhcmdldC5IZWFkZXJzRW50cnkSDAoEYm9keRgEIAEoCRIUCgxjb250ZW50X3R5cGUYBSABKAkSSwoOc2VjcmV0X2hlYWRlcnMYBiADKAsyMy5jcm9ubWVzaC5yZWdpc3RyeS52MS5BbXFwVGFyZ2V0LlNlY3JldEhlYWRlcnNFbnRyeRI1Cgtib2R5X2Zvcm1hdBgHIAEoDjIgLmNyb25tZXNoLnJlZ2lzdHJ5LnYxLkJvZHlGb3JtYXQaLgoMSGVhZGVyc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEaNAoSU2VjcmV0SGVhZGVyc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEirwEKC1JldHJ5UG9saWN5EhgKC21heF9yZXRyaWVzGAEgASgFSACIAQESMgoPaW5pdGlhbF9iYWNrb2ZmGAIgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEi4KC21heF9iYWNrb2ZmGAMgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEhIKCm11bHRpcGxpZXIYBCABKAFCDgoMX21heF9yZXRyaWVzKqIBCg1PdmVybGFwUG9saWN5Eh4KGk9WRVJMQVBfUE9MSUNZX1VOU1BFQ0lGSUVEEAASGAoUT1ZFUkxBUF9QT0xJQ1lfQUxMT1cQARIXChNPVkVSTEFQX1BPTElDWV9TS0lQEAISHQoZT1ZFUkxBUF9QT0xJQ1lfQlVGRkVSX09ORRADEh8KG09WRVJMQVBfUE9MSUNZX0NBTkNFTF9PVEhFUhAEKlwKCkJvZHlGb3JtYXQSGwoXQk9EWV9GT1JNQVRfVU5TUEVDSUZJRUQQABIXChNCT0RZX0ZPUk1BVF9MSVRFUkFMEAESGAoUQk9EWV9GT1JNQVRfVEVNUExBVEUQAipeCghQcmlvcml0eRIYChRQUklPUklUWV9VTlNQRUNJRklFRBAAEhEKDVBSSU9SSVRZX0hJR0gQARITCg9QUklPUklUWV9OT1JNQUwQAhIQCgxQUklPUklUWV9MT1cQA0JFWkNnaXRodWIuY29tL2Nyb25tZXNoL2Nyb25tZXNoL2dlbi9nby9jcm9ubWVzaC9yZWdpc3RyeS92MTtyZWdpc3RyeXYxYgZwcm90bzM", [file_google_protobuf_duration, file_google_protobuf_timestamp]);
 
 /**
  * Job is a registered unit of scheduled work: when it runs (schedule), what it
@@ -202,6 +202,17 @@ export type Job = Message<"cronmesh.registry.v1.Job"> & {
    * @generated from field: int32 pause_after_dead_letters = 28;
    */
   pauseAfterDeadLetters: number;
+
+  /**
+   * What a slot does when an execution of the job is still in progress
+   * (an attempt in flight, or a retry waiting in a delay tier).
+   * OVERLAP_POLICY_UNSPECIFIED is stored as OVERLAP_POLICY_ALLOW. Applies
+   * to the slots fired after it is set; RunJob and BackfillJob may give
+   * their own. See docs/api.md, "Overlap policies".
+   *
+   * @generated from field: cronmesh.registry.v1.OverlapPolicy overlap_policy = 17;
+   */
+  overlapPolicy: OverlapPolicy;
 };
 
 /**
@@ -587,6 +598,64 @@ export const RetryPolicySchema: GenMessage<RetryPolicy> = /*@__PURE__*/
   messageDesc(file_cronmesh_registry_v1_job, 6);
 
 /**
+ * OverlapPolicy says what happens to a new execution of a job while another
+ * execution of the same job is in progress. Only executions fired with a
+ * policy other than ALLOW are tracked: an ALLOW execution never waits and
+ * never holds another back.
+ *
+ * @generated from enum cronmesh.registry.v1.OverlapPolicy
+ */
+export enum OverlapPolicy {
+  /**
+   * Treated as OVERLAP_POLICY_ALLOW (on RunJob and BackfillJob: the job's
+   * policy).
+   *
+   * @generated from enum value: OVERLAP_POLICY_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * Every slot runs, whatever else of the job is running.
+   *
+   * @generated from enum value: OVERLAP_POLICY_ALLOW = 1;
+   */
+  ALLOW = 1,
+
+  /**
+   * A slot that finds an execution in progress is not delivered: it is
+   * recorded SKIPPED, with the running execution's id in the reason.
+   *
+   * @generated from enum value: OVERLAP_POLICY_SKIP = 2;
+   */
+  SKIP = 2,
+
+  /**
+   * A slot that finds an execution in progress waits for it to end
+   * (succeeded, dead-lettered, cancelled or past its deadline), recorded
+   * BUFFERED meanwhile, then runs; at most one waits, and a slot that
+   * finds one waiting is SKIPPED.
+   *
+   * @generated from enum value: OVERLAP_POLICY_BUFFER_ONE = 3;
+   */
+  BUFFER_ONE = 3,
+
+  /**
+   * A slot that finds an execution in progress cancels it (its pending
+   * retries are dropped, its attempt in flight aborted: CANCELLED with the
+   * reason "cancelled by overlap policy: execution <new id>") and runs.
+   *
+   * @generated from enum value: OVERLAP_POLICY_CANCEL_OTHER = 4;
+   */
+  CANCEL_OTHER = 4,
+}
+
+/**
+ * Describes the enum cronmesh.registry.v1.OverlapPolicy.
+ */
+export const OverlapPolicySchema: GenEnum<OverlapPolicy> = /*@__PURE__*/
+  enumDesc(file_cronmesh_registry_v1_job, 0);
+
+/**
  * BodyFormat says whether a target's body is sent as given or filled in per
  * attempt with the slot's values.
  *
@@ -623,7 +692,7 @@ export enum BodyFormat {
  * Describes the enum cronmesh.registry.v1.BodyFormat.
  */
 export const BodyFormatSchema: GenEnum<BodyFormat> = /*@__PURE__*/
-  enumDesc(file_cronmesh_registry_v1_job, 0);
+  enumDesc(file_cronmesh_registry_v1_job, 1);
 
 /**
  * Priority orders delivery under load: high is never starved behind low.
@@ -658,5 +727,5 @@ export enum Priority {
  * Describes the enum cronmesh.registry.v1.Priority.
  */
 export const PrioritySchema: GenEnum<Priority> = /*@__PURE__*/
-  enumDesc(file_cronmesh_registry_v1_job, 1);
+  enumDesc(file_cronmesh_registry_v1_job, 2);
 
