@@ -101,7 +101,18 @@ func (h *Handler) ListSlots(ctx context.Context, req *connect.Request[triggerv1.
 	if err != nil {
 		return nil, h.toConnect(ctx, "ListSlots", err)
 	}
-	resp := &triggerv1.ListSlotsResponse{NextPageToken: encodeSlotToken(next)}
+	// The count is read after the page: a slot the page shows is counted
+	// already (the commit that recorded it raised the count).
+	job, err := h.store.Job(ctx, ns, req.Msg.JobId)
+	if err != nil {
+		return nil, h.toConnect(ctx, "ListSlots", err)
+	}
+	resp := &triggerv1.ListSlotsResponse{
+		NextPageToken: encodeSlotToken(next),
+		RunsFired:     job.RunsFired,
+		MaxRuns:       job.MaxRuns,
+		Completed:     job.Completed(),
+	}
 	for _, s := range slots {
 		state := triggerv1.SlotState_SLOT_STATE_FIRED
 		if s.Kind == firing.KindMissed {
