@@ -76,6 +76,7 @@ func TestScenarios(t *testing.T) {
 	t.Run("CancelInFlight", func(t *testing.T) { t.Parallel(); s.cancelInFlight(t) })
 	t.Run("PauseOnFailure", func(t *testing.T) { t.Parallel(); s.pauseOnFailure(t) })
 	t.Run("RunWithOverrides", func(t *testing.T) { t.Parallel(); s.runWithOverrides(t) })
+	t.Run("LimitedRuns", func(t *testing.T) { t.Parallel(); s.limitedRuns(t) })
 }
 
 // signedDeliveryPauseRunNow: a job created with the Go client fires; its
