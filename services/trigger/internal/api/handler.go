@@ -97,23 +97,17 @@ func (h *Handler) ListSlots(ctx context.Context, req *connect.Request[triggerv1.
 	if size == 0 {
 		size = DefaultSlotPage
 	}
-	slots, next, err := h.store.ListSlots(ctx, ns, req.Msg.JobId, size, before)
-	if err != nil {
-		return nil, h.toConnect(ctx, "ListSlots", err)
-	}
-	// The count is read after the page: a slot the page shows is counted
-	// already (the commit that recorded it raised the count).
-	job, err := h.store.Job(ctx, ns, req.Msg.JobId)
+	page, err := h.store.Slots(ctx, ns, req.Msg.JobId, size, before)
 	if err != nil {
 		return nil, h.toConnect(ctx, "ListSlots", err)
 	}
 	resp := &triggerv1.ListSlotsResponse{
-		NextPageToken: encodeSlotToken(next),
-		RunsFired:     job.RunsFired,
-		MaxRuns:       job.MaxRuns,
-		Completed:     job.Completed(),
+		NextPageToken: encodeSlotToken(page.Next),
+		RunsFired:     page.RunsFired,
+		MaxRuns:       page.MaxRuns,
+		Completed:     page.Completed(),
 	}
-	for _, s := range slots {
+	for _, s := range page.Slots {
 		state := triggerv1.SlotState_SLOT_STATE_FIRED
 		if s.Kind == firing.KindMissed {
 			state = triggerv1.SlotState_SLOT_STATE_MISSED

@@ -85,6 +85,16 @@ func TestMaxRunsCountedInTheCommit(t *testing.T) {
 		firing.KindCatchUp, firing.KindCatchUp, firing.KindCatchUp,
 	}, kinds)
 	require.Equal(t, ts("2030-03-10T10:40:00Z"), e.ledger(t, job.Id)[8].Nominal)
+
+	// ListSlots' page and the count come from one read.
+	page, err := e.store.Slots(t.Context(), testNamespace, job.Id, 3, time.Time{})
+	require.NoError(t, err)
+	require.Len(t, page.Slots, 3)
+	require.Equal(t, ts("2030-03-10T10:40:00Z"), page.Slots[0].Nominal)
+	require.EqualValues(t, 4, page.RunsFired)
+	require.EqualValues(t, 4, page.MaxRuns)
+	require.True(t, page.Completed())
+	require.False(t, page.Next.IsZero())
 }
 
 // TestMaxRunsCompareAndSet: a commit from a copy of the row whose count is
