@@ -77,6 +77,7 @@ func TestScenarios(t *testing.T) {
 	t.Run("PauseOnFailure", func(t *testing.T) { t.Parallel(); s.pauseOnFailure(t) })
 	t.Run("RunWithOverrides", func(t *testing.T) { t.Parallel(); s.runWithOverrides(t) })
 	t.Run("RerunWithOverride", func(t *testing.T) { t.Parallel(); s.rerunWithOverride(t) })
+	t.Run("LimitedRuns", func(t *testing.T) { t.Parallel(); s.limitedRuns(t) })
 }
 
 // signedDeliveryPauseRunNow: a job created with the Go client fires; its

@@ -205,6 +205,13 @@ func dumpLog(t *testing.T, n *node) {
 // count jobs that fire every second, and returns their ids.
 func (c *cluster) createJobs(count int) []string {
 	c.t.Helper()
+	return c.createJobsWith(count, nil)
+}
+
+// createJobsWith is createJobs with each job changed by mod (nil: none)
+// before its event is published.
+func (c *cluster) createJobsWith(count int, mod func(*registryv1.Job)) []string {
+	c.t.Helper()
 	ch := amqptest.Channel(c.t)
 	require.NoError(c.t, ch.Confirm(false))
 	confirms := ch.NotifyPublish(make(chan amqp091.Confirmation, count))
@@ -232,6 +239,9 @@ func (c *cluster) createJobs(count int) []string {
 				UpdateTime:    timestamppb.New(now),
 			},
 			OccurTime: timestamppb.New(now),
+		}
+		if mod != nil {
+			mod(ev.Job)
 		}
 		body, err := proto.Marshal(ev)
 		require.NoError(c.t, err)

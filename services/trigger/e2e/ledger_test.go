@@ -2,6 +2,7 @@ package e2e_test
 
 import (
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -134,4 +135,32 @@ func (l *ledger) check(jobs []string, from, to time.Time, lateFrom time.Time) ve
 		}
 	}
 	return v
+}
+
+// slotsOf returns the nominal seconds of job's slots that arrived, in order.
+func (l *ledger) slotsOf(job string) []int64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []int64
+	for k := range l.rows {
+		if k.job == job {
+			out = append(out, k.nominal)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// rowsOf returns, for each slot of job that arrived, the number of outbox
+// rows it came from (more than one: fired twice).
+func (l *ledger) rowsOf(job string) map[int64]int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := map[int64]int{}
+	for k, rows := range l.rows {
+		if k.job == job {
+			out[k.nominal] = len(rows)
+		}
+	}
+	return out
 }

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -147,11 +148,15 @@ func (s *Store) ApplyExecutions(ctx context.Context, events []*eventsv1.Executio
 	}
 	res.Relevant = len(items)
 	marks := jobMarks(events)
-	if len(items) == 0 && len(marks) == 0 {
+	runs := jobRuns(events)
+	if len(items) == 0 && len(marks) == 0 && len(runs.ids) == 0 {
 		return res, nil
 	}
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
 		if err := markJobs(ctx, tx, marks, now); err != nil {
+			return err
+		}
+		if err := countJobRuns(ctx, tx, runs); err != nil {
 			return err
 		}
 		if len(items) == 0 {
@@ -250,6 +255,72 @@ func markJobs(ctx context.Context, tx pgx.Tx, marks map[string]*jobMark, now tim
 // countsSkipped reports a consecutive-failure rule that counts skipped
 // executions as failures.
 func countsSkipped(r *rules.Rule) bool { return r.Kind == rules.ConsecutiveFailures && r.CountSkipped }
+
+// runList is the runs of scheduled slots a batch saw, one entry per (job,
+// nominal time), as column arrays sorted by job id.
+type runList struct {
+	ids      []string
+	nominals []time.Time
+}
+
+// jobRuns lists the runs the events show: every scheduled or catch-up slot
+// with an event other than MISSED (the trigger fired it; what became of it
+// does not matter), as the trigger counts runs against max_runs.
+func jobRuns(events []*eventsv1.ExecutionEvent) runList {
+	type run struct {
+		job     string
+		nominal time.Time
+	}
+	seen := map[run]bool{}
+	var all []run
+	for _, ev := range events {
+		if !scheduled(ev) || ev.GetKind() == eventsv1.ExecutionEventKind_EXECUTION_EVENT_KIND_MISSED ||
+			ev.GetJobId() == "" || !ev.GetNominalTime().IsValid() {
+			continue
+		}
+		r := run{ev.GetJobId(), ev.GetNominalTime().AsTime()}
+		if !seen[r] {
+			seen[r] = true
+			all = append(all, r)
+		}
+	}
+	slices.SortFunc(all, func(a, b run) int { return cmp.Or(strings.Compare(a.job, b.job), a.nominal.Compare(b.nominal)) })
+	var l runList
+	for _, r := range all {
+		l.ids, l.nominals = append(l.ids, r.job), append(l.nominals, r.nominal)
+	}
+	return l
+}
+
+// countJobRuns records the batch's runs of jobs with a limit (and of
+// placeholder rows, whose limit is not known yet) after the job got it,
+// each once, raises their runs_seen by the new ones, and stops watching a
+// job that has reached its limit. Jobs without a limit cost the join and
+// nothing more. Runs after markJobs, which created the placeholder rows
+// and holds the batch's job rows locked.
+func countJobRuns(ctx context.Context, tx pgx.Tx, runs runList) error {
+	if len(runs.ids) == 0 {
+		return nil
+	}
+	_, err := tx.Exec(ctx, `
+		WITH added AS (
+		    INSERT INTO limited_runs (job_id, nominal_time)
+		    SELECT r.id, r.nominal FROM unnest($1::text[], $2::timestamptz[]) AS r(id, nominal)
+		    JOIN jobs j ON j.id = r.id
+		    WHERE (j.max_runs > 0 OR j.version = 0) AND NOT j.deleted
+		      AND (j.limit_since IS NULL OR r.nominal > j.limit_since)
+		    ON CONFLICT DO NOTHING
+		    RETURNING job_id),
+		counted AS (SELECT job_id, count(*) AS n FROM added GROUP BY job_id)
+		UPDATE jobs SET runs_seen = jobs.runs_seen + c.n,
+		    next_slot = CASE WHEN jobs.max_runs > 0 AND jobs.runs_seen + c.n >= jobs.max_runs THEN NULL ELSE jobs.next_slot END,
+		    check_time = CASE WHEN jobs.max_runs > 0 AND jobs.runs_seen + c.n >= jobs.max_runs THEN NULL ELSE jobs.check_time END
+		FROM counted c WHERE jobs.id = c.job_id`, runs.ids, runs.nominals)
+	if err != nil {
+		return fmt.Errorf("count runs: %w", err)
+	}
+	return nil
+}
 
 func lateByAny(rs []*rules.Rule, late time.Duration) bool {
 	for _, r := range rs {

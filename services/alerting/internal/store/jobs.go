@@ -82,7 +82,14 @@ func (s *Store) ApplyJobEvent(ctx context.Context, ev *eventsv1.JobEvent, now ti
 // delete cannot bring it back. RUN_REQUESTED events change nothing
 // (JobIgnored). The watchdog's next expected slot is recomputed from the
 // schedule (libs/jobspec, the code the registry and the trigger use) as
-// the first slot after now and after the latest slot seen.
+// the first slot after now and after the latest slot seen; a job that has
+// run its max_runs has none.
+//
+// Limited runs follow the trigger's rules: an event that gives a job its
+// limit starts its count (runs_seen) from the runs recorded after the
+// event's occur time, or from every run recorded while alerting did not
+// know the job yet when the event is the job's first; one that changes
+// the limit keeps the count; one without a limit, or a delete, clears it.
 //
 // Concurrent batches lock the rows they read in id order, so they cannot
 // deadlock each other; a batch that loses a race to create a row is read
@@ -140,6 +147,9 @@ type jobChange struct {
 	paused      bool
 	schedule    []byte // the protobuf Schedule; nil without one
 	created     time.Time
+	// maxRuns is the job's limit (0: none) and occur the event's time.
+	maxRuns int64
+	occur   time.Time
 	// sched computes the next slot when watched; the job is not watched
 	// when deleted, paused, without a schedule, or with schedErr.
 	sched   schedule.Schedule
@@ -161,6 +171,7 @@ func prepareJobChange(ev *eventsv1.JobEvent) (jobChange, error) {
 		id: job.GetId(), namespace: job.GetNamespace(), displayName: job.GetDisplayName(),
 		version: ev.GetVersion(), deleted: ev.GetKind() == eventsv1.JobEventKind_JOB_EVENT_KIND_DELETED,
 		paused: job.GetPaused(), created: job.GetCreateTime().AsTime(),
+		maxRuns: max(job.GetMaxRuns(), 0), occur: ev.GetOccurTime().AsTime(),
 	}
 	if job.GetSchedule() != nil {
 		b, err := proto.Marshal(job.GetSchedule())
@@ -187,9 +198,44 @@ func prepareJobChange(ev *eventsv1.JobEvent) (jobChange, error) {
 
 // storedJobRow is what a batch reads of a job row before changing it.
 type storedJobRow struct {
-	version int64
-	seen    *time.Time
+	version    int64
+	seen       *time.Time
+	maxRuns    int64
+	runsSeen   int64
+	limitSince *time.Time
 }
+
+// runLimit is a job's limit and count as a batch leaves them.
+type runLimit struct {
+	maxRuns    int64
+	runsSeen   int64
+	limitSince *time.Time
+	// recount: runsSeen is to be counted from limited_runs (after
+	// limitSince); clear: the job's limited_runs rows are to go.
+	recount, clear bool
+}
+
+// next is the limit after c, applied to a job whose limit was l; first
+// says c is the first event alerting applies to the job (the job had no
+// row, or a placeholder of execution events).
+func (l runLimit) next(c *jobChange, first bool) runLimit {
+	switch {
+	case c.deleted || c.maxRuns == 0:
+		return runLimit{clear: true}
+	case first:
+		// The runs recorded before the job's first event are all its own.
+		return runLimit{maxRuns: c.maxRuns, recount: true}
+	case l.maxRuns == 0:
+		since := c.occur
+		return runLimit{maxRuns: c.maxRuns, limitSince: &since, recount: true}
+	default:
+		l.maxRuns = c.maxRuns
+		return l
+	}
+}
+
+// completed: the job has run its limit.
+func (l runLimit) completed() bool { return l.maxRuns > 0 && l.runsSeen >= l.maxRuns }
 
 // jobRowArrays are job rows to write, as column arrays.
 type jobRowArrays struct {
@@ -199,9 +245,14 @@ type jobRowArrays struct {
 	schedules                      [][]byte
 	created                        []time.Time
 	next                           []*time.Time
+	maxRuns, runsSeen              []int64
+	limitSince                     []*time.Time
 }
 
-func (r *jobRowArrays) add(c *jobChange, next *time.Time) {
+func (r *jobRowArrays) add(c *jobChange, next *time.Time, lim runLimit) {
+	r.maxRuns = append(r.maxRuns, lim.maxRuns)
+	r.runsSeen = append(r.runsSeen, lim.runsSeen)
+	r.limitSince = append(r.limitSince, lim.limitSince)
 	r.ids = append(r.ids, c.id)
 	r.namespaces = append(r.namespaces, c.namespace)
 	r.names = append(r.names, c.displayName)
@@ -215,7 +266,8 @@ func (r *jobRowArrays) add(c *jobChange, next *time.Time) {
 }
 
 func (r *jobRowArrays) args() []any {
-	return []any{r.ids, r.namespaces, r.names, r.labels, r.versions, r.deleted, r.paused, r.schedules, r.created, r.next}
+	return []any{r.ids, r.namespaces, r.names, r.labels, r.versions, r.deleted, r.paused, r.schedules, r.created, r.next,
+		r.maxRuns, r.runsSeen, r.limitSince}
 }
 
 // applyJobChanges is one attempt of ApplyJobEvents in tx; it fills the
@@ -230,12 +282,21 @@ func applyJobChanges(ctx context.Context, tx pgx.Tx, changes []jobChange, result
 	if err != nil {
 		return err
 	}
-	var updates, inserts jobRowArrays
+	type write struct {
+		id    string
+		last  *jobChange
+		found bool
+		row   storedJobRow
+		lim   runLimit
+	}
+	var writes []write
 	for _, id := range ids {
 		evs := byJob[id]
 		slices.SortStableFunc(evs, func(a, b int) int { return cmp.Compare(changes[a].version, changes[b].version) })
 		row, found := stored[id]
 		version, hasVersion := row.version, found
+		lim := runLimit{maxRuns: row.maxRuns, runsSeen: row.runsSeen, limitSince: row.limitSince}
+		first := !found || row.version == 0
 		var last *jobChange
 		for _, i := range evs {
 			c := &changes[i]
@@ -248,15 +309,30 @@ func applyJobChanges(ctx context.Context, tx pgx.Tx, changes []jobChange, result
 			default:
 				results[c.index].Applied = JobUpserted
 				version, hasVersion, last = c.version, true, c
+				lim = lim.next(c, first)
+				first = false
 			}
 		}
 		if last == nil {
 			continue
 		}
+		writes = append(writes, write{id: id, last: last, found: found, row: row, lim: lim})
+	}
+	lims := make([]*runLimit, len(writes))
+	wids := make([]string, len(writes))
+	for i := range writes {
+		lims[i], wids[i] = &writes[i].lim, writes[i].id
+	}
+	if err := countRuns(ctx, tx, wids, lims); err != nil {
+		return err
+	}
+	var updates, inserts jobRowArrays
+	for _, w := range writes {
+		last, row := w.last, w.row
 		// Job events do not move seen_through, so the next slot depends
 		// only on the last event, the row's seen_through and now.
 		var next *time.Time
-		if last.watched {
+		if last.watched && !w.lim.completed() {
 			after := now
 			if row.seen != nil && row.seen.After(after) {
 				after = *row.seen
@@ -265,20 +341,67 @@ func applyJobChanges(ctx context.Context, tx pgx.Tx, changes []jobChange, result
 				next = &t
 			}
 		}
-		if found {
-			updates.add(last, next)
+		if w.found {
+			updates.add(last, next, w.lim)
 		} else {
-			inserts.add(last, next)
+			inserts.add(last, next, w.lim)
 		}
 	}
 	return writeJobRows(ctx, tx, &updates, &inserts)
+}
+
+// countRuns carries out what the batch's limits ask of limited_runs: the
+// rows of a job that lost its limit go; a job that got one counts its rows
+// after its limitSince (and drops those at or before it).
+func countRuns(ctx context.Context, tx pgx.Tx, ids []string, lims []*runLimit) error {
+	var clear, recount []string
+	var since []*time.Time
+	var recounted []*runLimit
+	for i, l := range lims {
+		switch {
+		case l.clear:
+			clear = append(clear, ids[i])
+		case l.recount:
+			recount, since, recounted = append(recount, ids[i]), append(since, l.limitSince), append(recounted, l)
+		}
+	}
+	if len(clear) > 0 {
+		if _, err := tx.Exec(ctx, `DELETE FROM limited_runs WHERE job_id = ANY($1::text[])`, clear); err != nil {
+			return fmt.Errorf("forget the runs of %d jobs: %w", len(clear), err)
+		}
+	}
+	if len(recount) == 0 {
+		return nil
+	}
+	if _, err := tx.Exec(ctx, `
+		DELETE FROM limited_runs l USING unnest($1::text[], $2::timestamptz[]) AS u(id, since)
+		WHERE l.job_id = u.id AND l.nominal_time <= u.since`, recount, since); err != nil {
+		return fmt.Errorf("count the runs of %d jobs: %w", len(recount), err)
+	}
+	rows, err := tx.Query(ctx, `
+		SELECT u.i, (SELECT count(*) FROM limited_runs l WHERE l.job_id = u.id)
+		FROM unnest($1::text[]) WITH ORDINALITY AS u(id, i)`, recount)
+	if err != nil {
+		return fmt.Errorf("count the runs of %d jobs: %w", len(recount), err)
+	}
+	var i, n int64
+	_, err = pgx.ForEachRow(rows, []any{&i, &n}, func() error {
+		recounted[i-1].runsSeen = n
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("count the runs of %d jobs: %w", len(recount), err)
+	}
+	return nil
 }
 
 // lockJobRows reads and locks the rows of ids (sorted, so that concurrent
 // batches lock in one order and cannot deadlock each other). A job without
 // a row is absent from the map.
 func lockJobRows(ctx context.Context, tx pgx.Tx, ids []string) (map[string]storedJobRow, error) {
-	rows, err := tx.Query(ctx, `SELECT id, version, seen_through FROM jobs WHERE id = ANY($1::text[]) ORDER BY id FOR UPDATE`, ids)
+	rows, err := tx.Query(ctx, `
+		SELECT id, version, seen_through, max_runs, runs_seen, limit_since
+		FROM jobs WHERE id = ANY($1::text[]) ORDER BY id FOR UPDATE`, ids)
 	if err != nil {
 		return nil, fmt.Errorf("read %d jobs: %w", len(ids), err)
 	}
@@ -287,7 +410,7 @@ func lockJobRows(ctx context.Context, tx pgx.Tx, ids []string) (map[string]store
 		id  string
 		row storedJobRow
 	)
-	_, err = pgx.ForEachRow(rows, []any{&id, &row.version, &row.seen}, func() error {
+	_, err = pgx.ForEachRow(rows, []any{&id, &row.version, &row.seen, &row.maxRuns, &row.runsSeen, &row.limitSince}, func() error {
 		stored[id] = row
 		return nil
 	})
@@ -307,21 +430,24 @@ func writeJobRows(ctx context.Context, tx pgx.Tx, updates, inserts *jobRowArrays
 		if _, err := tx.Exec(ctx, `
 			UPDATE jobs SET namespace = u.namespace, display_name = u.name, labels = u.labels::jsonb,
 			    version = u.version, deleted = u.deleted, paused = u.paused, schedule = u.schedule,
-			    create_time = u.created, next_slot = u.next, check_time = u.next
+			    create_time = u.created, next_slot = u.next, check_time = u.next,
+			    max_runs = u.max_runs, runs_seen = u.runs_seen, limit_since = u.limit_since
 			FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bigint[], $6::bool[], $7::bool[],
-			            $8::bytea[], $9::timestamptz[], $10::timestamptz[])
-			    AS u(id, namespace, name, labels, version, deleted, paused, schedule, created, next)
+			            $8::bytea[], $9::timestamptz[], $10::timestamptz[], $11::bigint[], $12::bigint[], $13::timestamptz[])
+			    AS u(id, namespace, name, labels, version, deleted, paused, schedule, created, next, max_runs, runs_seen, limit_since)
 			WHERE jobs.id = u.id AND jobs.version < u.version`, updates.args()...); err != nil {
 			return fmt.Errorf("update %d jobs: %w", len(updates.ids), err)
 		}
 	}
 	if len(inserts.ids) > 0 {
 		tag, err := tx.Exec(ctx, `
-			INSERT INTO jobs (id, namespace, display_name, labels, version, deleted, paused, schedule, create_time, next_slot, check_time)
-			SELECT u.id, u.namespace, u.name, u.labels::jsonb, u.version, u.deleted, u.paused, u.schedule, u.created, u.next, u.next
+			INSERT INTO jobs (id, namespace, display_name, labels, version, deleted, paused, schedule, create_time, next_slot, check_time,
+			    max_runs, runs_seen, limit_since)
+			SELECT u.id, u.namespace, u.name, u.labels::jsonb, u.version, u.deleted, u.paused, u.schedule, u.created, u.next, u.next,
+			    u.max_runs, u.runs_seen, u.limit_since
 			FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bigint[], $6::bool[], $7::bool[],
-			            $8::bytea[], $9::timestamptz[], $10::timestamptz[])
-			    AS u(id, namespace, name, labels, version, deleted, paused, schedule, created, next)
+			            $8::bytea[], $9::timestamptz[], $10::timestamptz[], $11::bigint[], $12::bigint[], $13::timestamptz[])
+			    AS u(id, namespace, name, labels, version, deleted, paused, schedule, created, next, max_runs, runs_seen, limit_since)
 			ON CONFLICT (id) DO NOTHING`, inserts.args()...)
 		if err != nil {
 			return fmt.Errorf("insert %d jobs: %w", len(inserts.ids), err)
@@ -340,6 +466,8 @@ type watched struct {
 	sched               schedule.Schedule
 	next                time.Time
 	seen                *time.Time
+	// maxRuns and runsSeen: see runLimit.
+	maxRuns, runsSeen int64
 }
 
 // WatchResult counts what one Watch pass did.
@@ -359,7 +487,8 @@ type WatchResult struct {
 // watches the job and whose tolerance has passed opens an incident (one per
 // rule and job), and the job moves past the slots missed so far. A rule
 // with a longer tolerance still waiting makes the job due again when it
-// passes. The rows are locked (SKIP LOCKED), so replicas share the work.
+// passes. A job that has run its max_runs is no longer watched. The rows
+// are locked (SKIP LOCKED), so replicas share the work.
 func (s *Store) Watch(ctx context.Context, set *rules.Set, now time.Time, limit int) (WatchResult, error) {
 	var res WatchResult
 	minTol := set.MinTolerance
@@ -368,7 +497,7 @@ func (s *Store) Watch(ctx context.Context, set *rules.Set, now time.Time, limit 
 	}
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
 		rows, err := tx.Query(ctx, `
-			SELECT id, namespace, display_name, labels, schedule, create_time, next_slot, seen_through
+			SELECT id, namespace, display_name, labels, schedule, create_time, next_slot, seen_through, max_runs, runs_seen
 			FROM jobs WHERE check_time <= $1
 			ORDER BY check_time LIMIT $2 FOR UPDATE SKIP LOCKED`, now.Add(-minTol), limit)
 		if err != nil {
@@ -378,7 +507,7 @@ func (s *Store) Watch(ctx context.Context, set *rules.Set, now time.Time, limit 
 		var w watched
 		var labels, schedBytes []byte
 		var created time.Time
-		_, err = pgx.ForEachRow(rows, []any{&w.id, &w.namespace, &w.name, &labels, &schedBytes, &created, &w.next, &w.seen}, func() error {
+		_, err = pgx.ForEachRow(rows, []any{&w.id, &w.namespace, &w.name, &labels, &schedBytes, &created, &w.next, &w.seen, &w.maxRuns, &w.runsSeen}, func() error {
 			j := w
 			if err := json.Unmarshal(labels, &j.labels); err != nil {
 				return err
@@ -436,6 +565,11 @@ func (s *Store) watchOne(ctx context.Context, tx pgx.Tx, set *rules.Set, j watch
 			return nil, nil
 		}
 		return &t, &t
+	}
+	if (runLimit{maxRuns: j.maxRuns, runsSeen: j.runsSeen}).completed() {
+		// The job has run its max_runs: the trigger fires no more slots
+		// of it, and none is missing. A raised limit sets it watched again.
+		return nil, nil, 0, false, nil
 	}
 	if j.seen != nil && !j.seen.Before(j.next) {
 		// The slot (or a later one) fired: wait for the slot after the
@@ -546,7 +680,8 @@ func (s *Store) NoSuccess(ctx context.Context, set *rules.Set, now time.Time, li
 // Prune deletes, up to limit rows of each, what no longer matters and is
 // older than before: recorded events that only guard against redelivery
 // (missed and late slots), failures no longer counted (at or before the
-// job's latest success), and sent notifications. Failures after a job's
+// job's latest success), the records of counted runs of limited jobs (a
+// week older than before; counted in events), and sent notifications. Failures after a job's
 // latest success are kept however old: they are the running count of a
 // rule that may not have reached its threshold yet (a daily job failing
 // for ten days).
@@ -560,6 +695,17 @@ func (s *Store) Prune(ctx context.Context, before time.Time, limit int) (events,
 		return 0, 0, fmt.Errorf("prune events: %w", err)
 	}
 	events = tag.RowsAffected()
+	// A run's record guards its count against the later events of the
+	// same execution, which come at most as late as the last retry of
+	// the longest retry policy (ten retries a day apart): a week more
+	// than the events' retention covers it.
+	tag, err = s.pool.Exec(ctx, `
+		DELETE FROM limited_runs WHERE ctid IN (
+		    SELECT ctid FROM limited_runs WHERE nominal_time < $1::timestamptz - interval '7 days' LIMIT $2)`, before, limit)
+	if err != nil {
+		return events, 0, fmt.Errorf("prune runs: %w", err)
+	}
+	events += tag.RowsAffected()
 	tag, err = s.pool.Exec(ctx, `
 		DELETE FROM notifications WHERE id IN (
 		    SELECT id FROM notifications WHERE sent_time < $1 LIMIT $2)`, before, limit)

@@ -197,3 +197,26 @@ pausedByKeyId: k_0123
 	}
 	require.Equal(t, []string{"display_name", "pause_after_dead_letters"}, names)
 }
+
+// TestParseMaxRuns: apply -f carries max_runs, as a number or a string
+// (proto JSON's int64), and compares it like any updatable field.
+func TestParseMaxRuns(t *testing.T) {
+	t.Parallel()
+	specs, err := Parse("job.yaml", []byte(`
+displayName: five times
+maxRuns: 5
+---
+displayName: unlimited again
+maxRuns: "0"
+`))
+	require.NoError(t, err)
+	require.Len(t, specs, 2)
+	require.EqualValues(t, 5, specs[0].Job.GetMaxRuns())
+	var names []string
+	for _, fd := range specs[0].Fields {
+		names = append(names, string(fd.Name()))
+	}
+	require.Equal(t, []string{"display_name", "max_runs"}, names)
+	require.Zero(t, specs[1].Job.GetMaxRuns())
+	require.Len(t, specs[1].Fields, 2, "a limit of 0 written in the file is compared too")
+}

@@ -20,6 +20,7 @@ var updatable = map[protoreflect.Name]bool{
 	"retry_policy": true, "catch_up_window": true, "paused": true, "priority": true, "spread_window": true,
 	"execution_deadline": true, "stop_retries_at_next_slot": true,
 	"pause_after_dead_letters": true, "overlap_policy": true,
+	"max_runs": true,
 }
 
 // Spec is one job as a file declares it.

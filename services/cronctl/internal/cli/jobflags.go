@@ -101,6 +101,24 @@ type jobFlags struct {
 	executionDeadline    time.Duration
 	stopAtNextSlot       optionalBool
 	overlapPolicy        string
+	maxRuns              optionalInt
+}
+
+// optionalInt is an integer flag that knows whether it was given, so that
+// 0 can be set on update.
+type optionalInt struct {
+	set   bool
+	value int64
+}
+
+func (n *optionalInt) String() string { return strconv.FormatInt(n.value, 10) }
+func (n *optionalInt) Set(s string) error {
+	v, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		return err
+	}
+	n.set, n.value = true, v
+	return nil
 }
 
 // optionalBool is a boolean flag that knows whether it was given, so that
@@ -135,6 +153,7 @@ func (f *jobFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.priority, "priority", "", "high, normal or low")
 	fs.DurationVar(&f.executionDeadline, "execution-deadline", 0, "no attempt starts this long after the slot's nominal time; the execution is dead-lettered \"deadline exceeded\" (1s to 168h, at least the attempt timeout)")
 	fs.Var(&f.stopAtNextSlot, "stop-retries-at-next-slot", "no retry starts once the job's next slot fires (scheduled and catch-up slots)")
+	fs.Var(&f.maxRuns, "max-runs", "complete the job after this many scheduled runs (0: unlimited; manual runs and backfills do not count)")
 	fs.StringVar(&f.overlapPolicy, "overlap-policy", "", overlapPolicyUsage+" (default allow)")
 }
 
@@ -262,6 +281,9 @@ func (f *jobFlags) apply(job *registryv1.Job) ([]string, error) {
 			return nil, err
 		}
 		job.OverlapPolicy, paths = p, append(paths, "overlap_policy")
+	}
+	if f.maxRuns.set {
+		job.MaxRuns, paths = f.maxRuns.value, append(paths, "max_runs")
 	}
 	return paths, nil
 }

@@ -129,3 +129,39 @@ func TestOverlapPolicyFlag(t *testing.T) {
 		})
 	}
 }
+
+// TestMaxRunsFlag: --max-runs sets max_runs and names it in the mask, 0
+// included (an update back to unlimited); without it nothing changes.
+func TestMaxRunsFlag(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name  string
+		args  []string
+		paths []string
+		want  int64
+	}{
+		{"not given", nil, nil, 7},
+		{"a limit", []string{"--max-runs", "3"}, []string{"max_runs"}, 3},
+		{"back to unlimited", []string{"--max-runs", "0"}, []string{"max_runs"}, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			var f jobFlags
+			fs := flag.NewFlagSet("update", flag.ContinueOnError)
+			fs.SetOutput(io.Discard)
+			f.register(fs)
+			require.NoError(t, fs.Parse(tt.args))
+			job := &registryv1.Job{MaxRuns: 7}
+			paths, err := f.apply(job)
+			require.NoError(t, err)
+			require.Equal(t, tt.paths, paths)
+			require.Equal(t, tt.want, job.MaxRuns)
+		})
+	}
+	var f jobFlags
+	fs := flag.NewFlagSet("create", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	f.register(fs)
+	require.Error(t, fs.Parse([]string{"--max-runs", "three"}))
+}

@@ -399,6 +399,9 @@ func printJob(s *session, j *registryv1.Job, next []*timestamppb.Timestamp) erro
 				[2]string{"paused by key", j.GetPausedByKeyId()},
 				[2]string{"pause reason", j.GetPauseReason()})
 		}
+		if n := j.GetMaxRuns(); n > 0 {
+			rows = append(rows, [2]string{"max runs", fmt.Sprintf("%d scheduled runs, then the job completes (cronctl slots shows the count)", n)})
+		}
 		if n := j.GetPauseAfterDeadLetters(); n > 0 {
 			rows = append(rows, [2]string{"pause after", fmt.Sprintf("%d dead-lettered executions in a row", n)})
 		}

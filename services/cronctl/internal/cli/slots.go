@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"flag"
+	"fmt"
 	"strconv"
 	"strings"
 
@@ -12,6 +13,7 @@ import (
 
 	dispatcherv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/dispatcher/v1"
 	triggerv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/trigger/v1"
+	"github.com/cronmesh/cronmesh/services/cronctl/internal/output"
 )
 
 // maxSlotsPage is the trigger's largest ListSlots page.
@@ -29,6 +31,7 @@ func slotsSetup(fs *flag.FlagSet) func(context.Context, *session, []string) erro
 		var (
 			slots []proto.Message
 			token string
+			runs  *triggerv1.ListSlotsResponse // the first page's count
 		)
 		for len(slots) < *limit {
 			resp, err := s.trigger.ListSlots(ctx, connect.NewRequest(&triggerv1.ListSlotsRequest{
@@ -36,6 +39,9 @@ func slotsSetup(fs *flag.FlagSet) func(context.Context, *session, []string) erro
 			}))
 			if err != nil {
 				return err
+			}
+			if runs == nil {
+				runs = resp.Msg
 			}
 			for _, sl := range resp.Msg.GetSlots() {
 				slots = append(slots, sl)
@@ -48,12 +54,30 @@ func slotsSetup(fs *flag.FlagSet) func(context.Context, *session, []string) erro
 		if len(slots) > *limit {
 			slots = slots[:*limit]
 		}
-		return s.out.List(slots, "", []string{"EXECUTION", "NOMINAL TIME", "STATE", "TRIGGER", "RECORDED", "EPOCH"}, func(m proto.Message) []string {
+		err := s.out.List(slots, "", []string{"EXECUTION", "NOMINAL TIME", "STATE", "TRIGGER", "RECORDED", "EPOCH"}, func(m proto.Message) []string {
 			sl := m.(*triggerv1.Slot)
 			return []string{sl.GetExecutionId(), timeText(sl.GetNominalTime()), slotStateText(sl.GetState()),
 				triggerText(sl.GetTriggerKind()), timeText(sl.GetRecordTime()), strconv.FormatInt(sl.GetEpoch(), 10)}
 		})
+		if err != nil || s.out.Format() != output.Table {
+			return err
+		}
+		return printRuns(s, runs)
 	}
+}
+
+// printRuns prints, under a table of slots, a limited job's runs against
+// its max_runs (nothing for a job without a limit).
+func printRuns(s *session, r *triggerv1.ListSlotsResponse) error {
+	if r.GetMaxRuns() <= 0 {
+		return nil
+	}
+	line := fmt.Sprintf("runs: %d of %d", r.GetRunsFired(), r.GetMaxRuns())
+	if r.GetCompleted() {
+		line += " (completed: no more scheduled runs until max_runs is raised)"
+	}
+	_, err := fmt.Fprintln(s.env.Stdout, line)
+	return err
 }
 
 // slotStateText is a slot state without its enum prefix, lower case.

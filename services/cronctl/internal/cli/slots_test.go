@@ -41,7 +41,7 @@ func (f *fakeTrigger) ListSlots(_ context.Context, req *connect.Request[triggerv
 	if page < 3 {
 		next = fmt.Sprintf("p%d", page+1)
 	}
-	return connect.NewResponse(&triggerv1.ListSlotsResponse{Slots: slots, NextPageToken: next}), nil
+	return connect.NewResponse(&triggerv1.ListSlotsResponse{Slots: slots, NextPageToken: next, RunsFired: 3, MaxRuns: 3, Completed: true}), nil
 }
 
 func (f *fakeTrigger) BackfillJob(_ context.Context, req *connect.Request[triggerv1.BackfillJobRequest]) (*connect.Response[triggerv1.BackfillJobResponse], error) {
@@ -84,6 +84,7 @@ func TestSlotsBackfillCancel(t *testing.T) {
 	assert.Regexp(t, `^EXECUTION\s+NOMINAL TIME\s+STATE\s+TRIGGER\s+RECORDED\s+EPOCH\n`, out)
 	assert.Regexp(t, `(?m)^e1-0\s+2030-01-02T03:00:00Z\s+fired\s+catch-up\s+2030-01-02T03:00:01Z\s+7$`, out)
 	assert.Contains(t, out, "e3-0")
+	assert.Regexp(t, `(?m)^runs: 3 of 3 \(completed: no more scheduled runs until max_runs is raised\)$`, out)
 
 	_, errOut, code = runAgainst(t, srv, env, "slots", "J", "--limit", "0")
 	assert.Equal(t, ExitUsage, code)

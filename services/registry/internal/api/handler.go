@@ -52,6 +52,7 @@ var updatablePaths = []string{
 	"display_name", "description", "labels", "schedule", "target", "retry_policy",
 	"catch_up_window", "paused", "priority", "spread_window", "execution_deadline",
 	"stop_retries_at_next_slot", "pause_after_dead_letters", "overlap_policy",
+	"max_runs",
 }
 
 // Handler implements registryv1connect.JobServiceHandler.

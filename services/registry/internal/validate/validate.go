@@ -51,6 +51,9 @@ const (
 	// MaxPauseAfterDeadLetters bounds pause_after_dead_letters; a job that
 	// may fail more often in a row has no use for the option.
 	MaxPauseAfterDeadLetters = 1000
+	// MaxRuns bounds max_runs: a billion runs is 31 years of an
+	// every-second job, so a larger limit is no limit.
+	MaxRuns = 1_000_000_000
 	// MaxCron bounds a cron expression: six fields of lists and ranges fit
 	// with room to spare.
 	MaxCron = 256
@@ -115,6 +118,9 @@ func Job(v *rpcerr.Violations, targets *targetcheck.Checker, path string, job *r
 
 	if n := job.PauseAfterDeadLetters; n < 0 || n > MaxPauseAfterDeadLetters {
 		v.Add(p("pause_after_dead_letters"), "must be between 0 and %d, got %d", MaxPauseAfterDeadLetters, n)
+	}
+	if n := job.MaxRuns; n < 0 || n > MaxRuns {
+		v.Add(p("max_runs"), "must be between 0 (unlimited) and %d, got %d", MaxRuns, n)
 	}
 
 	switch job.Priority {

@@ -98,12 +98,17 @@ func (h *Handler) ListSlots(ctx context.Context, req *connect.Request[triggerv1.
 	if size == 0 {
 		size = DefaultSlotPage
 	}
-	slots, next, err := h.store.ListSlots(ctx, ns, req.Msg.JobId, size, before)
+	page, err := h.store.Slots(ctx, ns, req.Msg.JobId, size, before)
 	if err != nil {
 		return nil, h.toConnect(ctx, "ListSlots", err)
 	}
-	resp := &triggerv1.ListSlotsResponse{NextPageToken: encodeSlotToken(next)}
-	for _, s := range slots {
+	resp := &triggerv1.ListSlotsResponse{
+		NextPageToken: encodeSlotToken(page.Next),
+		RunsFired:     page.RunsFired,
+		MaxRuns:       page.MaxRuns,
+		Completed:     page.Completed(),
+	}
+	for _, s := range page.Slots {
 		state := triggerv1.SlotState_SLOT_STATE_FIRED
 		if s.Kind == firing.KindMissed {
 			state = triggerv1.SlotState_SLOT_STATE_MISSED

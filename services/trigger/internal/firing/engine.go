@@ -539,7 +539,7 @@ func (r *run) fire(ctx context.Context) {
 			e.sched, e.schedSet = sched, true
 		}
 		adv := r.planner.plan(e.due, e.sched, now)
-		if len(adv.Slots) == 0 {
+		if len(adv.Slots) == 0 && !adv.To.IsZero() {
 			continue // cannot happen (fireAt <= now); the next load re-reads it
 		}
 		batch = append(batch, e)
@@ -713,10 +713,12 @@ func (r *run) finish(out commitOutcome) {
 				r.m.missed.Inc()
 			}
 		}
-		// The CAS moved the row to To with the version unchanged: keep
-		// firing from memory while the next slot is near.
+		// The CAS moved the row to To, and its runs on by the advance's,
+		// with the version unchanged: keep firing from memory while the
+		// next slot is near. A job that completed (To zero) leaves memory.
 		if !adv.To.IsZero() && !adv.To.After(horizon) && r.heap.get(e.due.JobID) == nil {
 			e.due.NextFire = adv.To
+			e.due.RunsFired += adv.Runs()
 			e.fireAt = adv.To.Add(spread)
 			r.heap.push(e)
 		}

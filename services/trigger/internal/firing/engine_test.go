@@ -329,6 +329,32 @@ func TestEngineRepushesTheNextSlot(t *testing.T) {
 	require.Len(t, store.loads(), 1, "no reload needed")
 }
 
+// TestEngineStopsAtMaxRuns: a job with max_runs 3, fired from memory
+// between loads, fires exactly three slots and then leaves the heap; the
+// store never returns it again.
+func TestEngineStopsAtMaxRuns(t *testing.T) {
+	t.Parallel()
+	store := newFakeStore(due(newJob("a", everySched(2*time.Second, t0), withMaxRuns(3)), 0, t0.Add(2*time.Second)))
+	h := startEngine(t, store, newFakeOwnership(ownAll(1)), func(o *Options) {
+		o.Lookahead, o.LoadInterval = time.Minute, time.Minute
+	})
+	for range 10 {
+		h.advance(2 * time.Second)
+	}
+	calls := store.calls()
+	require.Len(t, calls, 3)
+	for i, c := range calls {
+		require.EqualValues(t, i, c.advances[0].Due.RunsFired, "CAS from the count the last commit left")
+		require.Equal(t, []string{"a"}, c.result.Advanced)
+	}
+	require.True(t, calls[2].advances[0].To.IsZero(), "the third run completes the job")
+	require.Equal(t, expand(slotRun{KindScheduled, t0.Add(2 * time.Second), 2 * time.Second, 3}), store.slotsOf("a"))
+	require.Zero(t, h.metric("trigger_heap_size"), "nothing left in memory")
+
+	h.advance(2 * time.Minute) // two more loads
+	require.Len(t, store.calls(), 3, "a completed job fires nothing more")
+}
+
 func TestEngineCatchesUpInChunks(t *testing.T) {
 	t.Parallel()
 	store := newFakeStore(due(newJob("a", everySched(time.Second, t0)), 0, t0.Add(-2*time.Hour)))

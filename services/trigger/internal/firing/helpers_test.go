@@ -66,6 +66,10 @@ func withSpread(d time.Duration) jobOpt {
 	return func(j *registryv1.Job) { j.SpreadWindow = durationpb.New(d) }
 }
 
+func withMaxRuns(n int64) jobOpt {
+	return func(j *registryv1.Job) { j.MaxRuns = n }
+}
+
 func withEnd(end time.Time) jobOpt {
 	return func(j *registryv1.Job) { j.Schedule.EndTime = timestamppb.New(end) }
 }
@@ -90,8 +94,8 @@ type commitCall struct {
 }
 
 // fakeStore implements Store in memory with the real store's semantics:
-// a fencing check per partition, compare-and-set on (NextFire, Version),
-// and a ledger keyed (job, nominal).
+// a fencing check per partition, compare-and-set on (NextFire, Version,
+// RunsFired), and a ledger keyed (job, nominal).
 type fakeStore struct {
 	mu        sync.Mutex
 	rows      map[string]*row
@@ -198,7 +202,8 @@ func (s *fakeStore) Commit(ctx context.Context, fences []Fence, advances []Advan
 			continue
 		}
 		r := s.rows[a.Due.JobID]
-		if r == nil || r.done || r.due.Version != a.Due.Version || !r.due.NextFire.Equal(a.Due.NextFire) {
+		if r == nil || r.done || r.due.Version != a.Due.Version || !r.due.NextFire.Equal(a.Due.NextFire) ||
+			r.due.RunsFired != a.Due.RunsFired {
 			res.Stale = append(res.Stale, a.Due.JobID)
 			continue
 		}
@@ -214,6 +219,7 @@ func (s *fakeStore) Commit(ctx context.Context, fences []Fence, advances []Advan
 			}
 			l[sl.Nominal] = sl.Kind
 		}
+		r.due.RunsFired += a.Runs()
 		if a.To.IsZero() {
 			r.done = true
 		} else {

@@ -59,12 +59,19 @@ func Plan(d Due, now time.Time) (Advance, error) {
 //     DefaultCatchUpWindow);
 //   - any other slot is KindCatchUp.
 //
+// A job with a limit (Job.max_runs) fires at most max_runs - d.RunsFired
+// more slots: the walk stops at the slot that reaches the limit, and
+// nothing after it is recorded, fired or missed. Missed slots do not count.
+//
 // To is the first slot not processed: the next future slot, or, when
 // MaxSlots was reached, the next slot behind (in the past, so the engine
 // continues with it at once in the next batch). To is zero when the
 // schedule has no slot left (a one-time at/after job after its slot, or an
-// end_time passed): the job is done. A job not yet due at now gives an
-// Advance without slots and To = d.NextFire: nothing to commit.
+// end_time passed) or the advance reaches the job's limit: the job is
+// done. A job not yet due at now gives an Advance without slots and To =
+// d.NextFire: nothing to commit. A due job already at its limit (the store
+// never returns one) gives an Advance without slots and a zero To, whose
+// commit only completes it.
 //
 // d.NextFire is taken as a slot as it is (the store computed it from the
 // same spec); the following slots come from jobspec.Schedule of the stored
@@ -145,6 +152,14 @@ func (p Planner) plan(d Due, sched schedule.Schedule, now time.Time) Advance {
 	paused := d.Job.GetPaused()
 
 	adv := Advance{Due: d}
+	// remaining is the runs the job may still fire; -1 without a limit.
+	remaining := int64(-1)
+	if limit := d.Job.GetMaxRuns(); limit > 0 {
+		remaining = max(limit-d.RunsFired, 0)
+		if remaining == 0 {
+			return adv // To zero: completed, nothing fired
+		}
+	}
 	// The reason is the same for every missed slot of one job: build it once,
 	// and only if needed (an every-second job a day behind misses 86,400).
 	var missedReason string
@@ -175,6 +190,12 @@ func (p Planner) plan(d Due, sched schedule.Schedule, now time.Time) Advance {
 			adv.Slots = make([]Slot, 0, 1)
 		}
 		adv.Slots = append(adv.Slots, slot)
+		if remaining > 0 && (slot.Kind == KindScheduled || slot.Kind == KindCatchUp) {
+			if remaining--; remaining == 0 {
+				adv.To = time.Time{} // the limit is reached: the job completes
+				break
+			}
+		}
 		next, ok := sched.Next(nominal)
 		if !ok {
 			adv.To = time.Time{}

@@ -451,3 +451,90 @@ func TestSpreadOffsetBoundedAndUniform(t *testing.T) {
 		require.InDeltaf(t, n/buckets, c, n/buckets/10, "bucket %d", b)
 	}
 }
+
+// withRuns is d with RunsFired set.
+func withRuns(d Due, n int64) Due {
+	d.RunsFired = n
+	return d
+}
+
+// TestPlanMaxRuns: a job with a limit fires at most its remaining runs;
+// missed slots do not count; the slot that reaches the limit ends the
+// advance with a zero To, and nothing after it is recorded.
+func TestPlanMaxRuns(t *testing.T) {
+	t.Parallel()
+	minutely := func(opts ...jobOpt) *registryv1.Job {
+		return newJob("j", cronSched("* * * * *", "UTC"), append(opts, withCatchUp(time.Hour))...)
+	}
+	tests := []struct {
+		name string
+		due  Due
+		now  time.Time
+		want []Slot
+		to   time.Time
+		runs int64
+	}{
+		{
+			name: "unlimited",
+			due:  withRuns(due(minutely(), 0, t0), 0),
+			now:  t0.Add(2 * time.Minute),
+			want: expand(slotRun{KindCatchUp, t0, time.Minute, 2}, slotRun{KindScheduled, t0.Add(2 * time.Minute), 0, 1}),
+			to:   t0.Add(3 * time.Minute),
+			runs: 0,
+		},
+		{
+			name: "below the limit",
+			due:  withRuns(due(minutely(withMaxRuns(3)), 0, t0), 1),
+			now:  t0,
+			want: expand(slotRun{KindScheduled, t0, 0, 1}),
+			to:   t0.Add(time.Minute),
+			runs: 1,
+		},
+		{
+			name: "the last run completes the job",
+			due:  withRuns(due(minutely(withMaxRuns(3)), 0, t0), 2),
+			now:  t0,
+			want: expand(slotRun{KindScheduled, t0, 0, 1}),
+			runs: 1,
+		},
+		{
+			name: "a catch-up stops at the limit",
+			due:  withRuns(due(minutely(withMaxRuns(5)), 0, t0), 3),
+			now:  t0.Add(10 * time.Minute),
+			want: expand(slotRun{KindCatchUp, t0, time.Minute, 2}),
+			runs: 2,
+		},
+		{
+			name: "missed slots do not count",
+			due:  withRuns(due(minutely(withMaxRuns(2)), 0, t0), 0),
+			now:  t0.Add(62 * time.Minute),
+			want: expand(slotRun{KindMissed, t0, time.Minute, 2}, slotRun{KindCatchUp, t0.Add(2 * time.Minute), time.Minute, 2}),
+			runs: 2,
+		},
+		{
+			name: "already at the limit: completes without a slot",
+			due:  withRuns(due(minutely(withMaxRuns(2)), 0, t0), 2),
+			now:  t0,
+			runs: 0,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			adv, err := Plan(tt.due, tt.now)
+			require.NoError(t, err)
+			got := make([]Slot, len(adv.Slots))
+			for i, s := range adv.Slots {
+				got[i] = Slot{Nominal: s.Nominal, Kind: s.Kind}
+			}
+			if len(tt.want) == 0 {
+				require.Empty(t, got)
+			} else {
+				require.Equal(t, tt.want, got)
+			}
+			require.Truef(t, tt.to.Equal(adv.To), "To %s, want %s", adv.To, tt.to)
+			require.Equal(t, tt.runs, adv.Runs())
+			require.Equal(t, tt.to.IsZero(), adv.Completes())
+		})
+	}
+}

@@ -30,6 +30,10 @@ type Due struct {
 	Version int64
 	// NextFire is the nominal time of the job's next slot (never zero here).
 	NextFire time.Time
+	// RunsFired is the row's count of runs against the job's max_runs
+	// (Job.max_runs; 0 without a limit). Commit compare-and-sets on it too
+	// and adds the advance's Runs.
+	RunsFired int64
 	// Job is the full definition (schedule, target with signing secret,
 	// retry policy, catch-up and spread windows).
 	Job *registryv1.Job
@@ -45,11 +49,36 @@ type Slot struct {
 
 // Advance is what committing one due job does: record Slots (fired and
 // missed, oldest first) and move the job's next fire time from From to To
-// (zero To: the schedule has no slot left, the job is done).
+// (zero To: the schedule has no slot left, or the job reached its
+// max_runs; either way the job is done).
 type Advance struct {
 	Due   Due
 	Slots []Slot
 	To    time.Time
+}
+
+// Runs is how many of the advance's slots count against the job's
+// max_runs: its scheduled and catch-up slots when the job has a limit
+// (manual runs and backfills never come through an Advance, and missed
+// slots do not count); 0 for a job without one.
+func (a Advance) Runs() int64 {
+	if a.Due.Job.GetMaxRuns() <= 0 {
+		return 0
+	}
+	var n int64
+	for _, s := range a.Slots {
+		if s.Kind == KindScheduled || s.Kind == KindCatchUp {
+			n++
+		}
+	}
+	return n
+}
+
+// Completes says whether committing the advance completes the job: it has
+// a limit, and the runs it fired before plus the advance's reach it.
+func (a Advance) Completes() bool {
+	limit := a.Due.Job.GetMaxRuns()
+	return limit > 0 && a.Due.RunsFired+a.Runs() >= limit
 }
 
 // Fence is the partition epoch a commit claims: the commit fails for every

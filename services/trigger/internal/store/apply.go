@@ -75,6 +75,17 @@ type storedJob struct {
 	paused      bool
 	nextFire    *time.Time
 	lastNominal *time.Time
+	maxRuns     int64
+	runsFired   int64
+	// recountSince, set when an event of the batch gave the job its limit,
+	// is that event's occur time: runsFired is then the ledger's count of
+	// runs after it, read once the batch's events are applied.
+	recountSince *time.Time
+}
+
+// completed: the job reached its limit and fires no more.
+func (st *storedJob) completed() bool {
+	return st.maxRuns > 0 && st.runsFired >= st.maxRuns
 }
 
 // Event is one job event of a batch given to ApplyBatch.
@@ -137,6 +148,28 @@ func (s *Store) Apply(ctx context.Context, ev *eventsv1.JobEvent, now time.Time)
 //
 // and in every case never at or before the newest slot a firing commit
 // recorded (last_nominal), so no slot is fired twice by a schedule change.
+//
+// Limited runs (Job.max_runs): the row keeps the limit and runs_fired, the
+// scheduled and catch-up runs fired since the job got its limit. An event
+// that gives an unlimited job a limit starts the count with the runs the
+// ledger holds after the event's occur time (slots fired under the older
+// version while the event was on its way; none for a new job); one that
+// changes a limit keeps the count; one without a limit clears it. A job
+// whose count has reached its limit has no next slot (completed), so a
+// limit lowered to the runs fired completes it, and a limit raised above
+// them resumes it from its next slot after the update, as the rules above
+// give for a job with no next slot.
+//
+// Limited runs (Job.max_runs): the row keeps the limit and runs_fired, the
+// scheduled and catch-up runs fired since the job got its limit. An event
+// that gives an unlimited job a limit starts the count with the runs the
+// ledger holds after the event's occur time (slots fired under the older
+// version while the event was on its way; none for a new job); one that
+// changes a limit keeps the count; one without a limit clears it. A job
+// whose count has reached its limit has no next slot (completed), so a
+// limit lowered to the runs fired completes it, and a limit raised above
+// them resumes it from its next slot after the update, as the rules above
+// give for a job with no next slot.
 //
 // RUN_REQUESTED does not touch the job row: after the batch's job changes,
 // in the same transaction, it records the manual slot at the request's
@@ -222,6 +255,8 @@ type jobRows struct {
 	paused     []bool
 	specs      [][]byte
 	next       []pgtype.Timestamptz
+	maxRuns    []int64
+	runsFired  []int64
 }
 
 func (r *jobRows) add(id uuid.UUID, w *jobWrite) {
@@ -237,6 +272,8 @@ func (r *jobRows) add(id uuid.UUID, w *jobWrite) {
 		next = pgtype.Timestamptz{Time: *w.state.nextFire, Valid: true}
 	}
 	r.next = append(r.next, next)
+	r.maxRuns = append(r.maxRuns, w.state.maxRuns)
+	r.runsFired = append(r.runsFired, w.state.runsFired)
 }
 
 // jobWrite is the row one applied event leaves.
@@ -267,7 +304,12 @@ func (s *Store) applyBatch(ctx context.Context, tx pgx.Tx, b *batch, now time.Ti
 
 	// Each job's changes in version order, against the state the previous
 	// one left; only the last applied is written.
-	var updates, inserts jobRows
+	type write struct {
+		id    uuid.UUID
+		w     *jobWrite
+		found bool
+	}
+	var writes []write
 	for _, id := range ids {
 		evs := slices.DeleteFunc(slices.Clone(byJob[id]), func(i int) bool {
 			return b.events[i].Event.Kind == eventsv1.JobEventKind_JOB_EVENT_KIND_RUN_REQUESTED
@@ -289,12 +331,30 @@ func (s *Store) applyBatch(ctx context.Context, tx pgx.Tx, b *batch, now time.Ti
 			b.results[i].Applied = Upserted
 			state[id], last = &w.state, w
 		}
-		switch {
-		case last == nil:
-		case found:
-			updates.add(id, last)
-		default:
-			inserts.add(id, last)
+		if last != nil {
+			writes = append(writes, write{id: id, w: last, found: found})
+		}
+	}
+	var recount []*jobWrite
+	var recountIDs []uuid.UUID
+	for _, wr := range writes {
+		if wr.w.state.recountSince != nil {
+			recount = append(recount, wr.w)
+			recountIDs = append(recountIDs, wr.id)
+		}
+	}
+	if err := recountRuns(ctx, tx, recountIDs, recount); err != nil {
+		return false, err
+	}
+	var updates, inserts jobRows
+	for _, wr := range writes {
+		if wr.w.state.completed() {
+			wr.w.state.nextFire = nil
+		}
+		if wr.found {
+			updates.add(wr.id, wr.w)
+		} else {
+			inserts.add(wr.id, wr.w)
 		}
 	}
 	if err := s.writeJobs(ctx, tx, &updates, &inserts, now); err != nil {
@@ -308,7 +368,7 @@ func (s *Store) applyBatch(ctx context.Context, tx pgx.Tx, b *batch, now time.Ti
 // a row is absent from the map.
 func (s *Store) lockJobs(ctx context.Context, tx pgx.Tx, ids []uuid.UUID) (map[uuid.UUID]*storedJob, error) {
 	rows, err := tx.Query(ctx, `
-		SELECT job_id, version, deleted, paused, next_fire_at, last_nominal FROM jobs
+		SELECT job_id, version, deleted, paused, next_fire_at, last_nominal, max_runs, runs_fired FROM jobs
 		WHERE job_id = ANY($1::uuid[]) ORDER BY job_id FOR UPDATE`, pgUUIDs(ids))
 	if err != nil {
 		return nil, fmt.Errorf("read %d jobs: %w", len(ids), err)
@@ -318,7 +378,7 @@ func (s *Store) lockJobs(ctx context.Context, tx pgx.Tx, ids []uuid.UUID) (map[u
 		id pgtype.UUID
 		st storedJob
 	)
-	_, err = pgx.ForEachRow(rows, []any{&id, &st.version, &st.deleted, &st.paused, &st.nextFire, &st.lastNominal}, func() error {
+	_, err = pgx.ForEachRow(rows, []any{&id, &st.version, &st.deleted, &st.paused, &st.nextFire, &st.lastNominal, &st.maxRuns, &st.runsFired}, func() error {
 		row := st
 		state[uuid.UUID(id.Bytes)] = &row
 		return nil
@@ -345,10 +405,12 @@ func (s *Store) change(ev *eventsv1.JobEvent, id uuid.UUID, cur *storedJob) (*jo
 	}
 	if cur != nil {
 		w.state.lastNominal = cur.lastNominal
+		w.state.maxRuns, w.state.runsFired, w.state.recountSince = cur.maxRuns, cur.runsFired, cur.recountSince
 	}
 	if w.state.deleted {
 		return w, nil
 	}
+	limit(&w.state, ev, cur)
 	spec, err := encodeSpec(job)
 	if err != nil {
 		// Deterministic: a retry would fail the same way.
@@ -363,6 +425,63 @@ func (s *Store) change(ev *eventsv1.JobEvent, id uuid.UUID, cur *storedJob) (*jo
 	return w, nil
 }
 
+// limit sets the run limit of st, the state ev leaves on a job whose state
+// was cur (nil: no row), and its count: kept while the job keeps a limit,
+// cleared without one, and started when ev gives the job its limit (for a
+// job that had a row, from the runs the ledger holds after ev's occur
+// time: see recountRuns).
+func limit(st *storedJob, ev *eventsv1.JobEvent, cur *storedJob) {
+	st.maxRuns = ev.GetJob().GetMaxRuns()
+	switch {
+	case st.maxRuns <= 0:
+		st.maxRuns, st.runsFired, st.recountSince = 0, 0, nil
+	case cur == nil || cur.deleted:
+		// The trigger has fired nothing of the job yet.
+		st.runsFired, st.recountSince = 0, nil
+	case cur.maxRuns <= 0:
+		since := micros(ev.GetOccurTime().AsTime())
+		st.runsFired, st.recountSince = 0, &since
+	}
+}
+
+// recountRuns sets the count of each write in ws (of the job ids, in the
+// same order) to the scheduled and catch-up slots in the ledger after its
+// recountSince: the runs fired since the event that gave the job its
+// limit, some of them committed under the job's older version before the
+// projection applied the event. Usually none; one query for the batch.
+func recountRuns(ctx context.Context, tx pgx.Tx, ids []uuid.UUID, ws []*jobWrite) error {
+	if len(ws) == 0 {
+		return nil
+	}
+	since := make([]time.Time, len(ws))
+	for i, w := range ws {
+		since[i] = *w.state.recountSince
+	}
+	rows, err := tx.Query(ctx, `
+		SELECT u.i, (SELECT count(*) FROM ledger l
+			WHERE l.job_id = u.id AND l.nominal_time > u.since AND l.kind = ANY($3::smallint[]))
+		FROM unnest($1::uuid[], $2::timestamptz[]) WITH ORDINALITY AS u(id, since, i)`,
+		pgUUIDs(ids), since, []int16{int16(firing.KindScheduled), int16(firing.KindCatchUp)})
+	if err != nil {
+		return fmt.Errorf("count the runs of %d jobs: %w", len(ws), err)
+	}
+	var (
+		i int64
+		n int64
+	)
+	_, err = pgx.ForEachRow(rows, []any{&i, &n}, func() error {
+		ws[i-1].state.runsFired = n
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("count the runs of %d jobs: %w", len(ws), err)
+	}
+	for _, w := range ws {
+		w.state.recountSince = nil
+	}
+	return nil
+}
+
 // writeJobs writes the batch's job rows: updates of the rows it locked,
 // inserts of new ones. An insert that finds a row (another consumer
 // created it since the batch read) returns errLostRace, so the batch is
@@ -372,12 +491,14 @@ func (s *Store) writeJobs(ctx context.Context, tx pgx.Tx, updates, inserts *jobR
 		// The rows are locked and older: the updates cannot miss.
 		if _, err := tx.Exec(ctx, `
 			UPDATE jobs SET namespace = u.namespace, partition = u.partition, version = u.version,
-				deleted = u.deleted, paused = u.paused, spec = u.spec, next_fire_at = u.next, update_time = $9
-			FROM unnest($1::uuid[], $2::text[], $3::int[], $4::bigint[], $5::bool[], $6::bool[], $7::bytea[], $8::timestamptz[])
-				AS u(job_id, namespace, partition, version, deleted, paused, spec, next)
+				deleted = u.deleted, paused = u.paused, spec = u.spec, next_fire_at = u.next, update_time = $9,
+				max_runs = u.max_runs, runs_fired = u.runs_fired
+			FROM unnest($1::uuid[], $2::text[], $3::int[], $4::bigint[], $5::bool[], $6::bool[], $7::bytea[], $8::timestamptz[],
+					$10::bigint[], $11::bigint[])
+				AS u(job_id, namespace, partition, version, deleted, paused, spec, next, max_runs, runs_fired)
 			WHERE jobs.job_id = u.job_id AND jobs.version < u.version`,
 			updates.ids, updates.namespaces, updates.partitions, updates.versions, updates.deleted, updates.paused,
-			updates.specs, updates.next, now); err != nil {
+			updates.specs, updates.next, now, updates.maxRuns, updates.runsFired); err != nil {
 			return fmt.Errorf("update %d jobs: %w", len(updates.ids), err)
 		}
 	}
@@ -385,12 +506,16 @@ func (s *Store) writeJobs(ctx context.Context, tx pgx.Tx, updates, inserts *jobR
 		// In job id order (the arrays are), so that concurrent batches
 		// inserting the same new jobs wait for each other in one order.
 		tag, err := tx.Exec(ctx, `
-			INSERT INTO jobs (job_id, namespace, partition, version, deleted, paused, spec, next_fire_at, update_time)
-			SELECT u.*, $9::timestamptz
-			FROM unnest($1::uuid[], $2::text[], $3::int[], $4::bigint[], $5::bool[], $6::bool[], $7::bytea[], $8::timestamptz[]) AS u
+			INSERT INTO jobs (job_id, namespace, partition, version, deleted, paused, spec, next_fire_at, update_time,
+				max_runs, runs_fired)
+			SELECT u.job_id, u.namespace, u.partition, u.version, u.deleted, u.paused, u.spec, u.next, $9::timestamptz,
+				u.max_runs, u.runs_fired
+			FROM unnest($1::uuid[], $2::text[], $3::int[], $4::bigint[], $5::bool[], $6::bool[], $7::bytea[], $8::timestamptz[],
+					$10::bigint[], $11::bigint[])
+				AS u(job_id, namespace, partition, version, deleted, paused, spec, next, max_runs, runs_fired)
 			ON CONFLICT (job_id) DO NOTHING`,
 			inserts.ids, inserts.namespaces, inserts.partitions, inserts.versions, inserts.deleted, inserts.paused,
-			inserts.specs, inserts.next, now)
+			inserts.specs, inserts.next, now, inserts.maxRuns, inserts.runsFired)
 		if err != nil {
 			return fmt.Errorf("insert %d jobs: %w", len(inserts.ids), err)
 		}

@@ -56,10 +56,10 @@ func (s *Store) DueJobs(ctx context.Context, partitions []int, before time.Time,
 		parts[i] = int32(p)
 	}
 	rows, err := s.pool.Query(ctx, `
-		SELECT d.job_id::text, d.namespace, d.partition, d.version, d.next_fire_at, d.spec
+		SELECT d.job_id::text, d.namespace, d.partition, d.version, d.next_fire_at, d.runs_fired, d.spec
 		FROM unnest($1::int[]) AS p(partition)
 		CROSS JOIN LATERAL (
-			SELECT job_id, namespace, partition, version, next_fire_at, spec FROM jobs
+			SELECT job_id, namespace, partition, version, next_fire_at, runs_fired, spec FROM jobs
 			WHERE jobs.partition = p.partition AND next_fire_at IS NOT NULL AND next_fire_at <= $2
 			ORDER BY next_fire_at LIMIT $3
 		) AS d
@@ -74,7 +74,7 @@ func (s *Store) DueJobs(ctx context.Context, partitions []int, before time.Time,
 	}
 	loaded, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (dueRow, error) {
 		var d dueRow
-		err := r.Scan(&d.JobID, &d.namespace, &d.Partition, &d.Version, &d.NextFire, &d.spec)
+		err := r.Scan(&d.JobID, &d.namespace, &d.Partition, &d.Version, &d.NextFire, &d.RunsFired, &d.spec)
 		d.NextFire = d.NextFire.UTC()
 		return d, err
 	})
@@ -142,9 +142,12 @@ type decodedJob struct {
 //     instead of deadlocking).
 //  2. Compare-and-set of each remaining job's next fire time from
 //     Due.NextFire to To (zero To: NULL, the job is done) if the row still
-//     holds Due.Version, is not deleted and is of Due.Partition (so no job
-//     commits under another partition's fence); last_nominal becomes the newest
-//     slot of the advance. Jobs that fail are Stale and write nothing more.
+//     holds Due.Version and Due.RunsFired, is not deleted and is of
+//     Due.Partition (so no job commits under another partition's fence);
+//     last_nominal becomes the newest slot of the advance, and runs_fired
+//     grows by the advance's Runs (its count against max_runs, in this same
+//     fenced statement: a new owner reads it exact). Jobs that fail are
+//     Stale and write nothing more.
 //     An advance for a job already advanced earlier in the batch is Stale.
 //  3. The advanced jobs' slots into the ledger, ON CONFLICT DO NOTHING,
 //     stamped with fireTime and the partition's epoch; slots already there
@@ -340,6 +343,9 @@ type casColumns struct {
 	from     []time.Time
 	versions []int64
 	to, last []pgtype.Timestamptz
+	// runs is the runs_fired the row must hold, and fired what the
+	// advance adds to it.
+	runs, fired []int64
 }
 
 func (c *casColumns) add(id uuid.UUID, a firing.Advance) {
@@ -348,6 +354,8 @@ func (c *casColumns) add(id uuid.UUID, a firing.Advance) {
 	c.from = append(c.from, micros(a.Due.NextFire))
 	c.versions = append(c.versions, a.Due.Version)
 	c.to = append(c.to, nullTime(a.To))
+	c.runs = append(c.runs, a.Due.RunsFired)
+	c.fired = append(c.fired, a.Runs())
 	var last time.Time
 	for _, s := range a.Slots {
 		if s.Nominal.After(last) {
@@ -361,12 +369,14 @@ func (c *casColumns) add(id uuid.UUID, a firing.Advance) {
 // returns their canonical ids.
 func (s *Store) compareAndSet(ctx context.Context, tx pgx.Tx, c *casColumns, fireTime time.Time) (map[string]bool, error) {
 	rows, err := tx.Query(ctx, `
-		UPDATE jobs SET next_fire_at = u.next, last_nominal = GREATEST(jobs.last_nominal, u.last), update_time = $7
-		FROM unnest($1::uuid[], $2::int[], $3::timestamptz[], $4::bigint[], $5::timestamptz[], $6::timestamptz[])
-			AS u(id, part, prev, version, next, last)
+		UPDATE jobs SET next_fire_at = u.next, last_nominal = GREATEST(jobs.last_nominal, u.last),
+			runs_fired = jobs.runs_fired + u.fired, update_time = $7
+		FROM unnest($1::uuid[], $2::int[], $3::timestamptz[], $4::bigint[], $5::timestamptz[], $6::timestamptz[],
+				$8::bigint[], $9::bigint[])
+			AS u(id, part, prev, version, next, last, runs, fired)
 		WHERE jobs.job_id = u.id AND jobs.partition = u.part AND jobs.next_fire_at = u.prev
-			AND jobs.version = u.version AND NOT jobs.deleted
-		RETURNING jobs.job_id::text`, c.ids, c.parts, c.from, c.versions, c.to, c.last, fireTime)
+			AND jobs.version = u.version AND jobs.runs_fired = u.runs AND NOT jobs.deleted
+		RETURNING jobs.job_id::text`, c.ids, c.parts, c.from, c.versions, c.to, c.last, fireTime, c.runs, c.fired)
 	if err != nil {
 		return nil, fmt.Errorf("advance jobs: %w", err)
 	}

@@ -32,7 +32,28 @@ type SlotRecord struct {
 	Reason string
 }
 
-// ListSlots returns one page of the ledger of a live job of namespace,
+// SlotPage is a page of a job's ledger and the job's count of runs
+// against its max_runs, read in one statement: a slot the page shows is
+// counted, and a counted run in the page's range is shown.
+type SlotPage struct {
+	Slots []SlotRecord
+	// Next is the value of before for the following page; zero on the
+	// last page.
+	Next time.Time
+	// MaxRuns is the job's limit (0: none), RunsFired its count.
+	MaxRuns, RunsFired int64
+}
+
+// Completed says whether the job has run its max_runs.
+func (p SlotPage) Completed() bool { return p.MaxRuns > 0 && p.RunsFired >= p.MaxRuns }
+
+// ListSlots is Slots without the count.
+func (s *Store) ListSlots(ctx context.Context, namespace, jobID string, pageSize int, before time.Time) (slots []SlotRecord, next time.Time, err error) {
+	page, err := s.Slots(ctx, namespace, jobID, pageSize, before)
+	return page.Slots, page.Next, err
+}
+
+// Slots returns one page of the ledger of a live job of namespace,
 // newest nominal time first: the slots strictly older than before (the zero
 // time: from the newest), at most pageSize of them (<= 0 means
 // DefaultSlotPageSize, more than MaxSlotPageSize is capped). next is the
@@ -40,10 +61,11 @@ type SlotRecord struct {
 // pagination on the ledger's primary key: a page costs one index range scan
 // however deep it is, and slots recorded meanwhile never shift later pages.
 // ErrNotFound when the job is unknown, deleted or of another namespace.
-func (s *Store) ListSlots(ctx context.Context, namespace, jobID string, pageSize int, before time.Time) (slots []SlotRecord, next time.Time, err error) {
+func (s *Store) Slots(ctx context.Context, namespace, jobID string, pageSize int, before time.Time) (SlotPage, error) {
+	var page SlotPage
 	id, err := uuid.Parse(jobID)
 	if err != nil {
-		return nil, time.Time{}, ErrNotFound
+		return page, ErrNotFound
 	}
 	if pageSize <= 0 {
 		pageSize = DefaultSlotPageSize
@@ -52,7 +74,7 @@ func (s *Store) ListSlots(ctx context.Context, namespace, jobID string, pageSize
 	// One round trip: the job row (for the namespace check) left-joined to
 	// the page, one row with NULLs when the page is empty.
 	rows, err := s.pool.Query(ctx, `
-		SELECT l.execution_id::text, l.nominal_time, l.record_time, l.kind, l.epoch, l.reason
+		SELECT l.execution_id::text, l.nominal_time, l.record_time, l.kind, l.epoch, l.reason, j.max_runs, j.runs_fired
 		FROM jobs j
 		LEFT JOIN LATERAL (
 			SELECT execution_id, nominal_time, record_time, kind, epoch, reason FROM ledger
@@ -62,10 +84,10 @@ func (s *Store) ListSlots(ctx context.Context, namespace, jobID string, pageSize
 		WHERE j.job_id = $1 AND j.namespace = $2 AND NOT j.deleted`,
 		id, namespace, nullTime(before), pageSize+1)
 	if err != nil {
-		return nil, time.Time{}, fmt.Errorf("list slots of job %s: %w", jobID, err)
+		return page, fmt.Errorf("list slots of job %s: %w", jobID, err)
 	}
 	found := false
-	slots, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (SlotRecord, error) {
+	slots, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (SlotRecord, error) {
 		found = true
 		var (
 			rec             SlotRecord
@@ -74,7 +96,8 @@ func (s *Store) ListSlots(ctx context.Context, namespace, jobID string, pageSize
 			kind            pgtype.Int2
 			epoch           pgtype.Int8
 		)
-		if err := r.Scan(&execID, &nominal, &record, &kind, &epoch, &reason); err != nil {
+		// Every row carries the job's count: the last one read stays.
+		if err := r.Scan(&execID, &nominal, &record, &kind, &epoch, &reason, &page.MaxRuns, &page.RunsFired); err != nil {
 			return rec, err
 		}
 		rec = SlotRecord{
@@ -84,17 +107,19 @@ func (s *Store) ListSlots(ctx context.Context, namespace, jobID string, pageSize
 		return rec, nil
 	})
 	if err != nil {
-		return nil, time.Time{}, fmt.Errorf("list slots of job %s: %w", jobID, err)
+		return SlotPage{}, fmt.Errorf("list slots of job %s: %w", jobID, err)
 	}
 	if !found {
-		return nil, time.Time{}, ErrNotFound
+		return SlotPage{}, ErrNotFound
 	}
 	if len(slots) == 1 && slots[0].ExecutionID == "" {
-		return []SlotRecord{}, time.Time{}, nil // the job has no slot yet
+		page.Slots = []SlotRecord{} // the job has no slot yet
+		return page, nil
 	}
 	if len(slots) > pageSize {
 		slots = slots[:pageSize]
-		next = slots[pageSize-1].Nominal
+		page.Next = slots[pageSize-1].Nominal
 	}
-	return slots, next, nil
+	page.Slots = slots
+	return page, nil
 }

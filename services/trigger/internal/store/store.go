@@ -256,6 +256,15 @@ type JobState struct {
 	// LastNominal is the newest slot a firing commit recorded (fired or
 	// missed); zero before the first.
 	LastNominal time.Time
+	// MaxRuns is the job's limit (Job.max_runs; 0: none) and RunsFired
+	// the scheduled and catch-up runs fired since the job got it.
+	MaxRuns, RunsFired int64
+}
+
+// Completed says whether the job reached its max_runs: it fires no more
+// slots of its schedule until the limit is raised.
+func (st JobState) Completed() bool {
+	return st.MaxRuns > 0 && st.RunsFired >= st.MaxRuns
 }
 
 // Job returns the trigger's state of a live job of namespace: ErrNotFound
@@ -275,9 +284,11 @@ func (s *Store) Job(ctx context.Context, namespace, jobID string) (JobState, err
 		idText     string
 	)
 	err = s.pool.QueryRow(ctx, `
-		SELECT job_id::text, namespace, partition, version, deleted, paused, spec, next_fire_at, last_nominal
+		SELECT job_id::text, namespace, partition, version, deleted, paused, spec, next_fire_at, last_nominal,
+			max_runs, runs_fired
 		FROM jobs WHERE job_id = $1`, id).
-		Scan(&idText, &ns, &st.Partition, &st.Version, &deleted, &st.Paused, &spec, &next, &last)
+		Scan(&idText, &ns, &st.Partition, &st.Version, &deleted, &st.Paused, &spec, &next, &last,
+			&st.MaxRuns, &st.RunsFired)
 	if errors.Is(err, pgx.ErrNoRows) || (err == nil && (deleted || ns != namespace)) {
 		return JobState{}, ErrNotFound
 	}

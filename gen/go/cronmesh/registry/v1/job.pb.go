@@ -263,6 +263,18 @@ type Job struct {
 	// execution deadline and the next slot's nominal time. Manual runs and
 	// backfills have no next slot and keep execution_deadline alone.
 	StopRetriesAtNextSlot bool `protobuf:"varint,21,opt,name=stop_retries_at_next_slot,json=stopRetriesAtNextSlot,proto3" json:"stop_retries_at_next_slot,omitempty"`
+	// Limited runs: after this many scheduled runs the job completes and
+	// fires no more slots of its schedule (Temporal's limited actions). 0,
+	// the default, is unlimited; at most 1,000,000,000. Scheduled and
+	// catch-up slots count; manual runs (RunJob), backfills and slots
+	// recorded missed do not. The count starts when the job gets its limit:
+	// at creation, or with the UpdateJob that sets it on an unlimited job
+	// (slots after that update count). Raising the limit of a completed job
+	// resumes it from its next slot after the update; lowering it to the
+	// runs already fired completes it; setting 0 removes the limit and its
+	// count. TriggerService.ListSlots shows the count and whether the job
+	// completed.
+	MaxRuns int64 `protobuf:"varint,22,opt,name=max_runs,json=maxRuns,proto3" json:"max_runs,omitempty"`
 	// Why the job is paused: PauseJobRequest.reason, or the pause-on-failure
 	// reason ("paused after 3 consecutive dead-lettered executions"). Empty
 	// while the job runs. Output only.
@@ -446,6 +458,13 @@ func (x *Job) GetStopRetriesAtNextSlot() bool {
 		return x.StopRetriesAtNextSlot
 	}
 	return false
+}
+
+func (x *Job) GetMaxRuns() int64 {
+	if x != nil {
+		return x.MaxRuns
+	}
+	return 0
 }
 
 func (x *Job) GetPauseReason() string {
@@ -1124,7 +1143,7 @@ var File_cronmesh_registry_v1_job_proto protoreflect.FileDescriptor
 
 const file_cronmesh_registry_v1_job_proto_rawDesc = "" +
 	"\n" +
-	"\x1ecronmesh/registry/v1/job.proto\x12\x14cronmesh.registry.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xb9\t\n" +
+	"\x1ecronmesh/registry/v1/job.proto\x12\x14cronmesh.registry.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xd4\t\n" +
 	"\x03Job\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1c\n" +
 	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12!\n" +
@@ -1146,7 +1165,8 @@ const file_cronmesh_registry_v1_job_proto_rawDesc = "" +
 	"\x04etag\x18\x0f \x01(\tR\x04etag\x12\x18\n" +
 	"\aversion\x18\x10 \x01(\x03R\aversion\x12H\n" +
 	"\x12execution_deadline\x18\x14 \x01(\v2\x19.google.protobuf.DurationR\x11executionDeadline\x128\n" +
-	"\x19stop_retries_at_next_slot\x18\x15 \x01(\bR\x15stopRetriesAtNextSlot\x12!\n" +
+	"\x19stop_retries_at_next_slot\x18\x15 \x01(\bR\x15stopRetriesAtNextSlot\x12\x19\n" +
+	"\bmax_runs\x18\x16 \x01(\x03R\amaxRuns\x12!\n" +
 	"\fpause_reason\x18\x19 \x01(\tR\vpauseReason\x129\n" +
 	"\n" +
 	"pause_time\x18\x1a \x01(\v2\x1a.google.protobuf.TimestampR\tpauseTime\x12'\n" +

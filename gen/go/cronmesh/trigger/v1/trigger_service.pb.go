@@ -373,6 +373,15 @@ type ListSlotsResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Slots         []*Slot                `protobuf:"bytes,1,rep,name=slots,proto3" json:"slots,omitempty"`
 	NextPageToken string                 `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	// The job's scheduled and catch-up runs counted against its max_runs
+	// since it got the limit (see registry Job.max_runs); 0 for a job
+	// without a limit.
+	RunsFired int64 `protobuf:"varint,3,opt,name=runs_fired,json=runsFired,proto3" json:"runs_fired,omitempty"`
+	// The job's max_runs as the trigger holds it; 0 means unlimited.
+	MaxRuns int64 `protobuf:"varint,4,opt,name=max_runs,json=maxRuns,proto3" json:"max_runs,omitempty"`
+	// The job has fired max_runs runs and fires no more slots of its
+	// schedule until its limit is raised. Always false without a limit.
+	Completed     bool `protobuf:"varint,5,opt,name=completed,proto3" json:"completed,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -419,6 +428,27 @@ func (x *ListSlotsResponse) GetNextPageToken() string {
 		return x.NextPageToken
 	}
 	return ""
+}
+
+func (x *ListSlotsResponse) GetRunsFired() int64 {
+	if x != nil {
+		return x.RunsFired
+	}
+	return 0
+}
+
+func (x *ListSlotsResponse) GetMaxRuns() int64 {
+	if x != nil {
+		return x.MaxRuns
+	}
+	return 0
+}
+
+func (x *ListSlotsResponse) GetCompleted() bool {
+	if x != nil {
+		return x.Completed
+	}
+	return false
 }
 
 // Slot is one ledger row.
@@ -668,10 +698,14 @@ const file_cronmesh_trigger_v1_trigger_service_proto_rawDesc = "" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x1b\n" +
 	"\tpage_size\x18\x02 \x01(\x05R\bpageSize\x12\x1d\n" +
 	"\n" +
-	"page_token\x18\x03 \x01(\tR\tpageToken\"l\n" +
+	"page_token\x18\x03 \x01(\tR\tpageToken\"\xc4\x01\n" +
 	"\x11ListSlotsResponse\x12/\n" +
 	"\x05slots\x18\x01 \x03(\v2\x19.cronmesh.trigger.v1.SlotR\x05slots\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xb7\x02\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\x12\x1d\n" +
+	"\n" +
+	"runs_fired\x18\x03 \x01(\x03R\trunsFired\x12\x19\n" +
+	"\bmax_runs\x18\x04 \x01(\x03R\amaxRuns\x12\x1c\n" +
+	"\tcompleted\x18\x05 \x01(\bR\tcompleted\"\xb7\x02\n" +
 	"\x04Slot\x12!\n" +
 	"\fexecution_id\x18\x01 \x01(\tR\vexecutionId\x12=\n" +
 	"\fnominal_time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\vnominalTime\x12;\n" +
