@@ -45,7 +45,7 @@ function Incidents() {
           { value: "0", label: "All" },
         ]}
       />
-      <Text size="sm">An incident resolves by itself when its job recovers (for a dead letter: when it is redriven or purged).</Text>
+      <Text size="sm">An incident resolves by itself when an execution of its job next succeeds.</Text>
       <ErrorAlert error={q.error ?? ack.error} />
       <Table striped aria-label="Incidents">
         <Table.Thead>
@@ -268,7 +268,7 @@ function ChannelForm({ channel, onDone }: { channel?: Channel; onDone: () => voi
         <TextInput label="Webhook URL" value={url} onChange={(e) => setUrl(e.currentTarget.value)} error={v.get("channel.webhook.url")} />
         <TextInput
           label="Signing secret"
-          description={webhook?.hasSigningSecret ? "set; leave empty to keep it" : "optional"}
+          description={webhook?.hasSigningSecret ? "set; leave empty to keep it" : "whsec_ and the base64 of 24 to 64 bytes; the receiver checks each notification with it"}
           value={secret}
           onChange={(e) => setSecret(e.currentTarget.value)}
           error={v.get("channel.webhook.signing_secret")}

@@ -84,7 +84,7 @@ function Actions({ job }: { job: Job }) {
             Pause
           </Button>
         )}
-        <Button size="compact-xs" variant="default" onClick={() => run.mutate()} loading={run.isPending} aria-label={`Run ${name} now`}>
+        <Button size="compact-xs" variant="default" onClick={() => run.mutate()} loading={run.isPending} aria-label={`Run now: ${name}`}>
           Run now
         </Button>
         <Button
