@@ -41,6 +41,8 @@ try {
 
   const axeChecked = [];
   async function check(name) {
+    // Colours are measured once transitions (a modal fading in) are over.
+    await page.waitForFunction(() => document.getAnimations().every((a) => a.playState !== "running"));
     await page.addScriptTag({ path: axePath });
     const result = await page.evaluate(() => window.axe.run(document, { resultTypes: ["violations"] }));
     const bad = result.violations.filter((v) => v.impact === "serious" || v.impact === "critical");
