@@ -17,7 +17,7 @@ function Preview({ job }: { job: Job }) {
   const { clients } = useSession();
   const tz = job.schedule?.timeZone || "UTC";
   const q = useQuery({
-    queryKey: ["preview", job.id, job.version],
+    queryKey: ["preview", job.id, String(job.version)],
     queryFn: () => clients.jobs.previewSchedule({ schedule: job.schedule, from: timestampFromDate(new Date()), count: 10 }),
   });
   return (
