@@ -7,8 +7,8 @@ import { enumLabel } from "./format";
 // Shades dark enough for 4.5:1 contrast with white text.
 const statusColor: Record<number, string> = {
   [ExecutionStatus.RUNNING]: "blue.9",
-  [ExecutionStatus.SUCCEEDED]: "green.9",
-  [ExecutionStatus.RETRYING]: "orange.9",
+  [ExecutionStatus.SUCCEEDED]: "#1b5e20",
+  [ExecutionStatus.RETRYING]: "#8a4b00",
   [ExecutionStatus.FAILED]: "red.9",
   [ExecutionStatus.DEAD]: "red.9",
   [ExecutionStatus.CANCELLED]: "gray.8",

@@ -11,8 +11,8 @@ import { useSession } from "../session";
 
 const stateColor: Record<number, string> = {
   [IncidentState.OPEN]: "red.9",
-  [IncidentState.ACKNOWLEDGED]: "orange.9",
-  [IncidentState.RESOLVED]: "green.9",
+  [IncidentState.ACKNOWLEDGED]: "#8a4b00",
+  [IncidentState.RESOLVED]: "#1b5e20",
 };
 
 function Incidents() {
