@@ -49,7 +49,7 @@ export function App() {
       </AppShell.Header>
       <AppShell.Navbar p="xs" component="nav" aria-label="Pages">
         {nav.map((n) => (
-          <NavLink key={n.to} component={Link} to={n.to} label={n.label} active={active(n.to)} aria-current={active(n.to) ? "page" : undefined} />
+          <NavLink key={n.to} component={Link} to={n.to} label={n.label} variant="filled" active={active(n.to)} aria-current={active(n.to) ? "page" : undefined} />
         ))}
       </AppShell.Navbar>
       <AppShell.Main>
