@@ -133,7 +133,7 @@ try {
   await check("incidents");
   await page.getByRole("button", { name: `Acknowledge the incident of ${failingJob}` }).click();
   await incidents.getByText(failingJob).waitFor({ state: "detached" });
-  await page.getByRole("radio", { name: "Acknowledged" }).check({ force: true });
+  await page.locator("label", { hasText: /^Acknowledged$/ }).click();
   await incidents.getByText(failingJob).waitFor();
   await page.getByRole("tab", { name: "Rules" }).click();
   await page.getByRole("table", { name: "Alert rules" }).getByText("failing jobs dead-letter").waitFor();
@@ -149,7 +149,7 @@ try {
   await check("dead-letters");
   await letters.getByRole("button", { name: /^Redrive/ }).first().click();
   const redrive = page.getByRole("form", { name: "Redrive" });
-  await redrive.getByLabel("Override the target for this redrive").check({ force: true });
+  await redrive.getByText("Override the target for this redrive").click();
   await redrive.getByLabel("URL").fill(`${target}/ok`);
   await check("redrive");
   await redrive.getByRole("button", { name: "Redrive" }).click();
@@ -183,7 +183,7 @@ try {
   await nav("Dead letters");
   await page.getByText("No dead letter.").waitFor();
   await nav("Incidents and alerts");
-  await page.getByRole("radio", { name: "All" }).check({ force: true });
+  await page.locator("label", { hasText: /^All$/ }).click();
   await page.getByText("No incident.").waitFor();
   console.log(`axe found no serious violation on: ${axeChecked.join(", ")}`);
 } catch (e) {
