@@ -149,7 +149,7 @@ try {
   await check("dead-letters");
   await letters.getByRole("button", { name: /^Redrive/ }).first().click();
   const redrive = page.getByRole("form", { name: "Redrive" });
-  await redrive.getByText("Override the target for this redrive").click();
+  await redrive.getByRole("switch", { name: "Override the target for this redrive" }).click();
   await redrive.getByLabel("URL").fill(`${target}/ok`);
   await check("redrive");
   await redrive.getByRole("button", { name: "Redrive" }).click();
