@@ -11,10 +11,18 @@ NODE_STAMP  := gen/ts/node_modules/.stamp
 # croner and cron-parser, which libs/schedule's cross-check test runs.
 CROSSCHECK_DIR   := libs/schedule/testdata/crosscheck
 CROSSCHECK_STAMP := $(CROSSCHECK_DIR)/node_modules/.stamp
+# The web console's single-page application, built by vite into the
+# directory the console binary embeds.
+CONSOLE_WEB   := services/console/web
+CONSOLE_STAMP := $(CONSOLE_WEB)/node_modules/.stamp
+CONSOLE_DIST  := services/console/internal/assets/dist/index.html
+CONSOLE_SRC    = $(shell find $(CONSOLE_WEB)/src $(CONSOLE_WEB)/public gen/ts/src -type f) $(CONSOLE_WEB)/index.html $(CONSOLE_WEB)/vite.config.ts $(CONSOLE_WEB)/tsconfig.json
+# The browser of the console's end-to-end test (playwright-core drives it).
+CHROMIUM   ?= /usr/bin/chromium
 BUF        := $(BIN)/buf
 HELM       := $(BIN)/helm
 GO_MODULES  = $(shell go list -m -f '{{.Dir}}')
-SERVICES   := registry trigger dispatcher history alerting
+SERVICES   := registry trigger dispatcher history alerting console
 CHAOS_JOBS ?= 10000
 # The whole-mesh fault-injection suite of `make chaos` (services/devstack/chaos):
 # every-second jobs, load after each recovery, how long a stopped dependency
@@ -47,8 +55,22 @@ $(CROSSCHECK_STAMP): $(CROSSCHECK_DIR)/package.json $(CROSSCHECK_DIR)/package-lo
 	cd $(CROSSCHECK_DIR) && npm ci --no-audit --no-fund --loglevel=error
 	touch $@
 
+$(CONSOLE_STAMP): $(CONSOLE_WEB)/package.json $(CONSOLE_WEB)/package-lock.json
+	cd $(CONSOLE_WEB) && npm ci --no-audit --no-fund --loglevel=error
+	touch $@
+
+$(CONSOLE_DIST): $(CONSOLE_STAMP) $(CONSOLE_SRC)
+	cd $(CONSOLE_WEB) && npm run --silent build
+
+# Debian's Chromium for the console's browser test: Playwright's own
+# browser download does not work on every machine. As root it is installed
+# with apt, as ensure-services.sh installs PostgreSQL; otherwise make says how.
+$(CHROMIUM):
+	@if [ "$$(id -u)" != 0 ]; then echo "$(CHROMIUM) is missing: install it (Debian: apt-get install -y chromium) and run again"; exit 1; fi
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium >/dev/null
+
 .PHONY: tools
-tools: $(TOOLS_STAMP) $(NODE_STAMP) $(CROSSCHECK_STAMP) ## Install the pinned tools (buf, protoc plugins, grpcurl, helm, protoc-gen-es, tsc, the cron libraries of the schedule cross-check).
+tools: $(TOOLS_STAMP) $(NODE_STAMP) $(CROSSCHECK_STAMP) $(CONSOLE_STAMP) ## Install the pinned tools (buf, protoc plugins, grpcurl, helm, protoc-gen-es, tsc, the cron libraries of the schedule cross-check).
 
 .PHONY: services
 services: ## Start PostgreSQL and RabbitMQ when they are not running; create the cronmesh database.
@@ -70,16 +92,17 @@ lint: tools ## buf lint and format check, go vet on every module, TypeScript typ
 	$(BUF) format --diff --exit-code
 	for dir in $(GO_MODULES); do (cd $$dir && go vet ./...); done
 	cd gen/ts && npx --no-install tsc -p tsconfig.json --noEmit
+	cd $(CONSOLE_WEB) && npx --no-install tsc -p tsconfig.json --noEmit && npx --no-install tsc -p tsconfig.node.json --noEmit
 
 .PHONY: build
-build: ## Build the service binaries, the cronctl CLI and the local-stack tools (devetcd, devecho) into bin/.
+build: $(CONSOLE_DIST) ## Build the service binaries (the console with its web assets), the cronctl CLI and the local-stack tools (devetcd, devecho) into bin/.
 	for svc in $(SERVICES); do go build -o $(BIN)/$$svc ./services/$$svc/cmd/$$svc; done
 	go build -o $(BIN)/cronctl ./services/cronctl/cmd/cronctl
 	go build -o $(BIN)/devetcd ./services/devstack/cmd/devetcd
 	go build -o $(BIN)/devecho ./services/devstack/cmd/devecho
 
 .PHONY: test
-test: tools services build lint checkgenerate ## Run every check and test (needs nothing installed by hand).
+test: tools services build lint checkgenerate $(CHROMIUM) ## Run every check and test (needs nothing installed by hand).
 	@# ./deploy lints and renders the Helm chart with $(HELM) and checks the
 	@# manifests and the Dockerfiles; it runs with the root module below.
 	for dir in $(GO_MODULES); do (cd $$dir && go test -race -count=1 $$(go list ./... | grep -Ev '/e2e$$|/chaos$$')); done
@@ -129,7 +152,8 @@ chaos: tools services ## Fault-injection suites: trigger failover at 10x the job
 
 .PHONY: clean
 clean: ## Remove built binaries and installed tools.
-	rm -rf $(BIN) gen/ts/node_modules gen/ts/dist gen/ts/dist-test $(CROSSCHECK_DIR)/node_modules .dev .chaos-summary.md
+	rm -rf $(BIN) gen/ts/node_modules gen/ts/dist gen/ts/dist-test $(CROSSCHECK_DIR)/node_modules $(CONSOLE_WEB)/node_modules .dev .chaos-summary.md
+	find services/console/internal/assets/dist -mindepth 1 ! -name .gitignore -delete
 
 # The history benchmark is a prerequisite of `bench`, declared here rather
 # than in bench's recipe so that each service's benchmark is its own target.

@@ -2,7 +2,7 @@
 # Runs the whole cronmesh mesh on this machine (`make dev`, which first
 # installs the tools, starts PostgreSQL and RabbitMQ and builds bin/): an
 # embedded etcd, the registry, three trigger nodes, the dispatcher, history,
-# alerting and devecho, a webhook target that logs what it receives. It
+# alerting, the web console and devecho, a webhook target that logs what it receives. It
 # creates a demo job that POSTs to devecho every 5 seconds (idempotently:
 # a fixed request id, so a restart makes no second one), prints every
 # endpoint and the development API key, and runs until Ctrl-C, which stops
@@ -50,12 +50,12 @@ say() { printf 'dev: %s\n' "$*"; }
 die() { printf 'dev: %s\n' "$*" >&2; exit 1; }
 
 # --- before anything starts: binaries and ports ------------------------------
-for bin in devetcd devecho registry trigger dispatcher history alerting; do
+for bin in devetcd devecho registry trigger dispatcher history alerting console; do
   [ -x "bin/$bin" ] || die "bin/$bin is missing: run 'make dev' (it builds bin/ first) or 'make build'"
 done
 
 port_taken() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
-ports=(2379:etcd 8081:registry 8082:trigger-1 8182:trigger-2 8282:trigger-3 8083:dispatcher 8084:history 8085:alerting 8090:devecho)
+ports=(2379:etcd 8081:registry 8082:trigger-1 8182:trigger-2 8282:trigger-3 8083:dispatcher 8084:history 8085:alerting 8080:console 8090:devecho)
 tracing=off
 if [ -n "${CRONMESH_OTLP_ENDPOINT:-}" ]; then
   tracing=endpoint
@@ -175,6 +175,9 @@ wait_ready history http://127.0.0.1:8084/readyz
 # server when they are created (TestChannel tries one).
 start alerting bin/alerting serve --listen 127.0.0.1:8085 --allow-networks 127.0.0.0/8,::1/128
 wait_ready alerting http://127.0.0.1:8085/readyz
+# The web console forwards to the services above on their default addresses.
+start console bin/console --listen 127.0.0.1:8080
+wait_ready console http://127.0.0.1:8080/readyz
 
 # --- the demo job ---------------------------------------------------------
 # Over the Connect protocol with curl, so that this needs no other tool.
@@ -202,6 +205,7 @@ PG_SHOWN=$(sed -E 's#//([^:/@]*):[^@]*@#//\1:***@#' <<<"$PG_URL")
 cat <<BANNER
 
   cronmesh (development) is up; logs in $LOGS/
+  console      http://127.0.0.1:8080   the web console: sign in with the API key below
   registry     http://127.0.0.1:8081   cronmesh.registry.v1.JobService
   trigger-1    http://127.0.0.1:8082   cronmesh.trigger.v1.TriggerService
   trigger-2    http://127.0.0.1:8182   cronmesh.trigger.v1.TriggerService
