@@ -39,7 +39,7 @@ fi
 
 log "building bin/alerting and bin/alerting-bench"
 go build -o bin/alerting ./services/alerting/cmd/alerting
-go build -o bin/alerting-bench ./services/alerting/cmd/alerting-bench
+go build -o bin/alerting-bench ./bench/cmd/alerting
 
 mkdir -p "$BENCH_OUT"
 REPORT=$BENCH_OUT/alerting.md

@@ -39,7 +39,7 @@ log() { printf 'bench-dispatcher: %s\n' "$*" >&2; }
 
 log "building bin/dispatcher and bin/dispatcher-bench"
 go build -o bin/dispatcher ./services/dispatcher/cmd/dispatcher
-go build -o bin/dispatcher-bench ./services/dispatcher/cmd/dispatcher-bench
+go build -o bin/dispatcher-bench ./bench/cmd/dispatcher
 deploy/local/ensure-services.sh
 
 mkdir -p "$BENCH_OUT"

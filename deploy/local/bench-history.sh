@@ -41,7 +41,7 @@ fi
 
 log "building bin/history and bin/history-bench"
 go build -o bin/history ./services/history/cmd/history
-go build -o bin/history-bench ./services/history/cmd/history-bench
+go build -o bin/history-bench ./bench/cmd/history
 
 mkdir -p "$BENCH_OUT"
 REPORT=$BENCH_OUT/history.md

@@ -48,7 +48,7 @@ for svc in registry trigger dispatcher history alerting; do
   [ -x "bin/$svc" ] || { log "bin/$svc is missing: run make build"; exit 1; }
 done
 log "building bin/mesh-bench"
-go build -o bin/mesh-bench ./services/devstack/cmd/mesh-bench
+go build -o bin/mesh-bench ./bench/cmd/mesh
 deploy/local/ensure-services.sh
 
 mkdir -p "$BENCH_OUT"

@@ -61,7 +61,7 @@ log() { printf 'bench-trigger: %s\n' "$*" >&2; }
 
 log "building bin/trigger and bin/trigger-bench"
 go build -o bin/trigger ./services/trigger/cmd/trigger
-go build -o bin/trigger-bench ./services/trigger/cmd/trigger-bench
+go build -o bin/trigger-bench ./bench/cmd/trigger
 deploy/local/ensure-services.sh
 
 mkdir -p "$BENCH_OUT"

@@ -40,7 +40,7 @@ fi
 
 log "building bin/registry and bin/registry-bench"
 go build -o bin/registry ./services/registry/cmd/registry
-go build -o bin/registry-bench ./services/registry/cmd/registry-bench
+go build -o bin/registry-bench ./bench/cmd/registry
 
 mkdir -p "$BENCH_OUT"
 REPORT=$BENCH_OUT/report.md
