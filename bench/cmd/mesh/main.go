@@ -1,9 +1,10 @@
-// Command mesh-bench is the end-to-end benchmark of the whole mesh (issue
-// 8): it starts registry, trigger nodes, dispatcher, history and alerting
-// from bin/ on the local PostgreSQL and RabbitMQ with an embedded etcd,
-// measures the machine's ceiling, drives a workload through the registry to
-// a target in this process and prints a Markdown report.
+// Command mesh-bench is the end-to-end benchmark of the whole mesh: it
+// starts the mesh from bin/ as `make dev` runs it (registry, three trigger
+// nodes, dispatcher, history, alerting, devetcd) on the local PostgreSQL
+// and RabbitMQ, measures the machine's ceilings, drives a workload through
+// the registry to a target in this process and prints a Markdown report.
 //
+//	mesh-bench capacity [flags]   a ramp of every-second crons: the highest rate held with p99 < 1 s
 //	mesh-bench sustained [flags]  a realistic mix at --rate executions/s for --duration
 //	mesh-bench burst [flags]      --jobs one-time jobs all due on one second
 //	mesh-bench memory [flags]     --jobs jobs in the trigger tier: its RSS
@@ -28,7 +29,7 @@ import (
 
 func main() {
 	if len(os.Args) < 2 || strings.HasPrefix(os.Args[1], "-") {
-		fmt.Fprintln(os.Stderr, "usage: mesh-bench sustained|burst|memory [flags] (-h for the flags)")
+		fmt.Fprintln(os.Stderr, "usage: mesh-bench capacity|sustained|burst|memory [flags] (-h for the flags)")
 		os.Exit(2)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -50,17 +51,26 @@ func run(ctx context.Context, scenario string, args []string) error {
 	fs.StringVar(&cfg.PostgresURL, "postgres-url", envOr("CRONMESH_POSTGRES_URL", "postgres://postgres@127.0.0.1:5432/cronmesh?sslmode=disable"), "PostgreSQL")
 	fs.StringVar(&cfg.AMQPURL, "amqp-url", envOr("CRONMESH_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/"), "RabbitMQ")
 	fs.StringVar(&cfg.Tag, "tag", fmt.Sprintf("p%d", os.Getpid()), "names the run's schemas and broker objects (mb_<tag>_<scenario>...)")
-	fs.IntVar(&cfg.TriggerNodes, "trigger-nodes", 2, "trigger processes")
-	fs.IntVar(&cfg.Partitions, "partitions", 0, "ring partitions (0: the trigger's default, 256)")
+	fs.IntVar(&cfg.TriggerNodes, "trigger-nodes", 0, "trigger processes (0: three, as make dev)")
 	fs.StringVar(&cfg.Out, "out", "", "append the Markdown report to this file as well as stdout")
 	fs.StringVar(&cfg.WorkDir, "work-dir", "", "logs, etcd data and profiles (default: a temporary directory, removed at the end)")
-	fs.BoolVar(&cfg.Profile, "profile", true, "take a CPU profile of every service and summarise it with go tool pprof -top")
+	fs.BoolVar(&cfg.Profile, "profile", true, "take a CPU profile of every service in the window and summarise it with go tool pprof -top after it (sustained, burst)")
 	fs.IntVar(&cfg.ProfileSecs, "profile-seconds", 30, "length of the CPU profiles")
 	fs.IntVar(&cfg.Callers, "callers", 2, "concurrent BatchCreateJobs callers")
 	fs.DurationVar(&cfg.Ceiling, "ceiling-duration", 15*time.Second, "how long each machine ceiling is measured (negative: skip)")
-	extra := fs.String("service-args", "", "extra flags per service: 'dispatcher=--workers-normal 128;trigger=--group-wait 5ms'")
+	extra := fs.String("service-args", "", "extra flags per service, for an experiment (the mesh then differs from make dev): 'dispatcher=--workers-normal 128;trigger=--group-wait 5ms'")
 	var err error
 	switch scenario {
+	case "capacity":
+		var o meshbench.CapacityOptions
+		fs.Float64Var(&o.From, "from", 1000, "offered executions/s of the first step")
+		fs.Float64Var(&o.Step, "step", 1000, "increase from one step to the next")
+		fs.Float64Var(&o.Max, "max", 10000, "offered executions/s of the last step")
+		fs.DurationVar(&o.StepDuration, "step-duration", time.Minute, "each step's window")
+		fs.DurationVar(&o.Settle, "settle", 5*time.Second, "how long after its window a step's slots may arrive")
+		if err = parse(fs, args, &cfg, extra); err == nil {
+			err = meshbench.Capacity(ctx, cfg, o)
+		}
 	case "sustained":
 		var o meshbench.SustainedOptions
 		fs.Float64Var(&o.Rate, "rate", 3000, "executions per second, on average over the window")
@@ -87,7 +97,7 @@ func run(ctx context.Context, scenario string, args []string) error {
 			err = meshbench.Memory(ctx, cfg, o)
 		}
 	default:
-		return fmt.Errorf("unknown scenario %q (sustained, burst, memory)", scenario)
+		return fmt.Errorf("unknown scenario %q (capacity, sustained, burst, memory)", scenario)
 	}
 	return err
 }

@@ -8,7 +8,6 @@ package ledger
 
 import (
 	"fmt"
-	"math"
 	"slices"
 	"time"
 
@@ -60,8 +59,14 @@ type Result struct {
 	Lateness   []time.Duration
 	LateByKind map[workload.Kind][]time.Duration // sorted
 	// LateByTenth is the lateness of the window's slots by tenth of the
-	// window their nominal time falls in, each sorted.
-	LateByTenth [10][]time.Duration
+	// window their nominal time falls in, each sorted, without the slots on
+	// a top-of-minute second (second 0), which TopByTenth holds: every
+	// minute's crons crowd onto that second, and its lateness would hide
+	// the rest's.
+	LateByTenth, TopByTenth [10][]time.Duration
+	// LateTop and LateRest are the lateness of the slots on a
+	// top-of-minute second and of the others, sorted.
+	LateTop, LateRest []time.Duration
 	// FirstArrival and LastArrival of the window's slots.
 	FirstArrival, LastArrival time.Time
 	// ArrivedInWindow are the deliveries (of any slot) that arrived in
@@ -133,7 +138,13 @@ func Check(in Input) Result {
 			r.Lateness = append(r.Lateness, late)
 			r.LateByKind[job.Kind] = append(r.LateByKind[job.Kind], late)
 			tenth := min(int(10*t.Sub(in.From)/in.To.Sub(in.From)), 9)
-			r.LateByTenth[tenth] = append(r.LateByTenth[tenth], late)
+			if t.Truncate(time.Minute).Equal(t.Truncate(time.Second)) {
+				r.TopByTenth[tenth] = append(r.TopByTenth[tenth], late)
+				r.LateTop = append(r.LateTop, late)
+			} else {
+				r.LateByTenth[tenth] = append(r.LateByTenth[tenth], late)
+				r.LateRest = append(r.LateRest, late)
+			}
 			if r.FirstArrival.IsZero() || at.Before(r.FirstArrival) {
 				r.FirstArrival = at
 			}
@@ -143,23 +154,16 @@ func Check(in Input) Result {
 		}
 	}
 	slices.Sort(r.Lateness)
+	slices.Sort(r.LateTop)
+	slices.Sort(r.LateRest)
 	for k := range r.LateByKind {
 		slices.Sort(r.LateByKind[k])
 	}
 	for i := range r.LateByTenth {
 		slices.Sort(r.LateByTenth[i])
+		slices.Sort(r.TopByTenth[i])
 	}
 	return r
-}
-
-// Quantile is the q-quantile (0..1) of sorted durations by the
-// nearest-rank method; 0 for none.
-func Quantile(sorted []time.Duration, q float64) time.Duration {
-	if len(sorted) == 0 {
-		return 0
-	}
-	i := int(math.Ceil(q*float64(len(sorted)))) - 1
-	return sorted[min(max(i, 0), len(sorted)-1)]
 }
 
 // Window is the set of execution ids due in a window, to follow how many

@@ -47,14 +47,22 @@ func TestCheckCountsMissedTwiceAndLateness(t *testing.T) {
 	require.Equal(t, 2, r.Unresolved)
 	require.Len(t, r.Lateness, 19)
 	require.Equal(t, time.Second, r.Lateness[len(r.Lateness)-1], "the first arrival of a slot counts, not the duplicate")
-	require.Equal(t, 50*time.Millisecond, ledger.Quantile(r.Lateness, 0.1))
+	require.Equal(t, 50*time.Millisecond, r.Lateness[0])
+	// 12:00:00 is a top-of-minute second: its two slots are kept apart.
+	require.Equal(t, []time.Duration{50 * time.Millisecond, 100 * time.Millisecond}, r.LateTop)
+	require.Equal(t, r.LateTop, r.TopByTenth[0])
+	require.Len(t, r.LateRest, 17)
+	require.Len(t, r.LateByTenth[0], 0, "the first tenth holds only the top-of-minute second")
+	require.Len(t, r.LateByTenth[1], 2)
 }
 
-func TestQuantile(t *testing.T) {
+func TestCheckExpectsNoSlotOutsideStartAndEnd(t *testing.T) {
 	t.Parallel()
-	d := []time.Duration{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}
-	require.Equal(t, time.Duration(5), ledger.Quantile(d, 0.5))
-	require.Equal(t, time.Duration(10), ledger.Quantile(d, 0.99))
-	require.Equal(t, time.Duration(1), ledger.Quantile(d, 0))
-	require.Zero(t, ledger.Quantile(nil, 0.5))
+	from := time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)
+	plan, err := workload.New(workload.Options{Rate: 10, Start: from, Window: 10 * time.Second,
+		Shares: workload.Shares{workload.EverySecond: 1}, FiringFrom: from.Add(2 * time.Second), FiringUntil: from.Add(5*time.Second - time.Millisecond)})
+	require.NoError(t, err)
+	r := ledger.Check(ledger.Input{Plan: plan, JobIDs: make([]string, len(plan.Jobs)), From: from, To: from.Add(10 * time.Second), SpanFrom: from})
+	require.Equal(t, 10*3, r.Expected, "seconds 2, 3 and 4 of ten jobs")
+	require.Equal(t, r.Expected, r.Missed)
 }

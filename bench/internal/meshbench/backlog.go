@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/cronmesh/cronmesh/bench/internal/report"
 	"github.com/cronmesh/cronmesh/libs/broker"
 	"github.com/cronmesh/cronmesh/libs/promhist"
 )
@@ -53,7 +54,7 @@ func backlogSummary(bs []backlog, pick func(backlog) int) string {
 		return "-"
 	}
 	slices.Sort(v)
-	return "median " + num(v[len(v)/2]) + ", max " + num(v[len(v)-1])
+	return "median " + report.Num(v[len(v)/2]) + ", max " + report.Num(v[len(v)-1])
 }
 
 // quantileBound renders promhist.QuantileBound of the observations

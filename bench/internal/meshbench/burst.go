@@ -7,6 +7,7 @@ import (
 
 	"github.com/cronmesh/cronmesh/bench/internal/ledger"
 	"github.com/cronmesh/cronmesh/bench/internal/procstat"
+	"github.com/cronmesh/cronmesh/bench/internal/report"
 	"github.com/cronmesh/cronmesh/bench/internal/workload"
 )
 
@@ -74,47 +75,49 @@ func Burst(ctx context.Context, cfg Config, o BurstOptions) error {
 	e.target.WaitQuiet(ctx, 5*time.Second, time.Now().Add(30*time.Second))
 	end := e.procs.Snapshot(e.tracked())
 	aliveErr := e.checkAlive()
-	var profiles []profile
+	var profs []profile
 	if waitProfiles != nil {
-		profiles = waitProfiles()
+		profs = waitProfiles()
+		summarise(ctx, profs)
 	}
 	res := ledger.Check(ledger.Input{Plan: plan, JobIDs: ids, From: due, To: due.Add(time.Second), SpanFrom: due, Deliveries: e.target.Deliveries()})
 
-	var r report
-	r.header(fmt.Sprintf("End to end: burst of %s one-time slots on one second", num(o.Jobs)), e)
-	r.p("Load average 1 s before the due second: %s; when the last arrived: %s.", load0, load1)
-	r.p("")
-	r.p("%s jobs of kind `at`, all due at %s, registered through BatchCreateJobs (1,000 a call, %d callers) in %s (%.0f jobs/s) from %s; the trigger held them all %s after the first call, %s before the due second.",
-		num(o.Jobs), due.UTC().Format("15:04:05"), e.cfg.Callers, regTime.Round(time.Millisecond), float64(len(ids))/regTime.Seconds(),
+	var r report.Doc
+	e.header(&r, fmt.Sprintf("End to end: burst of %s one-time slots on one second", report.Num(o.Jobs)))
+	r.P("Load average 1 s before the due second: %s; when the last arrived: %s.", load0, load1)
+	r.P("")
+	r.P("%s jobs of kind `at`, all due at %s, registered through BatchCreateJobs (1,000 a call, %d callers) in %s (%.0f jobs/s) from %s; the trigger held them all %s after the first call, %s before the due second.",
+		report.Num(o.Jobs), due.UTC().Format("15:04:05"), e.cfg.Callers, regTime.Round(time.Millisecond), float64(len(ids))/regTime.Seconds(),
 		regStart.UTC().Format("15:04:05"), projected.Sub(regStart).Round(time.Millisecond), due.Sub(projected).Round(time.Millisecond))
 	last := res.LastArrival.Sub(due)
 	spanRate := "-"
 	if res.Delivered > 1 {
 		spanRate = fmt.Sprintf("%.0f/s", float64(res.Delivered)/res.LastArrival.Sub(res.FirstArrival).Seconds())
 	}
-	r.table([]string{"measure", "value"}, [][]string{
-		{"slots / delivered / **missed**", fmt.Sprintf("%s / %s / **%s**", num(res.Expected), num(res.Delivered), num(res.Missed))},
+	r.Table([]string{"measure", "value"}, [][]string{
+		{"slots / delivered / **missed**", fmt.Sprintf("%s / %s / **%s**", report.Num(res.Expected), report.Num(res.Delivered), report.Num(res.Missed))},
 		{"first arrival after the due second", res.FirstArrival.Sub(due).Round(time.Millisecond).String()},
 		{"**last arrival after the due second**", fmt.Sprintf("**%s**", last.Round(time.Millisecond))},
 		{"delivery rate, first to last arrival", spanRate},
-		{"lateness p50 / p99", ms(ledger.Quantile(res.Lateness, 0.5)) + " / " + ms(ledger.Quantile(res.Lateness, 0.99))},
-		{"slots fired twice (webhook-id delivered more than once) / extra deliveries", fmt.Sprintf("%s / %s", num(res.DeliveredTwice), num(res.ExtraDeliveries))},
-		{"deliveries matching no slot", num(res.Unresolved)},
+		{"lateness p50 / p99", report.Ms(report.Quantile(res.Lateness, 0.5)) + " / " + report.Ms(report.Quantile(res.Lateness, 0.99))},
+		{"slots fired twice (webhook-id delivered more than once) / extra deliveries", fmt.Sprintf("%s / %s", report.Num(res.DeliveredTwice), report.Num(res.ExtraDeliveries))},
+		{"deliveries matching no slot", report.Num(res.Unresolved)},
 	})
-	r.usageTable(e, s0, s1, end)
-	r.ceilingTable(ceil, float64(res.Delivered)/max(last.Seconds(), 1))
-	r.h(3, "Targets")
-	r.table([]string{"target", "measured", "verdict"}, [][]string{
-		{"a burst of 100,000 slots on one second delivered within 30 s", fmt.Sprintf("%s of %s, the last %s after the second", num(res.Delivered), num(res.Expected), last.Round(time.Millisecond)),
-			judgeIf(o.Jobs >= targetBurstN, res.Missed == 0 && last <= targetBurst)},
-		{"zero missed, zero double-fired", fmt.Sprintf("%s missed, %s twice", num(res.Missed), num(res.DeliveredTwice)), judge(res.Missed == 0 && res.DeliveredTwice == 0 && res.Unresolved == 0)},
+	r.H(3, "CPU")
+	e.perExecution(&r, procstat.Between(s0, s1), res.Delivered, &end)
+	ceilingTable(&r, ceil, float64(res.Delivered)/max(last.Seconds(), 1))
+	r.H(3, "Targets")
+	r.Table([]string{"target", "measured", "verdict"}, [][]string{
+		{"a burst of 100,000 slots on one second delivered within 30 s", fmt.Sprintf("%s of %s, the last %s after the second", report.Num(res.Delivered), report.Num(res.Expected), last.Round(time.Millisecond)),
+			report.JudgeIf(o.Jobs >= targetBurstN, res.Missed == 0 && last <= targetBurst)},
+		{"zero missed, zero double-fired", fmt.Sprintf("%s missed, %s twice", report.Num(res.Missed), report.Num(res.DeliveredTwice)), report.Judge(res.Missed == 0 && res.DeliveredTwice == 0 && res.Unresolved == 0)},
 	})
-	if len(profiles) > 0 {
-		r.h(3, "CPU profiles")
-		r.p("From 1 s before the due second, %d s of each service:", min(e.cfg.ProfileSecs, 20))
-		r.profiles(profiles)
+	if len(profs) > 0 {
+		r.H(3, "CPU profiles")
+		r.P("From 1 s before the due second, %d s of each service (summarised after the last delivery):", min(e.cfg.ProfileSecs, 20))
+		profiles(&r, profs)
 	}
-	if err := r.emit(e.cfg.Out); err != nil {
+	if err := r.Emit(e.cfg.Out); err != nil {
 		return err
 	}
 	return aliveErr

@@ -5,19 +5,19 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"connectrpc.com/connect"
 	"github.com/jackc/pgx/v5/pgxpool"
 	amqp091 "github.com/rabbitmq/amqp091-go"
-	"go.etcd.io/etcd/server/v3/embed"
 
 	"github.com/cronmesh/cronmesh/bench/internal/machine"
 	"github.com/cronmesh/cronmesh/bench/internal/procstat"
@@ -25,10 +25,8 @@ import (
 	"github.com/cronmesh/cronmesh/bench/internal/workload"
 	registryv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1"
 	"github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1/registryv1connect"
-	"github.com/cronmesh/cronmesh/libs/etcdtest"
 	"github.com/cronmesh/cronmesh/libs/meshrun"
 	"github.com/cronmesh/cronmesh/libs/postgres"
-	"github.com/cronmesh/cronmesh/libs/ring"
 	"github.com/cronmesh/cronmesh/libs/rpcclient"
 	"github.com/cronmesh/cronmesh/libs/tlsconfig"
 )
@@ -48,7 +46,8 @@ type Config struct {
 	WorkDir      string // logs, etcd data and profiles (default a temporary directory)
 	Profile      bool   // take CPU profiles of every service
 	ProfileSecs  int    // length of each CPU profile (default 30)
-	// ExtraArgs add flags per service (meshrun.Options.ExtraArgs).
+	// ExtraArgs add flags per service (meshrun.Options.ExtraArgs), for an
+	// experiment; the report says the mesh then differs from `make dev`.
 	ExtraArgs map[string][]string
 	Callers   int // concurrent BatchCreateJobs callers (default 2)
 	// Ceiling is how long each ceiling is measured (0: default 15 s;
@@ -67,24 +66,19 @@ type env struct {
 	dir       string
 	db        *pgxpool.Pool // public schema: ceilings, machine description
 	amqp      *amqp091.Connection
-	etcd      *embed.Etcd
+	etcd      *exec.Cmd // bin/devetcd, as `make dev` runs it
+	etcdDone  chan struct{}
 	mesh      *meshrun.Mesh
 	trigger   *pgxpool.Pool // the trigger's schema, to count projected jobs
 	target    *target.Server
 	registry  registryv1connect.JobServiceClient
-	procs     *procstat.Reader
+	procs     *procstat.Sampler
 	machine   machine.Machine
 	loadStart string
 	started   time.Time
 }
 
 func (c *Config) defaults() {
-	c.TriggerNodes = cmp.Or(c.TriggerNodes, 2)
-	// The product's partition count, not meshrun's 16 (which suits tests):
-	// rendezvous hashing splits 16 partitions 5 to 11 between trigger-1 and
-	// trigger-2, so one node fired twice the other's slots; 256 split 113
-	// to 143.
-	c.Partitions = cmp.Or(c.Partitions, ring.DefaultPartitions)
 	c.ProfileSecs = cmp.Or(c.ProfileSecs, 30)
 	c.Callers = cmp.Or(c.Callers, 2)
 	if c.Log == nil {
@@ -99,7 +93,7 @@ func newEnv(ctx context.Context, cfg Config, scenario string) (_ *env, err error
 	if strings.Trim(cfg.Tag, "abcdefghijklmnopqrstuvwxyz0123456789_") != "" || cfg.Tag == "" {
 		return nil, fmt.Errorf("meshbench: tag %q: lower-case letters, digits and '_' only", cfg.Tag)
 	}
-	e := &env{cfg: cfg, name: "mb_" + cfg.Tag + "_" + scenario, key: "bench-key-" + cfg.Tag + "-0123456789abcdef", procs: procstat.NewReader()}
+	e := &env{cfg: cfg, name: "mb_" + cfg.Tag + "_" + scenario, key: "bench-key-" + cfg.Tag + "-0123456789abcdef", procs: procstat.New()}
 	defer func() {
 		if err != nil {
 			e.close()
@@ -136,16 +130,15 @@ func (e *env) startMesh(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	if e.etcd, err = etcdtest.Start(filepath.Join(e.dir, "etcd"), "http://"+addr, quiet); err != nil {
-		return fmt.Errorf("embedded etcd: %w", err)
-	}
 	logDir := filepath.Join(e.dir, "logs")
 	if err := os.MkdirAll(logDir, 0o755); err != nil {
 		return err
 	}
 	binDir, err := filepath.Abs(e.cfg.BinDir)
 	if err != nil {
+		return err
+	}
+	if err := e.startEtcd(ctx, filepath.Join(binDir, "devetcd"), addr, logDir); err != nil {
 		return err
 	}
 	extra := map[string][]string{}
@@ -156,9 +149,8 @@ func (e *env) startMesh(ctx context.Context) error {
 	e.mesh, err = meshrun.Start(ctx, meshrun.Options{
 		BinDir: binDir, PostgresURL: e.cfg.PostgresURL, AMQPURL: e.cfg.AMQPURL,
 		EtcdEndpoints: []string{"http://" + addr}, Name: e.name,
-		APIKeys:      map[string]string{namespace: e.key},
-		TriggerNodes: e.cfg.TriggerNodes, Partitions: e.cfg.Partitions,
-		LogDir: logDir, LogLevel: "warn", ExtraArgs: extra,
+		APIKeys: map[string]string{namespace: e.key}, AsDev: true,
+		TriggerNodes: e.cfg.TriggerNodes, LogDir: logDir, ExtraArgs: extra,
 	})
 	if err != nil {
 		return err
@@ -173,6 +165,46 @@ func (e *env) startMesh(ctx context.Context) error {
 	e.registry = registryv1connect.NewJobServiceClient(httpClient, e.mesh.Registry.URL,
 		connect.WithInterceptors(bearer(e.key)))
 	return nil
+}
+
+// startEtcd runs bin/devetcd on addr, as `make dev` does (a process of its
+// own, so that its CPU is the product's, not the bench's), and waits until
+// it accepts connections.
+func (e *env) startEtcd(ctx context.Context, bin, addr, logDir string) error {
+	logFile, err := os.Create(filepath.Join(logDir, "etcd.log"))
+	if err != nil {
+		return err
+	}
+	e.etcd = exec.Command(bin, "--listen", addr, "--data-dir", filepath.Join(e.dir, "etcd"))
+	e.etcd.Stdout, e.etcd.Stderr = logFile, logFile
+	// etcd dies with the bench, however the bench ends.
+	e.etcd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := e.etcd.Start(); err != nil {
+		logFile.Close()
+		return fmt.Errorf("devetcd (make build): %w", err)
+	}
+	e.etcdDone = make(chan struct{})
+	go func() {
+		_ = e.etcd.Wait()
+		logFile.Close()
+		close(e.etcdDone)
+	}()
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		if c, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
+			return c.Close()
+		}
+		select {
+		case <-e.etcdDone:
+			return fmt.Errorf("devetcd exited; see %s", logFile.Name())
+		default:
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("devetcd not listening on %s after 30 s", addr)
+		}
+		if err := sleep(ctx, 100*time.Millisecond); err != nil {
+			return err
+		}
+	}
 }
 
 func bearer(key string) connect.UnaryInterceptorFunc {
@@ -202,9 +234,12 @@ func (e *env) services() []*meshrun.Process {
 }
 
 // tracked maps every process the report lists to its pid (the benchmark
-// process itself holds the load generator, the target and etcd).
+// process itself holds the load generator, the target and the ledger).
 func (e *env) tracked() map[string]int {
 	out := map[string]int{benchProcess: os.Getpid()}
+	if e.etcd != nil && e.etcd.Process != nil {
+		out[etcdProcess] = e.etcd.Process.Pid
+	}
 	if e.mesh != nil {
 		for _, p := range e.services() {
 			out[p.Name] = p.PID()
@@ -213,8 +248,11 @@ func (e *env) tracked() map[string]int {
 	return out
 }
 
-// benchProcess names this process in the report.
-const benchProcess = "mesh-bench (load, target, etcd)"
+// benchProcess names this process in the report; etcdProcess the etcd.
+const (
+	benchProcess = "mesh-bench (load, target, ledger)"
+	etcdProcess  = "etcd (devetcd)"
+)
 
 // checkAlive fails when a service process has exited.
 func (e *env) checkAlive() error {
@@ -326,8 +364,14 @@ func (e *env) close() {
 			e.cfg.Log.Warn("cleaning up the mesh", "err", err)
 		}
 	}
-	if e.etcd != nil {
-		e.etcd.Close()
+	if e.etcd != nil && e.etcdDone != nil {
+		_ = e.etcd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-e.etcdDone:
+		case <-time.After(10 * time.Second):
+			_ = e.etcd.Process.Kill()
+			<-e.etcdDone
+		}
 	}
 	if e.target != nil {
 		_ = e.target.Close()

@@ -15,6 +15,7 @@ import (
 
 	"github.com/cronmesh/cronmesh/bench/internal/ledger"
 	"github.com/cronmesh/cronmesh/bench/internal/procstat"
+	"github.com/cronmesh/cronmesh/bench/internal/report"
 	"github.com/cronmesh/cronmesh/bench/internal/workload"
 	registryv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1"
 	"github.com/cronmesh/cronmesh/libs/jobspec"
@@ -114,30 +115,30 @@ func Memory(ctx context.Context, cfg Config, o MemoryOptions) error {
 	var tier, tierNow uint64
 	rows := [][]string{}
 	for _, p := range e.mesh.Triggers {
-		hwm, now := procstat.HWM(end, p.Name), procstat.RSS(end, p.Name)
+		hwm, now := end.HWM(p.Name), end.RSS(p.Name)
 		tier += hwm
 		tierNow += now
-		rows = append(rows, []string{p.Name, mib(hwm), mib(now)})
+		rows = append(rows, []string{p.Name, report.MiB(hwm), report.MiB(now)})
 	}
-	rows = append(rows, []string{"**trigger tier**", "**" + mib(tier) + "**", mib(tierNow)})
+	rows = append(rows, []string{"**trigger tier**", "**" + report.MiB(tier) + "**", report.MiB(tierNow)})
 
-	var r report
-	r.header(fmt.Sprintf("End to end: memory with %s jobs in the trigger tier", num(o.Jobs)), e)
-	r.p("**Benchmark shortcut:** %s of the jobs were written with COPY (2 streams, %s, %.0f rows/s) into the trigger schema's `jobs` table while the trigger nodes were stopped, as the projection stores a CREATED event (partition = ring.Partition(id, %d), spec = the registryv1.Job protobuf without etag, update time and description, next_fire_at from libs/jobspec): daily crons `M H * * *` in four time zones, none due within 2 h, so they are held, not fired. The registry does not hold them. Table %s, indexes %s. The nodes were then restarted on that table (%s for all of them to be ready).",
-		num(bulk), copyTime.Round(time.Second), float64(bulk)/copyTime.Seconds(), partitions, mib(uint64(tableSize)), mib(uint64(indexSize)), restart.Round(time.Millisecond))
-	r.p("")
-	r.p("%s every-second jobs went the whole way (BatchCreateJobs in %s, the registry's events, the projection: all %s jobs held %s after the first call) and fired during the %s measured from %s: %s slots due, %s missed, %s fired twice; lateness p50 %s, p99 %s, max %s.",
-		num(o.Firing), regTime.Round(time.Millisecond), num(o.Jobs), projected.Sub(regStart).Round(time.Millisecond), o.Duration, from.UTC().Format("15:04:05"),
-		num(res.Expected), num(res.Missed), num(res.DeliveredTwice),
-		ms(ledger.Quantile(res.Lateness, 0.5)), ms(ledger.Quantile(res.Lateness, 0.99)), ms(ledger.Quantile(res.Lateness, 1)))
-	r.table([]string{"trigger node", "peak RSS (VmHWM)", "RSS at the end"}, rows)
-	r.usageTable(e, s0, s1, end)
-	r.h(3, "Targets")
-	r.table([]string{"target", "measured", "verdict"}, [][]string{
-		{"5,000,000 jobs registered with the trigger tier < 300 MB", fmt.Sprintf("%s jobs: peak RSS of the tier (%d nodes, summed) %s", num(o.Jobs), len(e.mesh.Triggers), mib(tier)),
-			judgeIf(o.Jobs >= 5_000_000, tier < targetMemory)},
+	var r report.Doc
+	e.header(&r, fmt.Sprintf("End to end: memory with %s jobs in the trigger tier", report.Num(o.Jobs)))
+	r.P("**Benchmark shortcut:** %s of the jobs were written with COPY (2 streams, %s, %.0f rows/s) into the trigger schema's `jobs` table while the trigger nodes were stopped, as the projection stores a CREATED event (partition = ring.Partition(id, %d), spec = the registryv1.Job protobuf without etag, update time and description, next_fire_at from libs/jobspec): daily crons `M H * * *` in four time zones, none due within 2 h, so they are held, not fired. The registry does not hold them. Table %s, indexes %s. The nodes were then restarted on that table (%s for all of them to be ready).",
+		report.Num(bulk), copyTime.Round(time.Second), float64(bulk)/copyTime.Seconds(), partitions, report.MiB(uint64(tableSize)), report.MiB(uint64(indexSize)), restart.Round(time.Millisecond))
+	r.P("")
+	r.P("%s every-second jobs went the whole way (BatchCreateJobs in %s, the registry's events, the projection: all %s jobs held %s after the first call) and fired during the %s measured from %s: %s slots due, %s missed, %s fired twice; lateness p50 %s, p99 %s, max %s.",
+		report.Num(o.Firing), regTime.Round(time.Millisecond), report.Num(o.Jobs), projected.Sub(regStart).Round(time.Millisecond), o.Duration, from.UTC().Format("15:04:05"),
+		report.Num(res.Expected), report.Num(res.Missed), report.Num(res.DeliveredTwice),
+		report.Ms(report.Quantile(res.Lateness, 0.5)), report.Ms(report.Quantile(res.Lateness, 0.99)), report.Ms(report.Quantile(res.Lateness, 1)))
+	r.Table([]string{"trigger node", "peak RSS (VmHWM)", "RSS at the end"}, rows)
+	r.Usage(procstat.Between(s0, s1), e.groups(), &end)
+	r.H(3, "Targets")
+	r.Table([]string{"target", "measured", "verdict"}, [][]string{
+		{"5,000,000 jobs registered with the trigger tier < 300 MB", fmt.Sprintf("%s jobs: peak RSS of the tier (%d nodes, summed) %s", report.Num(o.Jobs), len(e.mesh.Triggers), report.MiB(tier)),
+			report.JudgeIf(o.Jobs >= 5_000_000, tier < targetMemory)},
 	})
-	if err := r.emit(e.cfg.Out); err != nil {
+	if err := r.Emit(e.cfg.Out); err != nil {
 		return err
 	}
 	return aliveErr

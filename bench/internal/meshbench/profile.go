@@ -22,8 +22,10 @@ type profile struct {
 }
 
 // startProfiles takes a CPU profile of every service for secs seconds, in
-// parallel, and returns a function that waits for them and summarises each
-// with `go tool pprof -top` (written next to the profile as .txt).
+// parallel, and returns a function that waits for them. It only fetches
+// the services' pprof endpoints into files: the summaries (summarise) are
+// for after the measured window, since `go tool pprof` is heavy enough to
+// stall a two-core machine and would be measured with the mesh.
 func (e *env) startProfiles(ctx context.Context, label string, secs int) func() []profile {
 	procs := e.services()
 	out := make([]profile, len(procs))
@@ -34,14 +36,21 @@ func (e *env) startProfiles(ctx context.Context, label string, secs int) func() 
 		out[i] = profile{service: p.Name, path: filepath.Join(dir, fmt.Sprintf("%s-%s-cpu.pprof", label, p.Name))}
 		wg.Go(func() {
 			out[i].err = pprofsave.Save(ctx, fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", p.URL, secs), out[i].path, time.Duration(secs+30)*time.Second)
-			if out[i].err == nil {
-				out[i].top, out[i].err = top(ctx, out[i].path)
-			}
 		})
 	}
 	return func() []profile {
 		wg.Wait()
 		return out
+	}
+}
+
+// summarise runs top on every profile taken, one after the other. Call it
+// once the measured window is over.
+func summarise(ctx context.Context, ps []profile) {
+	for i := range ps {
+		if ps[i].err == nil {
+			ps[i].top, ps[i].err = top(ctx, ps[i].path)
+		}
 	}
 }
 

@@ -2,159 +2,124 @@ package meshbench
 
 import (
 	"fmt"
-	"os"
-	"slices"
-	"strings"
 	"time"
 
 	"github.com/cronmesh/cronmesh/bench/internal/ceiling"
 	"github.com/cronmesh/cronmesh/bench/internal/ledger"
 	"github.com/cronmesh/cronmesh/bench/internal/procstat"
+	"github.com/cronmesh/cronmesh/bench/internal/report"
 	"github.com/cronmesh/cronmesh/bench/internal/workload"
 )
 
-// report is a Markdown document built up by a scenario.
-type report struct{ b strings.Builder }
-
-func (r *report) p(format string, args ...any) { fmt.Fprintf(&r.b, format+"\n", args...) }
-
-func (r *report) h(level int, title string) {
-	r.p("\n%s %s\n", strings.Repeat("#", level), title)
+// header is the scenario's title, the command, the mesh, the machine and
+// the load.
+func (e *env) header(d *report.Doc, title string) {
+	d.H(2, title)
+	extra := "none"
+	if len(e.cfg.ExtraArgs) > 0 {
+		extra = fmt.Sprintf("`%v` (**not as `make dev` runs**)", e.cfg.ExtraArgs)
+	}
+	d.P("Started %s. Command: `%s`. Mesh `%s` as `make dev` runs it (libs/meshrun AsDev: the binaries' defaults, bin/ of `make build`): registry, %d trigger nodes, dispatcher, history, alerting, devetcd; besides the mesh's names, keys and addresses each service has `--rate-limit off` (the API's limit; registration is setup, not measured) and `--pprof` (endpoints only; a profile runs only where the report says), the registry `--max-jobs 0`. Extra flags: %s. Load average (1, 5, 15 min) at the start: %s.",
+		e.started.UTC().Format("2006-01-02 15:04 UTC"), e.cfg.Command, e.name, len(e.mesh.Triggers), extra, e.loadStart)
+	d.Machine(e.machine)
 }
 
-func (r *report) table(head []string, rows [][]string) {
-	r.p("")
-	r.p("| %s |", strings.Join(head, " | "))
-	seps := make([]string, len(head))
-	for i := range seps {
-		seps[i] = "---"
+// groups are the report's processes in order: the services, etcd, the
+// bench process, then the servers.
+func (e *env) groups() []string {
+	var out []string
+	for _, p := range e.services() {
+		out = append(out, p.Name)
 	}
-	r.p("| %s |", strings.Join(seps, " | "))
-	for _, row := range rows {
-		r.p("| %s |", strings.Join(row, " | "))
-	}
-	r.p("")
+	return append(out, etcdProcess, benchProcess, procstat.Postgres, procstat.RabbitMQ)
 }
 
-// emit prints the report and appends it to path (when set).
-func (r *report) emit(path string) error {
-	fmt.Print(r.b.String())
-	if path == "" {
-		return nil
-	}
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		return err
-	}
-	if _, err := f.WriteString(r.b.String()); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
+// product is the CPU the product spent: every group but the bench process
+// and other processes.
+func product(u procstat.Usage) time.Duration {
+	return u.Named() - u.CPU[benchProcess]
 }
 
-// header is the scenario's title, the command, the machine and the load.
-func (r *report) header(title string, e *env) {
-	r.h(2, title)
-	r.p("Started %s. Command: `%s`. Mesh `%s`: registry, %d trigger nodes (%d ring partitions), dispatcher, history, alerting (bin/ of `make build`, every service with `--pprof`, log level warn), embedded etcd in the bench process; load average (1, 5, 15 min) at the start: %s.",
-		e.started.UTC().Format("2006-01-02 15:04 UTC"), e.cfg.Command, e.name, e.cfg.TriggerNodes, e.cfg.Partitions, e.loadStart)
-	r.p("")
-	r.p("%s", e.machine.Markdown())
+// perExecution reports the CPU of a window per execution delivered in it:
+// the whole machine's (what a capacity figure divides), the product's
+// (services, etcd, PostgreSQL and RabbitMQ) and each process's.
+func (e *env) perExecution(d *report.Doc, u procstat.Usage, executions int, end *procstat.Snapshot) {
+	if executions <= 0 || u.Err != nil {
+		d.P("No CPU per execution: %d executions, %v.", executions, u.Err)
+		return
+	}
+	per := func(cpu time.Duration) string {
+		return fmt.Sprintf("%.3f ms", float64(cpu)/float64(time.Millisecond)/float64(executions))
+	}
+	d.P("CPU per execution, over the %s executions delivered in the window: **machine %s** (busy %.2f of %d cores), the product's processes %s (the services, etcd, PostgreSQL, RabbitMQ), the bench process %s (load, target, ledger), other processes %s.",
+		report.Num(executions), per(u.Busy), u.Of(u.Busy), u.Cores, per(product(u)), per(u.CPU[benchProcess]), per(u.CPU[procstat.Other]))
+	d.Usage(u, e.groups(), end)
+	rows := [][]string{}
+	for _, g := range e.groups() {
+		rows = append(rows, []string{g, per(u.CPU[g])})
+	}
+	d.Table([]string{"process", "CPU per execution"}, rows)
 }
 
 // ceilingTable reports the ceilings and the measured rate as a ratio.
-func (r *report) ceilingTable(c ceiling.Machine, rate float64) {
-	r.h(3, "Machine ceiling (measured in this run, before the mesh started)")
-	r.p("%s", c.Markdown(rate, "executions/s", "An execution costs the mesh at least one such message (trigger → dispatcher) plus execution events to history and alerting (more messages), and several rows (ledger, outbox, jobs, the dispatcher's completion, history's executions and attempts), all on the same two cores: the ratios are upper bounds of what is left."))
+func ceilingTable(d *report.Doc, c ceiling.Machine, rate float64) {
+	d.H(3, "Machine ceiling (measured in this run, before the mesh started)")
+	d.P("%s", c.Markdown(rate, "executions/s", "An execution costs the mesh at least one such message (trigger → dispatcher) plus execution events to history and alerting (more messages), and several rows (ledger, outbox, jobs, the dispatcher's completion, history's executions and attempts), all on the same two cores: the ratios are upper bounds of what is left."))
 }
 
-// usageTable lists CPU seconds over [from, to] and peak RSS of every
-// service, the servers and the bench process.
-func (r *report) usageTable(e *env, from, to, end procstat.Snapshot) {
-	secs := to.At.Sub(from.At).Seconds()
-	var names []string
-	for _, p := range e.services() {
-		names = append(names, p.Name)
+// lateRow is a name, a count and p50/p99/max of sorted lateness.
+func lateRow(name string, sorted []time.Duration) []string {
+	if len(sorted) == 0 {
+		return []string{name, "0", "-", "-", "-"}
 	}
-	names = append(names, benchProcess, procstat.Postgres, procstat.RabbitMQ)
-	rows := [][]string{}
-	var total time.Duration
-	for _, n := range names {
-		cpu := procstat.CPU(from, to, n)
-		total += cpu
-		hwm := "-"
-		if n != procstat.Postgres && n != procstat.RabbitMQ {
-			hwm = mib(procstat.HWM(end, n))
-		} else {
-			hwm = mib(procstat.RSS(end, n)) + " (sum of RSS, shared pages counted per process)"
-		}
-		rows = append(rows, []string{n, fmt.Sprintf("%.1f s", cpu.Seconds()), fmt.Sprintf("%.0f %%", 100*cpu.Seconds()/secs), hwm})
-	}
-	rows = append(rows, []string{"**all of the above**", fmt.Sprintf("%.1f s", total.Seconds()), fmt.Sprintf("%.0f %% of 200 %%", 100*total.Seconds()/secs), ""})
-	r.p("CPU over the measured window (%s) from /proc/PID/stat; peak RSS (VmHWM of /proc/PID/status, the whole life of the process) read at the end:", (to.At.Sub(from.At)).Round(time.Second))
-	r.table([]string{"process", "CPU", "of one core", "peak RSS"}, rows)
+	return []string{name, report.Num(len(sorted)), report.Ms(report.Quantile(sorted, 0.5)), report.Ms(report.Quantile(sorted, 0.99)), report.Ms(sorted[len(sorted)-1])}
 }
 
-// latenessRows are p50/p99/max rows per kind and overall.
-func latenessRows(res ledger.Result) [][]string {
-	row := func(name string, d []time.Duration) []string {
-		if len(d) == 0 {
-			return []string{name, "0", "-", "-", "-", "-"}
-		}
-		return []string{name, num(len(d)), ms(ledger.Quantile(d, 0.5)), ms(ledger.Quantile(d, 0.99)), ms(ledger.Quantile(d, 0.999)), ms(d[len(d)-1])}
-	}
-	rows := [][]string{row("**all**", res.Lateness)}
+// latenessTables report the lateness overall, by kind, the top-of-minute
+// seconds apart, and by tenth of the window.
+func latenessTables(d *report.Doc, res ledger.Result, from time.Time, window time.Duration) {
+	head := []string{"slots", "count", "p50", "p99", "max"}
+	rows := [][]string{lateRow("**all**", res.Lateness), lateRow("on a top-of-minute second", res.LateTop), lateRow("on the other seconds", res.LateRest)}
 	for _, k := range workload.Kinds() {
-		if d, ok := res.LateByKind[k]; ok {
-			rows = append(rows, row(k.String(), d))
+		if l, ok := res.LateByKind[k]; ok {
+			rows = append(rows, lateRow(k.String(), l))
 		}
 	}
-	return rows
+	d.P("Lateness = arrival at the target − nominal time, first delivery of each slot of the window:")
+	d.Table(head, rows)
+	rows = nil
+	for i := range res.LateByTenth {
+		at := from.Add(time.Duration(i) * window / 10).UTC().Format("15:04:05")
+		rest, top := lateRow(at, res.LateByTenth[i]), lateRow("", res.TopByTenth[i])
+		rows = append(rows, append(rest, top[1:]...))
+	}
+	d.P("By tenth of the window (nominal time), the other seconds, then the top-of-minute seconds apart:")
+	d.Table([]string{"from", "slots", "p50", "p99", "max", "top-of-minute slots", "p50", "p99", "max"}, rows)
 }
 
-func (r *report) profiles(ps []profile) {
-	if len(ps) == 0 {
-		return
+// p99Held is the p99 lateness of a window's slots counting the slots not
+// delivered as later than any, and whether it exists (false: more than 1 %
+// were not delivered).
+func p99Held(res ledger.Result) (time.Duration, bool) {
+	n := res.Delivered + res.Missed
+	if n == 0 {
+		return 0, false
 	}
+	rank := int(float64(n)*0.99 + 0.999999)
+	if rank > len(res.Lateness) {
+		return 0, false
+	}
+	return res.Lateness[max(rank-1, 0)], true
+}
+
+// profiles lists the profiles and their summaries, taken after the window.
+func profiles(d *report.Doc, ps []profile) {
 	for _, p := range ps {
-		r.p("")
 		if p.err != nil {
-			r.p("**%s**: no profile (%v)", p.service, p.err)
+			d.P("**%s**: no profile (%v)", p.service, p.err)
 			continue
 		}
-		r.p("**%s** (`%s`):", p.service, p.path)
-		r.p("")
-		r.p("```")
-		r.p("%s", p.top)
-		r.p("```")
+		d.P("**%s** (`%s`):", p.service, p.path)
+		d.Code("", p.top)
 	}
-}
-
-func judge(ok bool) string {
-	if ok {
-		return "**met**"
-	}
-	return "**missed**"
-}
-
-func ms(d time.Duration) string {
-	return fmt.Sprintf("%.1f ms", float64(d)/float64(time.Millisecond))
-}
-
-func mib(b uint64) string { return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20)) }
-
-// num formats n with thousands separators.
-func num(n int) string {
-	s := fmt.Sprint(n)
-	if n < 0 {
-		return "-" + num(-n)
-	}
-	var parts []string
-	for len(s) > 3 {
-		parts = append(parts, s[len(s)-3:])
-		s = s[:len(s)-3]
-	}
-	parts = append(parts, s)
-	slices.Reverse(parts)
-	return strings.Join(parts, ",")
 }

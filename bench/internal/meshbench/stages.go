@@ -9,7 +9,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
-	"github.com/cronmesh/cronmesh/bench/internal/ledger"
+	"github.com/cronmesh/cronmesh/bench/internal/report"
 	"github.com/cronmesh/cronmesh/bench/internal/target"
 )
 
@@ -78,7 +78,7 @@ func (s stages) rows() [][]string {
 		if len(d) == 0 {
 			return []string{name, "-", "-", "-", "-"}
 		}
-		return []string{name, ms(ledger.Quantile(d, 0.5)), ms(ledger.Quantile(d, 0.9)), ms(ledger.Quantile(d, 0.99)), ms(d[len(d)-1])}
+		return []string{name, report.Ms(report.Quantile(d, 0.5)), report.Ms(report.Quantile(d, 0.9)), report.Ms(report.Quantile(d, 0.99)), report.Ms(d[len(d)-1])}
 	}
 	return [][]string{
 		row("nominal → fire time (the trigger's timer hands the slot to a commit)", s.fire),

@@ -7,6 +7,7 @@ import (
 
 	"github.com/cronmesh/cronmesh/bench/internal/ledger"
 	"github.com/cronmesh/cronmesh/bench/internal/procstat"
+	"github.com/cronmesh/cronmesh/bench/internal/report"
 	"github.com/cronmesh/cronmesh/bench/internal/target"
 	"github.com/cronmesh/cronmesh/bench/internal/workload"
 	"github.com/cronmesh/cronmesh/libs/promhist"
@@ -101,7 +102,6 @@ func Sustained(ctx context.Context, cfg Config, o SustainedOptions) error {
 	h0, _ := promhist.Scrape(ctx, triggerURLs, fireLateness) // a node that does not answer is left out
 	var backlogs []backlog
 	s0 := e.procs.Snapshot(e.tracked())
-	cpu0 := procstat.ReadMachineCPU()
 	var waitProfiles func() []profile
 	profileAt := from
 	if secs := time.Duration(e.cfg.ProfileSecs) * time.Second; o.Duration > secs {
@@ -131,7 +131,6 @@ func Sustained(ctx context.Context, cfg Config, o SustainedOptions) error {
 	}
 	s1 := e.procs.Snapshot(e.tracked())
 	h1, _ := promhist.Scrape(ctx, triggerURLs, fireLateness)
-	cpu1 := procstat.ReadMachineCPU()
 	load1 := procstat.LoadAverage()
 	e.cfg.Log.Info("window over; waiting for its last slots", "grace", o.Grace)
 	drained := false
@@ -146,104 +145,91 @@ func Sustained(ctx context.Context, cfg Config, o SustainedOptions) error {
 	}
 	end := e.procs.Snapshot(e.tracked())
 	aliveErr := e.checkAlive()
-	var profiles []profile
+	var profs []profile
 	if waitProfiles != nil {
-		profiles = waitProfiles()
+		profs = waitProfiles()
+		summarise(ctx, profs)
 	}
 	deliveries := e.target.Deliveries()
 	res := ledger.Check(ledger.Input{Plan: plan, JobIDs: ids, From: from, To: to, SpanFrom: regStart.Truncate(time.Second), Deliveries: deliveries})
+	usage := procstat.Between(s0, s1)
 
-	var r report
-	r.header(fmt.Sprintf("End to end: sustained, %.0f executions/s planned for %s", o.Rate, o.Duration), e)
-	busy, steal := cpu0.Share(cpu1, 2)
-	r.p("Load average at the window's start: %s; at its end: %s. Machine busy over the window (/proc/stat): %.0f %% of 200 %%, "+
-		"of which %.0f %% steal (the hypervisor running other guests; time this machine's processes could not run).",
-		load0, load1, busy, steal)
-	r.h(3, "Workload")
+	var r report.Doc
+	e.header(&r, fmt.Sprintf("End to end: sustained, %.0f executions/s planned for %s", o.Rate, o.Duration))
+	r.P("Load average at the window's start: %s; at its end: %s.", load0, load1)
+	r.H(3, "Workload")
 	counts, exp := plan.Counts(), plan.Expected(from, to)
 	rows := [][]string{}
 	for _, k := range workload.Kinds() {
-		rows = append(rows, []string{k.String(), num(counts[k]), num(exp[k]), fmt.Sprintf("%.0f/s", float64(exp[k])/o.Duration.Seconds())})
+		rows = append(rows, []string{k.String(), report.Num(counts[k]), report.Num(exp[k]), fmt.Sprintf("%.0f/s", float64(exp[k])/o.Duration.Seconds())})
 	}
-	rows = append(rows, []string{"**all**", num(len(plan.Jobs)), num(res.Expected), fmt.Sprintf("**%.0f/s**", float64(res.Expected)/o.Duration.Seconds())})
-	r.table([]string{"kind", "jobs", "slots in the window", "rate"}, rows)
-	r.p("Registered through BatchCreateJobs (1,000 a call, %d callers) in %s (%.0f jobs/s); the trigger held every job %s after the first call. Every job is an HTTP POST to the bench's target (`/j/<index>`, answering 204). Recurring jobs fire from %s before the window (their schedules' start_time). Window %s – %s (UTC), %s.",
+	rows = append(rows, []string{"**all**", report.Num(len(plan.Jobs)), report.Num(res.Expected), fmt.Sprintf("**%.0f/s**", float64(res.Expected)/o.Duration.Seconds())})
+	r.Table([]string{"kind", "jobs", "slots in the window", "rate"}, rows)
+	r.P("Registered through BatchCreateJobs (1,000 a call, %d callers) in %s (%.0f jobs/s); the trigger held every job %s after the first call. Every job is an HTTP POST to the bench's target (`/j/<index>`, answering 204). Recurring jobs fire from %s before the window (their schedules' start_time). Window %s – %s (UTC), %s.",
 		e.cfg.Callers, regTime.Round(time.Millisecond), float64(len(ids))/regTime.Seconds(), projected.Sub(regStart).Round(time.Millisecond),
 		o.Warmup, from.UTC().Format("15:04:05"), to.UTC().Format("15:04:05"), o.Duration)
 
-	r.h(3, "Results")
+	r.H(3, "Results")
 	drain := "-"
 	if !res.LastArrival.IsZero() {
 		drain = res.LastArrival.Sub(to).Round(time.Millisecond).String()
 	}
 	minRate, maxRate := tenths(deliveries, from, to)
 	rate := float64(res.ArrivedInWindow) / o.Duration.Seconds()
-	r.table([]string{"measure", "value"}, [][]string{
-		{"slots due in the window / delivered by the end of the grace / **not delivered (missed)**", fmt.Sprintf("%s / %s / **%s**", num(res.Expected), num(res.Delivered), num(res.Missed))},
+	r.Table([]string{"measure", "value"}, [][]string{
+		{"slots due in the window / delivered by the end of the grace / **not delivered (missed)**", fmt.Sprintf("%s / %s / **%s**", report.Num(res.Expected), report.Num(res.Delivered), report.Num(res.Missed))},
 		{"**executions/s sustained**: deliveries arriving at the target during the window / s (per tenth of the window: min – max)", fmt.Sprintf("**%.0f/s** (%.0f – %.0f)", rate, minRate, maxRate)},
 		{"slots of the window delivered by the end of the grace / window", fmt.Sprintf("%.0f/s", float64(res.Delivered)/o.Duration.Seconds())},
 		{"last slot of the window arrived after the window's end", drain},
-		{"slots fired twice (their webhook-id delivered more than once)", fmt.Sprintf("**%s**", num(res.DeliveredTwice))},
-		{"duplicate deliveries (extra deliveries of a webhook-id)", num(res.ExtraDeliveries)},
-		{"deliveries matching no scheduled slot of their job", num(res.Unresolved)},
-		{"all deliveries received (whole run)", num(len(deliveries))},
+		{"slots fired twice (their webhook-id delivered more than once)", fmt.Sprintf("**%s**", report.Num(res.DeliveredTwice))},
+		{"duplicate deliveries (extra deliveries of a webhook-id)", report.Num(res.ExtraDeliveries)},
+		{"deliveries matching no scheduled slot of their job", report.Num(res.Unresolved)},
+		{"all deliveries received (whole run)", report.Num(len(deliveries))},
 		{fmt.Sprintf("every slot of the window arrived within the grace (%s)", o.Grace), fmt.Sprint(drained)},
 	})
 	if len(res.MissedSample) > 0 {
-		r.p("Missed by kind: %v; for example %v.", res.MissedKind, res.MissedSample)
+		r.P("Missed by kind: %v; for example %v.", res.MissedKind, res.MissedSample)
 	}
-	r.p("Lateness = arrival at the target − nominal time, first delivery of each slot of the window:")
-	r.table([]string{"kind", "slots", "p50", "p99", "p99.9", "max"}, latenessRows(res))
-	r.p("Where the time goes, over the window: the trigger's own commit lateness (nominal → slot committed to the ledger and outbox, `%s` of the nodes, bucket bounds) p50 %s, p99 %s; slots waiting in the trigger's outbox (committed, not yet published; sampled every 10 s) %s; messages ready in the dispatch queues (published, not yet taken by the dispatcher) %s.",
+	latenessTables(&r, res, from, o.Duration)
+	r.P("Where the time goes, over the window: the trigger's own commit lateness (nominal → slot committed to the ledger and outbox, `%s` of the nodes, bucket bounds) p50 %s, p99 %s; slots waiting in the trigger's outbox (committed, not yet published; sampled every 10 s) %s; messages ready in the dispatch queues (published, not yet taken by the dispatcher) %s.",
 		fireLateness, quantileBound(h0, h1, 0.5), quantileBound(h0, h1, 0.99),
 		backlogSummary(backlogs, func(b backlog) int { return b.outbox }), backlogSummary(backlogs, func(b backlog) int { return b.dispatch }))
-	r.p("")
+	r.P("")
 	if st, err := e.measureStages(ctx, from, to, deliveries); err != nil {
-		r.p("The stages could not be read: %v.", err)
+		r.P("The stages could not be read: %v.", err)
 	} else {
-		r.p("The same lateness by stage, from the fire and start times the history recorded for %s of the window's first attempts (%s of them matched a delivery; the history may still be catching up on the rest):",
-			num(st.executions), num(st.matched))
-		r.table([]string{"stage", "p50", "p90", "p99", "max"}, st.rows())
+		r.P("The same lateness by stage, from the fire and start times the history recorded for %s of the window's first attempts (%s of them matched a delivery; the history may still be catching up on the rest):",
+			report.Num(st.executions), report.Num(st.matched))
+		r.Table([]string{"stage", "p50", "p90", "p99", "max"}, st.rows())
 	}
-	tenthRows := [][]string{}
-	for i, d := range res.LateByTenth {
-		at := from.Add(time.Duration(i) * o.Duration / 10)
-		tenthRows = append(tenthRows, []string{at.UTC().Format("15:04:05"), num(len(d)), ms(ledger.Quantile(d, 0.5)), ms(ledger.Quantile(d, 0.99)), ms(ledger.Quantile(d, 1))})
+	r.H(3, "CPU")
+	if len(profs) > 0 {
+		r.P("The window holds %d s of CPU profiling of every service (from %s); the summaries were made after the window.", e.cfg.ProfileSecs, profileAt.UTC().Format("15:04:05"))
 	}
-	r.p("By tenth of the window (nominal time):")
-	r.table([]string{"from", "slots", "p50", "p99", "max"}, tenthRows)
-	r.usageTable(e, s0, s1, end)
-	r.ceilingTable(ceil, rate)
+	e.perExecution(&r, usage, res.ArrivedInWindow, &end)
+	ceilingTable(&r, ceil, rate)
 
-	p99 := ledger.Quantile(res.Lateness, 0.99)
+	p99 := report.Quantile(res.Lateness, 0.99)
 	full := o.Duration >= targetDuration
-	r.h(3, "Targets")
-	r.table([]string{"target", "measured", "verdict"}, [][]string{
-		{"≥ 3,000 executions/s end to end for 10 minutes (aim 5,000)", fmt.Sprintf("%.0f/s delivered during %s; %s of the window's slots not delivered by the end of the grace", rate, o.Duration, num(res.Missed)), judgeIf(full, rate >= targetRate && res.Missed == 0)},
-		{"p99 lateness < 1 s", latenessVerdictText(res, p99), judgeIf(full && res.Missed == 0, p99 < targetP99)},
-		{"zero missed", num(res.Missed), judge(res.Missed == 0)},
-		{"zero double-fired", num(res.DeliveredTwice), judge(res.DeliveredTwice == 0 && res.Unresolved == 0)},
+	r.H(3, "Targets")
+	r.Table([]string{"target", "measured", "verdict"}, [][]string{
+		{"≥ 3,000 executions/s end to end for 10 minutes (aim 5,000)", fmt.Sprintf("%.0f/s delivered during %s; %s of the window's slots not delivered by the end of the grace", rate, o.Duration, report.Num(res.Missed)), report.JudgeIf(full, rate >= targetRate && res.Missed == 0)},
+		{"p99 lateness < 1 s", latenessVerdictText(res, p99), report.JudgeIf(full && res.Missed == 0, p99 < targetP99)},
+		{"zero missed", report.Num(res.Missed), report.Judge(res.Missed == 0)},
+		{"zero double-fired", report.Num(res.DeliveredTwice), report.Judge(res.DeliveredTwice == 0 && res.Unresolved == 0)},
 	})
 	if !full {
-		r.p("(A run shorter than 10 minutes does not judge the rate and lateness targets.)")
+		r.P("(A run shorter than 10 minutes does not judge the rate and lateness targets.)")
 	}
-	if len(profiles) > 0 {
-		r.h(3, "CPU profiles")
-		r.p("%d s of each service, from %s (the middle of the window). `go tool pprof -top` of each, first 15 functions by flat time:", e.cfg.ProfileSecs, profileAt.UTC().Format("15:04:05"))
-		r.profiles(profiles)
+	if len(profs) > 0 {
+		r.H(3, "CPU profiles")
+		r.P("%d s of each service, from %s (the middle of the window). `go tool pprof -top` of each, run after the window, first 15 functions by flat time:", e.cfg.ProfileSecs, profileAt.UTC().Format("15:04:05"))
+		profiles(&r, profs)
 	}
-	if err := r.emit(e.cfg.Out); err != nil {
+	if err := r.Emit(e.cfg.Out); err != nil {
 		return err
 	}
 	return aliveErr
-}
-
-// judgeIf is judge when the run can judge the target, else "not judged".
-func judgeIf(can, ok bool) string {
-	if !can {
-		return "not judged"
-	}
-	return judge(ok)
 }
 
 // tenths are the lowest and highest delivery rates over the ten tenths of
@@ -270,7 +256,7 @@ func tenths(ds []target.Delivery, from, to time.Time) (lo, hi float64) {
 // latenessVerdictText is the p99, or why there is none.
 func latenessVerdictText(res ledger.Result, p99 time.Duration) string {
 	if res.Missed > 0 {
-		return fmt.Sprintf("p99 of the delivered slots %s; %s slots not delivered in time (lateness unbounded)", ms(p99), num(res.Missed))
+		return fmt.Sprintf("p99 of the delivered slots %s; %s slots not delivered in time (lateness unbounded)", report.Ms(p99), report.Num(res.Missed))
 	}
-	return ms(p99)
+	return report.Ms(p99)
 }

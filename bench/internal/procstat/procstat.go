@@ -1,134 +1,106 @@
-// Package procstat reads what a process has cost the machine from /proc:
-// CPU time (utime + stime of /proc/PID/stat) and resident memory (VmRSS and
-// the peak VmHWM of /proc/PID/status). The benchmark snapshots every
-// service process and the PostgreSQL and RabbitMQ processes (found by
-// command name) at both ends of a window and subtracts.
+// Package procstat is the benchmarks' one /proc sampler: what the machine
+// and each process on it spent between two moments. A Snapshot reads the
+// machine's CPU time (/proc/stat), every process's CPU time (utime + stime
+// of /proc/PID/stat, plus the time of the children it reaped) and, for the
+// processes a report names, resident memory (VmRSS and the peak VmHWM of
+// /proc/PID/status). Processes are grouped by name: the ones the caller
+// tracks by pid, PostgreSQL and RabbitMQ by command name, and the rest as
+// Other. Between subtracts two snapshots.
+//
+// The benchmarks share two cores with PostgreSQL, RabbitMQ and whatever
+// else runs, so a figure of CPU per execution is only honest with the whole
+// machine beside it: Usage gives both, and says how much the hypervisor
+// stole.
 package procstat
 
 import (
 	"bufio"
 	"bytes"
+	"cmp"
+	"fmt"
 	"os"
 	"os/exec"
+	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 )
 
-// Groups of processes found by name rather than tracked by pid.
+// Groups of processes found by command name rather than tracked by pid.
 const (
 	Postgres = "postgresql"
 	RabbitMQ = "rabbitmq"
+	// Other is every process neither tracked nor a server's.
+	Other = "other"
 )
 
-// Stat is one process at one moment.
-type Stat struct {
-	CPU time.Duration // user + system since the process started
-	RSS uint64        // bytes resident now
-	HWM uint64        // bytes, the peak resident set so far
+// Proc is one process at one moment.
+type Proc struct {
+	Group string
+	Comm  string
+	PPID  int
+	// CPU is user + system time since the process started, including the
+	// children it has reaped (cutime + cstime): PostgreSQL's parallel query
+	// workers live for one query, and their time shows up only in the
+	// postmaster's once they exit.
+	CPU time.Duration
+	RSS uint64 // bytes resident now; read for tracked and server processes only
+	HWM uint64 // bytes, the peak resident set so far; likewise
 }
 
-// Reader converts clock ticks with the machine's CLK_TCK.
-type Reader struct{ tick time.Duration }
+// MachineCPU is the time of all CPUs since boot, from the "cpu" line of
+// /proc/stat.
+type MachineCPU struct {
+	// Busy is all but idle and iowait, steal included.
+	Busy time.Duration
+	// IOWait is idle time with I/O outstanding.
+	IOWait time.Duration
+	// Steal is time the hypervisor ran other guests while this machine
+	// wanted to run: a virtual machine's cores are not all its own, and a
+	// benchmark that does not say so overstates what its code costs.
+	Steal time.Duration
+	Total time.Duration
+}
 
-// NewReader asks getconf for CLK_TCK (100 when it cannot).
-func NewReader() *Reader {
+// Snapshot is the machine and every process at one moment.
+type Snapshot struct {
+	At      time.Time
+	Machine MachineCPU
+	Procs   map[int]Proc
+	Err     error // why the machine could not be read; Procs may still hold some
+}
+
+// Sampler takes snapshots. Its zero value is not usable; call New.
+type Sampler struct {
+	tick time.Duration // one clock tick (1/CLK_TCK)
+}
+
+// New asks getconf for CLK_TCK (100, the kernel ABI's USER_HZ on every
+// architecture Go supports, when it cannot).
+func New() *Sampler {
 	hz := 100.0
 	if out, err := exec.Command("getconf", "CLK_TCK").Output(); err == nil {
 		if v, err := strconv.ParseFloat(strings.TrimSpace(string(out)), 64); err == nil && v > 0 {
 			hz = v
 		}
 	}
-	return &Reader{tick: time.Duration(float64(time.Second) / hz)}
+	return &Sampler{tick: time.Duration(float64(time.Second) / hz)}
 }
 
-// Read returns pid's stat; ok is false when the process is gone.
-func (r *Reader) Read(pid int) (Stat, bool) {
-	_, st, ok := r.read(pid)
-	return st, ok
-}
-
-func (r *Reader) read(pid int) (string, Stat, bool) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return "", Stat{}, false
+// Snapshot reads the machine and every process; tracked names pids
+// (name → pid) whose group is their name. A process that exits while it is
+// read is left out.
+func (s *Sampler) Snapshot(tracked map[string]int) Snapshot {
+	snap := Snapshot{At: time.Now(), Procs: map[int]Proc{}}
+	if runtime.GOOS != "linux" {
+		snap.Err = fmt.Errorf("procstat: no /proc on %s", runtime.GOOS)
+		return snap
 	}
-	comm, ticks, ok := parseStat(b)
-	if !ok {
-		return "", Stat{}, false
-	}
-	st := Stat{CPU: time.Duration(ticks) * r.tick}
-	if b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status"); err == nil {
-		st.RSS = statusKB(b, "VmRSS:") * 1024
-		st.HWM = statusKB(b, "VmHWM:") * 1024
-	}
-	return comm, st, true
-}
-
-// parseStat returns comm and utime+stime (ticks) of a /proc/PID/stat line.
-func parseStat(b []byte) (string, uint64, bool) {
-	open, end := bytes.IndexByte(b, '('), bytes.LastIndexByte(b, ')')
-	if open < 0 || end < open || end+2 > len(b) {
-		return "", 0, false
-	}
-	f := strings.Fields(string(b[end+2:]))
-	// After "(comm) ": state is field 0, utime 11, stime 12.
-	if len(f) < 13 {
-		return "", 0, false
-	}
-	ut, err1 := strconv.ParseUint(f[11], 10, 64)
-	st, err2 := strconv.ParseUint(f[12], 10, 64)
-	if err1 != nil || err2 != nil {
-		return "", 0, false
-	}
-	return string(b[open+1 : end]), ut + st, true
-}
-
-// statusKB is the kB value of a /proc/PID/status line ("VmHWM:  1234 kB").
-func statusKB(b []byte, key string) uint64 {
-	sc := bufio.NewScanner(bytes.NewReader(b))
-	for sc.Scan() {
-		if rest, ok := strings.CutPrefix(sc.Text(), key); ok {
-			if f := strings.Fields(rest); len(f) > 0 {
-				v, _ := strconv.ParseUint(f[0], 10, 64)
-				return v
-			}
-		}
-	}
-	return 0
-}
-
-// groupOf names the server a process belongs to by its command name.
-func groupOf(comm string) string {
-	switch comm {
-	case "postgres":
-		return Postgres
-	case "beam.smp", "erl_child_setup", "epmd", "inet_gethost":
-		return RabbitMQ
-	}
-	return ""
-}
-
-// Snapshot is every tracked process and every PostgreSQL and RabbitMQ
-// process at one moment: name -> pid -> stat.
-type Snapshot struct {
-	At    time.Time
-	Procs map[string]map[int]Stat
-}
-
-// Snapshot reads the named pids and scans /proc for the server groups.
-func (r *Reader) Snapshot(tracked map[string]int) Snapshot {
-	s := Snapshot{At: time.Now(), Procs: map[string]map[int]Stat{}}
-	add := func(name string, pid int, st Stat) {
-		if s.Procs[name] == nil {
-			s.Procs[name] = map[int]Stat{}
-		}
-		s.Procs[name][pid] = st
-	}
+	snap.Machine, snap.Err = s.machine()
+	byPID := make(map[int]string, len(tracked))
 	for name, pid := range tracked {
-		if st, ok := r.Read(pid); ok {
-			add(name, pid, st)
-		}
+		byPID[pid] = name
 	}
 	entries, _ := os.ReadDir("/proc")
 	for _, e := range entries {
@@ -136,48 +108,221 @@ func (r *Reader) Snapshot(tracked map[string]int) Snapshot {
 		if err != nil {
 			continue
 		}
-		b, err := os.ReadFile("/proc/" + e.Name() + "/comm")
-		if err != nil {
+		p, ok := s.read(pid)
+		if !ok {
 			continue
 		}
-		if g := groupOf(strings.TrimSpace(string(b))); g != "" {
-			if _, st, ok := r.read(pid); ok {
-				add(g, pid, st)
-			}
+		p.Group = cmp.Or(byPID[pid], serverOf(p.Comm), Other)
+		if p.Group != Other {
+			p.RSS, p.HWM = memory(pid)
 		}
+		snap.Procs[pid] = p
 	}
-	return s
+	return snap
 }
 
-// CPU is the CPU time name used between two snapshots: per pid, the later
-// value minus the earlier one (the whole later value for a pid that started
-// in between; nothing for one that ended).
-func CPU(from, to Snapshot, name string) time.Duration {
-	var d time.Duration
-	for pid, st := range to.Procs[name] {
-		if before, ok := from.Procs[name][pid]; ok {
-			d += st.CPU - before.CPU
-		} else {
-			d += st.CPU
-		}
+// read parses /proc/PID/stat: "pid (comm) state ppid ...", where comm may
+// hold spaces and parentheses.
+func (s *Sampler) read(pid int) (Proc, bool) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return Proc{}, false
 	}
-	return d
+	open, end := bytes.IndexByte(b, '('), bytes.LastIndexByte(b, ')')
+	if open < 0 || end < open || end+2 > len(b) {
+		return Proc{}, false
+	}
+	f := strings.Fields(string(b[end+2:]))
+	// After "(comm) ": state 0, ppid 1, utime 11, stime 12, cutime 13,
+	// cstime 14 (the last two signed).
+	if len(f) < 15 {
+		return Proc{}, false
+	}
+	ppid, err := strconv.Atoi(f[1])
+	if err != nil {
+		return Proc{}, false
+	}
+	var ticks int64
+	for _, v := range f[11:15] {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return Proc{}, false
+		}
+		ticks += max(n, 0)
+	}
+	return Proc{Comm: string(b[open+1 : end]), PPID: ppid, CPU: time.Duration(ticks) * s.tick}, true
 }
 
-// HWM is the largest peak resident set of name's processes in a snapshot.
-func HWM(s Snapshot, name string) uint64 {
+// serverOf names the server a process belongs to by its command name.
+func serverOf(comm string) string {
+	switch {
+	case comm == "postgres" || strings.HasPrefix(comm, "postgres:"):
+		return Postgres
+	case strings.HasPrefix(comm, "beam"), comm == "erl_child_setup", comm == "epmd", comm == "inet_gethost":
+		return RabbitMQ
+	}
+	return ""
+}
+
+// memory is VmRSS and VmHWM of pid in bytes (0 when it cannot be read).
+func memory(pid int) (rss, hwm uint64) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		return 0, 0
+	}
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	for sc.Scan() {
+		key, val, ok := strings.Cut(sc.Text(), ":")
+		if !ok {
+			continue
+		}
+		f := strings.Fields(val)
+		if len(f) == 0 {
+			continue
+		}
+		kb, _ := strconv.ParseUint(f[0], 10, 64)
+		switch key {
+		case "VmRSS":
+			rss = kb << 10
+		case "VmHWM":
+			hwm = kb << 10
+		}
+	}
+	return rss, hwm
+}
+
+// machine reads the "cpu" line of /proc/stat.
+func (s *Sampler) machine() (MachineCPU, error) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return MachineCPU{}, fmt.Errorf("procstat: %w", err)
+	}
+	line, _, _ := bytes.Cut(b, []byte("\n"))
+	f := strings.Fields(string(line))
+	if len(f) < 9 || f[0] != "cpu" {
+		return MachineCPU{}, fmt.Errorf("procstat: unexpected /proc/stat line %q", line)
+	}
+	// user nice system idle iowait irq softirq steal; guest and guest_nice
+	// are already inside user and nice.
+	var v [8]time.Duration
+	for i := range v {
+		n, _ := strconv.ParseUint(f[i+1], 10, 64)
+		v[i] = time.Duration(n) * s.tick
+	}
+	m := MachineCPU{IOWait: v[4], Steal: v[7]}
+	for _, d := range v {
+		m.Total += d
+	}
+	m.Busy = m.Total - v[3] - v[4]
+	return m, nil
+}
+
+// HWM is the largest peak resident set among group's processes.
+func (s Snapshot) HWM(group string) uint64 {
 	var m uint64
-	for _, st := range s.Procs[name] {
-		m = max(m, st.HWM)
+	for _, p := range s.Procs {
+		if p.Group == group {
+			m = max(m, p.HWM)
+		}
 	}
 	return m
 }
 
-// RSS is the summed resident set of name's processes in a snapshot.
-func RSS(s Snapshot, name string) uint64 {
+// RSS is the summed resident set of group's processes (shared pages
+// counted once per process).
+func (s Snapshot) RSS(group string) uint64 {
 	var sum uint64
-	for _, st := range s.Procs[name] {
-		sum += st.RSS
+	for _, p := range s.Procs {
+		if p.Group == group {
+			sum += p.RSS
+		}
+	}
+	return sum
+}
+
+// Usage is what was spent between two snapshots.
+type Usage struct {
+	Wall  time.Duration
+	Cores int
+	// CPU is each group's CPU time. Other is not the sum of its processes
+	// but the machine's busy time minus every named group's, so that it
+	// holds the processes that came and went between the snapshots.
+	CPU map[string]time.Duration
+	// Busy, IOWait and Steal are the machine's, in CPU time (2 × Wall is a
+	// fully busy two-core machine).
+	Busy, IOWait, Steal time.Duration
+	// TopOther names the three busiest processes of Other ("comm 0.12
+	// cores"), to say what ran beside the benchmark.
+	TopOther []string
+	Err      error
+}
+
+// Between subtracts from from to: per pid, its later CPU time minus its
+// earlier one (all of it for a pid that started in between; none for one
+// that ended, whose time its parent's reaped-children count carries).
+func Between(from, to Snapshot) Usage {
+	u := Usage{Wall: to.At.Sub(from.At), Cores: runtime.NumCPU(), CPU: map[string]time.Duration{}, Err: cmp.Or(from.Err, to.Err)}
+	if u.Err == nil {
+		u.Busy = to.Machine.Busy - from.Machine.Busy
+		u.IOWait = to.Machine.IOWait - from.Machine.IOWait
+		u.Steal = to.Machine.Steal - from.Machine.Steal
+	}
+	// A child that exits within the window lands in its parent's reaped
+	// time with its whole lifetime; the part it had used before the window
+	// is in from already and must not count twice.
+	reaped := map[int]time.Duration{}
+	for pid, p := range from.Procs {
+		if _, alive := to.Procs[pid]; !alive {
+			reaped[p.PPID] += p.CPU
+		}
+	}
+	type use struct {
+		comm string
+		cpu  time.Duration
+	}
+	var others []use
+	var named time.Duration
+	for pid, a := range to.Procs {
+		d := a.CPU
+		if b, existed := from.Procs[pid]; existed {
+			if b.CPU > a.CPU || b.Comm != a.Comm && b.Group != a.Group {
+				continue // the pid was reused
+			}
+			d = a.CPU - b.CPU
+			d -= min(d, reaped[pid])
+		}
+		if a.Group == Other {
+			others = append(others, use{a.Comm, d})
+			continue
+		}
+		u.CPU[a.Group] += d
+		named += d
+	}
+	u.CPU[Other] = max(0, u.Busy-named)
+	slices.SortFunc(others, func(x, y use) int { return cmp.Compare(y.cpu, x.cpu) })
+	for _, o := range others[:min(len(others), 3)] {
+		if c := u.Of(o.cpu); c >= 0.02 {
+			u.TopOther = append(u.TopOther, fmt.Sprintf("%s %.2f cores", o.comm, c))
+		}
+	}
+	return u
+}
+
+// Of is d in cores: CPU seconds per second of the window.
+func (u Usage) Of(d time.Duration) float64 {
+	if u.Wall <= 0 {
+		return 0
+	}
+	return d.Seconds() / u.Wall.Seconds()
+}
+
+// Named is the CPU time of every group but Other.
+func (u Usage) Named() time.Duration {
+	var sum time.Duration
+	for g, d := range u.CPU {
+		if g != Other {
+			sum += d
+		}
 	}
 	return sum
 }
@@ -194,54 +339,4 @@ func LoadAverage() string {
 		return "unknown"
 	}
 	return strings.Join(f[:3], " ")
-}
-
-// MachineCPU is jiffies of all CPUs since boot (/proc/stat), to say how
-// busy the whole machine was over a window.
-type MachineCPU struct {
-	// Busy is every jiffy but idle and iowait, steal included.
-	Busy uint64
-	// Steal is time the hypervisor ran other guests while this machine
-	// wanted to run: a virtual machine's cores are not all its own, and a
-	// benchmark that does not say so overstates what its code costs.
-	Steal uint64
-	Total uint64
-}
-
-// ReadMachineCPU reads /proc/stat (zero when it cannot).
-func ReadMachineCPU() MachineCPU {
-	b, err := os.ReadFile("/proc/stat")
-	if err != nil {
-		return MachineCPU{}
-	}
-	line, _, _ := bytes.Cut(b, []byte("\n"))
-	f := strings.Fields(string(line))
-	if len(f) < 8 || f[0] != "cpu" {
-		return MachineCPU{}
-	}
-	var m MachineCPU
-	var idle uint64
-	// user nice system idle iowait irq softirq steal
-	for i, v := range f[1:min(len(f), 9)] {
-		n, _ := strconv.ParseUint(v, 10, 64)
-		m.Total += n
-		switch i {
-		case 3, 4:
-			idle += n
-		case 7:
-			m.Steal = n
-		}
-	}
-	m.Busy = m.Total - idle
-	return m
-}
-
-// Share is the busy and steal shares, in percent of one core (200 % is
-// two cores), from m to later.
-func (m MachineCPU) Share(later MachineCPU, cores int) (busy, steal float64) {
-	// Multiplying before dividing keeps a fully busy machine at exactly
-	// 100 % a core: the jiffy counts are integers, exact in a float64.
-	total := float64(max(later.Total-m.Total, 1))
-	share := func(jiffies uint64) float64 { return 100 * float64(cores) * float64(jiffies) / total }
-	return share(later.Busy - m.Busy), share(later.Steal - m.Steal)
 }

@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+
+	"github.com/cronmesh/cronmesh/libs/slotinfo"
 )
 
 // Delivery is one request the target received.
@@ -25,6 +27,11 @@ type Delivery struct {
 	Job       int32     // index of the job in the plan; -1 when the path named none
 	WebhookID uuid.UUID // the execution id; uuid.Nil when missing or malformed
 	At        time.Time // arrival, read when the handler starts
+	// Nominal is the slot's nominal time from its cronmesh-nominal-time
+	// header (zero when missing), so that a running benchmark can judge
+	// lateness without inverting execution ids (the ledger's work, for
+	// after the run).
+	Nominal time.Time
 }
 
 // Server records deliveries. Its zero value is not usable; call Start.
@@ -61,6 +68,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if idErr == nil {
 		d.WebhookID = id
 	}
+	d.Nominal, _ = time.Parse(time.RFC3339Nano, r.Header.Get(slotinfo.HeaderNominalTime))
 	s.mu.Lock()
 	s.got = append(s.got, d)
 	if d.Job < 0 || idErr != nil {

@@ -70,6 +70,8 @@ type Job struct {
 	At     time.Time     // OneTime
 	// NotBefore, if set, is the schedule's start_time: no slot before it.
 	NotBefore time.Time
+	// NotAfter, if set, is the schedule's end_time: no slot after it.
+	NotAfter time.Time
 }
 
 // Shares divide the target rate between the kinds; they need not sum to 1
@@ -95,6 +97,10 @@ type Options struct {
 	// trigger holds them, and the backlog of the setup minutes is still in
 	// the queues when the window starts.
 	FiringFrom time.Time
+	// FiringUntil, if set, is the last instant recurring jobs may fire
+	// (their schedules' end_time), so that a plan's load stops when its
+	// window ends (the capacity ramp's steps).
+	FiringUntil time.Time
 }
 
 // Plan is the planned jobs and the window they were sized for.
@@ -132,6 +138,9 @@ func New(opts Options) (*Plan, error) {
 			j := job(i)
 			if j.Kind != OneTime && !opts.FiringFrom.IsZero() {
 				j.NotBefore = opts.FiringFrom.UTC()
+			}
+			if j.Kind != OneTime && !opts.FiringUntil.IsZero() {
+				j.NotAfter = opts.FiringUntil.UTC()
 			}
 			p.Jobs = append(p.Jobs, j)
 		}
@@ -176,6 +185,20 @@ func Constant(n int, kind Kind, start time.Time, window time.Duration) *Plan {
 	return p
 }
 
+// Append adds q's jobs after p's (their indexes shift by len(p.Jobs)) and
+// widens p's window to cover both.
+func (p *Plan) Append(q *Plan) {
+	p.Jobs = append(p.Jobs, q.Jobs...)
+	end := p.Start.Add(p.Window)
+	if e := q.Start.Add(q.Window); e.After(end) {
+		end = e
+	}
+	if p.Start.IsZero() || q.Start.Before(p.Start) {
+		p.Start = q.Start
+	}
+	p.Window = end.Sub(p.Start)
+}
+
 func count(x float64) int { return int(math.Round(x)) }
 
 // Counts is the number of jobs of each kind.
@@ -196,8 +219,15 @@ func (p *Plan) Expected(from, to time.Time) map[Kind]int {
 	return out
 }
 
-// Slots are the job's nominal times in [from, to), in order.
+// Slots are the job's nominal times in [from, to), in order, within its
+// NotBefore and NotAfter.
 func (j Job) Slots(from, to time.Time) []time.Time {
+	if !j.NotBefore.IsZero() && from.Before(j.NotBefore) {
+		from = j.NotBefore
+	}
+	if !j.NotAfter.IsZero() && !to.Before(j.NotAfter) {
+		to = j.NotAfter.Add(time.Nanosecond)
+	}
 	var out []time.Time
 	switch j.Kind {
 	case EverySecond:
@@ -257,6 +287,9 @@ func (j Job) Schedule() *registryv1.Schedule {
 	}
 	if !j.NotBefore.IsZero() {
 		s.StartTime = timestamppb.New(j.NotBefore)
+	}
+	if !j.NotAfter.IsZero() {
+		s.EndTime = timestamppb.New(j.NotAfter)
 	}
 	return s
 }
