@@ -13,6 +13,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/cronmesh/cronmesh/bench/internal/report"
 	registryv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1"
 	"github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1/registryv1connect"
 )
@@ -135,7 +136,7 @@ func createBatches(ctx context.Context, b *bench, callers, total, batchSize int,
 				mu.Lock()
 				run.windows = append(run.windows, r)
 				mu.Unlock()
-				b.logf("%s jobs created (%s/s over the last %s)", thousands(n), rate(r), progressEvery)
+				b.logf("%s jobs created (%s/s over the last %s)", report.Num(n), report.Rate(r), progressEvery)
 				last, lastAt = n, now
 			}
 		}
@@ -216,7 +217,7 @@ func runBatch(ctx context.Context, b *bench, o *batchOptions) error {
 		"A job and its CREATED event are committed in one transaction, so jobs/s counts jobs with their events in the outbox. "+
 		"Relay drain: the outbox relay publishes those events to RabbitMQ (with publisher confirms) while the writes go on; "+
 		"\"drained\" is when the outbox was first seen empty (polled every 250 ms).\n\n",
-		thousands(int64(o.total)), thousands(int64(o.batchSize)), b.opts.protocol, onOff(o.requestIDs))
+		report.Num(int64(o.total)), report.Num(int64(o.batchSize)), b.opts.protocol, onOff(o.requestIDs))
 	out.WriteString("| callers | jobs | wall | jobs/s | call p50 | call p99 | call max | errors | relay: drained after last commit | relay events/s (first write → drained) |\n")
 	out.WriteString("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
 	var cpuRows strings.Builder
@@ -229,7 +230,7 @@ func runBatch(ctx context.Context, b *bench, o *batchOptions) error {
 			return fmt.Errorf("outbox not empty before the run: %w", err)
 		}
 		b.waitQuiet(ctx)
-		b.logf("batch: %d callers, %s jobs", callers, thousands(int64(o.total)))
+		b.logf("batch: %d callers, %s jobs", callers, report.Num(int64(o.total)))
 		before := b.procs.snapshot()
 		run, err := createBatches(ctx, b, callers, o.total, o.batchSize, o.requestIDs, 5*time.Second)
 		if run == nil {
@@ -254,9 +255,9 @@ func runBatch(ctx context.Context, b *bench, o *batchOptions) error {
 		best = max(best, jps)
 		calls := summarize(run.perCall)
 		fmt.Fprintf(&out, "| %d | %s | %.1f s | %s | %s | %s | %s | %s | %.1f s | %s |\n",
-			callers, thousands(int64(run.jobs)), run.end.Sub(run.start).Seconds(), rate(jps),
-			ms(calls.p50), ms(calls.p99), ms(calls.mx), run.errors.String(),
-			drain.done.Sub(run.end).Seconds(), rate(float64(run.jobs)/drain.done.Sub(run.start).Seconds()))
+			callers, report.Num(int64(run.jobs)), run.end.Sub(run.start).Seconds(), report.Rate(jps),
+			report.Ms(calls.p50), report.Ms(calls.p99), report.Ms(calls.mx), run.errors.String(),
+			drain.done.Sub(run.end).Seconds(), report.Rate(float64(run.jobs)/drain.done.Sub(run.start).Seconds()))
 		cpuRows.WriteString(writeCPU.row(fmt.Sprintf("%d callers: writes", callers)))
 		cpuRows.WriteString(drain.cpu.row(fmt.Sprintf("%d callers: relay drain after the writes", callers)))
 		usages = append(usages, writeCPU, drain.cpu)
@@ -272,8 +273,8 @@ func runBatch(ctx context.Context, b *bench, o *batchOptions) error {
 	out.WriteString(b.registryMemory())
 	out.WriteString("\n")
 	out.WriteString(targetLine(judge(best >= targetBatchJobsPerS && runErr == nil),
-		fmt.Sprintf("BatchCreateJobs at least %s jobs/s into PostgreSQL with their events", thousands(targetBatchJobsPerS)),
-		fmt.Sprintf("best %s jobs/s", rate(best))))
+		fmt.Sprintf("BatchCreateJobs at least %s jobs/s into PostgreSQL with their events", report.Num(targetBatchJobsPerS)),
+		fmt.Sprintf("best %s jobs/s", report.Rate(best))))
 	fmt.Fprint(b.out, out.String())
 	return runErr
 }

@@ -226,13 +226,13 @@ func (b *bench) waitQuiet(ctx context.Context) {
 		case <-time.After(time.Second):
 		}
 		u := b.procs.usage(before, b.procs.snapshot())
-		if u.err != nil || u.busyPct < quietBusyPct {
+		if u.Err != nil || u.busyPct() < quietBusyPct {
 			return
 		}
 		if time.Now().After(deadline) {
-			b.logf("the machine is still %.0f%% busy after waiting %s; measuring anyway", u.busyPct, b.opts.waitQuiet)
+			b.logf("the machine is still %.0f%% busy after waiting %s; measuring anyway", u.busyPct(), b.opts.waitQuiet)
 			return
 		}
-		b.logf("waiting for the machine to be idle: %.0f%% busy (%s)", u.busyPct, strings.Join(u.topOther, ", "))
+		b.logf("waiting for the machine to be idle: %.0f%% busy (%s)", u.busyPct(), strings.Join(u.TopOther, ", "))
 	}
 }

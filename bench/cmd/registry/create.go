@@ -11,6 +11,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/cronmesh/cronmesh/bench/internal/report"
 	registryv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1"
 )
 
@@ -212,7 +213,7 @@ func runCreate(ctx context.Context, b *bench, o *createOptions) error {
 		v = notJudged
 	}
 	out.WriteString(targetLine(v, fmt.Sprintf("CreateJob p99 under %d ms at %d requests/s", targetCreateP99Milli, targetCreateRate),
-		fmt.Sprintf("p99 %s (service time p99 %s) at %.1f requests/s, %d errors", ms(lat.p99), ms(svc.p99), achieved, res.errors.total())))
+		fmt.Sprintf("p99 %s (service time p99 %s) at %.1f requests/s, %d errors", report.Ms(lat.p99), report.Ms(svc.p99), achieved, res.errors.total())))
 	fmt.Fprint(b.out, out.String())
 	return res.errors.err("create")
 }
@@ -230,9 +231,9 @@ func (b *bench) registryMemory() string {
 	if b.opts.registryPID == 0 {
 		return ""
 	}
-	rss, peak, err := memory(b.opts.registryPID)
-	if err != nil {
-		return fmt.Sprintf("Registry memory not read: %v\n", err)
+	s := b.procs.snapshot()
+	if s.RSS(groupRegistry) == 0 {
+		return "Registry memory not read.\n"
 	}
-	return fmt.Sprintf("Registry resident memory: %s now, %s peak.\n", bytesIEC(rss), bytesIEC(peak))
+	return fmt.Sprintf("Registry resident memory: %s now, %s peak.\n", report.MiB(s.RSS(groupRegistry)), report.MiB(s.HWM(groupRegistry)))
 }

@@ -7,6 +7,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/cronmesh/cronmesh/bench/internal/report"
 )
 
 // drainPoll is how often the outbox is checked while waiting for the relay:
@@ -64,7 +66,7 @@ func drainedAt(ctx context.Context, b *bench, db *pgxpool.Pool, timeout time.Dur
 		}
 		if time.Since(lastLog) >= 10*time.Second {
 			if n, err := outboxCount(ctx, b, db); err == nil {
-				b.logf("outbox: %s events waiting", thousands(n))
+				b.logf("outbox: %s events waiting", report.Num(n))
 			}
 			lastLog = time.Now()
 		}

@@ -10,6 +10,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/cronmesh/cronmesh/bench/internal/report"
 	registryv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1"
 	"github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1/registryv1connect"
 )
@@ -123,7 +124,7 @@ func runList(ctx context.Context, b *bench, o *listOptions) error {
 	}
 
 	var out strings.Builder
-	out.WriteString(section(fmt.Sprintf("list — ListJobs, page size %d, %s jobs in the table", o.pageSize, thousands(total)), b.cmdline))
+	out.WriteString(section(fmt.Sprintf("list — ListJobs, page size %d, %s jobs in the table", o.pageSize, report.Num(total)), b.cmdline))
 	fmt.Fprintf(&out, "Sequential calls from one client (protocol %s), each variant after %d unmeasured calls. "+
 		"Walks follow next_page_token from the first page and start over when a walk reaches the end.\n\n", b.opts.protocol, o.warmup)
 	out.WriteString("| variant | calls | p50 | p90 | p99 | max | jobs per page | deepest page starts after | errors |\n")
@@ -131,17 +132,17 @@ func runList(ctx context.Context, b *bench, o *listOptions) error {
 	for _, r := range results {
 		deepest := "-"
 		if r.variant.walk {
-			deepest = thousands(int64(r.deepest)) + " jobs"
+			deepest = report.Num(int64(r.deepest)) + " jobs"
 			if r.restarts > 0 {
 				deepest += fmt.Sprintf(" (%d restarts)", r.restarts)
 			}
 		}
-		calls := thousands(int64(r.latency.count))
+		calls := report.Num(int64(r.latency.count))
 		if r.cutShort {
 			calls += fmt.Sprintf(" (stopped after %s)", o.maxTime)
 		}
 		fmt.Fprintf(&out, "| %s | %s | %s | %s | %s | %s | %.1f | %s | %s |\n", r.variant.name, calls,
-			ms(r.latency.p50), ms(r.latency.p90), ms(r.latency.p99), ms(r.latency.mx), r.meanJobs, deepest, r.errors.String())
+			report.Ms(r.latency.p50), report.Ms(r.latency.p90), report.Ms(r.latency.p99), report.Ms(r.latency.mx), r.meanJobs, deepest, r.errors.String())
 	}
 	out.WriteString("\n")
 	out.WriteString(cpuTableHeader())
@@ -154,13 +155,13 @@ func runList(ctx context.Context, b *bench, o *listOptions) error {
 	out.WriteString(b.registryMemory())
 	out.WriteString("\n")
 
-	target := fmt.Sprintf("ListJobs of %d from a table of %s jobs under %d ms (p99)", o.pageSize, thousands(targetListJobs), targetListP99Milli)
+	target := fmt.Sprintf("ListJobs of %d from a table of %s jobs under %d ms (p99)", o.pageSize, report.Num(targetListJobs), targetListP99Milli)
 	for _, r := range results {
 		v := judge(r.latency.p99 < targetListP99Milli*time.Millisecond && r.errors.total() == 0)
 		if total < targetListJobs || o.pageSize != 100 {
 			v = notJudged
 		}
-		out.WriteString(targetLine(v, target+", "+r.variant.name, fmt.Sprintf("p99 %s, max %s", ms(r.latency.p99), ms(r.latency.mx))))
+		out.WriteString(targetLine(v, target+", "+r.variant.name, fmt.Sprintf("p99 %s, max %s", report.Ms(r.latency.p99), report.Ms(r.latency.mx))))
 	}
 	fmt.Fprint(b.out, out.String())
 	return errors.Join(errs...)
@@ -206,7 +207,7 @@ func listCalls(ctx context.Context, b *bench, client registryv1connect.JobServic
 		call(false)
 	}
 	before := b.procs.snapshot()
-	stop := before.at.Add(maxTime)
+	stop := before.At.Add(maxTime)
 	for range v.calls {
 		if ctx.Err() != nil {
 			break

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/cronmesh/cronmesh/bench/internal/report"
 )
 
 type loadOptions struct {
@@ -44,14 +46,14 @@ func runLoad(ctx context.Context, b *bench, o *loadOptions) error {
 		return err
 	}
 	var out strings.Builder
-	out.WriteString(section(fmt.Sprintf("load — %s jobs through BatchCreateJobs", thousands(int64(o.jobs))), b.cmdline))
+	out.WriteString(section(fmt.Sprintf("load — %s jobs through BatchCreateJobs", report.Num(int64(o.jobs))), b.cmdline))
 	toLoad := o.jobs - int(existing)
 	var usages []cpuUsage
 	var cpuRows strings.Builder
 	var run *batchRun
 	var runErr error
 	if toLoad > 0 {
-		b.logf("load: %s jobs present, loading %s more with %d callers", thousands(existing), thousands(int64(toLoad)), o.callers)
+		b.logf("load: %s jobs present, loading %s more with %d callers", report.Num(existing), report.Num(int64(toLoad)), o.callers)
 		b.waitQuiet(ctx)
 		before := b.procs.snapshot()
 		run, runErr = createBatches(ctx, b, o.callers, toLoad, o.batchSize, o.requestIDs, 10*time.Second)
@@ -76,22 +78,22 @@ func runLoad(ctx context.Context, b *bench, o *loadOptions) error {
 		calls := summarize(run.perCall)
 		first, last := windowMeans(run.windows)
 		pairs := [][2]string{
-			kv("jobs before / loaded / target", fmt.Sprintf("%s / %s / %s", thousands(existing), thousands(int64(run.jobs)), thousands(int64(o.jobs)))),
+			kv("jobs before / loaded / target", fmt.Sprintf("%s / %s / %s", report.Num(existing), report.Num(int64(run.jobs)), report.Num(int64(o.jobs)))),
 			kv("callers × jobs per call", fmt.Sprintf("%d × %d", o.callers, o.batchSize)),
 			kv("wall time", run.end.Sub(run.start).Round(100*time.Millisecond).String()),
-			kv("jobs/s (whole load)", rate(run.jobsPerSecond())),
-			kv("jobs/s, first and last tenth of the load (10 s windows)", fmt.Sprintf("%s → %s", rate(first), rate(last))),
-			kv("call latency p50 / p99 / max", fmt.Sprintf("%s / %s / %s", ms(calls.p50), ms(calls.p99), ms(calls.mx))),
+			kv("jobs/s (whole load)", report.Rate(run.jobsPerSecond())),
+			kv("jobs/s, first and last tenth of the load (10 s windows)", fmt.Sprintf("%s → %s", report.Rate(first), report.Rate(last))),
+			kv("call latency p50 / p99 / max", fmt.Sprintf("%s / %s / %s", report.Ms(calls.p50), report.Ms(calls.p99), report.Ms(calls.mx))),
 			kv("errors", run.errors.String()),
 		}
 		if !drainDone.IsZero() {
 			pairs = append(pairs,
 				kv("relay: outbox drained after the last commit", drainDone.Sub(run.end).Round(100*time.Millisecond).String()),
-				kv("relay events/s (first write → drained)", rate(float64(run.jobs)/drainDone.Sub(run.start).Seconds())))
+				kv("relay events/s (first write → drained)", report.Rate(float64(run.jobs)/drainDone.Sub(run.start).Seconds())))
 		}
 		out.WriteString(kvTable(pairs...))
 	} else {
-		fmt.Fprintf(&out, "The schema already holds %s jobs: nothing to load.\n", thousands(existing))
+		fmt.Fprintf(&out, "The schema already holds %s jobs: nothing to load.\n", report.Num(existing))
 	}
 
 	if runErr == nil {
@@ -109,7 +111,7 @@ func runLoad(ctx context.Context, b *bench, o *loadOptions) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(&out, "\nSizes with %s jobs (pg_table_size per table, pg_relation_size per index, pg_total_relation_size for the totals):\n\n", thousands(total))
+	fmt.Fprintf(&out, "\nSizes with %s jobs (pg_table_size per table, pg_relation_size per index, pg_total_relation_size for the totals):\n\n", report.Num(total))
 	out.WriteString("| relation | kind | size | bytes per job |\n| --- | --- | ---: | ---: |\n")
 	for _, s := range sizes {
 		if s.bytes < 1<<20 && !strings.Contains(s.name, "jobs") {
@@ -119,7 +121,7 @@ func runLoad(ctx context.Context, b *bench, o *loadOptions) error {
 		if total > 0 {
 			perJob = fmt.Sprintf("%.0f", float64(s.bytes)/float64(total))
 		}
-		fmt.Fprintf(&out, "| %s | %s | %s | %s |\n", s.name, s.kind, bytesIEC(s.bytes), perJob)
+		fmt.Fprintf(&out, "| %s | %s | %s | %s |\n", s.name, s.kind, report.MiB(s.bytes), perJob)
 	}
 	if len(usages) > 0 {
 		out.WriteString("\n")
@@ -130,15 +132,15 @@ func runLoad(ctx context.Context, b *bench, o *loadOptions) error {
 	out.WriteString(b.registryMemory())
 	out.WriteString("\n")
 	if o.jobs >= targetLoadJobs {
-		measured := fmt.Sprintf("%s jobs in the table", thousands(total))
+		measured := fmt.Sprintf("%s jobs in the table", report.Num(total))
 		if run != nil {
-			measured += fmt.Sprintf(", loaded at %s jobs/s", rate(run.jobsPerSecond()))
+			measured += fmt.Sprintf(", loaded at %s jobs/s", report.Rate(run.jobsPerSecond()))
 		}
 		out.WriteString(targetLine(judge(total >= targetLoadJobs && runErr == nil),
-			fmt.Sprintf("%s jobs can be loaded", thousands(targetLoadJobs)), measured))
+			fmt.Sprintf("%s jobs can be loaded", report.Num(targetLoadJobs)), measured))
 	} else {
-		out.WriteString(targetLine(notJudged, fmt.Sprintf("%s jobs can be loaded", thousands(targetLoadJobs)),
-			fmt.Sprintf("this run loads %s (BENCH_JOBS=5000000 judges it)", thousands(int64(o.jobs)))))
+		out.WriteString(targetLine(notJudged, fmt.Sprintf("%s jobs can be loaded", report.Num(targetLoadJobs)),
+			fmt.Sprintf("this run loads %s (BENCH_JOBS=5000000 judges it)", report.Num(int64(o.jobs)))))
 	}
 	fmt.Fprint(b.out, out.String())
 	return runErr

@@ -3,6 +3,8 @@ package main
 import (
 	"fmt"
 	"strings"
+
+	"github.com/cronmesh/cronmesh/bench/internal/report"
 )
 
 // The speed targets of the registry (from the issue that asked for them).
@@ -46,12 +48,11 @@ func section(title, cmdline string) string {
 
 // kvTable renders pairs as a two-column Markdown table.
 func kvTable(pairs ...[2]string) string {
-	var b strings.Builder
-	b.WriteString("| metric | value |\n| --- | ---: |\n")
-	for _, p := range pairs {
-		fmt.Fprintf(&b, "| %s | %s |\n", p[0], strings.ReplaceAll(p[1], "|", `\|`))
+	rows := make([][]string, len(pairs))
+	for i, p := range pairs {
+		rows[i] = p[:]
 	}
-	return b.String()
+	return strings.TrimPrefix(report.Table([]string{"metric", "value"}, rows), "\n")
 }
 
 func kv(k, v string) [2]string { return [2]string{k, v} }
@@ -63,5 +64,5 @@ func latencyHeader(first string) string {
 
 func latencyRow(name string, s summary) string {
 	return fmt.Sprintf("| %s | %s | %s | %s | %s | %s | %s | %s |\n",
-		name, thousands(int64(s.count)), ms(s.p50), ms(s.p90), ms(s.p99), ms(s.p999), ms(s.mx), ms(s.mean))
+		name, report.Num(int64(s.count)), report.Ms(s.p50), report.Ms(s.p90), report.Ms(s.p99), report.Ms(s.p999), report.Ms(s.mx), report.Ms(s.mean))
 }

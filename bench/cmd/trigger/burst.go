@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/cronmesh/cronmesh/bench/internal/machine"
+	benchreport "github.com/cronmesh/cronmesh/bench/internal/report"
 	registryv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1"
 )
 
@@ -159,15 +160,15 @@ func runBurst(ctx context.Context, args []string) error {
 		for _, k := range keys {
 			cumA += buckets[k]
 			cumC += commits[k]
-			timeline = append(timeline, []string{fmt.Sprintf("%.1f – %.1f s", float64(k)/2, float64(k+1)/2), num(commits[k]), num(cumC), num(buckets[k]), num(cumA)})
+			timeline = append(timeline, []string{fmt.Sprintf("%.1f – %.1f s", float64(k)/2, float64(k+1)/2), benchreport.Num(commits[k]), benchreport.Num(cumC), benchreport.Num(buckets[k]), benchreport.Num(cumA)})
 		}
 	}
 
 	var r report
-	r.header(fmt.Sprintf("Trigger: burst of %s at-jobs due on the same second, %d node(s)", num(*jobs), *nodes), m, e, others)
+	r.header(fmt.Sprintf("Trigger: burst of %s at-jobs due on the same second, %d node(s)", benchreport.Num(*jobs), *nodes), m, e, others)
 	r.p("")
 	r.p("%s jobs of kind `at`, all at %s (%s after the first publish), loaded by publishing CREATED job events (%d channels): published in %s (%.0f events/s), all projected after %s (**%.0f events/s through the projection**, with the binary's projection defaults: `bin/trigger --help`).",
-		num(*jobs), due.Format("15:04:05"), lead.Round(time.Second), *publishers,
+		benchreport.Num(*jobs), due.Format("15:04:05"), lead.Round(time.Second), *publishers,
 		published.Sub(loadStart).Round(time.Millisecond), float64(len(js))/published.Sub(loadStart).Seconds(),
 		loadTime.Round(time.Millisecond), float64(len(js))/loadTime.Seconds())
 	r.p("")
@@ -176,12 +177,12 @@ func runBurst(ctx context.Context, args []string) error {
 		rate = float64(len(arr)) / last.Seconds()
 	}
 	r.table([]string{"burst", "value"}, [][]string{
-		{"slots due", num(*jobs)},
-		{"slots arrived", num(len(arr))},
-		{"first arrival after the due second", secs(first)},
-		{"**last arrival after the due second**", "**" + secs(last) + "**"},
-		{"last commit (fire_time) after the due second", secs(lastCommit)},
-		{"last broker confirm after the due second (trigger's histogram, bucket bound)", confirmed.bound(1, secs)},
+		{"slots due", benchreport.Num(*jobs)},
+		{"slots arrived", benchreport.Num(len(arr))},
+		{"first arrival after the due second", benchreport.Secs(first)},
+		{"**last arrival after the due second**", "**" + benchreport.Secs(last) + "**"},
+		{"last commit (fire_time) after the due second", benchreport.Secs(lastCommit)},
+		{"last broker confirm after the due second (trigger's histogram, bucket bound)", confirmed.bound(1, benchreport.Secs)},
 		{"rate (slots / time to the last arrival)", fmt.Sprintf("%.0f slots/s", rate)},
 		{"missing / duplicated", fmt.Sprintf("%d / %d", chk.missing, chk.duplicated)},
 	})
@@ -196,7 +197,7 @@ func runBurst(ctx context.Context, args []string) error {
 	for _, n := range e.nodes {
 		before, _ := e.sampler.usageOf(due.Add(-5*time.Second), due)
 		u := before["trigger "+n.id]
-		mem = append(mem, []string{n.id, mib(u.rssMax), mibf(u.heapMax), mib(vmHWM(n.pid()))})
+		mem = append(mem, []string{n.id, benchreport.MiB(u.rssMax), benchreport.MiB(u.heapMax), benchreport.MiB(e.sampler.vmHWM(n.pid()))})
 	}
 	r.p("")
 	r.table([]string{"node", "RSS max, last 5 s before the due second", "Go heap in use, max, same", "peak RSS (VmHWM) of the run"}, mem)
@@ -204,12 +205,12 @@ func runBurst(ctx context.Context, args []string) error {
 	r.nodeMetricsTable(e, due.Add(-time.Second), end)
 	r.h(3, "Targets")
 	r.table([]string{"target", "measured", "verdict"}, [][]string{
-		{"100,000 jobs due on one second all enqueued within 10 s", fmt.Sprintf("%s of %s in %s", num(len(arr)), num(*jobs), secs(last)),
+		{"100,000 jobs due on one second all enqueued within 10 s", fmt.Sprintf("%s of %s in %s", benchreport.Num(len(arr)), benchreport.Num(*jobs), benchreport.Secs(last)),
 			judge(*jobs >= 100_000, len(arr) == *jobs && chk.missing == 0 && last <= targetBurst)},
-		{"(aim) within 5 s", secs(last), judge(*jobs >= 100_000, len(arr) == *jobs && chk.missing == 0 && last <= targetBurstAim)},
+		{"(aim) within 5 s", benchreport.Secs(last), judge(*jobs >= 100_000, len(arr) == *jobs && chk.missing == 0 && last <= targetBurstAim)},
 	})
 	if *jobs < 100_000 {
-		r.p("(%s jobs is below the 100,000 of the target: this run does not judge it.)", num(*jobs))
+		r.p("(%s jobs is below the 100,000 of the target: this run does not judge it.)", benchreport.Num(*jobs))
 	}
 	if err := r.emit(c.out); err != nil {
 		return err

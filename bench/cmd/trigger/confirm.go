@@ -7,6 +7,7 @@ import (
 	"math"
 	"time"
 
+	benchreport "github.com/cronmesh/cronmesh/bench/internal/report"
 	"github.com/cronmesh/cronmesh/libs/promhist"
 )
 
@@ -56,7 +57,7 @@ func (c *confirms) count() int {
 	return int(n)
 }
 
-// bound renders the bucket bound of the q-quantile in unit (ms or secs):
+// bound renders the bucket bound of the q-quantile in unit (ms or benchreport.Secs):
 // "≤ 100.0 ms", "> 60000.0 ms" past the last finite bucket, "-" with no
 // observation.
 func (c *confirms) bound(q float64, unit func(time.Duration) string) string {
@@ -102,7 +103,7 @@ func (r *report) confirmsNote(c *confirms) {
 	r.p("The broker-confirm row is the trigger's own `%s` (firing time = nominal + spread offset → the broker's confirm of the DispatchRequest, on the node's clock), summed over the nodes, for the slots confirmed between its readings at %s and %s, whatever their nominal time; its quantiles are bucket bounds. "+
 		"Confirmed within %d ms of their firing time (cumulative count of the %g s bucket, exact): **%s** of %s slots.",
 		confirmHistogram, c.from.Format("15:04:05.000"), c.to.Format("15:04:05.000"),
-		targetP99.Milliseconds(), targetP99.Seconds(), c.withinText(), num(c.count()))
+		targetP99.Milliseconds(), targetP99.Seconds(), c.withinText(), benchreport.Num(c.count()))
 	r.p("")
 }
 

@@ -8,6 +8,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/stretchr/testify/require"
+
+	benchreport "github.com/cronmesh/cronmesh/bench/internal/report"
 )
 
 // serveConfirms exports confirmHistogram with the relay's buckets, as a
@@ -42,16 +44,16 @@ func TestConfirmsInTheLatenessTable(t *testing.T) {
 
 	var r report
 	r.latenessTable(dist{}, dist{}, c)
-	out := r.b.String()
-	require.Contains(t, out, "| nominal → broker confirm (trigger's histogram, bucket bound) | 1,000 | ≤ 25.0 ms | ≤ 25.0 ms | ≤ 100.0 ms | ≤ 150.0 ms | > 60000.0 ms |")
+	out := r.String()
+	require.Contains(t, out, "| nominal → broker confirm (trigger's histogram, bucket bound) | 1,000 | ≤ 25.0 ms | ≤ 25.0 ms | ≤ 100 ms | ≤ 150 ms | > 60000 ms |")
 	require.Contains(t, out, "**99.80 % ≤ 100 ms** of 1,000 slots")
-	require.Equal(t, "> 60.00 s", c.bound(1, secs))
+	require.Equal(t, "> 60.00 s", c.bound(1, benchreport.Secs))
 
 	nobody := &env{nodes: []*node{{id: "gone", addr: "127.0.0.1:1"}}}
 	gone := readConfirms(t.Context(), nobody)
 	gone.end(t.Context(), nobody)
 	var r2 report
 	r2.latenessTable(dist{}, dist{}, gone)
-	require.Contains(t, r2.b.String(), "| nominal → broker confirm (trigger's histogram, bucket bound) | 0 | - | - | - | - | - |")
-	require.Contains(t, r2.b.String(), "could not be read")
+	require.Contains(t, r2.String(), "| nominal → broker confirm (trigger's histogram, bucket bound) | 0 | - | - | - | - | - |")
+	require.Contains(t, r2.String(), "could not be read")
 }

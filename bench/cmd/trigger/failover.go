@@ -11,6 +11,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/cronmesh/cronmesh/bench/internal/machine"
+	benchreport "github.com/cronmesh/cronmesh/bench/internal/report"
 	registryv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1"
 	"github.com/cronmesh/cronmesh/libs/ring"
 )
@@ -145,28 +146,28 @@ func runFailover(ctx context.Context, args []string) error {
 		}
 		dd := rec.check(ids, isDead, s, s).duplicated
 		ld := rec.check(ids, isLive, s, s).duplicated
-		timeline = append(timeline, []string{s.Format("15:04:05") + mark, fmt.Sprintf("%d / %d", len(d), deadJobs), num(dd), ms(da.max), fmt.Sprintf("%d / %d", len(l), len(ids)-deadJobs), num(ld), ms(la.max)})
+		timeline = append(timeline, []string{s.Format("15:04:05") + mark, fmt.Sprintf("%d / %d", len(d), deadJobs), benchreport.Num(dd), benchreport.Ms(da.max), fmt.Sprintf("%d / %d", len(l), len(ids)-deadJobs), benchreport.Num(ld), benchreport.Ms(la.max)})
 	}
 
 	var r report
-	r.header(fmt.Sprintf("Trigger: failover, %d nodes, %s every-second jobs, SIGKILL of %s", *nodes, num(*jobs), *victimFlag), m, e, others)
+	r.header(fmt.Sprintf("Trigger: failover, %d nodes, %s every-second jobs, SIGKILL of %s", *nodes, benchreport.Num(*jobs), *victimFlag), m, e, others)
 	r.p("")
 	r.p("Lease TTL %s. %s was SIGKILLed at %s (%s into its second). Its partitions and jobs were read from the etcd owner keys (`%spartitions/<p>`) just before the kill; job → partition by ring.Partition(job id, %d).",
 		c.leaseTTL, victim.id, killed.Format("15:04:05.000"), time.Duration(killed.Sub(killed.Truncate(time.Second))).Round(time.Millisecond), e.prefix, c.partitions)
 	r.p("")
 	tookS := "not within 30 s"
 	if took > 0 {
-		tookS = secs(took)
+		tookS = benchreport.Secs(took)
 	}
 	r.table([]string{"failover", "value"}, [][]string{
-		{"partitions of the dead node / jobs in them", fmt.Sprintf("%d / %s", len(dead), num(deadJobs))},
+		{"partitions of the dead node / jobs in them", fmt.Sprintf("%d / %s", len(dead), benchreport.Num(deadJobs))},
 		{"all its partitions owned by a survivor (etcd) after the kill", tookS},
-		{"its first slot after the kill (" + firstSlot.Format("15:04:05") + "): arrived", fmt.Sprintf("%s of %s (missing %d)", num(len(first)), num(deadJobs), firstCheck.missing)},
-		{"**that slot's lateness: p50 / max (arrival)**", "**" + ms(firstArrive.p50) + " / " + ms(firstArrive.max) + "**"},
-		{"that slot's lateness: p50 / max (commit)", ms(firstCommit.p50) + " / " + ms(firstCommit.max)},
-		{"max lateness of any slot of its partitions from the kill on", ms(deadArrive.max)},
-		{"max lateness of any slot in the window (all jobs)", ms(allArrive.max) + " (commit " + ms(allCommit.max) + ")"},
-		{"slots checked / missing / duplicated", fmt.Sprintf("%s / %d / %d", num(chk.slots), chk.missing, chk.duplicated)},
+		{"its first slot after the kill (" + firstSlot.Format("15:04:05") + "): arrived", fmt.Sprintf("%s of %s (missing %d)", benchreport.Num(len(first)), benchreport.Num(deadJobs), firstCheck.missing)},
+		{"**that slot's lateness: p50 / max (arrival)**", "**" + benchreport.Ms(firstArrive.p50) + " / " + benchreport.Ms(firstArrive.max) + "**"},
+		{"that slot's lateness: p50 / max (commit)", benchreport.Ms(firstCommit.p50) + " / " + benchreport.Ms(firstCommit.max)},
+		{"max lateness of any slot of its partitions from the kill on", benchreport.Ms(deadArrive.max)},
+		{"max lateness of any slot in the window (all jobs)", benchreport.Ms(allArrive.max) + " (commit " + benchreport.Ms(allCommit.max) + ")"},
+		{"slots checked / missing / duplicated", fmt.Sprintf("%s / %d / %d", benchreport.Num(chk.slots), chk.missing, chk.duplicated)},
 	})
 	r.p("Per nominal second around the kill (arrived / due, slots that arrived twice, and the max arrival lateness of the first arrivals):")
 	r.p("")
@@ -178,7 +179,7 @@ func runFailover(ctx context.Context, args []string) error {
 	r.usageTable(e, from, to)
 	r.h(3, "Targets")
 	r.table([]string{"target", "measured", "verdict"}, [][]string{
-		{"after a SIGKILL, the dead node's first slot fires within 5 s of its nominal time", "max " + ms(firstArrive.max) + " (arrival)",
+		{"after a SIGKILL, the dead node's first slot fires within 5 s of its nominal time", "max " + benchreport.Ms(firstArrive.max) + " (arrival)",
 			met(firstCheck.missing == 0 && len(first) > 0 && firstArrive.max <= targetFailover)},
 		{"no slot missed or fired twice", fmt.Sprintf("%d missing, %d duplicated", chk.missing, chk.duplicated), met(chk.missing == 0 && chk.duplicated == 0)},
 	})

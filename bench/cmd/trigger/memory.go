@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/cronmesh/cronmesh/bench/internal/machine"
+	benchreport "github.com/cronmesh/cronmesh/bench/internal/report"
 	registryv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1"
 	"github.com/cronmesh/cronmesh/libs/jobspec"
 	"github.com/cronmesh/cronmesh/libs/ring"
@@ -113,7 +114,7 @@ func runMemory(ctx context.Context, args []string) error {
 		waitProfile()
 	}
 	heapProfiles(ctx, e, "memory")
-	hwm := vmHWM(n1.pid())
+	hwm := e.sampler.vmHWM(n1.pid())
 	usAll, _ := e.sampler.usageOf(n1.started, to)
 	usSteady, _ := e.sampler.usageOf(to.Add(-*duration/2), to)
 	sysMem, _ := e.sampler.lastMetric("trigger n1", "go_memstats_sys_bytes")
@@ -131,35 +132,35 @@ func runMemory(ctx context.Context, args []string) error {
 	g := "trigger n1"
 	all, steady := usAll[g], usSteady[g]
 	var r report
-	r.header(fmt.Sprintf("Trigger: memory with %s scheduled jobs, one node", num(*total)), m, e, others)
+	r.header(fmt.Sprintf("Trigger: memory with %s scheduled jobs, one node", benchreport.Num(*total)), m, e, others)
 	r.p("")
 	r.p("**Benchmark shortcut:** %s of the jobs were inserted directly into the trigger schema's `jobs` table with COPY (%d streams, %s, %.0f rows/s; ANALYZE %s), not through the projection: the rows are what `store.Apply` writes for a CREATED event (partition = ring.Partition(id, %d), spec = the registryv1.Job protobuf without etag/update_time/description, next_fire_at = jobspec.Schedule(...).Next(create_time)). The schedules are daily crons `M H * * *` over %d distinct (minute of day, time zone) pairs among UTC, Europe/Berlin, America/New_York and Asia/Tokyo, none due within 2 h of the run. Table %s, indexes %s.",
-		num(bulk), *copyWorkers, copyTime.Round(time.Second), float64(bulk)/copyTime.Seconds(), analyzeTime.Round(time.Second), c.partitions, spread,
-		mib(uint64(tableSize)), mib(uint64(indexSize)))
+		benchreport.Num(bulk), *copyWorkers, copyTime.Round(time.Second), float64(bulk)/copyTime.Seconds(), analyzeTime.Round(time.Second), c.partitions, spread,
+		benchreport.MiB(uint64(tableSize)), benchreport.MiB(uint64(indexSize)))
 	r.p("")
 	r.p("The node then started on that table (ready after %s), %s every-second jobs were created through job events, and it ran for %s.",
-		startup.Round(time.Millisecond), num(*firing), *duration)
+		startup.Round(time.Millisecond), benchreport.Num(*firing), *duration)
 	r.p("")
 	r.table([]string{"node memory", "value"}, [][]string{
-		{"peak RSS (VmHWM), whole life of the process", mib(hwm)},
-		{"RSS max / median, whole run (sampled every second)", mib(all.rssMax) + " / " + mib(all.rssMedian)},
-		{"RSS median, last half of the run (steady)", mib(steady.rssMedian)},
-		{"Go heap in use: max / at the end", mibf(all.heapMax) + " / " + mibf(all.heapLast)},
-		{"Go heap allocated at the end (live + not yet swept)", mibf(heapAlloc)},
-		{"Go runtime memory from the OS (go_memstats_sys_bytes)", mibf(sysMem)},
+		{"peak RSS (VmHWM), whole life of the process", benchreport.MiB(hwm)},
+		{"RSS max / median, whole run (sampled every second)", benchreport.MiB(all.rssMax) + " / " + benchreport.MiB(all.rssMedian)},
+		{"RSS median, last half of the run (steady)", benchreport.MiB(steady.rssMedian)},
+		{"Go heap in use: max / at the end", benchreport.MiB(all.heapMax) + " / " + benchreport.MiB(all.heapLast)},
+		{"Go heap allocated at the end (live + not yet swept)", benchreport.MiB(heapAlloc)},
+		{"Go runtime memory from the OS (go_memstats_sys_bytes)", benchreport.MiB(sysMem)},
 		{"CPU of the node, whole run", fmt.Sprintf("%.0f %%", all.cpuPercent)},
 	})
 	r.p("Firing meanwhile (%s every-second jobs, nominal %s – %s): %s slots arrived, missing %d, duplicated %d.",
-		num(*firing), from.Format("15:04:05"), to.Format("15:04:05"), num(len(arr)), chk.missing, chk.duplicated)
+		benchreport.Num(*firing), from.Format("15:04:05"), to.Format("15:04:05"), benchreport.Num(len(arr)), chk.missing, chk.duplicated)
 	r.p("")
 	r.latenessTable(arrive, commit, nil)
 	r.usageTable(e, from, to)
 	r.h(3, "Targets")
 	r.table([]string{"target", "measured", "verdict"}, [][]string{
-		{"with 5,000,000 scheduled jobs the trigger's memory stays under 300 MB", "peak RSS " + mib(hwm), judge(*total >= 5_000_000, hwm < targetMemory)},
+		{"with 5,000,000 scheduled jobs the trigger's memory stays under 300 MB", "peak RSS " + benchreport.MiB(hwm), judge(*total >= 5_000_000, hwm < targetMemory)},
 	})
 	if *total < 5_000_000 {
-		r.p("(%s jobs is below the 5,000,000 of the target: this run does not judge it.)", num(*total))
+		r.p("(%s jobs is below the 5,000,000 of the target: this run does not judge it.)", benchreport.Num(*total))
 	}
 	if err := r.emit(c.out); err != nil {
 		return err

@@ -1,26 +1,26 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"io"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/cronmesh/cronmesh/bench/internal/procstat"
 )
 
-// The process groups the sampler reports besides the trigger nodes.
+// The process groups the sampler reports besides the trigger nodes and
+// procstat's PostgreSQL and RabbitMQ.
 const (
-	groupPostgres = "postgresql"
-	groupRabbit   = "rabbitmq"
+	groupPostgres = procstat.Postgres
+	groupRabbit   = procstat.RabbitMQ
 	groupBench    = "trigger-bench (consumer, publisher, etcd)"
 )
 
@@ -41,28 +41,21 @@ var wantedMetrics = []string{
 	"ring_owned_partitions",
 }
 
-type procSample struct {
-	ticks uint64 // utime + stime
-	rss   uint64 // bytes
-}
-
 type sample struct {
 	t            time.Time
-	busy, total  uint64                        // machine jiffies
-	procs        map[string]map[int]procSample // group -> pid -> sample
+	procs        procstat.Snapshot
 	metrics      map[string]map[string]float64 // group -> metric -> value
 	metricsError map[string]bool
 }
 
-// sampler reads /proc (every process's CPU time and RSS, grouped) and the
-// nodes' /metrics once a second.
+// sampler reads /proc (bench/internal/procstat: every process's CPU time
+// and memory, grouped) and the nodes' /metrics once a second.
 type sampler struct {
 	mu      sync.Mutex
-	static  map[int]string    // pid -> group
+	procs   *procstat.Sampler
+	static  map[string]int    // group -> pid
 	urls    map[string]string // group -> metrics URL
 	samples []sample
-	clkTck  float64
-	pageSz  uint64
 	stopC   chan struct{}
 	done    chan struct{}
 	once    sync.Once
@@ -72,18 +65,12 @@ type sampler struct {
 
 func newSampler() *sampler {
 	s := &sampler{
-		static: map[int]string{os.Getpid(): groupBench},
+		procs:  procstat.New(),
+		static: map[string]int{groupBench: os.Getpid()},
 		urls:   map[string]string{},
-		clkTck: 100,
-		pageSz: uint64(os.Getpagesize()),
 		stopC:  make(chan struct{}),
 		done:   make(chan struct{}),
 		others: map[string]time.Time{},
-	}
-	if out, err := exec.Command("getconf", "CLK_TCK").Output(); err == nil {
-		if v, err := strconv.ParseFloat(strings.TrimSpace(string(out)), 64); err == nil && v > 0 {
-			s.clkTck = v
-		}
 	}
 	go s.loop()
 	return s
@@ -92,7 +79,7 @@ func newSampler() *sampler {
 func (s *sampler) add(group string, pid int, metricsURL string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.static[pid] = group
+	s.static[group] = pid
 	if metricsURL != "" {
 		s.urls[group] = metricsURL
 	}
@@ -147,7 +134,7 @@ func (s *sampler) othersSeen(from time.Time) string {
 
 func (s *sampler) takeSample(client *http.Client) {
 	s.mu.Lock()
-	static := make(map[int]string, len(s.static))
+	static := make(map[string]int, len(s.static))
 	for k, v := range s.static {
 		static[k] = v
 	}
@@ -157,38 +144,15 @@ func (s *sampler) takeSample(client *http.Client) {
 	}
 	s.mu.Unlock()
 
-	smp := sample{t: time.Now(), procs: map[string]map[int]procSample{}, metrics: map[string]map[string]float64{}, metricsError: map[string]bool{}}
-	smp.busy, smp.total = machineJiffies()
-	entries, _ := os.ReadDir("/proc")
-	for _, ent := range entries {
-		pid, err := strconv.Atoi(ent.Name())
-		if err != nil {
-			continue
-		}
-		comm, ticks, rssPages, ok := readStat(pid)
-		if !ok {
-			continue
-		}
-		group, known := static[pid]
-		if !known {
-			switch comm {
-			case "postgres":
-				group = groupPostgres
-			case "beam.smp", "erl_child_setup", "epmd", "inet_gethost":
-				group = groupRabbit
-			default:
-				continue
-			}
-		}
-		if smp.procs[group] == nil {
-			smp.procs[group] = map[int]procSample{}
-		}
-		smp.procs[group][pid] = procSample{ticks: ticks, rss: rssPages * s.pageSz}
+	smp := sample{t: time.Now(), procs: s.procs.Snapshot(static), metrics: map[string]map[string]float64{}, metricsError: map[string]bool{}}
+	alive := map[string]bool{}
+	for _, p := range smp.procs.Procs {
+		alive[p.Group] = true
 	}
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	for group, url := range urls {
-		if _, alive := smp.procs[group]; !alive {
+		if !alive[group] {
 			continue
 		}
 		wg.Go(func() {
@@ -206,57 +170,6 @@ func (s *sampler) takeSample(client *http.Client) {
 	s.mu.Lock()
 	s.samples = append(s.samples, smp)
 	s.mu.Unlock()
-}
-
-// readStat reads comm, utime+stime and rss (pages) of pid.
-func readStat(pid int) (string, uint64, uint64, bool) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return "", 0, 0, false
-	}
-	open, end := bytes.IndexByte(b, '('), bytes.LastIndexByte(b, ')')
-	if open < 0 || end < open || end+2 > len(b) {
-		return "", 0, 0, false
-	}
-	comm := string(b[open+1 : end])
-	f := strings.Fields(string(b[end+2:]))
-	// After "(comm) ": state=0, ..., utime=11, stime=12, rss=21.
-	if len(f) < 22 {
-		return "", 0, 0, false
-	}
-	ut, _ := strconv.ParseUint(f[11], 10, 64)
-	st, _ := strconv.ParseUint(f[12], 10, 64)
-	rss, _ := strconv.ParseUint(f[21], 10, 64)
-	return comm, ut + st, rss, true
-}
-
-// machineJiffies returns busy and total jiffies of all CPUs.
-func machineJiffies() (busy, total uint64) {
-	f, err := os.Open("/proc/stat")
-	if err != nil {
-		return 0, 0
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	if !sc.Scan() {
-		return 0, 0
-	}
-	fields := strings.Fields(sc.Text())
-	if len(fields) < 8 || fields[0] != "cpu" {
-		return 0, 0
-	}
-	var idle uint64
-	for i, v := range fields[1:] {
-		n, _ := strconv.ParseUint(v, 10, 64)
-		if i >= 8 { // guest, guest_nice are already in user
-			break
-		}
-		total += n
-		if i == 3 || i == 4 { // idle, iowait
-			idle += n
-		}
-	}
-	return total - idle, total
 }
 
 // scrape reads the wanted metrics from a Prometheus text endpoint.
@@ -324,74 +237,48 @@ type groupUsage struct {
 	procs      int
 }
 
-// usageOf computes every group's use over [from, to].
+// usageOf computes every group's use over [from, to] (procstat.Other
+// left out) and the machine's busy share in percent of one core.
 func (s *sampler) usageOf(from, to time.Time) (map[string]groupUsage, float64) {
 	w := s.window(from, to)
 	out := map[string]groupUsage{}
 	if len(w) < 2 {
 		return out, 0
 	}
-	first, last := w[0], w[len(w)-1]
-	secs := last.t.Sub(first.t).Seconds()
-	machine := 0.0
-	if last.total > first.total {
-		machine = float64(last.busy-first.busy) / float64(last.total-first.total) * 100 * float64(runtime.NumCPU())
-	}
-	groups := map[string]bool{}
-	for _, smp := range w {
-		for g := range smp.procs {
-			groups[g] = true
+	u := procstat.Between(w[0].procs, w[len(w)-1].procs)
+	for g, cpu := range u.CPU {
+		if g == procstat.Other {
+			continue
 		}
-	}
-	for g := range groups {
-		u := groupUsage{group: g}
-		// CPU: per pid, last value in the window minus its value at the
-		// window's first sample (0 for a pid that appeared later).
-		lastTicks := map[int]uint64{}
-		for _, smp := range w {
-			for pid, p := range smp.procs[g] {
-				lastTicks[pid] = p.ticks
-			}
-		}
-		var ticks uint64
-		for pid, t := range lastTicks {
-			if p, ok := first.procs[g][pid]; ok {
-				if t > p.ticks {
-					ticks += t - p.ticks
-				}
-			} else {
-				ticks += t
-			}
-		}
-		u.procs = len(lastTicks)
-		if secs > 0 {
-			u.cpuPercent = float64(ticks) / s.clkTck / secs * 100
-		}
+		gu := groupUsage{group: g, cpuPercent: 100 * u.Of(cpu)}
+		pids := map[int]bool{}
 		var rss []uint64
 		for _, smp := range w {
-			var sum uint64
-			for _, p := range smp.procs[g] {
-				sum += p.rss
+			n := 0
+			for pid, p := range smp.procs.Procs {
+				if p.Group == g {
+					pids[pid] = true
+					n++
+				}
 			}
-			if len(smp.procs[g]) > 0 {
-				rss = append(rss, sum)
-				u.rssLast = sum
+			if n > 0 {
+				gu.rssLast = smp.procs.RSS(g)
+				rss = append(rss, gu.rssLast)
 			}
 			if m, ok := smp.metrics[g]; ok {
 				h := m["go_memstats_heap_inuse_bytes"]
-				u.heapMax = max(u.heapMax, h)
-				u.heapLast = h
+				gu.heapMax = max(gu.heapMax, h)
+				gu.heapLast = h
 			}
 		}
+		gu.procs = len(pids)
 		if len(rss) > 0 {
-			u.rssMax = slices.Max(rss)
-			sorted := slices.Clone(rss)
-			slices.Sort(sorted)
-			u.rssMedian = sorted[len(sorted)/2]
+			slices.Sort(rss)
+			gu.rssMax, gu.rssMedian = rss[len(rss)-1], rss[len(rss)/2]
 		}
-		out[g] = u
+		out[g] = gu
 	}
-	return out, machine
+	return out, 100 * u.Of(u.Busy)
 }
 
 // metricDelta is the increase of a node metric over [from, to].
@@ -424,21 +311,9 @@ func (s *sampler) lastMetric(group, name string) (float64, bool) {
 }
 
 // vmHWM is the peak resident set of a live pid (bytes).
-func vmHWM(pid int) uint64 {
-	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "status"))
-	if err != nil {
-		return 0
-	}
-	for line := range strings.SplitSeq(string(b), "\n") {
-		if rest, ok := strings.CutPrefix(line, "VmHWM:"); ok {
-			f := strings.Fields(rest)
-			if len(f) > 0 {
-				kb, _ := strconv.ParseUint(f[0], 10, 64)
-				return kb * 1024
-			}
-		}
-	}
-	return 0
+func (s *sampler) vmHWM(pid int) uint64 {
+	p, _ := s.procs.Proc(pid)
+	return p.HWM
 }
 
 // otherBenchmarks lists other benchmark processes (or go test runs) on the

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/cronmesh/cronmesh/bench/internal/machine"
+	benchreport "github.com/cronmesh/cronmesh/bench/internal/report"
 	registryv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1"
 )
 
@@ -103,23 +104,23 @@ func runProjection(ctx context.Context, args []string) error {
 	}
 
 	var r report
-	r.header(fmt.Sprintf("Trigger: projection of %s CREATED job events, %d node(s)", num(*jobs), *nodes), m, e, others)
+	r.header(fmt.Sprintf("Trigger: projection of %s CREATED job events, %d node(s)", benchreport.Num(*jobs), *nodes), m, e, others)
 	r.p("")
 	if *backlog {
 		r.p("%s CREATED job events (cron jobs firing once a year, so nothing fires during the run) published to the jobs exchange from %d channels with confirms while no node runs; the time runs from the launch of the node(s) until all %s jobs have their row (and next slot) in the trigger's schema, polled every 100 ms (the node's start-up, about a second, included).",
-			num(*jobs), *publishers, num(*jobs))
+			benchreport.Num(*jobs), *publishers, benchreport.Num(*jobs))
 	} else {
 		r.p("%s CREATED job events (cron jobs firing once a year, so nothing fires during the run) published to the jobs exchange from %d channels with confirms while the node(s) consume; the time runs from the first publish until all %s jobs have their row (and next slot) in the trigger's schema, polled every 100 ms.",
-			num(*jobs), *publishers, num(*jobs))
+			benchreport.Num(*jobs), *publishers, benchreport.Num(*jobs))
 	}
 	r.p("")
 	r.p("The nodes run with the binary's projection defaults (`bin/trigger --help`).")
 	r.p("")
 	r.table([]string{"projection", "value"}, [][]string{
-		{"events", num(*jobs)},
-		{"published in", secs(published.Sub(start))},
+		{"events", benchreport.Num(*jobs)},
+		{"published in", benchreport.Secs(published.Sub(start))},
 		{"publish rate", fmt.Sprintf("%.0f events/s", float64(len(js))/published.Sub(start).Seconds())},
-		{"**all projected after**", "**" + secs(took) + "**"},
+		{"**all projected after**", "**" + benchreport.Secs(took) + "**"},
 		{"**projection rate**", fmt.Sprintf("**%.0f events/s**", rate)},
 	})
 	r.usageTable(e, from, projected)

@@ -13,55 +13,21 @@ import (
 
 	"github.com/cronmesh/cronmesh/bench/internal/machine"
 	"github.com/cronmesh/cronmesh/bench/internal/pprofsave"
+	benchreport "github.com/cronmesh/cronmesh/bench/internal/report"
 )
 
-// report is one scenario's Markdown output.
-type report struct {
-	b strings.Builder
-}
+// report is one scenario's Markdown output (bench/internal/report), with
+// the trigger benchmark's sections.
+type report struct{ benchreport.Doc }
 
-func (r *report) h(level int, format string, args ...any) {
-	fmt.Fprintf(&r.b, "\n%s %s\n\n", strings.Repeat("#", level), fmt.Sprintf(format, args...))
-}
+func (r *report) h(level int, format string, args ...any) { r.H(level, fmt.Sprintf(format, args...)) }
 
-func (r *report) p(format string, args ...any) {
-	fmt.Fprintf(&r.b, format+"\n", args...)
-}
+func (r *report) p(format string, args ...any) { r.P(format, args...) }
 
-func (r *report) table(header []string, rows [][]string) {
-	r.b.WriteString("| " + strings.Join(header, " | ") + " |\n|")
-	for i := range header {
-		if i == 0 {
-			r.b.WriteString(" --- |")
-		} else {
-			r.b.WriteString(" ---: |")
-		}
-	}
-	r.b.WriteString("\n")
-	for _, row := range rows {
-		r.b.WriteString("| " + strings.Join(row, " | ") + " |\n")
-	}
-	r.b.WriteString("\n")
-}
+func (r *report) table(header []string, rows [][]string) { r.Table(header, rows) }
 
 // emit prints the report and appends it to the --out file.
-func (r *report) emit(out string) error {
-	text := r.b.String()
-	fmt.Print(text)
-	if out == "" {
-		return nil
-	}
-	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
-		return err
-	}
-	f, err := os.OpenFile(out, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	_, err = f.WriteString(text)
-	return err
-}
+func (r *report) emit(out string) error { return r.Emit(out) }
 
 // header writes the scenario's title, command, machine and the other
 // benchmarks seen.
@@ -70,12 +36,12 @@ func (r *report) header(title string, m machine.Machine, e *env, others string) 
 	r.p("Run %s, %s.", e.run, time.Now().UTC().Format(time.RFC3339))
 	r.p("")
 	r.p("```sh")
-	r.p("%s", shellQuote(os.Args))
+	r.p("%s", benchreport.ShellQuote(os.Args))
 	r.p("```")
 	r.p("")
 	r.p("Each node: `%s`", e.commandLine("<id>"))
 	r.p("")
-	r.b.WriteString(m.Markdown())
+	r.Machine(m)
 	r.p("")
 	if others == "" {
 		r.p("No other benchmark (registry-bench, trigger-bench, go test) was running when measuring started.")
@@ -86,46 +52,6 @@ func (r *report) header(title string, m machine.Machine, e *env, others string) 
 		r.p("")
 		r.p("**Seen during the run (sampled every 5 s):** %s", seen)
 	}
-}
-
-func shellQuote(args []string) string {
-	out := make([]string, len(args))
-	for i, a := range args {
-		if a == "" || strings.ContainsAny(a, " \t'\"$*?") {
-			a = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
-		}
-		out[i] = a
-	}
-	return strings.Join(out, " ")
-}
-
-func ms(d time.Duration) string {
-	return fmt.Sprintf("%.1f ms", float64(d)/float64(time.Millisecond))
-}
-
-func secs(d time.Duration) string {
-	return fmt.Sprintf("%.2f s", d.Seconds())
-}
-
-func mib(b uint64) string { return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20)) }
-
-func mibf(b float64) string { return fmt.Sprintf("%.1f MiB", b/(1<<20)) }
-
-func num(n int) string {
-	s := fmt.Sprint(n)
-	neg := strings.HasPrefix(s, "-")
-	s = strings.TrimPrefix(s, "-")
-	var parts []string
-	for len(s) > 3 {
-		parts = append([]string{s[len(s)-3:]}, parts...)
-		s = s[:len(s)-3]
-	}
-	parts = append([]string{s}, parts...)
-	out := strings.Join(parts, ",")
-	if neg {
-		out = "-" + out
-	}
-	return out
 }
 
 // judge is the verdict of a target that this run's size can judge.
@@ -148,12 +74,12 @@ func met(ok bool) string {
 // its note.
 func (r *report) latenessTable(arrive, commit dist, confirmed *confirms) {
 	rows := [][]string{
-		{"arrival at the consumer − nominal", num(arrive.n), ms(arrive.p50), ms(arrive.p90), ms(arrive.p99), ms(arrive.p999), ms(arrive.max)},
-		{"commit (fire_time) − nominal", num(commit.n), ms(commit.p50), ms(commit.p90), ms(commit.p99), ms(commit.p999), ms(commit.max)},
+		{"arrival at the consumer − nominal", benchreport.Num(arrive.n), benchreport.Ms(arrive.p50), benchreport.Ms(arrive.p90), benchreport.Ms(arrive.p99), benchreport.Ms(arrive.p999), benchreport.Ms(arrive.max)},
+		{"commit (fire_time) − nominal", benchreport.Num(commit.n), benchreport.Ms(commit.p50), benchreport.Ms(commit.p90), benchreport.Ms(commit.p99), benchreport.Ms(commit.p999), benchreport.Ms(commit.max)},
 	}
 	if c := confirmed; c != nil {
-		rows = append(rows, []string{"nominal → broker confirm (trigger's histogram, bucket bound)", num(c.count()),
-			c.bound(.5, ms), c.bound(.9, ms), c.bound(.99, ms), c.bound(.999, ms), c.bound(1, ms)})
+		rows = append(rows, []string{"nominal → broker confirm (trigger's histogram, bucket bound)", benchreport.Num(c.count()),
+			c.bound(.5, benchreport.Ms), c.bound(.9, benchreport.Ms), c.bound(.99, benchreport.Ms), c.bound(.999, benchreport.Ms), c.bound(1, benchreport.Ms)})
 	}
 	r.table([]string{"lateness", "slots", "p50", "p90", "p99", "p99.9", "max"}, rows)
 	if confirmed != nil {
@@ -185,9 +111,9 @@ func (r *report) usageTable(e *env, from, to time.Time) {
 		sum += u.cpuPercent
 		heap := ""
 		if u.heapMax > 0 {
-			heap = mibf(u.heapMax)
+			heap = benchreport.MiB(u.heapMax)
 		}
-		rssMed, rssMax := mib(u.rssMedian), mib(u.rssMax)
+		rssMed, rssMax := benchreport.MiB(u.rssMedian), benchreport.MiB(u.rssMax)
 		if g == groupPostgres || g == groupRabbit {
 			// Summed RSS of processes sharing memory means little.
 			rssMed, rssMax = fmt.Sprintf("(%d processes)", u.procs), ""
@@ -216,7 +142,7 @@ func (r *report) nodeMetricsTable(e *env, from, to time.Time) {
 		owned, _ := e.sampler.lastMetric(g, "ring_owned_partitions")
 		mean := ""
 		if cnt > 0 {
-			mean = ms(time.Duration(sum / cnt * float64(time.Second)))
+			mean = benchreport.Ms(time.Duration(sum / cnt * float64(time.Second)))
 		}
 		d := to.Sub(from).Seconds()
 		rows = append(rows, []string{n.id, fmt.Sprintf("%.0f", owned), fmt.Sprintf("%.1f", cnt/d), mean,

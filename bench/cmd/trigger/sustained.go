@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/cronmesh/cronmesh/bench/internal/machine"
+	benchreport "github.com/cronmesh/cronmesh/bench/internal/report"
 	registryv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1"
 	"github.com/cronmesh/cronmesh/libs/jobspec"
 )
@@ -147,23 +148,23 @@ func runSustained(ctx context.Context, args []string) error {
 	slices.Sort(perSec)
 
 	var r report
-	r.header(fmt.Sprintf("Trigger: sustained firing, %s every-second jobs on %d node(s)", num(*jobs), *nodes), m, e, joinOthers(others, othersAtStart, othersAtEnd))
+	r.header(fmt.Sprintf("Trigger: sustained firing, %s every-second jobs on %d node(s)", benchreport.Num(*jobs), *nodes), m, e, joinOthers(others, othersAtStart, othersAtEnd))
 	r.p("")
 	r.p("%s jobs with cron `* * * * * *` (time zone %s, spread %s), loaded by publishing CREATED job events to the jobs exchange (%d channels): published in %s, all projected after %s (%.0f events/s through the projection). Warm-up %s, then every slot with a nominal time in the %s window is checked at the consumer of the dispatch queues (auto-ack, decoding each DispatchRequest). With a spread window, lateness counts from nominal + the job's spread offset (jobspec.SpreadOffset).",
-		num(*jobs), *tz, *spread, *publishers, published.Sub(loadStart).Round(time.Millisecond), loadTime.Round(time.Millisecond),
+		benchreport.Num(*jobs), *tz, *spread, *publishers, published.Sub(loadStart).Round(time.Millisecond), loadTime.Round(time.Millisecond),
 		float64(len(js))/loadTime.Seconds(), *warmup, *duration)
 	r.p("")
 	rows := [][]string{
-		{"slots due in the window", num(expected)},
-		{"slots arrived (first arrival)", num(len(arr))},
+		{"slots due in the window", benchreport.Num(expected)},
+		{"slots arrived (first arrival)", benchreport.Num(len(arr))},
 		{"sustained rate (arrived slots / window)", fmt.Sprintf("%.0f slots/s", rate)},
 	}
 	if len(perSec) > 0 {
-		rows = append(rows, []string{"received per wall-clock second: min / median / max", fmt.Sprintf("%s / %s / %s", num(perSec[0]), num(perSec[len(perSec)/2]), num(perSec[len(perSec)-1]))})
+		rows = append(rows, []string{"received per wall-clock second: min / median / max", fmt.Sprintf("%s / %s / %s", benchreport.Num(perSec[0]), benchreport.Num(perSec[len(perSec)/2]), benchreport.Num(perSec[len(perSec)-1]))})
 	}
 	rows = append(rows,
-		[]string{"missing slots (never arrived)", num(chk.missing)},
-		[]string{"duplicated slots (arrived twice or more)", num(chk.duplicated)},
+		[]string{"missing slots (never arrived)", benchreport.Num(chk.missing)},
+		[]string{"duplicated slots (arrived twice or more)", benchreport.Num(chk.duplicated)},
 		[]string{"messages outside the tracked range / not ours", fmt.Sprintf("%d / %d", outside, unknown)},
 	)
 	r.table([]string{"sustained", "value"}, rows)
@@ -176,18 +177,18 @@ func runSustained(ctx context.Context, args []string) error {
 	r.nodeMetricsTable(e, from, to)
 	r.h(3, "Targets")
 	r.table([]string{"target", "measured", "verdict"}, [][]string{
-		{"≥ 5,000 slots/s sustained, nominal → broker-confirmed", fmt.Sprintf("%.0f slots/s of %s due, %d missing", rate, num(*jobs), chk.missing),
+		{"≥ 5,000 slots/s sustained, nominal → broker-confirmed", fmt.Sprintf("%.0f slots/s of %s due, %d missing", rate, benchreport.Num(*jobs), chk.missing),
 			judge(*jobs >= targetSlotsPerSecond, rate >= targetSlotsPerSecond && chk.missing == 0)},
 		// Judged on the issue's own measure, nominal → broker-confirmed:
 		// the share of the trigger's histogram within the 100 ms bucket is
 		// exact, while arrival at the bench's consumer comes later and is
 		// shown as the upper bound it is.
-		{"p99 lateness < 100 ms in steady state, nominal → broker-confirmed", "broker confirm: " + confirmed.withinText() + ", p99 " + confirmed.bound(.99, ms) +
-			" (trigger's histogram); upper bound, arrival at the consumer: p99 " + ms(arrive.p99) + "; commit p99 " + ms(commit.p99), met(confirmed.within() >= .99)},
-		{"no duplicate", num(chk.duplicated), met(chk.duplicated == 0)},
+		{"p99 lateness < 100 ms in steady state, nominal → broker-confirmed", "broker confirm: " + confirmed.withinText() + ", p99 " + confirmed.bound(.99, benchreport.Ms) +
+			" (trigger's histogram); upper bound, arrival at the consumer: p99 " + benchreport.Ms(arrive.p99) + "; commit p99 " + benchreport.Ms(commit.p99), met(confirmed.within() >= .99)},
+		{"no duplicate", benchreport.Num(chk.duplicated), met(chk.duplicated == 0)},
 	})
 	if *jobs < targetSlotsPerSecond {
-		r.p("(%s jobs is below the 5,000 slots/s of the target: this run does not judge it.)", num(*jobs))
+		r.p("(%s jobs is below the 5,000 slots/s of the target: this run does not judge it.)", benchreport.Num(*jobs))
 	}
 	if len(chk.firstMissing) > 0 {
 		r.p("First missing: %v", chk.firstMissing)
@@ -218,7 +219,7 @@ func (r *report) latenessTimeline(arr []arrival, from, to time.Time, bucket time
 			}
 		}
 		d, c := distOf(ds), distOf(cs)
-		rows = append(rows, []string{b.Format("15:04:05"), num(d.n), fmt.Sprintf("%.0f", float64(d.n)/end.Sub(b).Seconds()), ms(d.p50), ms(d.p99), ms(d.max), ms(c.p99)})
+		rows = append(rows, []string{b.Format("15:04:05"), benchreport.Num(d.n), fmt.Sprintf("%.0f", float64(d.n)/end.Sub(b).Seconds()), benchreport.Ms(d.p50), benchreport.Ms(d.p99), benchreport.Ms(d.max), benchreport.Ms(c.p99)})
 	}
 	if len(rows) > 30 {
 		// Long runs: keep the report readable.

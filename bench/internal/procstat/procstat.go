@@ -340,3 +340,12 @@ func LoadAverage() string {
 	}
 	return strings.Join(f[:3], " ")
 }
+
+// Proc reads one process now, its memory included; false when it is gone.
+func (s *Sampler) Proc(pid int) (Proc, bool) {
+	p, ok := s.read(pid)
+	if ok {
+		p.RSS, p.HWM = memory(pid)
+	}
+	return p, ok
+}

@@ -37,6 +37,12 @@ func TestBetweenAttributesThisProcess(t *testing.T) {
 	require.GreaterOrEqual(t, after.HWM("me"), after.RSS("me"))
 	require.Equal(t, "me", after.Procs[os.Getpid()].Group)
 	require.NotEqual(t, "unknown", procstat.LoadAverage())
+	p, ok := s.Proc(os.Getpid())
+	require.True(t, ok)
+	require.GreaterOrEqual(t, p.CPU, after.Procs[os.Getpid()].CPU)
+	require.Positive(t, p.HWM)
+	_, ok = s.Proc(1 << 30)
+	require.False(t, ok, "no such process")
 }
 
 func TestBetweenSkipsEndedAndReusedPIDs(t *testing.T) {
