@@ -21,12 +21,13 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/signal"
-	"runtime"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -42,6 +43,9 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/cronmesh/cronmesh/bench/internal/machine"
+	"github.com/cronmesh/cronmesh/bench/internal/procstat"
+	benchreport "github.com/cronmesh/cronmesh/bench/internal/report"
 	alertingv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/alerting/v1"
 	"github.com/cronmesh/cronmesh/gen/go/cronmesh/alerting/v1/alertingv1connect"
 	dispatchv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/dispatch/v1"
@@ -167,8 +171,13 @@ func run(ctx context.Context, o options) error {
 	}
 
 	before := metrics(o.apiURL)
-	procBefore := snapshotProcs()
-	load0 := readTrim("/proc/loadavg")
+	sampler := procstat.New()
+	tracked := map[string]int{"alerting-bench (publisher, sink)": os.Getpid()}
+	if o.alertingPID != 0 {
+		tracked["alerting"] = o.alertingPID
+	}
+	procBefore := sampler.Snapshot(tracked)
+	load0 := procstat.LoadAverage()
 	logf("publishing %d events/s in messages of %d for %s", o.rate, o.batch, o.duration)
 	var samples []sample
 	start := time.Now()
@@ -207,12 +216,13 @@ func run(ctx context.Context, o options) error {
 			}
 		}
 	}
-	procAfter := snapshotProcs()
-	load1 := readTrim("/proc/loadavg")
+	procAfter := sampler.Snapshot(tracked)
+	load1 := procstat.LoadAverage()
 	after := metrics(o.apiURL)
 	return report(o, reportData{
 		base: base, loadTook: loadTook, start: start, pub: pub, drainedAt: drainedAt, samples: samples,
-		before: before, after: after, procs: topProcs(procBefore, procAfter), load0: load0, load1: load1,
+		before: before, after: after, usage: procstat.Between(procBefore, procAfter), end: procAfter, groups: slices.Sorted(maps.Keys(tracked)),
+		machine: machine.Describe(ctx, pool, conn), load0: load0, load1: load1,
 		notified: notified.Load(),
 	})
 }
@@ -487,115 +497,16 @@ func quantile(before, after map[string]float64, q float64) float64 {
 	return prevLe
 }
 
-// --- processes and the machine ---
-
-type procTicks map[int]struct {
-	comm  string
-	ticks uint64
-}
-
-func snapshotProcs() procTicks {
-	out := procTicks{}
-	ents, _ := os.ReadDir("/proc")
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
-		if err != nil {
-			continue
-		}
-		s := string(b)
-		l, r := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
-		if l < 0 || r < 0 {
-			continue
-		}
-		f := strings.Fields(s[r+2:])
-		if len(f) < 13 {
-			continue
-		}
-		u, _ := strconv.ParseUint(f[11], 10, 64)
-		st, _ := strconv.ParseUint(f[12], 10, 64)
-		out[pid] = struct {
-			comm  string
-			ticks uint64
-		}{s[l+1 : r], u + st}
-	}
-	return out
-}
-
-type procUse struct {
-	pid     int
-	comm    string
-	seconds float64
-}
-
-func topProcs(before, after procTicks) []procUse {
-	var out []procUse
-	for pid, a := range after {
-		d := a.ticks - before[pid].ticks
-		if before[pid].ticks > a.ticks {
-			d = a.ticks
-		}
-		if d > 0 {
-			out = append(out, procUse{pid, a.comm, float64(d) / 100})
-		}
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].seconds > out[j].seconds })
-	if len(out) > 10 {
-		out = out[:10]
-	}
-	return out
-}
-
-func readTrim(path string) string {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return "unknown"
-	}
-	return strings.TrimSpace(string(b))
-}
-
-func cpuModel() (string, int) {
-	f, err := os.Open("/proc/cpuinfo")
-	if err != nil {
-		return "unknown", runtime.NumCPU()
-	}
-	defer f.Close()
-	model, n := "", 0
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		k, v, _ := strings.Cut(sc.Text(), ":")
-		switch strings.TrimSpace(k) {
-		case "processor":
-			n++
-		case "model name":
-			if model == "" {
-				model = strings.TrimSpace(v)
-			}
-		}
-	}
-	return model, n
-}
-
-func memTotal() string {
-	for line := range strings.SplitSeq(readTrim("/proc/meminfo"), "\n") {
-		if v, ok := strings.CutPrefix(line, "MemTotal:"); ok {
-			kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
-			return fmt.Sprintf("%.1f GiB", float64(kb)/(1<<20))
-		}
-	}
-	return "unknown"
-}
-
 type reportData struct {
 	base, start, drainedAt time.Time
 	loadTook               time.Duration
 	pub                    pubResult
 	samples                []sample
 	before, after          map[string]float64
-	procs                  []procUse
+	usage                  procstat.Usage
+	end                    procstat.Snapshot
+	groups                 []string
+	machine                machine.Machine
 	load0, load1           string
 	notified               int64
 }
@@ -610,7 +521,6 @@ func report(o options, d reportData) error {
 		defer f.Close()
 		w = f
 	}
-	model, cpus := cpuModel()
 	processed := d.after["alerting_execution_events_total"] - d.before["alerting_execution_events_total"]
 	// The steady window: the publishing duration (samples up to it).
 	var maxDepth int
@@ -627,8 +537,7 @@ func report(o options, d reportData) error {
 	}
 	fmt.Fprintf(w, "# Alerting: rule evaluation at %d events/s with %d jobs watched\n\n", o.rate, o.jobs)
 	fmt.Fprintf(w, "Run at %s by `%s`.\n\n", d.start.UTC().Format(time.RFC3339), strings.Join(os.Args, " "))
-	fmt.Fprintf(w, "## Machine\n\n| | |\n| --- | --- |\n| CPU | %s, %d logical CPUs |\n| memory | %s |\n| Go | %s |\n| kernel | %s |\n\n",
-		model, cpus, memTotal(), runtime.Version(), readTrim("/proc/sys/kernel/osrelease"))
+	fmt.Fprintf(w, "## Machine\n\n%s\n", d.machine.Markdown())
 	fmt.Fprintf(w, "## Setup\n\n%d jobs loaded into the jobs table in %.1f s, each on a %s interval with anchors spread evenly (%.0f slots due per second), all watched by the watchdog; 3 rules match every job (3 consecutive failures, missed schedule with 30 s tolerance, dead-lettered), notifying a webhook sink in the bench process. Each message holds %d events: the STARTED and the outcome of %d slots (1 outcome in %d a FAILED without retry, 0 meaning none, the rest SUCCEEDED), routing key execution.started, published with confirms on one channel.\n\n",
 		o.jobs, d.loadTook.Seconds(), o.period, float64(o.jobs)/o.period.Seconds(), o.batch, o.batch/2, o.failEvery)
 	fmt.Fprintf(w, "## Result\n\n| measure | value |\n| --- | --- |\n")
@@ -646,14 +555,11 @@ func report(o options, d reportData) error {
 	fmt.Fprintf(w, "| incidents from events | %.0f opened, %.0f resolved; %d notifications received by the sink |\n",
 		d.after["alerting_incidents_opened_total"]-d.before["alerting_incidents_opened_total"],
 		d.after["alerting_incidents_resolved_total"]-d.before["alerting_incidents_resolved_total"], d.notified)
-	fmt.Fprintf(w, "\n## Load on the machine\n\n/proc/loadavg before: `%s`; after: `%s`.\n\nTop processes by CPU time over the run (seconds of CPU in %.0f s of wall time):\n\n| pid | command | CPU s |\n| --- | --- | --- |\n",
-		d.load0, d.load1, time.Since(d.start).Seconds())
-	for _, p := range d.procs {
-		mark := ""
-		if p.pid == o.alertingPID {
-			mark = " (the alerting service)"
-		}
-		fmt.Fprintf(w, "| %d | %s%s | %.1f |\n", p.pid, p.comm, mark, p.seconds)
+	fmt.Fprintf(w, "\n## Load on the machine\n\n/proc/loadavg before: `%s`; after: `%s`.\n\n", d.load0, d.load1)
+	var cpu benchreport.Doc
+	cpu.Usage(d.usage, append(d.groups, procstat.Postgres, procstat.RabbitMQ), &d.end)
+	if _, err := cpu.WriteTo(w); err != nil {
+		return err
 	}
 	fmt.Fprintf(w, "\n## Samples (every second)\n\n| t | ready messages | events evaluated | watchdog checks |\n| --- | --- | --- | --- |\n")
 	for _, s := range d.samples {

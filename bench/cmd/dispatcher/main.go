@@ -52,7 +52,6 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -70,6 +69,7 @@ import (
 	"github.com/cronmesh/cronmesh/bench/internal/ceiling"
 	"github.com/cronmesh/cronmesh/bench/internal/machine"
 	"github.com/cronmesh/cronmesh/bench/internal/pprofsave"
+	"github.com/cronmesh/cronmesh/bench/internal/procstat"
 	dispatchv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/dispatch/v1"
 	registryv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1"
 	"github.com/cronmesh/cronmesh/libs/broker"
@@ -141,10 +141,11 @@ type env struct {
 	dispatch *exec.Cmd
 	dispLog  string
 	addr     string
+	procs    *procstat.Sampler
 }
 
 func run(ctx context.Context, o options, cmdline string) (string, error) {
-	e := &env{o: o, schema: o.tag + "_dispatcher", names: map[string]string{}}
+	e := &env{o: o, schema: o.tag + "_dispatcher", names: map[string]string{}, procs: procstat.New()}
 	for _, n := range []string{"dispatch", "dispatchq", "retry", "retryq", "dead", "deadq", "executions"} {
 		// Under cronmesh.: the dispatcher refuses names a namespace's
 		// AMQP targets could reach ("<tag>." would be namespace <tag>'s).
@@ -202,48 +203,32 @@ func (e *env) measureCeilings(ctx context.Context) ceiling.Machine {
 	return ceiling.Measure(ctx, ceiling.Options{AMQPURL: e.o.amqpURL, Pool: e.db, Name: e.o.tag, MessageSize: size, Duration: e.o.ceiling})
 }
 
-// sampleLoad is /proc/loadavg and the top CPU processes, for the report.
-func sampleLoad() string {
-	la, _ := os.ReadFile("/proc/loadavg")
-	out, _ := exec.Command("ps", "-eo", "pcpu,comm", "--sort=-pcpu").Output()
-	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
-	if len(lines) > 6 {
-		lines = lines[1:6]
-	} else if len(lines) > 0 {
-		lines = lines[1:]
+// sampleLoad is the load average, for the report.
+func sampleLoad() string { return "load average `" + procstat.LoadAverage() + "`" }
+
+// tracked is the dispatcher's pid (once started) and this process's.
+func (e *env) tracked() map[string]int {
+	out := map[string]int{"dispatcher-bench": os.Getpid()}
+	if e.dispatch != nil && e.dispatch.Process != nil {
+		out["dispatcher"] = e.dispatch.Process.Pid
 	}
-	for i, l := range lines {
-		lines[i] = strings.Join(strings.Fields(l), " ")
-	}
-	return fmt.Sprintf("loadavg `%s`; top CPU (%%cpu since start, command): %s", strings.TrimSpace(string(la)), strings.Join(lines, "; "))
+	return out
 }
 
-// cpuTicks is the busy and total jiffies of all CPUs, from /proc/stat.
-func cpuTicks() (busy, total float64) {
-	b, err := os.ReadFile("/proc/stat")
-	if err != nil {
-		return 0, 0
-	}
-	line, _, _ := strings.Cut(string(b), "\n")
-	f := strings.Fields(line)
-	for i, v := range f[1:] {
-		x, _ := strconv.ParseFloat(v, 64)
-		total += x
-		if i != 3 && i != 4 { // idle, iowait
-			busy += x
-		}
-	}
-	return busy, total
-}
-
-// busySince is the share of all CPUs busy since the cpuTicks reading
-// (busy0, total0), whoever used them.
-func busySince(busy0, total0 float64) string {
-	busy, total := cpuTicks()
-	if total <= total0 {
+// busySince is how busy the machine was since the snapshot from (whoever
+// used it), with what ran beside the benchmark.
+func (e *env) busySince(from procstat.Snapshot) string {
+	u := procstat.Between(from, e.procs.Snapshot(e.tracked()))
+	if u.Err != nil || u.Wall <= 0 {
 		return "n/a"
 	}
-	return fmt.Sprintf("%.0f %% of %d cores", 100*(busy-busy0)/(total-total0), runtime.NumCPU())
+	out := fmt.Sprintf("%.0f %% of %d cores (dispatcher %.2f cores, PostgreSQL %.2f, RabbitMQ %.2f, this process %.2f, others %.2f)",
+		100*u.Of(u.Busy)/float64(u.Cores), u.Cores, u.Of(u.CPU["dispatcher"]), u.Of(u.CPU[procstat.Postgres]), u.Of(u.CPU[procstat.RabbitMQ]),
+		u.Of(u.CPU["dispatcher-bench"]), u.Of(u.CPU[procstat.Other]))
+	if len(u.TopOther) > 0 {
+		out += "; others: " + strings.Join(u.TopOther, ", ")
+	}
+	return out
 }
 
 // eventQueues are the names of the --event-queues queues.
@@ -522,7 +507,7 @@ func (e *env) throughput(ctx context.Context) (string, float64, error) {
 	}
 	queued := time.Since(start)
 	p.close()
-	b0, t0 := cpuTicks()
+	s0 := e.procs.Snapshot(e.tracked())
 	if err := e.startDispatcher(ctx); err != nil {
 		return "", 0, err
 	}
@@ -557,7 +542,7 @@ func (e *env) throughput(ctx context.Context) (string, float64, error) {
 	}
 	fmt.Fprintf(&b, "| deliveries/s per tenth of the run | %s |\n", strings.Join(parts, ", "))
 	fmt.Fprintf(&b, "| dispatcher CPU (user+sys) | %s |\n", e.dispatcherCPU())
-	fmt.Fprintf(&b, "| machine CPU busy from dispatcher start to last arrival (everyone: dispatcher, broker, database, this process, others) | %s |\n", busySince(b0, t0))
+	fmt.Fprintf(&b, "| machine CPU busy from dispatcher start to last arrival (everyone: dispatcher, broker, database, this process, others) | %s |\n", e.busySince(s0))
 	if len(arr) < e.o.n {
 		return b.String(), rate, fmt.Errorf("%d of %d requests reached the target", len(arr), e.o.n)
 	}
@@ -583,8 +568,8 @@ func (e *env) latency(ctx context.Context) (string, float64, error) {
 	warm := e.o.rate
 	interval := time.Second / time.Duration(e.o.rate)
 	start := time.Now()
+	var s0 procstat.Snapshot
 	late := 0
-	var b0, t0 float64
 	var delaysBefore promhist.Histogram
 	for i := range warm + total {
 		due := start.Add(time.Duration(i) * interval)
@@ -602,7 +587,7 @@ func (e *env) latency(ctx context.Context) (string, float64, error) {
 			e.target.latencies = e.target.latencies[:0]
 			e.target.arrivals = e.target.arrivals[:0]
 			e.target.mu.Unlock()
-			b0, t0 = cpuTicks()
+			s0 = e.procs.Snapshot(e.tracked())
 			if delaysBefore, err = e.startDelays(ctx); err != nil {
 				return "", 0, err
 			}
@@ -612,7 +597,7 @@ func (e *env) latency(ctx context.Context) (string, float64, error) {
 		}
 	}
 	elapsed := time.Since(start)
-	busy := busySince(b0, t0)
+	busy := e.busySince(s0)
 	deadline := time.Now().Add(time.Minute)
 	for e.target.count() < total && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)
@@ -776,19 +761,11 @@ func (e *env) cpuSeconds() float64 {
 	if e.dispatch == nil || e.dispatch.Process == nil {
 		return -1
 	}
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", e.dispatch.Process.Pid))
-	if err != nil {
+	p, ok := e.procs.Proc(e.dispatch.Process.Pid)
+	if !ok {
 		return -1
 	}
-	s := string(b)
-	f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
-	if len(f) < 13 {
-		return -1
-	}
-	utime, _ := strconv.ParseFloat(f[11], 64)
-	stime, _ := strconv.ParseFloat(f[12], 64)
-	const hz = 100 // USER_HZ on Linux
-	return (utime + stime) / hz
+	return p.CPU.Seconds()
 }
 
 // dispatcherCPU is the dispatcher's CPU time since it started.

@@ -14,20 +14,23 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"flag"
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"os/signal"
-	"runtime"
 	"slices"
 	"strings"
 	"syscall"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+	amqp091 "github.com/rabbitmq/amqp091-go"
+
+	"github.com/cronmesh/cronmesh/bench/internal/machine"
+	"github.com/cronmesh/cronmesh/bench/internal/procstat"
+	benchreport "github.com/cronmesh/cronmesh/bench/internal/report"
 	"github.com/cronmesh/cronmesh/libs/config"
 )
 
@@ -91,7 +94,7 @@ func run(ctx context.Context, args []string) error {
 	}
 	switch scenario {
 	case "machine":
-		return machine(out, o)
+		return describe(ctx, out, o)
 	case "ingest":
 		return ingest(ctx, out, o)
 	case "load":
@@ -116,91 +119,35 @@ func redactArgs(args []string) []string {
 }
 
 // machine writes the hardware, Go version and the load on the machine now.
-func machine(out io.Writer, o options) error {
-	model, cpus := cpuInfo()
-	fmt.Fprintf(out, "\n### Machine\n\n| | |\n| --- | --- |\n")
-	fmt.Fprintf(out, "| CPU | %s, %d logical CPUs |\n", model, cpus)
-	fmt.Fprintf(out, "| memory | %s |\n", memTotal())
-	fmt.Fprintf(out, "| Go | %s %s/%s |\n", runtime.Version(), runtime.GOOS, runtime.GOARCH)
-	fmt.Fprintf(out, "| time | %s |\n", time.Now().UTC().Format(time.RFC3339))
+func describe(ctx context.Context, out io.Writer, o options) error {
+	db, err := pgxpool.New(ctx, o.postgresURL)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	conn, err := amqp091.Dial(o.amqpURL)
+	if err != nil {
+		return fmt.Errorf("rabbitmq: %w", err)
+	}
+	defer conn.Close()
+	fmt.Fprintf(out, "\n### Machine\n\n%s| time | %s |\n", machine.Describe(ctx, db, conn).Markdown(), time.Now().UTC().Format(time.RFC3339))
 	loadNow(out, "at the start")
 	return nil
 }
 
-// loadNow samples /proc/loadavg and the processes using the most CPU, so a
-// reader can tell a quiet run from one that shared the cores.
+// loadNow samples the load average and, over the next second, the CPU of
+// PostgreSQL, RabbitMQ and everything else, so a reader can tell a quiet
+// run from one that shared the cores.
 func loadNow(out io.Writer, when string) {
-	la, _ := os.ReadFile("/proc/loadavg")
-	fmt.Fprintf(out, "\nLoad %s: /proc/loadavg `%s`; top CPU processes over the next second (top -b -n 2 -d 1, second sample):\n\n```\n", when, strings.TrimSpace(string(la)))
-	top, err := exec.Command("top", "-b", "-n", "2", "-d", "1", "-w", "120").Output()
-	if err != nil {
-		fmt.Fprintf(out, "top failed: %v\n", err)
-	} else {
-		// The second sample is the one measured over the second; its
-		// process table starts after its "PID" header.
-		text := string(top)
-		if i := strings.LastIndex(text, "top - "); i >= 0 {
-			text = text[i:]
-		}
-		lines := strings.Split(strings.TrimSpace(text), "\n")
-		for i, l := range lines {
-			if strings.Contains(l, "PID") && strings.Contains(l, "COMMAND") {
-				lines = append(lines[:1:1], lines[i:min(len(lines), i+9)]...)
-				break
-			}
-		}
-		fmt.Fprintln(out, strings.Join(lines, "\n"))
-	}
-	fmt.Fprintln(out, "```")
+	fmt.Fprintf(out, "\nLoad %s: load average `%s`; CPU over the next second:\n", when, procstat.LoadAverage())
+	s := procstat.New()
+	me := map[string]int{"history-bench": os.Getpid()}
+	before := s.Snapshot(me)
+	time.Sleep(time.Second)
+	var d benchreport.Doc
+	d.Usage(procstat.Between(before, s.Snapshot(me)), []string{"history-bench", procstat.Postgres, procstat.RabbitMQ}, nil)
+	_, _ = d.WriteTo(out)
 }
-
-func cpuInfo() (string, int) {
-	f, err := os.Open("/proc/cpuinfo")
-	if err != nil {
-		return "unknown", runtime.NumCPU()
-	}
-	defer f.Close()
-	model, cpus := "", 0
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		k, v, _ := strings.Cut(sc.Text(), ":")
-		switch strings.TrimSpace(k) {
-		case "processor":
-			cpus++
-		case "model name":
-			if model == "" {
-				model = strings.TrimSpace(v)
-			}
-		}
-	}
-	return model, cpus
-}
-
-func memTotal() string {
-	b, err := os.ReadFile("/proc/meminfo")
-	if err != nil {
-		return "unknown"
-	}
-	for line := range strings.SplitSeq(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "MemTotal:"); ok {
-			var kb float64
-			fmt.Sscanf(strings.TrimSpace(v), "%f", &kb)
-			return fmt.Sprintf("%.1f GiB", kb/1024/1024)
-		}
-	}
-	return "unknown"
-}
-
-// percentile of sorted durations.
-func percentile(sorted []time.Duration, p float64) time.Duration {
-	if len(sorted) == 0 {
-		return 0
-	}
-	i := int(p*float64(len(sorted))+0.5) - 1
-	return sorted[min(max(i, 0), len(sorted)-1)]
-}
-
-func ms(d time.Duration) string { return fmt.Sprintf("%.2f ms", float64(d)/float64(time.Millisecond)) }
 
 func verdict(ok bool) string {
 	if ok {

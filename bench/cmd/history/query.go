@@ -12,6 +12,7 @@ import (
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	benchreport "github.com/cronmesh/cronmesh/bench/internal/report"
 	historyv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/history/v1"
 	"github.com/cronmesh/cronmesh/gen/go/cronmesh/history/v1/historyv1connect"
 	"github.com/cronmesh/cronmesh/libs/rpcclient"
@@ -90,8 +91,8 @@ func query(ctx context.Context, out io.Writer, o options) error {
 	fmt.Fprintf(out, "\n### Queries (ListExecutions through the API, Connect over h2c, one call at a time, page size 50, after 20 warm-up calls)\n\n")
 	fmt.Fprintf(out, "| query | calls | p50 | p95 | p99 | max | mean rows |\n| --- | ---: | ---: | ---: | ---: | ---: | ---: |\n")
 	row := func(name string, lat []time.Duration, rows int) {
-		fmt.Fprintf(out, "| %s | %d | %s | %s | %s | %s | %.1f |\n", name, len(lat), ms(percentile(lat, 0.5)), ms(percentile(lat, 0.95)),
-			ms(percentile(lat, 0.99)), ms(lat[len(lat)-1]), float64(rows)/float64(len(lat)))
+		fmt.Fprintf(out, "| %s | %d | %s | %s | %s | %s | %.1f |\n", name, len(lat), benchreport.Ms(benchreport.Quantile(lat, 0.5)), benchreport.Ms(benchreport.Quantile(lat, 0.95)),
+			benchreport.Ms(benchreport.Quantile(lat, 0.99)), benchreport.Ms(lat[len(lat)-1]), float64(rows)/float64(len(lat)))
 	}
 	row("one job, one day (first page)", jobLat, jobRows)
 	row("one job, one day (second page, by token)", pageLat, pageRows)
@@ -112,8 +113,8 @@ func query(ctx context.Context, out io.Writer, o options) error {
 		allSearch = append(allSearch, lat...)
 	}
 	slices.Sort(allSearch)
-	fmt.Fprintf(out, "\n- %s ListExecutions for one job and a day under 50 ms p99: p99 %s\n", verdict(percentile(jobLat, 0.99) < 50*time.Millisecond), ms(percentile(jobLat, 0.99)))
-	fmt.Fprintf(out, "- %s text search over a day under 500 ms: p99 %s over all %d searches\n", verdict(percentile(allSearch, 0.99) < 500*time.Millisecond), ms(percentile(allSearch, 0.99)), len(allSearch))
+	fmt.Fprintf(out, "\n- %s ListExecutions for one job and a day under 50 ms p99: p99 %s\n", verdict(benchreport.Quantile(jobLat, 0.99) < 50*time.Millisecond), benchreport.Ms(benchreport.Quantile(jobLat, 0.99)))
+	fmt.Fprintf(out, "- %s text search over a day under 500 ms: p99 %s over all %d searches\n", verdict(benchreport.Quantile(allSearch, 0.99) < 500*time.Millisecond), benchreport.Ms(benchreport.Quantile(allSearch, 0.99)), len(allSearch))
 	loadNow(out, "after the queries")
 	return nil
 }

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"io"
 	"net/http"
@@ -367,19 +366,11 @@ func ancestors() map[int]bool {
 	out := map[int]bool{}
 	for pid := os.Getpid(); pid > 1 && !out[pid]; {
 		out[pid] = true
-		b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-		if err != nil {
+		parent, ok := procstat.Parent(pid)
+		if !ok {
 			break
 		}
-		end := bytes.LastIndexByte(b, ')')
-		if end < 0 || end+2 > len(b) {
-			break
-		}
-		f := strings.Fields(string(b[end+2:]))
-		if len(f) < 2 {
-			break
-		}
-		pid, _ = strconv.Atoi(f[1])
+		pid = parent
 	}
 	return out
 }

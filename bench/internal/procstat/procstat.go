@@ -349,3 +349,9 @@ func (s *Sampler) Proc(pid int) (Proc, bool) {
 	}
 	return p, ok
 }
+
+// Parent is pid's parent process id; false when pid is gone.
+func Parent(pid int) (int, bool) {
+	p, ok := (&Sampler{}).read(pid)
+	return p.PPID, ok
+}

@@ -41,6 +41,9 @@ func TestBetweenAttributesThisProcess(t *testing.T) {
 	require.True(t, ok)
 	require.GreaterOrEqual(t, p.CPU, after.Procs[os.Getpid()].CPU)
 	require.Positive(t, p.HWM)
+	parent, ok := procstat.Parent(os.Getpid())
+	require.True(t, ok)
+	require.Equal(t, os.Getppid(), parent)
 	_, ok = s.Proc(1 << 30)
 	require.False(t, ok, "no such process")
 }
