@@ -26,15 +26,11 @@ func Burst(ctx context.Context, cfg Config, o BurstOptions) error {
 	if o.Jobs <= 0 {
 		return fmt.Errorf("meshbench: jobs must be positive")
 	}
-	e, err := newEnv(ctx, cfg, "burst")
+	e, ceil, err := startMeasured(ctx, cfg, "burst")
 	if err != nil {
 		return err
 	}
 	defer e.close()
-	ceil := e.measureCeilings(ctx)
-	if err := e.startMesh(ctx); err != nil {
-		return err
-	}
 	lead := o.Lead
 	if lead == 0 {
 		lead = 40*time.Second + time.Duration(o.Jobs/1200)*time.Second

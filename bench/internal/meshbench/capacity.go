@@ -88,15 +88,11 @@ func Capacity(ctx context.Context, cfg Config, o CapacityOptions) error {
 	if o.Settle <= 0 {
 		o.Settle = 5 * time.Second
 	}
-	e, err := newEnv(ctx, cfg, "capacity")
+	e, ceil, err := startMeasured(ctx, cfg, "capacity")
 	if err != nil {
 		return err
 	}
 	defer e.close()
-	ceil := e.measureCeilings(ctx)
-	if err := e.startMesh(ctx); err != nil {
-		return err
-	}
 	var rates []float64
 	var jobs int
 	for r := o.From; r <= o.Max; r += o.Step {

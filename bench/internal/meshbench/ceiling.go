@@ -38,3 +38,19 @@ func (e *env) measureCeilings(ctx context.Context) ceiling.Machine {
 		AMQPURL: e.cfg.AMQPURL, Pool: e.db, Name: e.name, MessageSize: size, Duration: e.cfg.Ceiling,
 	})
 }
+
+// startMeasured is a scenario's start: the environment, the ceilings
+// (measured before the mesh runs, so that neither competes with it) and
+// the mesh. On error nothing is left running.
+func startMeasured(ctx context.Context, cfg Config, scenario string) (*env, ceiling.Machine, error) {
+	e, err := newEnv(ctx, cfg, scenario)
+	if err != nil {
+		return nil, ceiling.Machine{}, err
+	}
+	ceil := e.measureCeilings(ctx)
+	if err := e.startMesh(ctx); err != nil {
+		e.close()
+		return nil, ceiling.Machine{}, err
+	}
+	return e, ceil, nil
+}

@@ -50,15 +50,11 @@ func Sustained(ctx context.Context, cfg Config, o SustainedOptions) error {
 	if o.Grace == 0 {
 		o.Grace = 2 * time.Minute
 	}
-	e, err := newEnv(ctx, cfg, "sustained")
+	e, ceil, err := startMeasured(ctx, cfg, "sustained")
 	if err != nil {
 		return err
 	}
 	defer e.close()
-	ceil := e.measureCeilings(ctx)
-	if err := e.startMesh(ctx); err != nil {
-		return err
-	}
 
 	sizing, err := workload.New(workload.Options{Rate: o.Rate, Start: time.Now(), Window: o.Duration, Shares: o.Shares})
 	if err != nil {
