@@ -32,7 +32,7 @@ type MemoryOptions struct {
 
 // Memory puts Jobs jobs into the trigger tier and reads the trigger nodes'
 // memory. Registering 5,000,000 jobs through the registry and the trigger's
-// projection takes most of an hour on this machine (docs/benchmarks.md), so
+// projection takes most of an hour on this machine (docs/benchmarks/history-to-20261126.md), so
 // all but Firing of them are written with COPY into the trigger's jobs table
 // while its nodes are stopped, as the trigger's projection would store
 // them; the nodes then start on that table. The Firing jobs go the whole
