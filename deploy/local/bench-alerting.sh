@@ -18,7 +18,7 @@ cd "$(dirname "$0")/../.."
 
 if [ -z "${CRONMESH_BENCH_LOCKED:-}" ]; then
   export CRONMESH_BENCH_LOCKED=1
-  exec flock /tmp/cronmesh-bench.lock "$0" "$@"
+  exec flock -o /tmp/cronmesh-bench.lock "$0" "$@"
 fi
 
 BENCH_OUT=${BENCH_OUT:-bin/bench/$(date -u +%Y%m%dT%H%M%SZ)}

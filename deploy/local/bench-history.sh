@@ -19,7 +19,7 @@ cd "$(dirname "$0")/../.."
 
 if [ -z "${BENCH_LOCKED:-}" ]; then
   echo "bench-history: waiting for /tmp/cronmesh-bench.lock" >&2
-  exec env BENCH_LOCKED=1 flock /tmp/cronmesh-bench.lock "$0" "$@"
+  exec env BENCH_LOCKED=1 flock -o /tmp/cronmesh-bench.lock "$0" "$@"
 fi
 
 EXECUTIONS=${BENCH_HISTORY_EXECUTIONS:-10000000}

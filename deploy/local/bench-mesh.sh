@@ -43,7 +43,7 @@ cd "$(dirname "$0")/../.."
 
 if [ -z "${BENCH_MESH_LOCKED:-}" ]; then
   echo "bench-mesh: waiting for /tmp/cronmesh-bench.lock" >&2
-  exec env BENCH_MESH_LOCKED=1 flock /tmp/cronmesh-bench.lock "$0" "$@"
+  exec env BENCH_MESH_LOCKED=1 flock -o /tmp/cronmesh-bench.lock "$0" "$@"
 fi
 
 SCENARIOS=${BENCH_MESH_SCENARIOS:-capacity sustained burst memory}

@@ -42,6 +42,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
+# The whole run holds /tmp/cronmesh-bench.lock, so benchmarks never overlap
+# (flock -o: a server started meanwhile does not inherit the lock).
+if [ -z "${CRONMESH_BENCH_LOCKED:-}" ]; then
+  export CRONMESH_BENCH_LOCKED=1
+  exec flock -o /tmp/cronmesh-bench.lock "$0" "$@"
+fi
+
 BENCH_TRIGGER_MEMORY=${BENCH_TRIGGER_MEMORY:-1}
 default_scenarios="sustained steady burst failover projection"
 [ "$BENCH_TRIGGER_MEMORY" = 0 ] || default_scenarios="$default_scenarios memory"
