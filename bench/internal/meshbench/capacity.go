@@ -101,8 +101,8 @@ func Capacity(ctx context.Context, cfg Config, o CapacityOptions) error {
 	}
 	regStart := time.Now()
 	// 30 s plus 1 s per 1,000 jobs for the registry and the trigger's
-	// projection, to a whole minute.
-	first := regStart.Add(30*time.Second + time.Duration(jobs/1000)*time.Second).Truncate(time.Minute).Add(time.Minute)
+	// projection.
+	first := regStart.Add(30*time.Second + time.Duration(jobs/1000)*time.Second).Truncate(time.Second)
 	plan := &workload.Plan{}
 	steps := make([]step, len(rates))
 	stepJobs := make([][2]int, len(rates)) // the plan's job indexes of each step
@@ -132,13 +132,17 @@ func Capacity(ctx context.Context, cfg Config, o CapacityOptions) error {
 	}
 	load0 := procstat.LoadAverage()
 	prev := e.procs.Snapshot(e.tracked())
-	done, seen := 0, 0
+	// No step's slot arrives before its window: from the count at its
+	// start on, the target's deliveries hold all of the step's.
+	seen, done := e.target.Count(), 0
 	for i := range steps {
 		st := &steps[i]
 		if err := sleepUntil(ctx, st.to); err != nil {
 			return err
 		}
 		st.end = e.procs.Snapshot(e.tracked())
+		fromIndex := seen
+		seen = e.target.Count()
 		st.usage = procstat.Between(prev, st.end)
 		prev = st.end
 		if err := e.checkAlive(); err != nil {
@@ -151,9 +155,7 @@ func Capacity(ctx context.Context, cfg Config, o CapacityOptions) error {
 		if err := sleepUntil(ctx, st.to.Add(o.Settle)); err != nil {
 			return err
 		}
-		fresh := e.target.Since(seen)
-		seen += len(fresh)
-		st.p99, st.bounded = quickP99(fresh, plan, stepJobs[i], st.from, st.to, st.to.Add(o.Settle))
+		st.p99, st.bounded = quickP99(e.target.Since(fromIndex), plan, stepJobs[i], st.from, st.to, st.to.Add(o.Settle))
 		st.held = st.bounded && st.p99 < capacityP99
 		done = i + 1
 		e.cfg.Log.Info("step", "rate", st.rate, "p99", st.p99, "bounded", st.bounded, "held", st.held)

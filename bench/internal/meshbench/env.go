@@ -145,7 +145,7 @@ func (e *env) startMesh(ctx context.Context) error {
 	for _, svc := range meshrun.Services() {
 		extra[svc] = append([]string{"--pprof"}, e.cfg.ExtraArgs[svc]...)
 	}
-	e.cfg.Log.Info("starting the mesh", "name", e.name, "trigger_nodes", e.cfg.TriggerNodes, "logs", logDir)
+	e.cfg.Log.Info("starting the mesh as make dev runs it", "name", e.name, "logs", logDir)
 	e.mesh, err = meshrun.Start(ctx, meshrun.Options{
 		BinDir: binDir, PostgresURL: e.cfg.PostgresURL, AMQPURL: e.cfg.AMQPURL,
 		EtcdEndpoints: []string{"http://" + addr}, Name: e.name,
