@@ -165,7 +165,7 @@ bench: bench-history
 
 # The end-to-end benchmark of the whole mesh, also a prerequisite of `bench`.
 .PHONY: bench-mesh
-bench-mesh: tools services build ## End-to-end benchmark: the whole mesh at 3,000 executions/s for 10 min, a 100,000-slot burst, 5M jobs in the trigger tier.
+bench-mesh: tools services build ## End-to-end benchmark of the mesh as make dev runs it: capacity (a ramp), the mix at 3,000/s for 10 min, a 100,000-slot burst, 5M jobs in the trigger tier.
 	deploy/local/bench-mesh.sh
 
 bench: bench-mesh

@@ -18,7 +18,7 @@ cd "$(dirname "$0")/../.."
 
 if [ -z "${CRONMESH_BENCH_LOCKED:-}" ]; then
   export CRONMESH_BENCH_LOCKED=1
-  exec flock /tmp/cronmesh-bench.lock "$0" "$@"
+  exec flock -o /tmp/cronmesh-bench.lock "$0" "$@"
 fi
 
 BENCH_OUT=${BENCH_OUT:-bin/bench/$(date -u +%Y%m%dT%H%M%SZ)}
@@ -39,7 +39,7 @@ fi
 
 log "building bin/alerting and bin/alerting-bench"
 go build -o bin/alerting ./services/alerting/cmd/alerting
-go build -o bin/alerting-bench ./services/alerting/cmd/alerting-bench
+go build -o bin/alerting-bench ./bench/cmd/alerting
 
 mkdir -p "$BENCH_OUT"
 REPORT=$BENCH_OUT/alerting.md

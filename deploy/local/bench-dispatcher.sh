@@ -39,7 +39,7 @@ log() { printf 'bench-dispatcher: %s\n' "$*" >&2; }
 
 log "building bin/dispatcher and bin/dispatcher-bench"
 go build -o bin/dispatcher ./services/dispatcher/cmd/dispatcher
-go build -o bin/dispatcher-bench ./services/dispatcher/cmd/dispatcher-bench
+go build -o bin/dispatcher-bench ./bench/cmd/dispatcher
 deploy/local/ensure-services.sh
 
 mkdir -p "$BENCH_OUT"
@@ -53,7 +53,7 @@ REPORT=$BENCH_OUT/report.md
 failed=()
 for scenario in $BENCH_DISPATCHER_SCENARIOS; do
   log "scenario $scenario (waiting for the bench lock)"
-  if ! flock /tmp/cronmesh-bench.lock timeout --signal=TERM --kill-after=30s 15m \
+  if ! flock -o /tmp/cronmesh-bench.lock timeout --signal=TERM --kill-after=30s 15m \
     bin/dispatcher-bench --scenario "$scenario" --dispatcher bin/dispatcher \
     --dispatcher-args "$BENCH_DISPATCHER_ARGS" --n "$BENCH_DISPATCHER_N" \
     --rate "$BENCH_DISPATCHER_RATE" --duration "$BENCH_DISPATCHER_DURATION" \

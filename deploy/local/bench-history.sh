@@ -19,7 +19,7 @@ cd "$(dirname "$0")/../.."
 
 if [ -z "${BENCH_LOCKED:-}" ]; then
   echo "bench-history: waiting for /tmp/cronmesh-bench.lock" >&2
-  exec env BENCH_LOCKED=1 flock /tmp/cronmesh-bench.lock "$0" "$@"
+  exec env BENCH_LOCKED=1 flock -o /tmp/cronmesh-bench.lock "$0" "$@"
 fi
 
 EXECUTIONS=${BENCH_HISTORY_EXECUTIONS:-10000000}
@@ -41,7 +41,7 @@ fi
 
 log "building bin/history and bin/history-bench"
 go build -o bin/history ./services/history/cmd/history
-go build -o bin/history-bench ./services/history/cmd/history-bench
+go build -o bin/history-bench ./bench/cmd/history
 
 mkdir -p "$BENCH_OUT"
 REPORT=$BENCH_OUT/history.md

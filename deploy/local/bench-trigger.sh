@@ -42,6 +42,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
+# The whole run holds /tmp/cronmesh-bench.lock, so benchmarks never overlap
+# (flock -o: a server started meanwhile does not inherit the lock).
+if [ -z "${CRONMESH_BENCH_LOCKED:-}" ]; then
+  export CRONMESH_BENCH_LOCKED=1
+  exec flock -o /tmp/cronmesh-bench.lock "$0" "$@"
+fi
+
 BENCH_TRIGGER_MEMORY=${BENCH_TRIGGER_MEMORY:-1}
 default_scenarios="sustained steady burst failover projection"
 [ "$BENCH_TRIGGER_MEMORY" = 0 ] || default_scenarios="$default_scenarios memory"
@@ -61,7 +68,7 @@ log() { printf 'bench-trigger: %s\n' "$*" >&2; }
 
 log "building bin/trigger and bin/trigger-bench"
 go build -o bin/trigger ./services/trigger/cmd/trigger
-go build -o bin/trigger-bench ./services/trigger/cmd/trigger-bench
+go build -o bin/trigger-bench ./bench/cmd/trigger
 deploy/local/ensure-services.sh
 
 mkdir -p "$BENCH_OUT"

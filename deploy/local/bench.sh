@@ -21,6 +21,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
+# The whole run holds /tmp/cronmesh-bench.lock, so benchmarks never overlap
+# (flock -o: a server started meanwhile does not inherit the lock).
+if [ -z "${CRONMESH_BENCH_LOCKED:-}" ]; then
+  export CRONMESH_BENCH_LOCKED=1
+  exec flock -o /tmp/cronmesh-bench.lock "$0" "$@"
+fi
+
 BENCH_JOBS=${BENCH_JOBS:-1000000}
 BENCH_SCENARIOS=${BENCH_SCENARIOS:-load list create batch}
 BENCH_OUT=${BENCH_OUT:-bin/bench/$(date -u +%Y%m%dT%H%M%SZ)}
@@ -40,7 +47,7 @@ fi
 
 log "building bin/registry and bin/registry-bench"
 go build -o bin/registry ./services/registry/cmd/registry
-go build -o bin/registry-bench ./services/registry/cmd/registry-bench
+go build -o bin/registry-bench ./bench/cmd/registry
 
 mkdir -p "$BENCH_OUT"
 REPORT=$BENCH_OUT/report.md

@@ -83,6 +83,14 @@ type Options struct {
 	// Services), for a test of one service's process on its own; the
 	// fields of the others stay nil.
 	Only []string
+	// AsDev starts every service with the flags `make dev`
+	// (deploy/local/dev.sh) gives it and no others beyond the mesh's names,
+	// keys and addresses: the binaries' own partitions, lease, retry tiers,
+	// log level and shutdown timeout, and three trigger nodes unless
+	// TriggerNodes says otherwise. The benchmarks measure the product this
+	// way; tests keep meshrun's quicker choices. Partitions, LeaseTTL,
+	// RetryTiers and LogLevel are ignored.
+	AsDev bool
 }
 
 // Names are the broker objects of one mesh.
@@ -140,6 +148,9 @@ func Start(ctx context.Context, opts Options) (*Mesh, error) {
 	}
 	if strings.Trim(opts.Name, "abcdefghijklmnopqrstuvwxyz0123456789_") != "" {
 		return nil, fmt.Errorf("meshrun: Name %q: only lower-case letters, digits and '_'", opts.Name)
+	}
+	if opts.AsDev {
+		opts.TriggerNodes = cmp.Or(opts.TriggerNodes, 3)
 	}
 	opts.TriggerNodes = cmp.Or(opts.TriggerNodes, 2)
 	opts.Partitions = cmp.Or(opts.Partitions, 16)
@@ -272,10 +283,14 @@ func (m *Mesh) common() []string {
 	slices.Sort(keys)
 	args := []string{
 		"--postgres-url", m.opts.PostgresURL, "--amqp-url", m.opts.AMQPURL,
-		"--api-keys", strings.Join(keys, ","), "--log-level", m.opts.LogLevel, "--shutdown-timeout", "10s",
+		"--api-keys", strings.Join(keys, ","),
 		// The mesh's tests and benchmarks drive load through a few keys:
-		// the rate limit would measure itself (ExtraArgs can set one).
+		// the rate limit would measure itself (ExtraArgs can set one). It
+		// guards the API only, not the path of an execution.
 		"--rate-limit", "off",
+	}
+	if !m.opts.AsDev {
+		args = append(args, "--log-level", m.opts.LogLevel, "--shutdown-timeout", "10s")
 	}
 	if m.opts.OTLPEndpoint != "" {
 		args = append(args, "--otlp-endpoint", m.opts.OTLPEndpoint)
@@ -295,25 +310,32 @@ func (m *Mesh) registryArgs() []string {
 }
 
 func (m *Mesh) triggerArgs(nodeID string) []string {
-	return m.with("trigger", "--node-id", nodeID, "--schema", m.Schemas["trigger"],
+	args := []string{"--node-id", nodeID, "--schema", m.Schemas["trigger"],
 		"--etcd-endpoints", strings.Join(m.opts.EtcdEndpoints, ","), "--etcd-prefix", m.Names.EtcdPrefix,
-		"--partitions", fmt.Sprint(m.opts.Partitions), "--lease-ttl", m.opts.LeaseTTL.String(),
 		"--jobs-exchange", m.Names.Jobs, "--jobs-queue", m.Names.TriggerJobs,
 		"--dispatch-exchange", m.Names.Dispatch, "--dispatch-queue", m.Names.DispatchQueue,
-		"--executions-exchange", m.Names.Executions)
+		"--executions-exchange", m.Names.Executions}
+	if !m.opts.AsDev {
+		args = append(args, "--partitions", fmt.Sprint(m.opts.Partitions), "--lease-ttl", m.opts.LeaseTTL.String())
+	}
+	return m.with("trigger", args...)
 }
 
 func (m *Mesh) dispatcherArgs() []string {
-	tiers := make([]string, len(m.opts.RetryTiers))
-	for i, d := range m.opts.RetryTiers {
-		tiers[i] = d.String()
-	}
-	return m.with("dispatcher", "--schema", m.Schemas["dispatcher"],
+	args := []string{"--schema", m.Schemas["dispatcher"],
 		"--dispatch-exchange", m.Names.Dispatch, "--dispatch-queue", m.Names.DispatchQueue,
-		"--retry-exchange", m.Names.Retry, "--retry-queue", m.Names.RetryQueue, "--retry-tiers", strings.Join(tiers, ","),
+		"--retry-exchange", m.Names.Retry, "--retry-queue", m.Names.RetryQueue,
 		"--dead-exchange", m.Names.Dead, "--dead-queue", m.Names.DeadQueue,
 		"--executions-exchange", m.Names.Executions,
-		"--allow-networks", strings.Join(m.opts.AllowNetworks, ","))
+		"--allow-networks", strings.Join(m.opts.AllowNetworks, ",")}
+	if !m.opts.AsDev {
+		tiers := make([]string, len(m.opts.RetryTiers))
+		for i, d := range m.opts.RetryTiers {
+			tiers[i] = d.String()
+		}
+		args = append(args, "--retry-tiers", strings.Join(tiers, ","))
+	}
+	return m.with("dispatcher", args...)
 }
 
 func (m *Mesh) historyArgs() []string {

@@ -10,6 +10,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
+
+	"github.com/cronmesh/cronmesh/libs/jobspec"
 )
 
 // hourly is a job whose first slot is at `first` and the next an hour later:
@@ -465,7 +467,7 @@ func TestEngineIgnoresCopiesReadBeforeItsCommit(t *testing.T) {
 func TestEngineSpread(t *testing.T) {
 	t.Parallel()
 	const window = 3 * time.Second
-	offset := SpreadOffset("spread", window)
+	offset := jobspec.SpreadOffset("spread", window)
 	require.Positive(t, offset)
 	first := t0.Add(time.Second)
 	store := newFakeStore(hourly("spread", 0, first, withSpread(window)))

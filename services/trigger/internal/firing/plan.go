@@ -47,7 +47,7 @@ func Plan(d Due, now time.Time) (Advance, error) {
 
 // Plan walks the job's slots from d.NextFire, oldest first, and returns the
 // Advance that records every slot whose firing time (nominal + the job's
-// [SpreadOffset]) is at or before now, each exactly once:
+// [jobspec.SpreadOffset]) is at or before now, each exactly once:
 //
 //   - a paused job fires nothing: each slot is KindMissed, "the job is
 //     paused" (the store should not return paused jobs; if it does, their
@@ -126,7 +126,7 @@ func catchUpWindow(d Due) time.Duration {
 // spreadOf is the job's spread offset; the engine's firing time and Plan's
 // walk must use the same one.
 func spreadOf(d Due) time.Duration {
-	return SpreadOffset(d.JobID, d.Job.GetSpreadWindow().AsDuration())
+	return jobspec.SpreadOffset(d.JobID, d.Job.GetSpreadWindow().AsDuration())
 }
 
 // FiringTime is when d's slot at nominal is due to fire: nominal plus the

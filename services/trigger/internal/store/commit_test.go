@@ -20,6 +20,7 @@ import (
 	eventsv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/events/v1"
 	registryv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1"
 	"github.com/cronmesh/cronmesh/libs/execid"
+	"github.com/cronmesh/cronmesh/libs/jobspec"
 	"github.com/cronmesh/cronmesh/libs/outbox"
 	"github.com/cronmesh/cronmesh/services/trigger/internal/firing"
 	"github.com/cronmesh/cronmesh/services/trigger/internal/store"
@@ -504,7 +505,7 @@ func TestCommitDueAtFiringTime(t *testing.T) {
 		j.Id = "0190d6c8-6f1e-7c2a-9d51-3b8f2a4e6c10"
 		j.SpreadWindow = durationpb.New(window)
 	})
-	spread := firing.SpreadOffset(job.Id, window)
+	spread := jobspec.SpreadOffset(job.Id, window)
 	require.NotZero(t, spread, "an id whose offset tells the firing time from the nominal time")
 	slots := []firing.Slot{
 		{Nominal: d.NextFire, Kind: firing.KindMissed, Reason: "older than the catch-up window"},

@@ -10,6 +10,7 @@ import (
 
 	dispatchv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/dispatch/v1"
 	registryv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1"
+	"github.com/cronmesh/cronmesh/libs/jobspec"
 	"github.com/cronmesh/cronmesh/services/trigger/internal/firing"
 )
 
@@ -29,7 +30,7 @@ func TestCommitCarriesTheDeadlines(t *testing.T) {
 		j.StopRetriesAtNextSlot = true
 		j.OverlapPolicy = registryv1.OverlapPolicy_OVERLAP_POLICY_BUFFER_ONE
 	})
-	spread := firing.SpreadOffset(job.Id, window)
+	spread := jobspec.SpreadOffset(job.Id, window)
 	slots := []firing.Slot{
 		{Nominal: d.NextFire, Kind: firing.KindCatchUp},
 		{Nominal: d.NextFire.Add(5 * time.Minute), Kind: firing.KindMissed, Reason: "older than the catch-up window"},
