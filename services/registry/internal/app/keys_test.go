@@ -68,6 +68,7 @@ func startKeyRegistry(t *testing.T) *keyRegistry {
 		ExecutionsQueue:    amqptest.UniqueName(t, "cronmesh.registry.executions"),
 		Keys:               keyring.Config{Refresh: 50 * time.Millisecond},
 	}
+	amqptest.DeleteOnCleanup(t, []string{cfg.ExecutionsQueue}, []string{cfg.ExecutionsExchange, cfg.Exchange})
 	logs := &logBuffer{}
 	logger := slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	ctx, cancel := context.WithCancel(context.Background())
