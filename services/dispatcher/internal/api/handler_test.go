@@ -1,7 +1,6 @@
 package api
 
 import (
-	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -21,14 +20,6 @@ import (
 	"github.com/cronmesh/cronmesh/libs/targetcheck"
 	"github.com/cronmesh/cronmesh/services/dispatcher/internal/store"
 )
-
-func manyHeaders(n int) map[string]string {
-	h := make(map[string]string, n)
-	for i := range n {
-		h[fmt.Sprintf("X-H%d", i)] = "v"
-	}
-	return h
-}
 
 func httpTarget(url, secret string) *registryv1.Target {
 	return &registryv1.Target{Kind: &registryv1.Target_Http{Http: &registryv1.HttpTarget{Method: "POST", Url: url, SigningSecret: secret}}}
