@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -401,7 +402,7 @@ func (s *Store) resolve(ctx context.Context, tx pgx.Tx, id uuid.UUID, reason str
 		WHERE id = $1 AND state <> $2
 		RETURNING id, namespace, rule_id, job_id, job_display_name, kind, summary, slot_time, open_time`,
 		id, stateResolved, now, reason).Scan(&iid, &inc.Namespace, &rid, &inc.JobID, &inc.JobDisplayName, &kind, &inc.Summary, &slot, &inc.OpenTime)
-	if err == pgx.ErrNoRows {
+	if errors.Is(err, pgx.ErrNoRows) {
 		return 0, nil
 	}
 	if err != nil {

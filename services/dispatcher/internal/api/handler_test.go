@@ -177,8 +177,10 @@ func TestRequestFieldCaps(t *testing.T) {
 			t.Parallel()
 			err := tt.call()
 			require.Equal(t, connect.CodeInvalidArgument, connect.CodeOf(err), "%v", err)
+			var cerr *connect.Error
+			require.ErrorAs(t, err, &cerr)
 			var fields []string
-			for _, d := range err.(*connect.Error).Details() {
+			for _, d := range cerr.Details() {
 				v, derr := d.Value()
 				require.NoError(t, derr)
 				if br, ok := v.(*errdetails.BadRequest); ok {
