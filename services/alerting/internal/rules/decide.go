@@ -238,8 +238,8 @@ type Decision struct {
 // It opens at most one incident per key and none for a key that stays
 // open, and resolves each open key at most once. The order is fixed
 // (resolves and missed-schedule opens by key, dead-letter opens in event
-// order, consecutive-failure opens by job and rule) so a batch always
-// yields the same decision.
+// order, consecutive-failure opens by job, then in the rules' order) so a
+// batch always yields the same decision.
 func Decide(events []Event, st State) Decision {
 	lastSuccess := map[string]time.Time{}
 	failing := map[string]Event{} // job -> its latest failing event
