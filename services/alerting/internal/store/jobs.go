@@ -592,7 +592,7 @@ func (s *Store) watchOne(ctx context.Context, tx pgx.Tx, set *rules.Set, j watch
 		slot := j.next
 		summary := fmt.Sprintf("no execution for the slot at %s within %s: the trigger tier may be down or stuck",
 			slot.UTC().Format(time.RFC3339), r.Tolerance)
-		_, ok, err := s.open(ctx, tx, r, j.namespace, j.id, j.name, &slot, summary, now)
+		ok, err := s.open(ctx, tx, r, j.namespace, j.id, j.name, &slot, summary, now)
 		if err != nil {
 			return nil, nil, 0, false, err
 		}
@@ -659,7 +659,7 @@ func (s *Store) NoSuccess(ctx context.Context, set *rules.Set, now time.Time, li
 				return err
 			}
 			for _, j := range list {
-				_, ok, err := s.open(ctx, tx, r, r.Namespace, j.id, j.name, nil,
+				ok, err := s.open(ctx, tx, r, r.Namespace, j.id, j.name, nil,
 					fmt.Sprintf("no successful execution for %s", r.Within), now)
 				if err != nil {
 					return err

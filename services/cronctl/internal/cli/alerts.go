@@ -155,9 +155,6 @@ func (f *ruleFlags) apply(r *alertingv1.Rule) ([]string, error) {
 	return fields, nil
 }
 
-// conditionFields are the proto JSON names of Rule's condition oneof.
-var conditionFields = []string{"consecutiveFailures", "missedSchedule", "deadLettered", "noSuccessWithin"}
-
 // overlayRule copies the given top-level fields of from onto to (the
 // oneof condition as a whole), for UpdateRule, which replaces the whole
 // definition: what is not given keeps the stored value.
