@@ -2,9 +2,9 @@ package deploy_test
 
 import (
 	"bufio"
+	"encoding/json"
 	"os"
 	"path/filepath"
-	"encoding/json"
 	"regexp"
 	"slices"
 	"strconv"
