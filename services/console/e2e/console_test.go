@@ -23,6 +23,8 @@ import (
 
 	alertingv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/alerting/v1"
 	"github.com/cronmesh/cronmesh/gen/go/cronmesh/alerting/v1/alertingv1connect"
+	auditv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/audit/v1"
+	"github.com/cronmesh/cronmesh/gen/go/cronmesh/audit/v1/auditv1connect"
 	dispatcherv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/dispatcher/v1"
 	"github.com/cronmesh/cronmesh/gen/go/cronmesh/dispatcher/v1/dispatcherv1connect"
 	historyv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/history/v1"
@@ -270,4 +272,13 @@ func TestConsoleInABrowser(t *testing.T) {
 	require.Len(t, incidents.Msg.GetIncidents(), 1)
 	assert.NotNil(t, incidents.Msg.GetIncidents()[0].GetAcknowledgeTime(), "acknowledged from the console")
 	assert.Equal(t, int64(1), tg.fail.Load(), "the redrive went to the override, not to /fail")
+
+	// The viewer signed in and browsed without a single refused call: the
+	// console asks GetCallerIdentity what the key may do rather than trying.
+	for name, url := range map[string]string{"registry": mesh.Registry.URL, "alerting": mesh.Alerting.URL, "dispatcher": mesh.Dispatcher.URL} {
+		events, err := auditv1connect.NewAuditServiceClient(http.DefaultClient, url, auth).
+			ListAuditEvents(ctx, connect.NewRequest(&auditv1.ListAuditEventsRequest{KeyId: viewer.Msg.GetKey().GetId()}))
+		require.NoError(t, err)
+		assert.Emptyf(t, events.Msg.GetEvents(), "the viewer's calls in the %s's audit log", name)
+	}
 }
