@@ -630,11 +630,17 @@ func (s *Store) NoSuccess(ctx context.Context, set *rules.Set, now time.Time, li
 		if err != nil {
 			continue
 		}
-		labels, err := json.Marshal(r.Labels)
+		selector := r.Labels
+		if selector == nil {
+			// A rule without a label selector watches every job: JSON null
+			// would be contained in no job's labels.
+			selector = map[string]string{}
+		}
+		labels, err := json.Marshal(selector)
 		if err != nil {
 			return opened, err
 		}
-		var ids []string
+		ids := []string{} // not nil: pgx sends a nil slice as NULL, and cardinality(NULL) matches nothing
 		for id := range r.JobIDs {
 			ids = append(ids, id)
 		}
