@@ -31,6 +31,7 @@ import (
 	"github.com/cronmesh/cronmesh/gen/go/cronmesh/history/v1/historyv1connect"
 	registryv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1"
 	"github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1/registryv1connect"
+	"github.com/cronmesh/cronmesh/libs/apikey"
 	"github.com/cronmesh/cronmesh/libs/meshrun"
 	"github.com/cronmesh/cronmesh/libs/meshtest"
 )
@@ -259,7 +260,7 @@ func TestConsoleInABrowser(t *testing.T) {
 	assert.Positive(t, tg.ok.Load())
 
 	// The dead letter was redriven to the override and succeeded; the
-	// incident was acknowledged before that success resolved it.
+	// incident was acknowledged, then resolved by hand, before that.
 	require.Eventually(t, func() bool {
 		res, err := history.GetExecution(ctx, connect.NewRequest(&historyv1.GetExecutionRequest{ExecutionId: deadLetter.GetExecutionId()}))
 		return err == nil && res.Msg.GetExecution().GetStatus() == historyv1.ExecutionStatus_EXECUTION_STATUS_SUCCEEDED
@@ -271,6 +272,7 @@ func TestConsoleInABrowser(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, incidents.Msg.GetIncidents(), 1)
 	assert.NotNil(t, incidents.Msg.GetIncidents()[0].GetAcknowledgeTime(), "acknowledged from the console")
+	assert.Equal(t, apikey.ConfiguredKeyID(keyAlpha), incidents.Msg.GetIncidents()[0].GetResolvedBy(), "resolved from the console")
 	assert.Equal(t, int64(1), tg.fail.Load(), "the redrive went to the override, not to /fail")
 
 	// The viewer signed in and browsed without a single refused call: the

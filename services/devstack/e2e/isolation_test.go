@@ -229,6 +229,9 @@ func isolationCases() map[protoreflect.FullName]matrixCase {
 		alerting + "AcknowledgeIncident": {role: editor, foreign: func(a *tenantA) proto.Message {
 			return &alertingv1.AcknowledgeIncidentRequest{Id: a.incidentID}
 		}},
+		alerting + "ResolveIncident": {role: editor, foreign: func(a *tenantA) proto.Message {
+			return &alertingv1.ResolveIncidentRequest{Id: a.incidentID}
+		}},
 
 		keys + "CreateKey": {role: admin, answers: true, foreign: func(a *tenantA) proto.Message {
 			return &registryv1.CreateKeyRequest{Name: "taken over", Role: registryv1.KeyRole_KEY_ROLE_VIEWER, RequestId: a.requestID}
