@@ -126,6 +126,15 @@ try {
   await page.getByRole("table", { name: "Executions" }).getByRole("link", { name: failingJob }).first().waitFor();
   await check("executions");
 
+  step("search the jobs by name, on the server");
+  await nav("Jobs");
+  await page.getByRole("link", { name: failingJob }).waitFor();
+  await page.getByLabel("Name contains").fill("EVERY 2");
+  await page.getByRole("link", { name: failingJob }).waitFor({ state: "detached" });
+  await page.getByRole("link", { name: "e2e every 2 seconds" }).waitFor();
+  await page.getByLabel("Name contains").fill("");
+  await page.getByRole("link", { name: failingJob }).waitFor();
+
   step("acknowledge the failing job's incident, then resolve it");
   await nav("Incidents and alerts");
   const incidents = page.getByRole("table", { name: "Incidents" });
