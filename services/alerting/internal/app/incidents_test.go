@@ -2,6 +2,7 @@ package app_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -289,7 +290,8 @@ func TestSkippedExecutionsAndConsecutiveFailures(t *testing.T) {
 // of slots up to the resolution, a dead letter of such a slot, arriving
 // late) opens nothing again, while a new streak of failures, or a new dead
 // letter, opens a new incident. Resolving twice is not an error; an id of
-// another namespace is NOT_FOUND; a malformed id is INVALID_ARGUMENT.
+// another namespace, or no incident's, is NOT_FOUND; an id over its cap is
+// INVALID_ARGUMENT.
 func TestResolveIncidentByHand(t *testing.T) {
 	t.Parallel()
 	a := startAlerting(t)
@@ -340,7 +342,8 @@ func TestResolveIncidentByHand(t *testing.T) {
 	_, err = a.client(keyBeta).ResolveIncident(ctx, connect.NewRequest(&alertingv1.ResolveIncidentRequest{Id: inc.Id}))
 	requireCode(t, err, connect.CodeNotFound)
 	_, err = c.ResolveIncident(ctx, connect.NewRequest(&alertingv1.ResolveIncidentRequest{Id: "not an id"}))
-	requireCode(t, err, connect.CodeInvalidArgument)
+	requireCode(t, err, connect.CodeNotFound)
+	_, err = c.ResolveIncident(ctx, connect.NewRequest(&alertingv1.ResolveIncidentRequest{Id: strings.Repeat("x", 65)}))
 	require.Equal(t, []string{"id"}, violations(t, err))
 	_, err = c.AcknowledgeIncident(ctx, connect.NewRequest(&alertingv1.AcknowledgeIncidentRequest{Id: inc.Id}))
 	requireCode(t, err, connect.CodeFailedPrecondition)
