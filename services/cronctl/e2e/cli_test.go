@@ -78,6 +78,10 @@ func testJobs(t *testing.T, s *stack) {
 	require.Len(t, list.Items, 1)
 	require.Equal(t, created.ID, list.Items[0].ID)
 	require.Empty(t, decode[listJSON](t, s.ok(t, ns, "jobs", "list", "-o", "json", "--label", "team=dev")).Items)
+	byName := decode[listJSON](t, s.ok(t, ns, "jobs", "list", "-o", "json", "--name", "NIGHT"))
+	require.Len(t, byName.Items, 1)
+	require.Equal(t, created.ID, byName.Items[0].ID)
+	require.Empty(t, decode[listJSON](t, s.ok(t, ns, "jobs", "list", "-o", "json", "--name", "weekly")).Items)
 
 	got := s.ok(t, ns, "jobs", "get", created.ID)
 	require.Contains(t, got, "next runs:")

@@ -293,13 +293,39 @@ func (s *Store) evaluate(ctx context.Context, tx pgx.Tx, events []rules.Event, n
 
 	d := rules.Decide(events, st)
 	for _, r := range d.Resolve {
-		n, err := s.resolve(ctx, tx, incidentIDs[r.Key], r.Reason, now)
+		n, err := s.resolve(ctx, tx, incidentIDs[r.Key], r.Reason, "", now)
 		if err != nil {
 			return err
 		}
 		res.Resolved += n
 	}
 	for _, o := range d.Open {
+		if o.Rule.Kind == rules.ConsecutiveFailures {
+			// After a manual resolution the streak starts again: count
+			// only the failures after it.
+			ruleID, err := uuid.Parse(o.Rule.ID)
+			if err != nil {
+				return err
+			}
+			cut, err := manualCut(ctx, tx, ruleID, o.Ev.GetJobId())
+			if err != nil {
+				return err
+			}
+			if cut != nil {
+				n, err := streakAfter(ctx, tx, o.Rule, o.Ev.GetJobId(), *cut)
+				if err != nil {
+					return err
+				}
+				if n < o.Rule.Count {
+					continue
+				}
+				what := "failed"
+				if o.Rule.CountSkipped {
+					what = "failed or were skipped"
+				}
+				o.Summary = fmt.Sprintf("%d executions in a row %s since the last incident was resolved by hand", n, what)
+			}
+		}
 		opened, err := s.open(ctx, tx, o.Rule, o.Ev.GetNamespace(), o.Ev.GetJobId(), o.Ev.GetJobDisplayName(), &o.Slot, o.Summary, now)
 		if err != nil {
 			return err
@@ -372,6 +398,16 @@ func (s *Store) open(ctx context.Context, tx pgx.Tx, r *rules.Rule, ns, job, job
 	if err != nil {
 		return false, err
 	}
+	if slot != nil {
+		cut, err := manualCut(ctx, tx, ruleID, job)
+		if err != nil {
+			return false, err
+		}
+		if cut != nil && !slot.After(*cut) {
+			// The slot is part of what a person resolved by hand.
+			return false, nil
+		}
+	}
 	tag, err := tx.Exec(ctx, `
 		INSERT INTO incidents (id, namespace, rule_id, job_id, job_display_name, kind, state, summary, slot_time, open_time)
 		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
@@ -390,18 +426,53 @@ func (s *Store) open(ctx context.Context, tx pgx.Tx, r *rules.Rule, ns, job, job
 	return true, s.queue(ctx, tx, id, r.Channels, "incident.opened", inc, now)
 }
 
+// manualCut is when an incident of (rule, job) was last resolved by hand,
+// nil if never: the slots at or before it count no more towards the rule,
+// so the resolution is not undone by the very failures it dismissed.
+// Compared with slots' nominal times, so a retry of an old slot that fails
+// after the resolution does not count either.
+func manualCut(ctx context.Context, tx pgx.Tx, ruleID uuid.UUID, job string) (*time.Time, error) {
+	var cut *time.Time
+	err := tx.QueryRow(ctx, `SELECT max(resolve_time) FROM incidents WHERE rule_id = $1 AND job_id = $2 AND resolved_by <> ''`,
+		ruleID, job).Scan(&cut)
+	if err != nil {
+		return nil, fmt.Errorf("manual resolution: %w", err)
+	}
+	return cut, nil
+}
+
+// streakAfter counts, up to r.Count, the distinct failed (and, when the
+// rule says so, skipped) slots of job after both its latest success and
+// cut: the streak a consecutive-failures rule sees after a manual
+// resolution.
+func streakAfter(ctx context.Context, tx pgx.Tx, r *rules.Rule, job string, cut time.Time) (int, error) {
+	var n int
+	err := tx.QueryRow(ctx, `
+		SELECT count(*) FROM (
+		    SELECT DISTINCT e.nominal_time FROM execution_events e
+		    WHERE e.job_id = $1 AND (e.failed OR ($4 AND e.skipped))
+		      AND e.nominal_time > greatest((SELECT last_success_nominal FROM jobs WHERE id = $1), $2)
+		    ORDER BY e.nominal_time DESC
+		    LIMIT $3) c`, job, cut, r.Count, r.CountSkipped).Scan(&n)
+	if err != nil {
+		return 0, fmt.Errorf("count failures after a manual resolution: %w", err)
+	}
+	return n, nil
+}
+
 // resolve resolves an open incident and queues the notifications to the
-// channels its rule names now.
-func (s *Store) resolve(ctx context.Context, tx pgx.Tx, id uuid.UUID, reason string, now time.Time) (int, error) {
+// channels its rule names now; by is the key that resolved it by hand
+// (empty: it resolved by itself).
+func (s *Store) resolve(ctx context.Context, tx pgx.Tx, id uuid.UUID, reason, by string, now time.Time) (int, error) {
 	var inc payload.Incident
 	var rid, iid uuid.UUID
 	var kind int16
 	var slot *time.Time
 	err := tx.QueryRow(ctx, `
-		UPDATE incidents SET state = $2, resolve_time = $3, resolve_reason = $4
+		UPDATE incidents SET state = $2, resolve_time = $3, resolve_reason = $4, resolved_by = $5
 		WHERE id = $1 AND state <> $2
 		RETURNING id, namespace, rule_id, job_id, job_display_name, kind, summary, slot_time, open_time`,
-		id, stateResolved, now, reason).Scan(&iid, &inc.Namespace, &rid, &inc.JobID, &inc.JobDisplayName, &kind, &inc.Summary, &slot, &inc.OpenTime)
+		id, stateResolved, now, reason, by).Scan(&iid, &inc.Namespace, &rid, &inc.JobID, &inc.JobDisplayName, &kind, &inc.Summary, &slot, &inc.OpenTime)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return 0, nil
 	}
