@@ -99,7 +99,7 @@ func (c *Config) Register(fs *flag.FlagSet) {
 	// This API's requests are small: see server.SmallAPIMaxRequestBytes.
 	c.Limits.MaxRequestBytes = server.SmallAPIMaxRequestBytes
 	c.Common.Register(fs, DefaultListen)
-	fs.Var(&c.APIKeys, "api-keys", "comma-separated API keys, each namespace=key or namespace=sha256:<hex digest of the key>, admin of the namespace; namespace:editor=... or namespace:viewer=... for a lesser role")
+	keyring.RegisterAPIKeys(fs, &c.APIKeys)
 	c.Keys.Register(fs)
 	fs.StringVar(&c.NodeID, "node-id", "", "this node's name in the ring (default: hostname-pid)")
 	fs.StringVar(&c.Advertise, "advertise", "", "API address shown to other nodes (default: --listen)")
