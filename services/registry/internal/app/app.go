@@ -257,14 +257,17 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger) (_ *App, err erro
 	// The server drains the calls in flight; then the relay stops: events
 	// it has not published yet stay in the outbox and go out after the
 	// next start.
-	if a.failures != nil {
+	relayPart := lifecycle.Part{Name: "outbox relay", Run: relay.Run}
+	if a.failures == nil {
+		svc.ThenStop(relayPart)
+	} else {
 		// The consumer's subscription may be stuck on a broker that
 		// stopped answering (watermill's Subscribe does not heed its
-		// context): it is given what a broker close is given, and then
-		// left behind; what it has not acknowledged is redelivered.
-		svc.WithServer(lifecycle.Part{Name: "pause on failure", Run: a.failures.Run, StopTimeout: broker.CloseTimeout})
+		// context): it is given what a broker close is given, alongside
+		// the relay's drain, and then left behind; what it has not
+		// acknowledged is redelivered.
+		svc.ThenStop(relayPart, lifecycle.Part{Name: "pause on failure", Run: a.failures.Run, StopTimeout: broker.CloseTimeout})
 	}
-	svc.ThenStop(lifecycle.Part{Name: "outbox relay", Run: relay.Run})
 	return a, nil
 }
 
