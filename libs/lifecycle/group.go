@@ -12,19 +12,6 @@ import (
 	"github.com/cronmesh/cronmesh/libs/clock"
 )
 
-// Runner is a long-running part: Run works until ctx is done, finishes
-// what it has in hand and returns. It returns an error only when the part
-// cannot run at all; trouble with a dependency is retried inside.
-type Runner interface {
-	Run(ctx context.Context) error
-}
-
-// Readier is a part that says when it can do its work: the channel is
-// closed once it can, and never if Run returns before.
-type Readier interface {
-	Ready() <-chan struct{}
-}
-
 // DefaultStopTimeout bounds a part's stop, and a close, when neither the
 // Part nor the Options say otherwise: the services' default
 // --shutdown-timeout.
@@ -34,11 +21,11 @@ const DefaultStopTimeout = 15 * time.Second
 type Part struct {
 	// Name names the part in the log and in its error; required.
 	Name string
-	// Run runs the part until its context is done (a Runner's Run);
-	// required.
+	// Run runs the part until its context is done (the part's Run
+	// method); required.
 	Run func(ctx context.Context) error
-	// Ready, when not nil, gates the group's readiness (a Readier's
-	// Ready): the group is ready once every part's Ready is closed. A part
+	// Ready, when not nil, gates the group's readiness (the part's Ready
+	// method): the group is ready once every part's Ready is closed. A part
 	// whose readiness is not the service's (a loop that retries its
 	// database, a consumer of a feature that may be off) leaves it nil.
 	Ready <-chan struct{}
