@@ -348,9 +348,10 @@ func TestRevocationReachesAnotherService(t *testing.T) {
 	cfg := keyring.Config{RegistryURL: r.baseURL, Refresh: 50 * time.Millisecond}
 	ring, err := cfg.NewRegistryRing([]string{"alpha=" + keyAlpha}, &http.Client{}, nil, nil)
 	require.NoError(t, err)
+	runCtx, stopRing := context.WithCancel(ctx)
 	runDone := make(chan error, 1)
-	go func() { runDone <- ring.Run(ctx) }()
-	t.Cleanup(func() { ring.Stop(); require.NoError(t, <-runDone) })
+	go func() { runDone <- ring.Run(runCtx) }()
+	t.Cleanup(func() { stopRing(); require.NoError(t, <-runDone) })
 	service := httptest.NewServer(ring.Middleware().Wrap(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		p, _ := apikey.PrincipalFrom(req.Context())
 		_, _ = w.Write([]byte(string(p.Role)))
