@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -34,6 +35,7 @@ import (
 	"github.com/cronmesh/cronmesh/libs/apikey"
 	"github.com/cronmesh/cronmesh/libs/meshrun"
 	"github.com/cronmesh/cronmesh/libs/meshtest"
+	"github.com/cronmesh/cronmesh/libs/smtptest"
 )
 
 const (
@@ -232,11 +234,16 @@ func TestConsoleInABrowser(t *testing.T) {
 	viewer, err := keys.CreateKey(ctx, connect.NewRequest(&registryv1.CreateKeyRequest{Name: "e2e viewer", Role: registryv1.KeyRole_KEY_ROLE_VIEWER}))
 	require.NoError(t, err)
 
+	// The email channel the browser creates sends its tests here.
+	mailbox := smtptest.Start(t)
+
 	script := exec.Command("node", "e2e/console.mjs")
 	script.Dir = filepath.Join(consoleDir(t), "web")
 	script.Env = append(os.Environ(),
 		"CONSOLE_URL="+consoleURL, "KEY_ALPHA="+keyAlpha, "KEY_BETA="+keyBeta, "KEY_VIEWER="+viewer.Msg.GetSecret(),
 		"TARGET_URL="+targetServer.URL, "CHROMIUM="+chromium(), "FAILING_JOB="+failing.Msg.GetJob().GetDisplayName(),
+		"SMTP_HOST="+mailbox.Host(), "SMTP_PORT="+strconv.Itoa(mailbox.Port()),
+		"SMTP_USERNAME="+mailbox.Username, "SMTP_PASSWORD="+mailbox.Password,
 		"SCREENSHOTS="+os.Getenv("CRONMESH_CONSOLE_SCREENSHOTS"))
 	var output bytes.Buffer
 	script.Stdout, script.Stderr = &output, &output
@@ -274,6 +281,34 @@ func TestConsoleInABrowser(t *testing.T) {
 	assert.NotNil(t, incidents.Msg.GetIncidents()[0].GetAcknowledgeTime(), "acknowledged from the console")
 	assert.Equal(t, apikey.ConfiguredKeyID(keyAlpha), incidents.Msg.GetIncidents()[0].GetResolvedBy(), "resolved from the console")
 	assert.Equal(t, int64(1), tg.fail.Load(), "the redrive went to the override, not to /fail")
+
+	// The email channel made through the form is stored as typed, with
+	// the password set at the first edit kept by the second; its tests
+	// reached the SMTP server after the password was fixed, not before.
+	chans, err := alerting.ListChannels(ctx, connect.NewRequest(&alertingv1.ListChannelsRequest{}))
+	require.NoError(t, err)
+	var mail *alertingv1.EmailChannel
+	for _, c := range chans.Msg.GetChannels() {
+		if c.GetDisplayName() == "e2e mail" {
+			mail = c.GetEmail()
+		}
+	}
+	require.NotNil(t, mail, "the email channel created through the form")
+	assert.Equal(t, mailbox.Host(), mail.GetHost())
+	assert.Equal(t, int32(mailbox.Port()), mail.GetPort())
+	assert.Equal(t, alertingv1.SmtpSecurity_SMTP_SECURITY_NONE, mail.GetSecurity())
+	assert.Equal(t, mailbox.Username, mail.GetUsername())
+	assert.True(t, mail.GetHasPassword())
+	assert.Equal(t, "cronmesh@example.test", mail.GetFrom())
+	assert.Equal(t, []string{"oncall@example.test", "second@example.test"}, mail.GetTo())
+	sent := mailbox.Messages()
+	require.Len(t, sent, 2, "one message per test after the password was fixed")
+	assert.Equal(t, []string{"oncall@example.test"}, sent[0].To)
+	assert.Equal(t, []string{"oncall@example.test", "second@example.test"}, sent[1].To)
+	for _, m := range sent {
+		assert.Equal(t, "cronmesh@example.test", m.From)
+		assert.Equal(t, "[cronmesh] test notification", m.Subject)
+	}
 
 	// The viewer signed in and browsed without a single refused call: the
 	// console asks GetCallerIdentity what the key may do rather than trying.

@@ -5,6 +5,7 @@
 //
 // Environment: CONSOLE_URL, KEY_ALPHA, KEY_BETA, KEY_VIEWER, TARGET_URL,
 // FAILING_JOB (the display name of alpha's job that dead-lettered),
+// SMTP_HOST, SMTP_PORT, SMTP_USERNAME, SMTP_PASSWORD (a test SMTP server),
 // CHROMIUM (the browser binary), SCREENSHOTS (optional).
 import { createRequire } from "node:module";
 import { mkdirSync } from "node:fs";
@@ -152,7 +153,65 @@ try {
   await page.getByRole("table", { name: "Alert rules" }).getByText("failing jobs dead-letter").waitFor();
   await check("rules");
   await page.getByRole("tab", { name: "Channels" }).click();
-  await page.getByRole("table", { name: "Alert channels" }).getByText("e2e hook").waitFor();
+  const channels = page.getByRole("table", { name: "Alert channels" });
+  await channels.getByText("e2e hook").waitFor();
+
+  step("create an email channel: an invalid sender first");
+  await page.getByRole("button", { name: "New channel" }).click();
+  const newChannel = page.getByRole("form", { name: "New channel" });
+  await newChannel.locator("label", { hasText: /^Email$/ }).click();
+  await newChannel.getByLabel("Name", { exact: true }).fill("e2e mail");
+  await newChannel.getByLabel("SMTP host").fill(env("SMTP_HOST"));
+  await newChannel.getByLabel("Security", { exact: true }).click();
+  await page.getByRole("option", { name: /^None/ }).click();
+  await newChannel.getByLabel("Port").fill(env("SMTP_PORT"));
+  await newChannel.getByLabel("Username").fill(env("SMTP_USERNAME"));
+  await newChannel.getByLabel("Password", { exact: true }).fill("not-the-password");
+  await newChannel.getByLabel("From").fill("not an address");
+  await newChannel.getByLabel("Recipients").fill("oncall@example.test");
+  await newChannel.getByRole("button", { name: "Save channel" }).click();
+  const from = newChannel.getByLabel("From");
+  await page.waitForFunction((el) => el?.getAttribute("aria-invalid") === "true", await from.elementHandle());
+  const fromError = await page.evaluate((ids) => ids.split(" ").map((id) => document.getElementById(id)?.textContent ?? "").join(" "), (await from.getAttribute("aria-describedby")) ?? "");
+  console.log(`  the From field says: ${fromError.trim()}`);
+  if (!/email address/i.test(fromError)) throw new Error(`no violation shown on the From field: "${fromError}"`);
+  await check("channel-form-email-invalid");
+  await from.fill("cronmesh@example.test");
+  await newChannel.getByRole("button", { name: "Save channel" }).click();
+  await newChannel.waitFor({ state: "detached" });
+  const mailRow = channels.getByRole("row").filter({ hasText: "e2e mail" });
+  await mailRow.getByText(`oncall@example.test from cronmesh@example.test, via ${env("SMTP_HOST")}:${env("SMTP_PORT")} no TLS, as ${env("SMTP_USERNAME")} (password stored)`).waitFor();
+
+  // The test result is the API's: a wrong password is refused by the
+  // server, and the console says so.
+  const testResult = page.getByRole("status").filter({ hasText: "Test notification to e2e mail" });
+  async function testMail(delivered) {
+    await page.getByRole("button", { name: "Test channel e2e mail" }).click();
+    const text = (await testResult.filter({ hasText: delivered ? /Delivered\.$/ : /Not delivered: / }).textContent()) ?? "";
+    console.log(`  the test says: ${text}`);
+  }
+  step("test it: the server refuses the password");
+  await testMail(false);
+
+  step("edit it with the right password, and test it");
+  await page.getByRole("button", { name: "Edit channel e2e mail" }).click();
+  let editChannel = page.getByRole("form", { name: "Edit channel" });
+  await editChannel.getByText("stored; leave empty to keep it").waitFor();
+  if ((await editChannel.getByLabel("Password", { exact: true }).inputValue()) !== "") throw new Error("the stored password is shown");
+  await editChannel.getByLabel("Password", { exact: true }).fill(env("SMTP_PASSWORD"));
+  await editChannel.getByRole("button", { name: "Save channel" }).click();
+  await editChannel.waitFor({ state: "detached" });
+  if ((await testResult.count()) !== 0) throw new Error("the test result of the channel before the edit is still shown");
+  await testMail(true);
+
+  step("add a recipient, leaving the password as stored, and test again");
+  await page.getByRole("button", { name: "Edit channel e2e mail" }).click();
+  editChannel = page.getByRole("form", { name: "Edit channel" });
+  await editChannel.getByLabel("Recipients").fill("oncall@example.test\nsecond@example.test");
+  await editChannel.getByRole("button", { name: "Save channel" }).click();
+  await editChannel.waitFor({ state: "detached" });
+  await mailRow.getByText(/^oncall@example\.test, second@example\.test from /).waitFor();
+  await testMail(true);
   await check("channels");
 
   step("redrive the dead letter with a target override");

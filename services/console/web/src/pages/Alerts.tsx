@@ -1,6 +1,6 @@
 import { create, type MessageInitShape } from "@bufbuild/protobuf";
-import { Alert, Anchor, Badge, Button, Group, Modal, MultiSelect, NumberInput, SegmentedControl, Select, Stack, Switch, Table, Tabs, Text, TextInput, Title } from "@mantine/core";
-import { ChannelSchema, IncidentKind, IncidentState, RuleSchema, type Channel, type Rule } from "@cronmesh/client/alerting/v1/alert_service_pb";
+import { Alert, Anchor, Badge, Button, Group, Modal, MultiSelect, NumberInput, PasswordInput, SegmentedControl, Select, Stack, Switch, Table, Tabs, Text, Textarea, TextInput, Title } from "@mantine/core";
+import { ChannelSchema, IncidentKind, IncidentState, RuleSchema, SmtpSecurity, type Channel, type Rule } from "@cronmesh/client/alerting/v1/alert_service_pb";
 import { useMutation, useQuery, useQueryClient } from "@tanstack/react-query";
 import { useState, type FormEvent } from "react";
 import { Link } from "react-router";
@@ -252,16 +252,69 @@ function Rules() {
   );
 }
 
+const securityOptions = [
+  { value: String(SmtpSecurity.STARTTLS), label: "STARTTLS (required)", short: "STARTTLS", port: 587 },
+  { value: String(SmtpSecurity.TLS), label: "TLS from the first byte (SMTPS)", short: "TLS", port: 465 },
+  { value: String(SmtpSecurity.NONE), label: "None: a relay on a trusted network only", short: "no TLS", port: 25 },
+];
+
+/** securityOf reads a channel's security; unspecified means STARTTLS, as the API treats it. */
+const securityOf = (s: SmtpSecurity | undefined) => (s === undefined || s === SmtpSecurity.UNSPECIFIED ? SmtpSecurity.STARTTLS : s);
+
+/** parseAddresses reads recipients written one a line or comma separated. */
+const parseAddresses = (s: string) =>
+  s
+    .split(/[\n,]/)
+    .map((a) => a.trim())
+    .filter(Boolean);
+
+/** channelSummary is the list's one-line description of where a channel sends. */
+function channelSummary(c: Channel): string {
+  switch (c.kind.case) {
+    case "webhook":
+      return c.kind.value.url;
+    case "email": {
+      const e = c.kind.value;
+      const security = securityOptions.find((o) => o.value === String(securityOf(e.security)))?.short ?? "";
+      const auth = e.username ? `, as ${e.username}${e.hasPassword ? " (password stored)" : ""}` : "";
+      return `${e.to.join(", ")} from ${e.from}, via ${e.host}:${e.port} ${security}${auth}`;
+    }
+    default:
+      return "—";
+  }
+}
+
+type Kind = "webhook" | "email";
+
 function ChannelForm({ channel, onDone }: { channel?: Channel; onDone: () => void }) {
   const { clients } = useSession();
   const queryClient = useQueryClient();
   const webhook = channel?.kind.case === "webhook" ? channel.kind.value : undefined;
+  const email = channel?.kind.case === "email" ? channel.kind.value : undefined;
+  const [kind, setKind] = useState<Kind>(email ? "email" : "webhook");
   const [name, setName] = useState(channel?.displayName ?? "");
   const [url, setUrl] = useState(webhook?.url ?? "");
   const [secret, setSecret] = useState("");
+  const [host, setHost] = useState(email?.host ?? "");
+  const [security, setSecurity] = useState(String(securityOf(email?.security)));
+  const [port, setPort] = useState<number | "">(email?.port ?? 587);
+  const [username, setUsername] = useState(email?.username ?? "");
+  // The password is write-only: the form starts empty and sends it only
+  // when typed, since an empty password keeps the stored one.
+  const [password, setPassword] = useState("");
+  const [from, setFrom] = useState(email?.from ?? "");
+  const [to, setTo] = useState(email?.to.join("\n") ?? "");
+  const recipients = parseAddresses(to);
   const m = useMutation({
     mutationFn: async () => {
-      const draft = create(ChannelSchema, { id: channel?.id ?? "", displayName: name, kind: { case: "webhook", value: { url, signingSecret: secret } } });
+      const kind_: MessageInitShape<typeof ChannelSchema>["kind"] =
+        kind === "webhook"
+          ? { case: "webhook", value: { url, signingSecret: secret } }
+          : {
+              case: "email",
+              value: { host, port: port === "" ? 0 : port, security: Number(security), username, password, from, to: recipients },
+            };
+      const draft = create(ChannelSchema, { id: channel?.id ?? "", displayName: name, kind: kind_ });
       if (channel) await clients.alerting.updateChannel({ channel: draft });
       else await clients.alerting.createChannel({ channel: draft });
     },
@@ -271,23 +324,75 @@ function ChannelForm({ channel, onDone }: { channel?: Channel; onDone: () => voi
     },
   });
   const v = m.error ? fieldViolations(m.error) : new Map<string, string>();
+  // A recipient's violation names its index (channel.email.to[1]): shown
+  // on the recipients field with the address it is about.
+  const toErrors = [...v]
+    .flatMap(([f, d]) => {
+      if (f === "channel.email.to") return [d];
+      const i = /^channel\.email\.to\[(\d+)\]$/.exec(f)?.[1];
+      return i === undefined ? [] : [`${recipients[Number(i)] ?? `address ${Number(i) + 1}`}: ${d}`];
+    })
+    .join("; ");
   const submit = (e: FormEvent) => {
     e.preventDefault();
     m.mutate();
   };
+  const changeSecurity = (x: string | null) => {
+    const next = x ?? String(SmtpSecurity.STARTTLS);
+    // Follow the usual port of the security unless one was typed.
+    if (securityOptions.some((o) => o.value === security && o.port === port)) setPort(securityOptions.find((o) => o.value === next)?.port ?? port);
+    setSecurity(next);
+  };
   return (
     <form onSubmit={submit} aria-label={channel ? "Edit channel" : "New channel"}>
       <Stack>
+        {!channel && (
+          <SegmentedControl
+            aria-label="Channel kind"
+            value={kind}
+            onChange={(x) => setKind(x as Kind)}
+            data={[
+              { value: "webhook", label: "Webhook" },
+              { value: "email", label: "Email" },
+            ]}
+          />
+        )}
         <TextInput label="Name" value={name} onChange={(e) => setName(e.currentTarget.value)} error={v.get("channel.display_name")} />
-        <TextInput label="Webhook URL" value={url} onChange={(e) => setUrl(e.currentTarget.value)} error={v.get("channel.webhook.url")} />
-        <TextInput
-          label="Signing secret"
-          description={webhook?.hasSigningSecret ? "set; leave empty to keep it" : "whsec_ and the base64 of 24 to 64 bytes; the receiver checks each notification with it"}
-          value={secret}
-          onChange={(e) => setSecret(e.currentTarget.value)}
-          error={v.get("channel.webhook.signing_secret")}
-          autoComplete="off"
-        />
+        {kind === "webhook" && (
+          <>
+            <TextInput label="Webhook URL" value={url} onChange={(e) => setUrl(e.currentTarget.value)} error={v.get("channel.webhook.url")} />
+            <TextInput
+              label="Signing secret"
+              description={webhook?.hasSigningSecret ? "set; leave empty to keep it" : "whsec_ and the base64 of 24 to 64 bytes; the receiver checks each notification with it"}
+              value={secret}
+              onChange={(e) => setSecret(e.currentTarget.value)}
+              error={v.get("channel.webhook.signing_secret")}
+              autoComplete="off"
+            />
+          </>
+        )}
+        {kind === "email" && (
+          <>
+            <Group grow align="flex-start">
+              <TextInput label="SMTP host" value={host} onChange={(e) => setHost(e.currentTarget.value)} error={v.get("channel.email.host")} />
+              <NumberInput label="Port" min={1} max={65535} value={port} onChange={(x) => setPort(typeof x === "number" ? x : "")} error={v.get("channel.email.port")} />
+            </Group>
+            <Select label="Security" allowDeselect={false} value={security} onChange={changeSecurity} data={securityOptions.map(({ value, label }) => ({ value, label }))} error={v.get("channel.email.security")} />
+            <Group grow align="flex-start">
+              <TextInput label="Username" description="empty: no authentication" value={username} onChange={(e) => setUsername(e.currentTarget.value)} error={v.get("channel.email.username")} autoComplete="off" />
+              <PasswordInput
+                label="Password"
+                description={email?.hasPassword ? "stored; leave empty to keep it" : "sent only to the SMTP server, never shown again"}
+                value={password}
+                onChange={(e) => setPassword(e.currentTarget.value)}
+                error={v.get("channel.email.password")}
+                autoComplete="new-password"
+              />
+            </Group>
+            <TextInput label="From" description="the sender address" value={from} onChange={(e) => setFrom(e.currentTarget.value)} error={v.get("channel.email.from")} />
+            <Textarea label="Recipients" description="1 to 50 addresses, one a line or comma separated" autosize minRows={2} value={to} onChange={(e) => setTo(e.currentTarget.value)} error={toErrors || undefined} />
+          </>
+        )}
         {m.isError && (
           <Alert color="red" role="alert" title="Not saved">
             {v.size ? [...v].map(([f, d]) => `${f}: ${d}`).join("; ") : errorText(m.error)}
@@ -312,16 +417,28 @@ function Channels() {
   const test = useMutation({ mutationFn: (id: string) => clients.alerting.testChannel({ id }) });
   const del = useMutation({ mutationFn: (id: string) => clients.alerting.deleteChannel({ id }), onSuccess: () => queryClient.invalidateQueries({ queryKey: ["channels"] }) });
   const editor = canEdit(identity.role);
+  const names = new Map((q.data?.channels ?? []).map((c) => [c.id, c.displayName || c.id]));
+  // A test's result is about the channel as it was: editing hides it.
+  const edit = (c: Channel | "new") => {
+    test.reset();
+    setEditing(c);
+  };
   return (
     <Stack>
       {editor && (
         <Group justify="flex-end">
-          <Button onClick={() => setEditing("new")}>New webhook channel</Button>
+          <Button onClick={() => edit("new")}>New channel</Button>
         </Group>
       )}
       <ErrorAlert error={q.error ?? del.error ?? test.error} />
       {test.data && (
-        <Alert color={test.data.delivered ? "green" : "red"} role="status" title="Test notification">
+        <Alert
+          color={test.data.delivered ? "green" : "red"}
+          // Mantine's light green title is too pale for WCAG AA on its background.
+          styles={test.data.delivered ? { title: { color: "#1b5e20" } } : undefined}
+          role="status"
+          title={`Test notification to ${names.get(test.variables) ?? test.variables}`}
+        >
           {test.data.delivered ? "Delivered." : `Not delivered: ${test.data.error}`}
         </Alert>
       )}
@@ -339,15 +456,15 @@ function Channels() {
             <Table.Tr key={c.id}>
               <Table.Td>{c.displayName || c.id}</Table.Td>
               <Table.Td>{c.kind.case ?? "—"}</Table.Td>
-              <Table.Td>{c.kind.case === "webhook" ? c.kind.value.url : c.kind.case === "email" ? c.kind.value.to.join(", ") : "—"}</Table.Td>
+              <Table.Td>{channelSummary(c)}</Table.Td>
               {editor && (
                 <Table.Td>
                   <Group gap={4} wrap="nowrap">
                     <Button size="compact-xs" variant="default" onClick={() => test.mutate(c.id)} loading={test.isPending && test.variables === c.id} aria-label={`Test channel ${c.displayName || c.id}`}>
                       Test
                     </Button>
-                    {c.kind.case === "webhook" && (
-                      <Button size="compact-xs" variant="default" onClick={() => setEditing(c)} aria-label={`Edit channel ${c.displayName || c.id}`}>
+                    {c.kind.case !== undefined && (
+                      <Button size="compact-xs" variant="default" onClick={() => edit(c)} aria-label={`Edit channel ${c.displayName || c.id}`}>
                         Edit
                       </Button>
                     )}
