@@ -354,10 +354,17 @@ func (m *Mesh) alertingArgs() []string {
 // ExtraArgs, so that the caller has the last word.
 func (m *Mesh) with(service string, args ...string) []string {
 	args = append(args, m.common()...)
-	if service != "registry" && m.Registry != nil {
+	switch {
+	case service == "registry":
+	case m.Registry != nil:
 		// The managed API keys come from this mesh's registry (started
 		// first, and restarted on the same address).
 		args = append(args, "--registry-url", "http://"+m.Registry.Addr)
+	default:
+		// A mesh without a registry (Only) checks the configured keys
+		// alone; the binaries' default would fetch keys from whatever
+		// registry `make dev` runs on this machine.
+		args = append(args, "--registry-url", "")
 	}
 	return append(args, m.opts.ExtraArgs[service]...)
 }
