@@ -32,7 +32,7 @@ import (
 	"github.com/cronmesh/cronmesh/libs/meshrun"
 	"github.com/cronmesh/cronmesh/libs/meshtest"
 	"github.com/cronmesh/cronmesh/libs/outbox"
-	"github.com/cronmesh/cronmesh/services/devstack/chaos/ledger"
+	"github.com/cronmesh/cronmesh/libs/testkit/ledger"
 )
 
 const (
