@@ -2,7 +2,7 @@
 // dispatcher, history and alerting — or any subset of it (Options.Only) as
 // real processes on loopback, isolated from every other mesh on the same
 // PostgreSQL, RabbitMQ and etcd by a name prefix. End-to-end tests (through
-// libs/meshtest), the end-to-end benchmark and the fault-injection suite all
+// libs/testkit/meshtest), the end-to-end benchmark and the fault-injection suite all
 // start the mesh through it, so the way the services are wired together is
 // written once.
 //

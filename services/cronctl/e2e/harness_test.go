@@ -11,11 +11,11 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/cronmesh/cronmesh/libs/meshtest"
+	"github.com/cronmesh/cronmesh/libs/testkit/meshtest"
 	"github.com/cronmesh/cronmesh/services/cronctl/internal/cli"
 )
 
-// bins are the mesh's binaries (libs/meshtest), built once for every test
+// bins are the mesh's binaries (libs/testkit/meshtest), built once for every test
 // of the package: the CLI is tested against the services it will talk to,
 // started as processes because their app packages are internal to each
 // service.

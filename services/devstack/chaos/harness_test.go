@@ -26,13 +26,13 @@ import (
 	"github.com/cronmesh/cronmesh/gen/go/cronmesh/history/v1/historyv1connect"
 	registryv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1"
 	"github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1/registryv1connect"
-	"github.com/cronmesh/cronmesh/libs/amqptest"
 	"github.com/cronmesh/cronmesh/libs/broker"
-	"github.com/cronmesh/cronmesh/libs/etcdtest"
 	"github.com/cronmesh/cronmesh/libs/meshrun"
-	"github.com/cronmesh/cronmesh/libs/meshtest"
 	"github.com/cronmesh/cronmesh/libs/outbox"
+	"github.com/cronmesh/cronmesh/libs/testkit/amqptest"
+	"github.com/cronmesh/cronmesh/libs/testkit/etcdtest"
 	"github.com/cronmesh/cronmesh/libs/testkit/ledger"
+	"github.com/cronmesh/cronmesh/libs/testkit/meshtest"
 )
 
 const (

@@ -1,5 +1,5 @@
 // Package chaos_test is the fault-injection suite: each test starts the
-// whole mesh (libs/meshtest), fires N every-second jobs at a recording HTTP
+// whole mesh (libs/testkit/meshtest), fires N every-second jobs at a recording HTTP
 // target, injects one fault mid-run (a SIGKILL, a SIGSTOP past the lease, a
 // restart of RabbitMQ, PostgreSQL or etcd, a hanging target, a skewed clock,
 // a rolling restart of every service), keeps the load on after recovery for
@@ -17,7 +17,7 @@ import (
 	"os"
 	"testing"
 
-	"github.com/cronmesh/cronmesh/libs/meshtest"
+	"github.com/cronmesh/cronmesh/libs/testkit/meshtest"
 )
 
 // bins are the mesh's binaries, built once for every test of the package.

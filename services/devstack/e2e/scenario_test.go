@@ -29,8 +29,8 @@ import (
 	triggerv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/trigger/v1"
 	"github.com/cronmesh/cronmesh/gen/go/cronmesh/trigger/v1/triggerv1connect"
 	"github.com/cronmesh/cronmesh/libs/meshrun"
-	"github.com/cronmesh/cronmesh/libs/meshtest"
-	"github.com/cronmesh/cronmesh/libs/smtptest"
+	"github.com/cronmesh/cronmesh/libs/testkit/meshtest"
+	"github.com/cronmesh/cronmesh/libs/testkit/smtptest"
 	"github.com/cronmesh/cronmesh/libs/webhooksign"
 )
 

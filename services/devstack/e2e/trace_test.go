@@ -23,9 +23,9 @@ import (
 	registryv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1"
 	"github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1/registryv1connect"
 	"github.com/cronmesh/cronmesh/libs/meshrun"
-	"github.com/cronmesh/cronmesh/libs/meshtest"
-	"github.com/cronmesh/cronmesh/libs/otlptest"
 	"github.com/cronmesh/cronmesh/libs/telemetry"
+	"github.com/cronmesh/cronmesh/libs/testkit/meshtest"
+	"github.com/cronmesh/cronmesh/libs/testkit/otlptest"
 )
 
 // targetCall is what the test target saw of one request.

@@ -20,12 +20,12 @@ import (
 	"github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1/registryv1connect"
 	"github.com/cronmesh/cronmesh/libs/execid"
 	"github.com/cronmesh/cronmesh/libs/meshrun"
-	"github.com/cronmesh/cronmesh/libs/meshtest"
+	"github.com/cronmesh/cronmesh/libs/testkit/meshtest"
 	"github.com/cronmesh/cronmesh/libs/testkit/rpctest"
 	"github.com/cronmesh/cronmesh/services/dispatcher/internal/webhookcheck"
 )
 
-// bins are the binaries of the mesh (libs/meshtest), built once for every
+// bins are the binaries of the mesh (libs/testkit/meshtest), built once for every
 // test of the package: the tests run the real processes, so a SIGKILL kills
 // a real dispatcher with its broker connection.
 var bins = &meshtest.Binaries{}

@@ -20,15 +20,15 @@ import (
 	dispatchv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/dispatch/v1"
 	eventsv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/events/v1"
 	registryv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1"
-	"github.com/cronmesh/cronmesh/libs/amqptest"
 	"github.com/cronmesh/cronmesh/libs/broker"
 	"github.com/cronmesh/cronmesh/libs/meshrun"
-	"github.com/cronmesh/cronmesh/libs/meshtest"
 	"github.com/cronmesh/cronmesh/libs/outbox"
+	"github.com/cronmesh/cronmesh/libs/testkit/amqptest"
 	"github.com/cronmesh/cronmesh/libs/testkit/ledger"
+	"github.com/cronmesh/cronmesh/libs/testkit/meshtest"
 )
 
-// bins are the mesh's binaries (libs/meshtest), built once for every test
+// bins are the mesh's binaries (libs/testkit/meshtest), built once for every test
 // of the package: the tests run the real trigger, so a SIGKILL kills a real
 // process with its etcd session and connections.
 var bins = &meshtest.Binaries{}

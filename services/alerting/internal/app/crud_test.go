@@ -10,7 +10,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	alertingv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/alerting/v1"
-	"github.com/cronmesh/cronmesh/libs/smtptest"
+	"github.com/cronmesh/cronmesh/libs/testkit/smtptest"
 )
 
 // TestRuleAndChannelCRUD walks rules and channels through create, get,

@@ -10,7 +10,7 @@ import (
 
 	alertingv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/alerting/v1"
 	eventsv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/events/v1"
-	"github.com/cronmesh/cronmesh/libs/smtptest"
+	"github.com/cronmesh/cronmesh/libs/testkit/smtptest"
 )
 
 const (

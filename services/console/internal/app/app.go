@@ -2,12 +2,12 @@ package app
 
 import (
 	"context"
-	"net/http"
-	"strconv"
 	"flag"
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"net/http"
+	"strconv"
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"

@@ -23,11 +23,11 @@ import (
 	eventsv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/events/v1"
 	historyv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/history/v1"
 	"github.com/cronmesh/cronmesh/gen/go/cronmesh/history/v1/historyv1connect"
-	"github.com/cronmesh/cronmesh/libs/amqptest"
 	"github.com/cronmesh/cronmesh/libs/clock"
 	"github.com/cronmesh/cronmesh/libs/config"
 	"github.com/cronmesh/cronmesh/libs/execid"
-	"github.com/cronmesh/cronmesh/libs/pgtest"
+	"github.com/cronmesh/cronmesh/libs/testkit/amqptest"
+	"github.com/cronmesh/cronmesh/libs/testkit/pgtest"
 	"github.com/cronmesh/cronmesh/services/history/internal/app"
 )
 

@@ -13,15 +13,15 @@ import (
 
 	triggerv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/trigger/v1"
 	"github.com/cronmesh/cronmesh/gen/go/cronmesh/trigger/v1/triggerv1connect"
-	"github.com/cronmesh/cronmesh/libs/amqptest"
 	"github.com/cronmesh/cronmesh/libs/broker"
 	"github.com/cronmesh/cronmesh/libs/config"
 	"github.com/cronmesh/cronmesh/libs/etcdclient"
-	"github.com/cronmesh/cronmesh/libs/etcdtest"
-	"github.com/cronmesh/cronmesh/libs/pgtest"
 	"github.com/cronmesh/cronmesh/libs/rpcclient"
+	"github.com/cronmesh/cronmesh/libs/testkit/amqptest"
+	"github.com/cronmesh/cronmesh/libs/testkit/etcdtest"
+	"github.com/cronmesh/cronmesh/libs/testkit/pgtest"
+	"github.com/cronmesh/cronmesh/libs/testkit/tlstest"
 	"github.com/cronmesh/cronmesh/libs/tlsconfig"
-	"github.com/cronmesh/cronmesh/libs/tlstest"
 	"github.com/cronmesh/cronmesh/services/trigger/internal/app"
 )
 

@@ -1,6 +1,6 @@
 // Package meshtest starts the whole mesh (libs/meshrun) for a test against
-// the test PostgreSQL and RabbitMQ (libs/pgtest, libs/amqptest) and an
-// embedded etcd (libs/etcdtest), and tears it down at cleanup.
+// the test PostgreSQL and RabbitMQ (libs/testkit/pgtest, libs/testkit/amqptest) and an
+// embedded etcd (libs/testkit/etcdtest), and tears it down at cleanup.
 package meshtest
 
 import (
@@ -21,11 +21,11 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/cronmesh/cronmesh/libs/amqptest"
-	"github.com/cronmesh/cronmesh/libs/etcdtest"
 	"github.com/cronmesh/cronmesh/libs/meshrun"
-	"github.com/cronmesh/cronmesh/libs/pgtest"
 	"github.com/cronmesh/cronmesh/libs/postgres"
+	"github.com/cronmesh/cronmesh/libs/testkit/amqptest"
+	"github.com/cronmesh/cronmesh/libs/testkit/etcdtest"
+	"github.com/cronmesh/cronmesh/libs/testkit/pgtest"
 )
 
 // BinDirEnv names a directory that already holds the binaries (`make
