@@ -30,7 +30,7 @@ import (
 	registryv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1"
 	"github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1/registryv1connect"
 	"github.com/cronmesh/cronmesh/libs/meshrun"
-	"github.com/cronmesh/cronmesh/libs/meshtest"
+	"github.com/cronmesh/cronmesh/libs/testkit/meshtest"
 )
 
 const (
@@ -122,14 +122,12 @@ func freeAddr(t *testing.T) string {
 	return l.Addr().String()
 }
 
-// startConsole builds the console (with the assets of `make build`) and
-// runs it in front of mesh until the test ends.
+// startConsole runs the console (built with the assets of `make build`,
+// or taken from it) in front of mesh until the test ends.
 func startConsole(t *testing.T, mesh *meshrun.Mesh) string {
 	t.Helper()
 	builtAssets(t)
-	bin := filepath.Join(t.TempDir(), "console")
-	out, err := exec.Command("go", "build", "-o", bin, "github.com/cronmesh/cronmesh/services/console/cmd/console").CombinedOutput()
-	require.NoError(t, err, "%s", out)
+	bin := bins.Binary(t, "console", "console/cmd/console")
 	addr := freeAddr(t)
 	logPath := filepath.Join(mesh.LogDir(), "console.log")
 	logFile, err := os.Create(logPath)
