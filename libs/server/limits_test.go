@@ -20,6 +20,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/cronmesh/cronmesh/libs/server"
+	"github.com/cronmesh/cronmesh/libs/testkit/rpctest"
 )
 
 // gzipZeros returns n zero bytes gzipped at best compression, without ever
@@ -276,7 +277,7 @@ func TestAllowLongCalls(t *testing.T) {
 				require.NoError(t, <-done)
 			})
 			<-srv.Ready()
-			client := h2cClient()
+			client := rpctest.H2CClient()
 			t.Cleanup(client.CloseIdleConnections)
 
 			called := make(chan error, 1)

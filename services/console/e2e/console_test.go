@@ -31,6 +31,7 @@ import (
 	"github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1/registryv1connect"
 	"github.com/cronmesh/cronmesh/libs/meshrun"
 	"github.com/cronmesh/cronmesh/libs/testkit/meshtest"
+	"github.com/cronmesh/cronmesh/libs/testkit/rpctest"
 )
 
 const (
@@ -64,15 +65,6 @@ func builtAssets(t *testing.T) string {
 	_, err := os.Stat(filepath.Join(dist, "index.html"))
 	require.NoError(t, err, "the console's assets are not built: run make build (it runs vite into %s)", dist)
 	return dist
-}
-
-func bearer(key string) connect.ClientOption {
-	return connect.WithInterceptors(connect.UnaryInterceptorFunc(func(next connect.UnaryFunc) connect.UnaryFunc {
-		return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
-			req.Header().Set("Authorization", "Bearer "+key)
-			return next(ctx, req)
-		}
-	}))
 }
 
 func TestBundleIsWithinBudget(t *testing.T) {
@@ -181,7 +173,7 @@ func TestConsoleInABrowser(t *testing.T) {
 	t.Cleanup(targetServer.Close)
 
 	ctx := context.Background()
-	auth := bearer(keyAlpha)
+	auth := rpctest.Bearer(keyAlpha)
 	jobs := registryv1connect.NewJobServiceClient(http.DefaultClient, mesh.Registry.URL, auth)
 	alerting := alertingv1connect.NewAlertServiceClient(http.DefaultClient, mesh.Alerting.URL, auth)
 	dispatcher := dispatcherv1connect.NewDispatchServiceClient(http.DefaultClient, mesh.Dispatcher.URL, auth)

@@ -10,6 +10,7 @@ import (
 
 	alertingv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/alerting/v1"
 	eventsv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/events/v1"
+	"github.com/cronmesh/cronmesh/libs/testkit/rpctest"
 	"github.com/cronmesh/cronmesh/libs/testkit/smtptest"
 )
 
@@ -125,7 +126,7 @@ func TestConsecutiveFailures(t *testing.T) {
 	require.Contains(t, smtp.Messages()[1].Subject, "RESOLVED")
 
 	_, err = a.client(keyAlpha).AcknowledgeIncident(ctx, connect.NewRequest(&alertingv1.AcknowledgeIncidentRequest{Id: inc.Id}))
-	requireCode(t, err, connect.CodeFailedPrecondition)
+	rpctest.RequireCode(t, err, connect.CodeFailedPrecondition)
 
 	// The count starts again after the success.
 	for n := 7; n <= 8; n++ {
