@@ -7,6 +7,10 @@ MAKEFLAGS += --no-builtin-rules
 
 BIN        := $(CURDIR)/bin
 TOOLS_STAMP := $(BIN)/.tools-$(shell sha256sum tools/go.sum | cut -c1-12)
+# golangci-lint, pinned in its own module (tools/lint) so that its many
+# dependencies do not move the versions of buf and the protoc plugins.
+LINT_STAMP  := $(BIN)/.lint-$(shell sha256sum tools/lint/go.sum | cut -c1-12)
+GOLANGCI_LINT := $(BIN)/golangci-lint
 NODE_STAMP  := gen/ts/node_modules/.stamp
 # croner and cron-parser, which libs/schedule's cross-check test runs.
 CROSSCHECK_DIR   := libs/schedule/testdata/crosscheck
@@ -46,6 +50,11 @@ $(TOOLS_STAMP): tools/go.mod tools/go.sum
 	@echo "installing pinned tools into $(BIN)"
 	cd tools && GOWORK=off GOBIN=$(BIN) go install tool
 	rm -f $(BIN)/.tools-* && touch $@
+
+$(LINT_STAMP): tools/lint/go.mod tools/lint/go.sum
+	@echo "installing pinned golangci-lint into $(BIN)"
+	cd tools/lint && GOWORK=off GOBIN=$(BIN) go install tool
+	rm -f $(BIN)/.lint-* && touch $@
 
 $(NODE_STAMP): gen/ts/package.json gen/ts/package-lock.json
 	cd gen/ts && npm ci --no-audit --no-fund --loglevel=error
@@ -87,10 +96,10 @@ checkgenerate: generate ## Fail when gen/ differs from what proto/ generates.
 	  echo "gen/ is out of date: run 'make generate' and commit it"; exit 1; fi
 
 .PHONY: lint
-lint: tools ## buf lint and format check, go vet on every module, TypeScript type-check.
+lint: tools $(LINT_STAMP) ## buf lint and format check, go vet and golangci-lint (.golangci.yml) on every module, TypeScript type-check.
 	$(BUF) lint
 	$(BUF) format --diff --exit-code
-	for dir in $(GO_MODULES); do (cd $$dir && go vet ./...); done
+	for dir in $(GO_MODULES); do (cd $$dir && go vet ./... && $(GOLANGCI_LINT) run --config $(CURDIR)/.golangci.yml ./...); done
 	cd gen/ts && npx --no-install tsc -p tsconfig.json --noEmit
 	cd $(CONSOLE_WEB) && npx --no-install tsc -p tsconfig.json --noEmit && npx --no-install tsc -p tsconfig.node.json --noEmit
 

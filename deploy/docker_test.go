@@ -2,9 +2,11 @@ package deploy_test
 
 import (
 	"bufio"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -93,18 +95,29 @@ func TestDockerfiles(t *testing.T) {
 			args, stages := parseDockerfile(t, path)
 			require.GreaterOrEqual(t, len(stages), 2, "multi-stage")
 
-			build, final := stages[0], stages[len(stages)-1]
-			require.Equal(t, "golang:${GO_VERSION}", build.base, "the builder is the Go image")
+			// The builder is the one Go stage; the console's application is
+			// built before it, in a Node stage (checkWebStage).
+			builders := slices.DeleteFunc(slices.Clone(stages), func(st stage) bool { return st.base != "golang:${GO_VERSION}" })
+			require.Len(t, builders, 1, "one builder stage, on the Go image")
+			build, final := builders[0], stages[len(stages)-1]
 			require.Equal(t, string(goVersion[1]), args["GO_VERSION"], "GO_VERSION is go.mod's go directive")
 			require.NotEmpty(t, build.name, "the builder stage is named")
 
-			var static, built bool
+			var web string
+			if svc == "console" {
+				web = checkWebStage(t, args, stages)
+			}
+			var static, built, embedded bool
 			for _, in := range build.body {
+				if web != "" && in.cmd == "COPY" && in.args == "--from="+web+" /src/"+consoleDist+"/ ./"+consoleDist+"/" {
+					embedded = true
+				}
 				if (in.cmd == "ENV" || in.cmd == "RUN") && regexp.MustCompile(`\bCGO_ENABLED=0\b`).MatchString(in.args) {
 					static = true
 				}
 				if in.cmd == "RUN" && strings.Contains(in.args, "go build") {
 					require.True(t, static, "CGO_ENABLED=0 is set before go build")
+					require.Truef(t, web == "" || embedded, "the builder copies %s from the %s stage before go build", consoleDist, web)
 					require.Contains(t, in.args, "-o /out/"+svc+" ./services/"+svc+"/cmd/"+svc,
 						"builds the service's command into /out/"+svc)
 					built = true
@@ -137,4 +150,134 @@ func TestDockerfiles(t *testing.T) {
 			require.NotZero(t, n, "USER is not root")
 		})
 	}
+}
+
+// consoleDist is where vite writes the console's application and go:embed
+// takes it from.
+const consoleDist = "services/console/internal/assets/dist"
+
+// checkWebStage checks the console's Node stage and returns its name: a
+// Node the console's package.json accepts, the packages installed from the
+// lockfile (npm ci, never npm install), then the build that `make build`
+// runs (type-check and vite).
+func checkWebStage(t *testing.T, args map[string]string, stages []stage) string {
+	t.Helper()
+	i := slices.IndexFunc(stages, func(st stage) bool { return strings.HasPrefix(st.base, "node:${NODE_VERSION}") })
+	require.GreaterOrEqual(t, i, 0, "the console's application is built in a node:${NODE_VERSION} stage")
+	web := stages[i]
+	require.NotEmpty(t, web.name, "the Node stage is named")
+
+	raw, err := os.ReadFile(filepath.Join(root, "services", "console", "web", "package.json"))
+	require.NoError(t, err)
+	var pkg struct {
+		Engines struct {
+			Node string `json:"node"`
+		} `json:"engines"`
+	}
+	require.NoError(t, json.Unmarshal(raw, &pkg))
+	minimum, ok := strings.CutPrefix(pkg.Engines.Node, ">=")
+	require.Truef(t, ok, "package.json's engines.node %q is not a >= range", pkg.Engines.Node)
+	require.Truef(t, versionAtLeast(t, args["NODE_VERSION"], minimum), "NODE_VERSION %s is older than package.json's engines.node %s", args["NODE_VERSION"], pkg.Engines.Node)
+
+	var installed, built bool
+	for _, in := range web.body {
+		if in.cmd != "RUN" {
+			continue
+		}
+		require.NotContains(t, in.args, "npm install", "the packages come from the lockfile: npm ci")
+		if strings.Contains(in.args, "npm ci") {
+			installed = true
+		}
+		if strings.Contains(in.args, "npm run build") {
+			require.True(t, installed, "npm ci runs before the build")
+			built = true
+		}
+	}
+	require.True(t, built, "the Node stage runs npm run build")
+	return web.name
+}
+
+// versionAtLeast reports whether the dotted version v is at least min.
+func versionAtLeast(t *testing.T, v, minimum string) bool {
+	t.Helper()
+	a, b := strings.Split(v, "."), strings.Split(minimum, ".")
+	for i := range max(len(a), len(b)) {
+		var x, y int
+		var err error
+		if i < len(a) {
+			x, err = strconv.Atoi(a[i])
+			require.NoErrorf(t, err, "version %q", v)
+		}
+		if i < len(b) {
+			y, err = strconv.Atoi(b[i])
+			require.NoErrorf(t, err, "version %q", minimum)
+		}
+		if x != y {
+			return x > y
+		}
+	}
+	return true
+}
+
+// TestDockerIgnore: the build context keeps what the console's image builds
+// from (the web sources and the generated client's sources) and leaves out
+// installed packages and built output.
+func TestDockerIgnore(t *testing.T) {
+	t.Parallel()
+	raw, err := os.ReadFile(filepath.Join(root, ".dockerignore"))
+	require.NoError(t, err)
+	var patterns []string
+	for line := range strings.Lines(string(raw)) {
+		line = strings.TrimSpace(line)
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		require.Falsef(t, strings.HasPrefix(line, "!"), "exceptions (%s) are not understood by this test", line)
+		patterns = append(patterns, strings.TrimSuffix(line, "/"))
+	}
+	ignored := func(path string) bool {
+		parts := strings.Split(path, "/")
+		for _, p := range patterns {
+			pp := strings.Split(p, "/")
+			// A pattern excludes a path when it matches the path or one of
+			// its parent directories; ** matches any number of directories.
+			for n := 1; n <= len(parts); n++ {
+				if globMatch(t, pp, parts[:n]) {
+					return true
+				}
+			}
+		}
+		return false
+	}
+	for _, path := range []string{
+		"go.mod", "gen/go.mod", "libs/server/server.go", "services/registry/cmd/registry/main.go",
+		"services/console/web/package.json", "services/console/web/package-lock.json", "services/console/web/src/main.tsx",
+		"services/console/web/vite.config.ts", "gen/ts/src/cronmesh/registry/v1/job_service_pb.ts",
+	} {
+		require.Falsef(t, ignored(path), "%s is left out of the build context", path)
+	}
+	for _, path := range []string{"services/console/web/node_modules/vite/package.json", "gen/ts/node_modules/x", "bin/registry", ".git/HEAD"} {
+		require.Truef(t, ignored(path), "%s is sent in the build context", path)
+	}
+}
+
+func globMatch(t *testing.T, pattern, parts []string) bool {
+	t.Helper()
+	if len(pattern) == 0 {
+		return len(parts) == 0
+	}
+	if pattern[0] == "**" {
+		for i := 0; i <= len(parts); i++ {
+			if globMatch(t, pattern[1:], parts[i:]) {
+				return true
+			}
+		}
+		return false
+	}
+	if len(parts) == 0 {
+		return false
+	}
+	ok, err := filepath.Match(pattern[0], parts[0])
+	require.NoError(t, err)
+	return ok && globMatch(t, pattern[1:], parts[1:])
 }

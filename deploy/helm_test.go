@@ -26,7 +26,7 @@ var (
 
 // stateless are the services that are autoscaled when asked; the trigger
 // never is (its node count is chosen: membership changes move partitions).
-var stateless = []string{"registry", "dispatcher", "history", "alerting"}
+var stateless = []string{"registry", "dispatcher", "history", "alerting", "console"}
 
 // helperEnv are the variables besides CRONMESH_* flags a container may get:
 // PGPASSWORD is read by the PostgreSQL driver, GOMEMLIMIT by the Go runtime;
@@ -271,6 +271,9 @@ func TestChartDefaults(t *testing.T) {
 		limit := env(t, r, svc)["GOMEMLIMIT"].ValueFrom
 		require.NotNilf(t, limit, "%s: the Go runtime knows the memory limit", svc)
 		require.Equal(t, "limits.memory", limit.ResourceFieldRef.Resource)
+		if svc == "console" {
+			continue // it forwards calls, and each service limits them
+		}
 		require.Equalf(t, "50:100", value(env(t, r, svc)["CRONMESH_RATE_LIMIT"]), "%s: the rate limit of every key", svc)
 		require.Equalf(t, "10000", value(env(t, r, svc)["CRONMESH_RATE_LIMIT_KEYS"]), svc)
 		_, ok = env(t, r, svc)["CRONMESH_RATE_LIMIT_NAMESPACES"]
@@ -282,6 +285,13 @@ func TestChartDefaults(t *testing.T) {
 	// Verified PostgreSQL by default; no TLS on the listeners unless asked.
 	for _, svc := range services {
 		e := env(t, r, svc)
+		for _, name := range []string{"CRONMESH_TLS_CERT", "CRONMESH_TLS_KEY", "CRONMESH_TLS_CLIENT_CA", "CRONMESH_UPSTREAM_CA_FILE"} {
+			_, ok := e[name]
+			require.Falsef(t, ok, "%s: %s set by default", svc, name)
+		}
+		if svc == "console" {
+			continue
+		}
 		require.Equal(t, "postgres://cronmesh@postgresql:5432/cronmesh?sslmode=verify-full", value(e["CRONMESH_POSTGRES_URL"]))
 		require.Equal(t, "amqp://cronmesh:$(AMQP_PASSWORD)@rabbitmq:5672/%2F", value(e["CRONMESH_AMQP_URL"]))
 		for _, name := range []string{"CRONMESH_TLS_CERT", "CRONMESH_TLS_KEY", "CRONMESH_TLS_CLIENT_CA", "CRONMESH_ETCD_CA_FILE", "CRONMESH_ETCD_USERNAME"} {
@@ -362,6 +372,47 @@ func TestChartOptions(t *testing.T) {
 	}
 	_, ok := r.byService("HorizontalPodAutoscaler", "trigger")
 	require.False(t, ok, "the trigger is never autoscaled")
+
+	// The console's Ingress: the host, TLS at the Ingress, the console's
+	// Service and port.
+	ing, ok := r.byService("Ingress", "console")
+	require.True(t, ok, "console.ingress.enabled renders an Ingress")
+	var in struct {
+		Spec struct {
+			TLS []struct {
+				Hosts      []string `yaml:"hosts"`
+				SecretName string   `yaml:"secretName"`
+			} `yaml:"tls"`
+			Rules []struct {
+				Host string `yaml:"host"`
+				HTTP struct {
+					Paths []struct {
+						Backend struct {
+							Service struct {
+								Name string `yaml:"name"`
+								Port struct {
+									Name string `yaml:"name"`
+								} `yaml:"port"`
+							} `yaml:"service"`
+						} `yaml:"backend"`
+					} `yaml:"paths"`
+				} `yaml:"http"`
+			} `yaml:"rules"`
+		} `yaml:"spec"`
+	}
+	ing.decode(t, &in)
+	cs, ok := r.byService("Service", "console")
+	require.True(t, ok)
+	require.Len(t, in.Spec.Rules, 1)
+	require.Equal(t, "console.example.internal", in.Spec.Rules[0].Host)
+	require.Len(t, in.Spec.Rules[0].HTTP.Paths, 1)
+	require.Equal(t, cs.Metadata.Name, in.Spec.Rules[0].HTTP.Paths[0].Backend.Service.Name)
+	require.Equal(t, "grpc", in.Spec.Rules[0].HTTP.Paths[0].Backend.Service.Port.Name)
+	require.Len(t, in.Spec.TLS, 1)
+	require.Equal(t, []string{"console.example.internal"}, in.Spec.TLS[0].Hosts)
+	require.Equal(t, "console-tls", in.Spec.TLS[0].SecretName)
+	_, ok = render(t, "cm").byService("Ingress", "console")
+	require.False(t, ok, "no Ingress by default")
 	var trig workload
 	o, _ := r.byService("Deployment", "trigger")
 	o.decode(t, &trig)
@@ -385,18 +436,27 @@ func TestChartOptions(t *testing.T) {
 	for _, svc := range services {
 		e := env(t, r, svc)
 		require.Equalf(t, js.Metadata.Name+":4317", value(e["CRONMESH_OTLP_ENDPOINT"]), "%s exports to the Jaeger", svc)
-		require.Equal(t, "postgres://cm_app@pg.db.svc:6432/cm?sslmode=verify-full&sslrootcert=/etc/cronmesh/postgres-ca/root.crt", value(e["CRONMESH_POSTGRES_URL"]))
-		require.Equal(t, "amqps://cm_app:$(AMQP_PASSWORD)@mq.db.svc:5671/cronmesh?cacertfile=/etc/cronmesh/amqp-ca/ca.crt", value(e["CRONMESH_AMQP_URL"]))
 		require.Equal(t, "/etc/cronmesh/tls/tls.crt", value(e["CRONMESH_TLS_CERT"]))
 		require.Equal(t, "/etc/cronmesh/tls/tls.key", value(e["CRONMESH_TLS_KEY"]))
-		require.Equal(t, "/etc/cronmesh/tls/ca.crt", value(e["CRONMESH_TLS_CLIENT_CA"]))
-		if svc == "registry" {
+		if svc != "console" {
+			require.Equal(t, "/etc/cronmesh/tls/ca.crt", value(e["CRONMESH_TLS_CLIENT_CA"]))
+			require.Equal(t, "postgres://cm_app@pg.db.svc:6432/cm?sslmode=verify-full&sslrootcert=/etc/cronmesh/postgres-ca/root.crt", value(e["CRONMESH_POSTGRES_URL"]))
+			require.Equal(t, "amqps://cm_app:$(AMQP_PASSWORD)@mq.db.svc:5671/cronmesh?cacertfile=/etc/cronmesh/amqp-ca/ca.crt", value(e["CRONMESH_AMQP_URL"]))
+		}
+		switch svc {
+		case "console":
+			// Its own listener: browsers present no client certificate.
+			_, ok := e["CRONMESH_TLS_CLIENT_CA"]
+			require.False(t, ok, "the console asks browsers for no client certificate")
+			require.Equal(t, "/etc/cronmesh/tls/tls.crt", value(e["CRONMESH_UPSTREAM_CLIENT_CERT"]))
+			require.Equal(t, "/etc/cronmesh/tls/tls.key", value(e["CRONMESH_UPSTREAM_CLIENT_KEY"]))
+		case "registry":
 			// The history, for RerunExecution, over the chart's TLS.
 			require.True(t, strings.HasPrefix(value(e["CRONMESH_HISTORY_URL"]), "https://"), "the registry reads the history over https")
 			require.Equal(t, "/etc/cronmesh/tls/ca.crt", value(e["CRONMESH_HISTORY_CA_FILE"]))
 			require.Equal(t, "/etc/cronmesh/tls/tls.crt", value(e["CRONMESH_HISTORY_CLIENT_CERT"]))
 			require.Equal(t, "/etc/cronmesh/tls/tls.key", value(e["CRONMESH_HISTORY_CLIENT_KEY"]))
-		} else {
+		default:
 			// The managed keys come from the registry over the chart's TLS,
 			// with the service's own certificate for the mutual part.
 			require.Truef(t, strings.HasPrefix(value(e["CRONMESH_REGISTRY_URL"]), "https://"), "%s: the registry over https", svc)
@@ -558,10 +618,24 @@ func checkServices(t *testing.T, r rendered, secretName string) {
 				require.NoErrorf(t, fs.Set(name, *v.Value), "%s: %s=%q", svc, v.Name, *v.Value)
 			}
 		}
-		for _, name := range []string{"CRONMESH_LISTEN", "CRONMESH_POSTGRES_URL", "CRONMESH_AMQP_URL", "CRONMESH_API_KEYS", "PGPASSWORD"} {
+		require.Truef(t, seen["CRONMESH_LISTEN"], "%s: CRONMESH_LISTEN is not set", svc)
+		require.Equalf(t, svc == "trigger", seen["CRONMESH_ETCD_ENDPOINTS"], "%s: only the trigger uses etcd", svc)
+
+		// The PodDisruptionBudget.
+		p, ok := r.byService("PodDisruptionBudget", svc)
+		require.Truef(t, ok, "no PodDisruptionBudget for %s", svc)
+		var b pdb
+		p.decode(t, &b)
+		require.Equal(t, w.Spec.Selector.MatchLabels, b.Spec.Selector.MatchLabels)
+		require.True(t, b.Spec.MaxUnavailable != nil || b.Spec.MinAvailable != nil)
+
+		if svc == "console" {
+			checkConsole(t, r, e)
+			continue
+		}
+		for _, name := range []string{"CRONMESH_POSTGRES_URL", "CRONMESH_AMQP_URL", "CRONMESH_API_KEYS", "PGPASSWORD"} {
 			require.Truef(t, seen[name], "%s: %s is not set", svc, name)
 		}
-		require.Equalf(t, svc == "trigger", seen["CRONMESH_ETCD_ENDPOINTS"], "%s: only the trigger uses etcd", svc)
 
 		// Credentials only from the Secret.
 		credentials := []string{"CRONMESH_API_KEYS", "PGPASSWORD", "AMQP_PASSWORD"}
@@ -602,14 +676,6 @@ func checkServices(t *testing.T, r rendered, secretName string) {
 		require.NoError(t, err)
 		_, hasPassword := pgURL.User.Password()
 		require.Falsef(t, hasPassword, "%s: a password in CRONMESH_POSTGRES_URL (it is PGPASSWORD, from the Secret)", svc)
-
-		// The PodDisruptionBudget.
-		p, ok := r.byService("PodDisruptionBudget", svc)
-		require.Truef(t, ok, "no PodDisruptionBudget for %s", svc)
-		var b pdb
-		p.decode(t, &b)
-		require.Equal(t, w.Spec.Selector.MatchLabels, b.Spec.Selector.MatchLabels)
-		require.True(t, b.Spec.MaxUnavailable != nil || b.Spec.MinAvailable != nil)
 	}
 
 	// The trigger's ring identity is the pod's.
@@ -617,6 +683,34 @@ func checkServices(t *testing.T, r rendered, secretName string) {
 	require.Equal(t, "metadata.name", e["CRONMESH_NODE_ID"].ValueFrom.FieldRef.FieldPath)
 	require.Equal(t, "status.podIP", e["POD_IP"].ValueFrom.FieldRef.FieldPath)
 	require.Equal(t, "$(POD_IP):8082", value(e["CRONMESH_ADVERTISE"]))
+}
+
+// checkConsole: the console forwards to the chart's Service of each API
+// service on its port, over https exactly when the chart serves TLS
+// (trusting the Secret's CA, showing the chart's certificate under mutual
+// TLS), and reads nothing from the Secret: it holds no key and reaches no
+// database, broker or etcd.
+func checkConsole(t *testing.T, r rendered, e map[string]envVar) {
+	t.Helper()
+	_, tls := e["CRONMESH_TLS_CERT"]
+	for _, svc := range apiServices {
+		s, ok := r.byService("Service", svc)
+		require.True(t, ok)
+		var sv service
+		s.decode(t, &sv)
+		u, err := url.Parse(value(e["CRONMESH_"+strings.ToUpper(svc)+"_URL"]))
+		require.NoError(t, err)
+		require.Equalf(t, fmt.Sprintf("%s:%d", s.Metadata.Name, sv.Spec.Ports[0].Port), u.Host, "the console forwards to the chart's %s", svc)
+		require.Equalf(t, map[bool]string{true: "https", false: "http"}[tls], u.Scheme, "the console reaches %s over TLS exactly when the chart serves TLS", svc)
+	}
+	if tls {
+		require.Equal(t, "/etc/cronmesh/tls/ca.crt", value(e["CRONMESH_UPSTREAM_CA_FILE"]))
+	}
+	for name, v := range e {
+		require.Falsef(t, v.ValueFrom != nil && v.ValueFrom.SecretKeyRef != nil, "the console reads %s from a Secret", name)
+		require.NotContainsf(t, []string{"CRONMESH_POSTGRES_URL", "CRONMESH_AMQP_URL", "CRONMESH_API_KEYS", "PGPASSWORD", "AMQP_PASSWORD", "CRONMESH_ETCD_ENDPOINTS"}, name,
+			"the console reaches no database, broker or etcd and holds no key")
+	}
 }
 
 // checkFilesMounted: every file the environment names (a flag's value that

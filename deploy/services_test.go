@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"testing"
 
@@ -22,9 +23,15 @@ import (
 // root is the repository root, seen from this package's directory.
 const root = ".."
 
-// services are the five cronmesh services, each with a Dockerfile, a
-// subchart and a default port (its --listen default).
-var services = []string{"registry", "trigger", "dispatcher", "history", "alerting"}
+// services are the cronmesh services, each with a Dockerfile, a subchart
+// and a default port (its --listen default).
+var services = append(slices.Clone(apiServices), "console")
+
+// apiServices are the five services that serve the APIs: each reads the
+// Secret (API keys, database and broker passwords) and connects to
+// PostgreSQL and RabbitMQ. The console is not one: it forwards the browser's
+// calls to them and holds no credential.
+var apiServices = []string{"registry", "trigger", "dispatcher", "history", "alerting"}
 
 // present reports whether the service's command is in this tree.
 func present(svc string) bool {
@@ -138,11 +145,26 @@ func flagSet(t *testing.T, svc string) *flag.FlagSet {
 
 func TestFlagSets(t *testing.T) {
 	t.Parallel()
-	for _, svc := range services {
+	for _, svc := range apiServices {
 		fs := flagSet(t, svc)
 		for _, name := range []string{"listen", "postgres-url", "amqp-url", "api-keys", "schema"} {
 			require.NotNilf(t, fs.Lookup(name), "%s has no --%s", svc, name)
 		}
 	}
 	require.NotNil(t, flagSet(t, "trigger").Lookup("node-id"))
+	console := flagSet(t, "console")
+	for _, name := range append(consoleUpstreamFlags(), "listen", "upstream-ca-file", "upstream-client-cert", "upstream-client-key") {
+		require.NotNilf(t, console.Lookup(name), "the console has no --%s", name)
+	}
+	require.Nil(t, console.Lookup("api-keys"), "the console holds no key")
+}
+
+// consoleUpstreamFlags are the console's flags naming the API services it
+// forwards to: --<service>-url.
+func consoleUpstreamFlags() []string {
+	var flags []string
+	for _, svc := range apiServices {
+		flags = append(flags, svc+"-url")
+	}
+	return flags
 }

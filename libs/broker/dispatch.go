@@ -10,9 +10,6 @@ import (
 // queues have no message priorities).
 var dispatchPriorities = [...]string{"high", "normal", "low"}
 
-// DispatchPriorities returns the priority names, highest first.
-func DispatchPriorities() []string { return dispatchPriorities[:] }
-
 // DispatchRoutingKey is the routing key of a dispatch request of priority
 // ("high", "normal" or "low") on the dispatch exchange.
 func DispatchRoutingKey(priority string) string { return "dispatch." + priority }

@@ -40,6 +40,13 @@ type Config struct {
 	RegistryTLS tlsconfig.Client
 }
 
+// RegisterAPIKeys adds --api-keys, the configured keys, to fs: keys is the
+// service's list of entries (a config.StringList), which ParseConfigured
+// and Config.NewRegistryRing read.
+func RegisterAPIKeys(fs *flag.FlagSet, keys flag.Value) {
+	fs.Var(keys, "api-keys", "comma-separated API keys, each namespace=key or namespace=sha256:<hex digest of the key>, admin of the namespace; namespace:editor=... or namespace:viewer=... for a lesser role")
+}
+
 // RegisterRefresh adds --key-refresh to fs: all the registry itself needs,
 // since it reads the keys from its own database.
 func (c *Config) RegisterRefresh(fs *flag.FlagSet) {

@@ -73,11 +73,9 @@ type Ring struct {
 	logger     *slog.Logger
 	metrics    metrics
 
-	set      atomic.Pointer[keySet]
-	refresh  sync.Mutex // one Refresh at a time: the set never goes back in revision
-	failing  atomic.Bool
-	stopOnce sync.Once
-	stop     chan struct{}
+	set     atomic.Pointer[keySet]
+	refresh sync.Mutex // one Refresh at a time: the set never goes back in revision
+	failing atomic.Bool
 }
 
 // keySet is one revision of the managed keys, never changed once built.
@@ -113,7 +111,6 @@ func New(opts Options) (*Ring, error) {
 		clock:      cmp.Or[clock.Clock](opts.Clock, clock.Real{}),
 		logger:     cmp.Or(opts.Logger, slog.New(slog.DiscardHandler)),
 		metrics:    m,
-		stop:       make(chan struct{}),
 	}
 	r.set.Store(&keySet{})
 	return r, nil
@@ -159,8 +156,8 @@ func (r *Ring) Refresh(ctx context.Context) error {
 	return nil
 }
 
-// Run refreshes at once and then every Interval until ctx is done or Stop is
-// called, and returns nil. Failures are logged (once per outage, and the
+// Run refreshes at once and then every Interval until ctx is done, and
+// returns nil. Failures are logged (once per outage, and the
 // recovery) and retried at the next tick; they never stop Run.
 func (r *Ring) Run(ctx context.Context) error {
 	for {
@@ -175,15 +172,10 @@ func (r *Ring) Run(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-r.stop:
-			return nil
 		case <-r.clock.After(r.interval):
 		}
 	}
 }
-
-// Stop makes Run return; safe to call twice and before Run.
-func (r *Ring) Stop() { r.stopOnce.Do(func() { close(r.stop) }) }
 
 // Authenticate returns the principal of secret: a configured key has the
 // role it is configured with (admin unless it says otherwise); a managed key has its own role, and a previous

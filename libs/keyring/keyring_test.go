@@ -179,9 +179,10 @@ func TestRunPicksUpARevocation(t *testing.T) {
 	src := &fakeSource{}
 	src.set(2, digest("cm_key", "k1", "alpha", registryv1.KeyRole_KEY_ROLE_ADMIN, time.Time{}))
 	r := newRing(t, src, clock.Real{}, 10*time.Millisecond)
+	ctx, stop := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- r.Run(context.Background()) }()
-	t.Cleanup(func() { r.Stop(); require.NoError(t, <-done) })
+	go func() { done <- r.Run(ctx) }()
+	t.Cleanup(func() { stop(); require.NoError(t, <-done) })
 
 	handler := r.Middleware().Wrap(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		p, ok := apikey.PrincipalFrom(req.Context())

@@ -97,15 +97,16 @@ type RelayOptions struct {
 	// connection. A closed or reset connection is noticed at once anyway;
 	// the ping catches one that silently stopped answering. Default 5s.
 	LockCheckInterval time.Duration
-	// Shards splits the outbox into this many independent streams by a hash
-	// of the aggregate id, each read, published and deleted by its own
-	// cycle loop, all under the one lock. A cycle waits for its
+	// Shards, with Ownership, splits the owned partitions among this many
+	// cycle loops (partition mod Shards), each reading, publishing and
+	// deleting its partitions' rows on its own. A cycle waits for its
 	// broker confirms and its DELETE before the next starts, so one loop
 	// carrying many small commits (a trigger firing a steady trickle of
 	// slots) is bound by that latency; shards multiply the cycles in
-	// flight while each aggregate stays in one shard, in order. Shards > 1
-	// needs the index of [ShardIndex] with the same count, or every poll
-	// scans the table. Lanes are divided among the shards. Default 1.
+	// flight while each aggregate stays in one shard (its partition's), in
+	// order. Lanes are divided among the shards. Without Ownership it must
+	// be 0 or 1: the one lock-holding relay reads the outbox in id order
+	// in one loop. Default 1.
 	Shards int
 	// Ownership, when set, replaces the advisory lock: instead of one relay
 	// publishing the whole outbox, every relay publishes the rows of the
@@ -114,8 +115,7 @@ type RelayOptions struct {
 	// stalls only its own partitions, until their ownership moves, rather
 	// than every publish, and a relay on the node that wrote a row is the
 	// one that publishes it, so [Relay.Notify] reaches it. The table needs
-	// [PartitionSchema]. Shards then split the owned partitions among the
-	// cycle loops (partition mod Shards), without [ShardIndex].
+	// [PartitionSchema].
 	Ownership Ownership
 	// TracerProvider, when set, gives every row whose headers carry a W3C
 	// trace context a producer span "publish <destination>" in that trace,
@@ -234,22 +234,10 @@ type Relay struct {
 	running atomic.Bool
 }
 
-// shardExpr is the SQL expression of a row's shard among n: the same in
-// [ShardIndex] and the relay's query, or the index is not used.
-func shardExpr(n int) string {
-	return fmt.Sprintf("((hashtext(aggregate_id) & 2147483647) %% %d)", n)
-}
-
-// ShardIndex returns the DDL of the index a relay with Shards = n (> 1)
-// reads through, for inclusion in a service's migrations (idempotent).
-func ShardIndex(n int) string {
-	return fmt.Sprintf("CREATE INDEX IF NOT EXISTS outbox_shard_%d ON outbox (%s, id);\n", n, shardExpr(n))
-}
-
 // NewRelay validates opts, fills defaults and registers the metrics. It
 // does not touch the database or the broker. It fails when Pool or
-// Publisher is nil, a size or duration is negative, or a metric cannot be
-// registered (for example twice on one registerer).
+// Publisher is nil, a size or duration is negative, Shards > 1 comes
+// without Ownership, or a metric cannot be registered (for example twice on one registerer).
 func NewRelay(opts RelayOptions) (*Relay, error) {
 	switch {
 	case opts.Pool == nil:
@@ -259,6 +247,8 @@ func NewRelay(opts RelayOptions) (*Relay, error) {
 	case opts.BatchSize < 0, opts.Lanes < 0, opts.Shards < 0, opts.PollInterval < 0, opts.Backoff < 0,
 		opts.MaxBackoff < 0, opts.LockRetryInterval < 0, opts.LockCheckInterval < 0, opts.DrainTimeout < 0:
 		return nil, errors.New("outbox: negative size or duration in RelayOptions")
+	case opts.Shards > 1 && opts.Ownership == nil:
+		return nil, errors.New("outbox: RelayOptions.Shards needs Ownership")
 	}
 	m, err := newMetrics(opts.Metrics)
 	if err != nil {
@@ -605,13 +595,6 @@ type row struct {
 const selectSQL = `SELECT id, aggregate_id, routing_key, message_id, payload, headers, created_at, now()
 FROM outbox ORDER BY id LIMIT $1`
 
-// selectShardSQL is selectSQL for one shard of n: the shard expression is
-// spelled out (not a parameter) so that it matches ShardIndex(n).
-func selectShardSQL(n int) string {
-	return `SELECT id, aggregate_id, routing_key, message_id, payload, headers, created_at, now()
-FROM outbox WHERE ` + shardExpr(n) + ` = $2 ORDER BY id LIMIT $1`
-}
-
 // selectOwnedSQL reads up to $1 rows of the partitions in $2, at most $3
 // of each, each partition's in id order (the order that matters: an
 // aggregate lives in one partition), through the index of
@@ -648,7 +631,7 @@ func (r *Relay) cycle(ctx context.Context, shard int, dups *duplicates) (full bo
 			return false, nil
 		}
 	}
-	rows, full, dbNow, err := r.fetch(ctx, shard, epochs)
+	rows, full, dbNow, err := r.fetch(ctx, epochs)
 	if err != nil {
 		return false, err
 	}
@@ -680,13 +663,12 @@ func (r *Relay) shardPartitions(shard int) map[int]int64 {
 	return owned
 }
 
-// fetch reads a shard's oldest rows (with Ownership, those of the
+// fetch reads the oldest rows (with Ownership, those of the shard's
 // partitions in epochs) and reports whether the batch was full.
-func (r *Relay) fetch(ctx context.Context, shard int, epochs map[int]int64) (_ []row, full bool, dbNow time.Time, _ error) {
+func (r *Relay) fetch(ctx context.Context, epochs map[int]int64) (_ []row, full bool, dbNow time.Time, _ error) {
 	query, args := selectSQL, []any{r.batchSize}
 	perPartition := 0
-	switch {
-	case r.ownership != nil:
+	if r.ownership != nil {
 		// In random order, and each partition capped at its share of the
 		// batch (but minPerPartition), so that under a backlog every
 		// partition gets its turn: the batch is filled partition after
@@ -698,8 +680,6 @@ func (r *Relay) fetch(ctx context.Context, shard int, epochs map[int]int64) (_ [
 		rand.Shuffle(len(partitions), func(i, j int) { partitions[i], partitions[j] = partitions[j], partitions[i] })
 		perPartition = max(r.batchSize/len(partitions), minPerPartition)
 		query, args = selectOwnedSQL, []any{r.batchSize, partitions, perPartition}
-	case len(r.shards) > 1:
-		query, args = selectShardSQL(len(r.shards)), []any{r.batchSize, shard}
 	}
 	rs, err := r.pool.Query(ctx, query, args...)
 	if err != nil {

@@ -6,7 +6,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/binary"
-	"github.com/jackc/pgx/v5"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -33,6 +32,7 @@ func TestNewRelayValidates(t *testing.T) {
 		{"negative batch", RelayOptions{Pool: pool, Publisher: pub, BatchSize: -1}},
 		{"negative lanes", RelayOptions{Pool: pool, Publisher: pub, Lanes: -1}},
 		{"negative shards", RelayOptions{Pool: pool, Publisher: pub, Shards: -1}},
+		{"shards without ownership", RelayOptions{Pool: pool, Publisher: pub, Shards: 2}},
 		{"negative poll", RelayOptions{Pool: pool, Publisher: pub, PollInterval: -time.Second}},
 		{"negative backoff", RelayOptions{Pool: pool, Publisher: pub, Backoff: -time.Second}},
 	}
@@ -118,25 +118,19 @@ func TestRelayPreservesOrderPerAggregate(t *testing.T) {
 		name      string
 		batchSize int
 		lanes     int
-		shards    int
 	}{
-		{"default lanes, several batches", 128, 0, 0},
-		{"one lane", 1000, 1, 0},
-		{"more lanes than aggregates", 0, 64, 0},
-		{"four shards, several batches", 64, 16, 4},
+		{"default lanes, several batches", 128, 0},
+		{"one lane", 1000, 1},
+		{"more lanes than aggregates", 0, 64},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			pool := testPool(t)
-			if tt.shards > 1 {
-				_, err := pool.Exec(t.Context(), ShardIndex(tt.shards))
-				require.NoError(t, err)
-			}
 			top := newTopology(t)
 			r, _ := newRelay(t, RelayOptions{
 				Pool: pool, Publisher: newPublisher(t, amqptest.URL(), top.exchange),
-				BatchSize: tt.batchSize, Lanes: tt.lanes, Shards: tt.shards,
+				BatchSize: tt.batchSize, Lanes: tt.lanes,
 			})
 			// 20 aggregates x 50 messages, interleaved, written by 10
 			// transactions of 100 while the relay runs, so batches cut
@@ -412,23 +406,6 @@ func TestRelayStopDrainsInFlightAndDeletesConfirmed(t *testing.T) {
 	require.Less(t, published, len(msgs))
 	require.Equal(t, int(pub.inFlight.Load()), published)
 	require.Equal(t, len(msgs)-published, countRows(t, pool))
-}
-
-func TestRelayShardQueryUsesTheShardIndex(t *testing.T) {
-	t.Parallel()
-	pool := testPool(t)
-	_, err := pool.Exec(t.Context(), ShardIndex(8))
-	require.NoError(t, err)
-	conn, err := pool.Acquire(t.Context())
-	require.NoError(t, err)
-	defer conn.Release()
-	_, err = conn.Exec(t.Context(), `SET enable_seqscan = off`)
-	require.NoError(t, err)
-	rows, err := conn.Query(t.Context(), `EXPLAIN (FORMAT TEXT) `+selectShardSQL(8), 100, 3)
-	require.NoError(t, err)
-	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	require.NoError(t, err)
-	require.Contains(t, strings.Join(lines, "\n"), "outbox_shard_8", "the shard query must match the index expression")
 }
 
 // dueHistogram reads outbox_due_to_confirm_seconds from reg: its count,

@@ -82,7 +82,7 @@ func TestWrite(t *testing.T) {
 
 			tx, err := pool.Begin(ctx)
 			require.NoError(t, err)
-			defer tx.Rollback(ctx)
+			defer func() { _ = tx.Rollback(ctx) }() // a no-op after the commit
 			err = Write(ctx, tx, tt.msgs...)
 			if tt.wantErr != nil {
 				require.ErrorIs(t, err, tt.wantErr)

@@ -39,18 +39,6 @@ func (d *Doc) Code(lang, text string) {
 // (they hold figures). A '|' inside a cell is escaped.
 func (d *Doc) Table(head []string, rows [][]string) { d.b.WriteString(Table(head, rows)) }
 
-// KV appends a two-column table of name → value pairs under head.
-func (d *Doc) KV(head [2]string, pairs ...[2]string) {
-	rows := make([][]string, len(pairs))
-	for i, p := range pairs {
-		rows[i] = p[:]
-	}
-	d.Table(head[:], rows)
-}
-
-// Raw appends Markdown as it is.
-func (d *Doc) Raw(md string) { d.b.WriteString(md) }
-
 // String is the document so far.
 func (d *Doc) String() string { return d.b.String() }
 

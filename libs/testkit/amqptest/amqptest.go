@@ -182,3 +182,29 @@ func redact(raw string) string {
 	}
 	return u.Redacted()
 }
+
+// DeleteOnCleanup deletes queues and exchanges that a service under test
+// declares itself (amqptest did not make them) when the test ends. Register
+// it before the cleanup that stops the service: cleanups run last first,
+// so the deletion comes after the stop (deleting a queue under a running
+// consumer closes its channel). Quorum queues left behind accumulate in
+// the broker across runs; a few hundred of them slow RabbitMQ until it no
+// longer answers. Deleting what does not exist succeeds.
+func DeleteOnCleanup(t testing.TB, queues, exchanges []string) {
+	t.Helper()
+	t.Cleanup(func() {
+		ch := Channel(t)
+		for _, q := range queues {
+			if _, err := ch.QueueDelete(q, false, false, false); err != nil {
+				t.Errorf("amqptest: delete queue %q: %v", q, err)
+				return // the failure closed the channel
+			}
+		}
+		for _, x := range exchanges {
+			if err := ch.ExchangeDelete(x, false, false); err != nil {
+				t.Errorf("amqptest: delete exchange %q: %v", x, err)
+				return
+			}
+		}
+	})
+}

@@ -23,12 +23,15 @@ import (
 
 	alertingv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/alerting/v1"
 	"github.com/cronmesh/cronmesh/gen/go/cronmesh/alerting/v1/alertingv1connect"
+	auditv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/audit/v1"
+	"github.com/cronmesh/cronmesh/gen/go/cronmesh/audit/v1/auditv1connect"
 	dispatcherv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/dispatcher/v1"
 	"github.com/cronmesh/cronmesh/gen/go/cronmesh/dispatcher/v1/dispatcherv1connect"
 	historyv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/history/v1"
 	"github.com/cronmesh/cronmesh/gen/go/cronmesh/history/v1/historyv1connect"
 	registryv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1"
 	"github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1/registryv1connect"
+	"github.com/cronmesh/cronmesh/libs/apikey"
 	"github.com/cronmesh/cronmesh/libs/meshrun"
 	"github.com/cronmesh/cronmesh/libs/testkit/meshtest"
 	"github.com/cronmesh/cronmesh/libs/testkit/rpctest"
@@ -247,7 +250,7 @@ func TestConsoleInABrowser(t *testing.T) {
 	assert.Positive(t, tg.ok.Load())
 
 	// The dead letter was redriven to the override and succeeded; the
-	// incident was acknowledged before that success resolved it.
+	// incident was acknowledged, then resolved by hand, before that.
 	require.Eventually(t, func() bool {
 		res, err := history.GetExecution(ctx, connect.NewRequest(&historyv1.GetExecutionRequest{ExecutionId: deadLetter.GetExecutionId()}))
 		return err == nil && res.Msg.GetExecution().GetStatus() == historyv1.ExecutionStatus_EXECUTION_STATUS_SUCCEEDED
@@ -259,5 +262,15 @@ func TestConsoleInABrowser(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, incidents.Msg.GetIncidents(), 1)
 	assert.NotNil(t, incidents.Msg.GetIncidents()[0].GetAcknowledgeTime(), "acknowledged from the console")
+	assert.Equal(t, apikey.ConfiguredKeyID(keyAlpha), incidents.Msg.GetIncidents()[0].GetResolvedBy(), "resolved from the console")
 	assert.Equal(t, int64(1), tg.fail.Load(), "the redrive went to the override, not to /fail")
+
+	// The viewer signed in and browsed without a single refused call: the
+	// console asks GetCallerIdentity what the key may do rather than trying.
+	for name, url := range map[string]string{"registry": mesh.Registry.URL, "alerting": mesh.Alerting.URL, "dispatcher": mesh.Dispatcher.URL} {
+		events, err := auditv1connect.NewAuditServiceClient(http.DefaultClient, url, auth).
+			ListAuditEvents(ctx, connect.NewRequest(&auditv1.ListAuditEventsRequest{KeyId: viewer.Msg.GetKey().GetId()}))
+		require.NoError(t, err)
+		assert.Emptyf(t, events.Msg.GetEvents(), "the viewer's calls in the %s's audit log", name)
+	}
 }

@@ -78,15 +78,15 @@ func testJobs(t *testing.T, s *stack) {
 	require.Len(t, list.Items, 1)
 	require.Equal(t, created.ID, list.Items[0].ID)
 	require.Empty(t, decode[listJSON](t, s.ok(t, ns, "jobs", "list", "-o", "json", "--label", "team=dev")).Items)
+	byName := decode[listJSON](t, s.ok(t, ns, "jobs", "list", "-o", "json", "--name", "NIGHT"))
+	require.Len(t, byName.Items, 1)
+	require.Equal(t, created.ID, byName.Items[0].ID)
+	require.Empty(t, decode[listJSON](t, s.ok(t, ns, "jobs", "list", "-o", "json", "--name", "weekly")).Items)
 
 	got := s.ok(t, ns, "jobs", "get", created.ID)
 	require.Contains(t, got, "next runs:")
 	require.Contains(t, got, "02:00:00Z")
-	var getResp struct {
-		Job          jobJSON  `json:"job"`
-		NextRunTimes []string `json:"nextRunTimes"`
-	}
-	getResp = decode[struct {
+	getResp := decode[struct {
 		Job          jobJSON  `json:"job"`
 		NextRunTimes []string `json:"nextRunTimes"`
 	}](t, s.ok(t, ns, "jobs", "get", created.ID, "-o", "json", "--next", "3"))
@@ -207,14 +207,7 @@ func testApply(t *testing.T, s *stack) {
 	require.Equal(t, before, versions(t, s, ns))
 
 	out = s.ok(t, ns, "apply", "-f", file, "-o", "json")
-	var results struct {
-		Items []struct {
-			Action        string   `json:"action"`
-			Name          string   `json:"name"`
-			ChangedFields []string `json:"changedFields"`
-		} `json:"items"`
-	}
-	results = decode[struct {
+	results := decode[struct {
 		Items []struct {
 			Action        string   `json:"action"`
 			Name          string   `json:"name"`

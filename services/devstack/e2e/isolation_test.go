@@ -230,6 +230,9 @@ func isolationCases() map[protoreflect.FullName]matrixCase {
 		alerting + "AcknowledgeIncident": {role: editor, foreign: func(a *tenantA) proto.Message {
 			return &alertingv1.AcknowledgeIncidentRequest{Id: a.incidentID}
 		}},
+		alerting + "ResolveIncident": {role: editor, foreign: func(a *tenantA) proto.Message {
+			return &alertingv1.ResolveIncidentRequest{Id: a.incidentID}
+		}},
 
 		keys + "CreateKey": {role: admin, answers: true, foreign: func(a *tenantA) proto.Message {
 			return &registryv1.CreateKeyRequest{Name: "taken over", Role: registryv1.KeyRole_KEY_ROLE_VIEWER, RequestId: a.requestID}
@@ -238,6 +241,8 @@ func isolationCases() map[protoreflect.FullName]matrixCase {
 		keys + "RotateKey":      {role: admin, foreign: func(a *tenantA) proto.Message { return &registryv1.RotateKeyRequest{Id: a.managedKeyID} }},
 		keys + "RevokeKey":      {role: admin, foreign: func(a *tenantA) proto.Message { return &registryv1.RevokeKeyRequest{Id: a.managedKeyID} }},
 		keys + "ListKeyDigests": {role: admin, operatorOnly: true},
+		// Names only the caller's own key: B learns B's namespace.
+		keys + "GetCallerIdentity": {role: viewer, answers: true},
 
 		// Served by each of the five services, each listing its own records.
 		audit + "ListAuditEvents": {role: admin, answers: true, foreign: func(a *tenantA) proto.Message {
@@ -397,6 +402,9 @@ func TestIsolationMatrix(t *testing.T) {
 			}
 			if r.method.FullName() == "cronmesh.history.v1.HistoryService.GetJobStats" {
 				require.Zero(t, resp.Get(resp.Descriptor().Fields().ByName("runs")).Int(), "B sees no runs of A's job")
+			}
+			if r.method.FullName() == "cronmesh.registry.v1.KeyService.GetCallerIdentity" {
+				require.Equal(t, "tenant-b", resp.Get(resp.Descriptor().Fields().ByName("namespace")).String(), "B's key is B's")
 			}
 			if r.method.FullName() == "cronmesh.dispatcher.v1.DispatchService.RedriveDeadLetters" {
 				require.Zero(t, resp.Get(resp.Descriptor().Fields().ByName("redriven")).Int(), "B redrove none of A's dead letters")

@@ -62,12 +62,12 @@ const (
 // them.
 var tourPorts = map[int]string{
 	2379: "etcd", 8081: "registry", 8082: "trigger-1", 8182: "trigger-2", 8282: "trigger-3",
-	8083: "dispatcher", 8084: "history", 8085: "alerting", 8090: "devecho",
+	8083: "dispatcher", 8084: "history", 8085: "alerting", 8080: "console", 8090: "devecho",
 }
 
 func TestTour(t *testing.T) {
 	root := tourRepoRoot(t)
-	for _, bin := range []string{"devetcd", "devecho", "registry", "trigger", "dispatcher", "history", "alerting", "grpcurl", "buf"} {
+	for _, bin := range []string{"devetcd", "devecho", "registry", "trigger", "dispatcher", "history", "alerting", "console", "grpcurl", "buf"} {
 		if _, err := os.Stat(filepath.Join(root, "bin", bin)); err != nil {
 			t.Fatalf("bin/%s is missing: run `make build` and `make tools` first (`make test` does): %v", bin, err)
 		}
@@ -96,6 +96,10 @@ func TestTour(t *testing.T) {
 
 	t.Run("demo job succeeds", func(t *testing.T) {
 		tourAwaitSucceeded(t, demoID)
+	})
+
+	t.Run("console serves against the demo job", func(t *testing.T) {
+		tourConsole(t, demoID)
 	})
 
 	t.Run("README tour", func(t *testing.T) {
@@ -155,6 +159,47 @@ func tourOneDemoJob(t *testing.T) {
 	resp, err := client.ListJobs(context.Background(), req)
 	require.NoError(t, err)
 	require.Len(t, resp.Msg.GetJobs(), 1, "demo jobs after a restart")
+}
+
+// tourConsole checks the console dev.sh started, as a browser reaches it:
+// the page (built into bin/console by `make build`), and the services'
+// APIs on its origin with the development key: who the key is, the demo
+// job found by name, its executions.
+func tourConsole(t *testing.T, demoID string) {
+	t.Helper()
+	const console = "http://127.0.0.1:8080"
+	res, err := http.Get(console + "/jobs/" + demoID)
+	require.NoError(t, err)
+	page, err := io.ReadAll(res.Body)
+	res.Body.Close()
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, res.StatusCode, "the console's page: %s", page)
+	require.Contains(t, res.Header.Get("Content-Type"), "text/html")
+	require.Regexp(t, `<script type="module"[^>]* src="/assets/[^"]+\.js"`, string(page), "the built application")
+
+	auth := connect.WithInterceptors(connect.UnaryInterceptorFunc(func(next connect.UnaryFunc) connect.UnaryFunc {
+		return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+			req.Header().Set("Authorization", "Bearer "+tourKey)
+			return next(ctx, req)
+		}
+	}))
+	ctx := context.Background()
+	who, err := registryv1connect.NewKeyServiceClient(http.DefaultClient, console, auth).
+		GetCallerIdentity(ctx, connect.NewRequest(&registryv1.GetCallerIdentityRequest{}))
+	require.NoError(t, err)
+	require.Equal(t, "dev", who.Msg.GetNamespace())
+	require.Equal(t, registryv1.KeyRole_KEY_ROLE_ADMIN, who.Msg.GetRole())
+
+	jobs, err := registryv1connect.NewJobServiceClient(http.DefaultClient, console, auth).
+		ListJobs(ctx, connect.NewRequest(&registryv1.ListJobsRequest{NameContains: "DEMO: every"}))
+	require.NoError(t, err)
+	require.Len(t, jobs.Msg.GetJobs(), 1, "the demo job, searched by name through the console")
+	require.Equal(t, demoID, jobs.Msg.GetJobs()[0].GetId())
+
+	execs, err := historyv1connect.NewHistoryServiceClient(http.DefaultClient, console, auth).
+		ListExecutions(ctx, connect.NewRequest(&historyv1.ListExecutionsRequest{JobId: demoID, PageSize: 5}))
+	require.NoError(t, err)
+	require.NotEmpty(t, execs.Msg.GetExecutions(), "the demo job's executions, through the console")
 }
 
 // tourRepoRoot is the repository root, three directories above this file.

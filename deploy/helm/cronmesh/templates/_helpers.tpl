@@ -99,6 +99,9 @@ AMQP_PASSWORD, POD_IP) are read by the PostgreSQL driver or only expanded by
 Kubernetes into a CRONMESH_* value, and GOMEMLIMIT by the Go runtime. Credentials come only from the Secret.
 */}}
 {{- define "cronmesh.env" -}}
+{{- if hasKey .Values "upstreams" -}}
+{{ include "cronmesh.consoleEnv" . }}
+{{- else -}}
 {{- $g := .Values.global -}}
 {{- $secret := include "cronmesh.secretName" . -}}
 - name: CRONMESH_LISTEN
@@ -269,6 +272,63 @@ instead of letting the heap reach it. */}}
 - name: {{ printf "CRONMESH_%s" ($flag | upper | replace "-" "_" | replace "." "_") }}
   value: {{ $value | toString | quote }}
 {{- end }}
+{{- end }}
+{{- end -}}
+
+{{/*
+cronmesh.consoleEnv is the console's environment: its listener, and the
+five services it forwards to (console.upstreams, else the chart's Services,
+over https trusting the Secret's ca.crt with global.tls). No credential: the
+console holds no key and reaches no database, broker or etcd.
+*/}}
+{{- define "cronmesh.consoleEnv" -}}
+{{- $g := .Values.global -}}
+{{- $scheme := ternary "https" "http" (not (empty $g.tls.secretName)) -}}
+- name: CRONMESH_LISTEN
+  value: {{ printf ":%v" .Values.port | quote }}
+- name: CRONMESH_LOG_LEVEL
+  value: {{ .Values.logLevel | default $g.logLevel | quote }}
+{{- range $svc, $port := dict "registry" 8081 "trigger" 8082 "dispatcher" 8083 "history" 8084 "alerting" 8085 }}
+- name: {{ printf "CRONMESH_%s_URL" (upper $svc) }}
+  value: {{ index $.Values.upstreams $svc | default (printf "%s://%s-%s:%v" $scheme (include "cronmesh.prefix" $) $svc $port) | quote }}
+{{- end }}
+{{- if $g.tls.secretName }}
+- name: CRONMESH_UPSTREAM_CA_FILE
+  value: /etc/cronmesh/tls/ca.crt
+- name: CRONMESH_TLS_CERT
+  value: /etc/cronmesh/tls/tls.crt
+- name: CRONMESH_TLS_KEY
+  value: /etc/cronmesh/tls/tls.key
+{{- if $g.tls.clientAuth }}
+- name: CRONMESH_UPSTREAM_CLIENT_CERT
+  value: /etc/cronmesh/tls/tls.crt
+- name: CRONMESH_UPSTREAM_CLIENT_KEY
+  value: /etc/cronmesh/tls/tls.key
+{{- end }}
+{{- end }}
+- name: GOMEMLIMIT
+  valueFrom:
+    resourceFieldRef:
+      resource: limits.memory
+{{- with include "cronmesh.otlpEndpoint" . }}
+- name: CRONMESH_OTLP_ENDPOINT
+  value: {{ . | quote }}
+{{- end }}
+{{- range $name, $key := .Values.secretEnv }}
+- name: {{ $name }}
+  valueFrom:
+    secretKeyRef:
+      name: {{ include "cronmesh.secretName" $ }}
+      key: {{ $key }}
+      optional: true
+{{- end }}
+{{- range $flag, $value := .Values.config }}
+{{- if and (kindIs "float64" $value) (eq $value (floor $value)) }}
+{{- $value = int64 $value }}
+{{- end }}
+- name: {{ printf "CRONMESH_%s" ($flag | upper | replace "-" "_" | replace "." "_") }}
+  value: {{ $value | toString | quote }}
+{{- end }}
 {{- end -}}
 
 {{/*
@@ -296,14 +356,17 @@ Secret.
 {{/*
 cronmesh.secretVolumes is the YAML list of the Secrets a service mounts
 read-only under /etc/cronmesh/<name>: its TLS certificate, the CAs of
-PostgreSQL and RabbitMQ, and (with etcd) etcd's TLS files.
+PostgreSQL and RabbitMQ (not the console's: it reaches neither), and (with
+etcd) etcd's TLS files.
 */}}
 {{- define "cronmesh.secretVolumes" -}}
 {{- $g := .Values.global -}}
 {{- $volumes := list -}}
 {{- with $g.tls.secretName }}{{ $volumes = append $volumes (dict "name" "tls" "secretName" .) }}{{ end -}}
+{{- if not (hasKey .Values "upstreams") -}}
 {{- with $g.postgres.ca.secretName }}{{ $volumes = append $volumes (dict "name" "postgres-ca" "secretName" .) }}{{ end -}}
 {{- with $g.rabbitmq.ca.secretName }}{{ $volumes = append $volumes (dict "name" "amqp-ca" "secretName" .) }}{{ end -}}
+{{- end -}}
 {{- if get .Values "etcd" }}{{ with $g.etcd.tls.secretName }}{{ $volumes = append $volumes (dict "name" "etcd-tls" "secretName" .) }}{{ end }}{{ end -}}
 {{- toYaml $volumes -}}
 {{- end -}}

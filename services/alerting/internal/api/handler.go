@@ -339,6 +339,26 @@ func (h *Handler) AcknowledgeIncident(ctx context.Context, req *connect.Request[
 	return connect.NewResponse(&alertingv1.AcknowledgeIncidentResponse{Incident: inc}), nil
 }
 
+// ResolveIncident implements AlertService.ResolveIncident.
+func (h *Handler) ResolveIncident(ctx context.Context, req *connect.Request[alertingv1.ResolveIncidentRequest]) (*connect.Response[alertingv1.ResolveIncidentResponse], error) {
+	p, ok := apikey.PrincipalFrom(ctx)
+	if !ok {
+		return nil, connect.NewError(connect.CodeUnauthenticated, errors.New("no authenticated namespace"))
+	}
+	if err := checkID(req.Msg.GetId()); err != nil {
+		return nil, err
+	}
+	inc, err := h.store.ResolveIncident(ctx, p.Namespace, req.Msg.GetId(), p.KeyID)
+	if err != nil {
+		return nil, h.toConnect(ctx, "ResolveIncident", err)
+	}
+	if inc.GetResolvedBy() == p.KeyID {
+		h.logger.InfoContext(ctx, "incident resolved by hand", slog.String("namespace", p.Namespace),
+			slog.String("incident_id", inc.GetId()), slog.String("key_id", p.KeyID))
+	}
+	return connect.NewResponse(&alertingv1.ResolveIncidentResponse{Incident: inc}), nil
+}
+
 // page validates a page size and decodes a page token (the base64 of the
 // last id of the previous page).
 func page(size int32, tok string) (int, uuid.UUID, error) {

@@ -6,29 +6,23 @@ package app
 import (
 	"cmp"
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
-	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/cronmesh/cronmesh/gen/go/cronmesh/alerting/v1/alertingv1connect"
-	"github.com/cronmesh/cronmesh/libs/audit"
-	"github.com/cronmesh/cronmesh/libs/authz"
 	"github.com/cronmesh/cronmesh/libs/broker"
 	"github.com/cronmesh/cronmesh/libs/clock"
 	"github.com/cronmesh/cronmesh/libs/config"
 	"github.com/cronmesh/cronmesh/libs/keyring"
-	"github.com/cronmesh/cronmesh/libs/migrate"
-	"github.com/cronmesh/cronmesh/libs/postgres"
+	"github.com/cronmesh/cronmesh/libs/lifecycle"
 	"github.com/cronmesh/cronmesh/libs/server"
+	"github.com/cronmesh/cronmesh/libs/service"
 	"github.com/cronmesh/cronmesh/libs/ssrfguard"
 	"github.com/cronmesh/cronmesh/libs/targetcheck"
-	"github.com/cronmesh/cronmesh/libs/telemetry"
 	"github.com/cronmesh/cronmesh/services/alerting/internal/api"
 	"github.com/cronmesh/cronmesh/services/alerting/internal/evaluate"
 	"github.com/cronmesh/cronmesh/services/alerting/internal/notify"
@@ -99,7 +93,7 @@ func (c *Config) Register(fs *flag.FlagSet) {
 	// This API's requests are small: see server.SmallAPIMaxRequestBytes.
 	c.Limits.MaxRequestBytes = server.SmallAPIMaxRequestBytes
 	c.Common.Register(fs, DefaultListen)
-	fs.Var(&c.APIKeys, "api-keys", "comma-separated API keys, each namespace=key or namespace=sha256:<hex digest of the key>, admin of the namespace; namespace:editor=... or namespace:viewer=... for a lesser role")
+	keyring.RegisterAPIKeys(fs, &c.APIKeys)
 	c.Keys.Register(fs)
 	fs.StringVar(&c.Schema, "schema", DefaultSchema, "PostgreSQL schema of the alerting tables")
 	fs.DurationVar(&c.SendTimeout, "send-timeout", notify.DefaultTimeout, "bound on one notification delivery attempt (webhook request or SMTP session)")
@@ -121,49 +115,21 @@ func (c *Config) Register(fs *flag.FlagSet) {
 
 func (c Config) schema() string { return cmp.Or(c.Schema, DefaultSchema) }
 
+func (c Config) database() service.Database {
+	return service.Database{Schema: c.schema(), Migrations: store.Migrations}
+}
+
 // Migrate creates the database when missing and applies the schema's
 // migrations; it is the `alerting migrate` subcommand and runs at every
 // start.
 func Migrate(ctx context.Context, cfg Config, logger *slog.Logger) error {
-	if err := postgres.EnsureDatabase(ctx, cfg.PostgresURL); err != nil {
-		return err
-	}
-	pool, err := postgres.Connect(ctx, postgres.Options{URL: cfg.PostgresURL, Schema: cfg.schema()})
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
-	return applyMigrations(ctx, pool, cfg.schema(), logger)
-}
-
-func applyMigrations(ctx context.Context, pool *pgxpool.Pool, schema string, logger *slog.Logger) error {
-	migrations, err := store.Migrations()
-	if err != nil {
-		return err
-	}
-	migrations = append(migrations, audit.Migration())
-	applied, err := migrate.ApplyAll(ctx, pool, schema, migrations)
-	if err != nil {
-		return fmt.Errorf("migrate schema %s: %w", schema, err)
-	}
-	logger.Info("migrations applied", slog.String("schema", schema), slog.Any("versions", applied))
-	return nil
+	return service.Migrate(ctx, cfg.PostgresURL, cfg.database(), logger)
 }
 
 // App is a running alerting service.
 type App struct {
-	cfg       Config
-	logger    *slog.Logger
-	telemetry *telemetry.Telemetry
-	server    *server.Server
-	keys      *keyring.Ring
-	pool      *pgxpool.Pool
-	store     *store.Store
-	evaluator *evaluate.Evaluator
-	notifier  *notify.Loop
-	watchdog  *watchdog.Watchdog
-	consumers []*broker.Consumer
-	closeOnce sync.Once
+	svc   *service.Service
+	store *store.Store
 }
 
 // New connects to PostgreSQL, applies migrations and builds the parts.
@@ -179,54 +145,33 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger) (_ *App, err erro
 	); err != nil {
 		return nil, err
 	}
-	// The configured keys, and the managed ones polled from the registry.
-	registryClient, err := cfg.Keys.HTTPClient()
-	if err != nil {
-		return nil, err
-	}
-	keys, err := cfg.Keys.NewRegistryRing(cfg.APIKeys, registryClient, logger.With(slog.String("component", "keyring")), nil)
-	if err != nil {
-		return nil, err
-	}
 	if cfg.Clock == nil {
 		cfg.Clock = clock.Real{}
 	}
-	a := &App{cfg: cfg, logger: logger}
-	defer func() {
-		if err != nil {
-			a.close(context.Background())
-		}
-	}()
-	a.telemetry, err = telemetry.Setup(ctx, telemetry.Options{ServiceName: "alerting", OTLPEndpoint: cfg.OTLPEndpoint, Logger: logger})
-	if err != nil {
-		return nil, err
-	}
-	a.keys = keys
-	if err := keys.RegisterMetrics(prometheus.WrapRegistererWith(prometheus.Labels{"service": "alerting"}, a.telemetry.Metrics)); err != nil {
-		return nil, err
-	}
-	if err := postgres.EnsureDatabase(ctx, cfg.PostgresURL); err != nil {
-		return nil, err
-	}
-	a.pool, err = postgres.Connect(ctx, postgres.Options{
-		URL: cfg.PostgresURL, Schema: cfg.schema(), TracerProvider: a.telemetry.TracerProvider,
+	db := cfg.database()
+	// The configured keys, and the managed ones polled from the registry.
+	svc, err := service.New(ctx, service.Options{
+		Name: "alerting", Config: cfg.Common, Logger: logger,
+		Keys: &cfg.Keys, APIKeys: cfg.APIKeys, Database: &db,
 	})
 	if err != nil {
 		return nil, err
 	}
-	if err := applyMigrations(ctx, a.pool, cfg.schema(), logger); err != nil {
-		return nil, err
-	}
-	a.store = store.New(store.Options{Pool: a.pool, Now: cfg.Clock.Now})
+	defer func() {
+		if err != nil {
+			svc.Close(context.Background())
+		}
+	}()
+	a := &App{svc: svc}
+	a.store = store.New(store.Options{Pool: svc.Pool, Now: cfg.Clock.Now})
 	allowed, err := ssrfguard.ParseNetworks(cfg.AllowNetworks)
 	if err != nil {
 		return nil, fmt.Errorf("--allow-networks: %w", err)
 	}
 	sender := notify.NewSender(notify.SenderOptions{Timeout: cfg.SendTimeout, Clock: cfg.Clock, AllowedNetworks: allowed})
-	metrics := prometheus.WrapRegistererWith(prometheus.Labels{"service": "alerting"}, a.telemetry.Metrics)
-	a.notifier, err = notify.NewLoop(notify.LoopOptions{
+	notifier, err := notify.NewLoop(notify.LoopOptions{
 		Store: a.store, Sender: sender, Clock: cfg.Clock, Poll: cfg.NotifyPoll,
-		Backoff: cfg.NotifyBackoff, MaxBackoff: cfg.NotifyMaxBackoff, Metrics: metrics,
+		Backoff: cfg.NotifyBackoff, MaxBackoff: cfg.NotifyMaxBackoff, Metrics: svc.Metrics,
 		Logger: logger.With(slog.String("component", "notify")),
 	})
 	if err != nil {
@@ -234,10 +179,10 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger) (_ *App, err erro
 	}
 	executionsExchange := cmp.Or(cfg.ExecutionsExchange, DefaultExecutionsExchange)
 	executionsQueue := cmp.Or(cfg.ExecutionsQueue, DefaultExecutionsQueue)
-	a.evaluator, err = evaluate.New(evaluate.Options{
-		Store: a.store, Clock: cfg.Clock, Refresh: cfg.RuleRefresh, Queued: a.notifier.Notify, Metrics: metrics,
+	evaluator, err := evaluate.New(evaluate.Options{
+		Store: a.store, Clock: cfg.Clock, Refresh: cfg.RuleRefresh, Queued: notifier.Notify, Metrics: svc.Metrics,
 		Logger:         logger.With(slog.String("component", "evaluate")),
-		TracerProvider: a.telemetry.TracerProvider, Propagator: a.telemetry.Propagator,
+		TracerProvider: svc.Telemetry.TracerProvider, Propagator: svc.Telemetry.Propagator,
 		Exchange: executionsExchange, Queue: executionsQueue,
 	})
 	if err != nil {
@@ -245,28 +190,28 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger) (_ *App, err erro
 	}
 	workers := cmp.Or(cfg.Workers, 2)
 	executions, err := broker.NewConsumer(broker.ConsumerOptions{
-		Name: "executions", Handle: broker.EachMessage(a.evaluator.Handle), AMQPURL: cfg.AMQPURL,
+		Name: "executions", Handle: broker.EachMessage(evaluator.Handle), AMQPURL: cfg.AMQPURL,
 		Exchange: executionsExchange, Queue: executionsQueue, BindingKey: "execution.#",
 		QueueArguments: map[string]any{"x-delivery-limit": broker.NoDeliveryLimit},
 		Subscriptions:  workers, MaxBatch: 1, Batches: workers, Prefetch: cfg.Prefetch,
-		TracerProvider: a.telemetry.TracerProvider, Propagator: a.telemetry.Propagator, Logger: logger, Clock: cfg.Clock,
+		TracerProvider: svc.Telemetry.TracerProvider, Propagator: svc.Telemetry.Propagator, Logger: logger, Clock: cfg.Clock,
 	})
 	if err != nil {
 		return nil, err
 	}
-	a.watchdog, err = watchdog.New(watchdog.Options{
-		Store: a.store, Rules: a.evaluator.Rules, Clock: cfg.Clock, Interval: cfg.WatchdogInterval,
-		Queued: a.notifier.Notify, Metrics: metrics, Logger: logger.With(slog.String("component", "watchdog")),
+	dog, err := watchdog.New(watchdog.Options{
+		Store: a.store, Rules: evaluator.Rules, Clock: cfg.Clock, Interval: cfg.WatchdogInterval,
+		Queued: notifier.Notify, Metrics: svc.Metrics, Logger: logger.With(slog.String("component", "watchdog")),
 	})
 	if err != nil {
 		return nil, err
 	}
 	jobs, err := broker.NewConsumer(broker.ConsumerOptions{
-		Name: "jobs", Handle: a.watchdog.HandleJobEvents, AMQPURL: cfg.AMQPURL,
+		Name: "jobs", Handle: dog.HandleJobEvents, AMQPURL: cfg.AMQPURL,
 		Exchange: cmp.Or(cfg.JobsExchange, DefaultJobsExchange), Queue: cmp.Or(cfg.JobsQueue, DefaultJobsQueue), BindingKey: "job.#",
 		QueueArguments: map[string]any{"x-delivery-limit": broker.NoDeliveryLimit},
 		Subscriptions:  cmp.Or(cfg.JobsWorkers, DefaultJobsWorkers), MaxBatch: cmp.Or(cfg.JobsBatch, DefaultJobsBatch), Prefetch: cfg.Prefetch,
-		TracerProvider: a.telemetry.TracerProvider, Propagator: a.telemetry.Propagator, Logger: logger,
+		TracerProvider: svc.Telemetry.TracerProvider, Propagator: svc.Telemetry.Propagator, Logger: logger,
 		// The real clock: this consumer's clock paces only the batches'
 		// linger and the retry backoff, and a test's fake clock (which
 		// the watchdog's decisions follow, through the watchdog's own
@@ -276,106 +221,41 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger) (_ *App, err erro
 	if err != nil {
 		return nil, err
 	}
-	a.consumers = append(a.consumers, executions, jobs)
 
-	a.server, err = server.New(server.Options{
-		Name: "alerting", Listen: cfg.Listen, Logger: logger, Telemetry: a.telemetry, ShutdownTimeout: cfg.ShutdownTimeout, Profiling: cfg.Pprof,
-		RateLimit: cfg.RateLimit,
-		TLS:       cfg.TLS,
-		Limits:    cfg.Limits,
-	})
-	if err != nil {
-		return nil, err
-	}
-	a.server.UseMiddleware(keys.Middleware().Wrap)
-	auditLog := audit.New(audit.Options{Pool: a.pool, Logger: logger, Retention: cfg.AuditRetention})
-	auditLog.Mount(a.server)
-	path, handler := alertingv1connect.NewAlertServiceHandler(api.NewHandler(a.store, sender, a.evaluator.Invalidate, logger), a.server.HandlerOptions(auditLog.Interceptor(), authz.NewInterceptor())...)
-	a.server.Handle(alertingv1connect.AlertServiceName, path, handler)
+	path, handler := alertingv1connect.NewAlertServiceHandler(api.NewHandler(a.store, sender, evaluator.Invalidate, logger), svc.HandlerOptions()...)
+	svc.Server.Handle(alertingv1connect.AlertServiceName, path, handler)
+
+	// Once the server drained its calls, the consumers finish the messages
+	// under way (unacknowledged ones return to the queue), together: each
+	// may wait up to broker.CloseTimeout for an unreachable broker, and one
+	// after the other they would add up. Then the watchdog finishes its
+	// pass and the sender its attempts. The service is ready once every
+	// consumer is subscribed.
+	svc.ThenStop(
+		lifecycle.Part{Name: "executions consumer", Run: executions.Run, Ready: executions.Ready()},
+		lifecycle.Part{Name: "jobs consumer", Run: jobs.Run, Ready: jobs.Ready()},
+	)
+	svc.ThenStop(lifecycle.Part{Name: "watchdog", Run: dog.Run})
+	svc.ThenStop(lifecycle.Part{Name: "notifier", Run: notifier.Run})
 	return a, nil
 }
 
 // Server is the App's server (for its address in tests).
-func (a *App) Server() *server.Server { return a.server }
+func (a *App) Server() *server.Server { return a.svc.Server }
 
 // Pool is the App's database pool.
-func (a *App) Pool() *pgxpool.Pool { return a.pool }
+func (a *App) Pool() *pgxpool.Pool { return a.svc.Pool }
 
 // Run consumes, evaluates, sends and serves until ctx is done, then shuts
 // down in order: the server drains in-flight calls, the consumers finish
 // the messages under way (unacknowledged ones return to the queue), the
-// sender finishes its attempts, then spans are flushed. The health check
-// reports SERVING once every consumer is subscribed.
-func (a *App) Run(ctx context.Context) error {
-	bg := context.WithoutCancel(ctx)
-	consumeCtx, stopConsuming := context.WithCancel(bg)
-	defer stopConsuming()
-	consumeErrs := make(chan error, len(a.consumers))
-	var consumersStopped sync.WaitGroup
-	for _, c := range a.consumers {
-		consumersStopped.Go(func() { consumeErrs <- c.Run(consumeCtx) })
-	}
-	if err := a.notifier.Start(bg); err != nil {
-		return err
-	}
-	if err := a.watchdog.Start(bg); err != nil {
-		return err
-	}
-	keysDone := make(chan error, 1)
-	go func() { keysDone <- a.keys.Run(bg) }()
-	go func() {
-		for _, c := range a.consumers {
-			select {
-			case <-c.Ready():
-			case <-ctx.Done():
-				return
-			}
-		}
-		a.server.SetServing(true)
-	}()
-	serveErr := a.server.Run(ctx)
-	// Together: each may wait up to broker.CloseTimeout for an unreachable
-	// broker, and one after the other they would add up.
-	stopConsuming()
-	consumersStopped.Wait()
-	close(consumeErrs)
-	for err := range consumeErrs {
-		serveErr = errors.Join(serveErr, err)
-	}
-	a.watchdog.Stop()
-	a.notifier.Stop()
-	a.keys.Stop()
-	keysErr := <-keysDone
-	a.close(bg)
-	return errors.Join(serveErr, keysErr)
-}
+// watchdog its pass, the sender its attempts, then the connections close
+// and spans are flushed. The health check reports SERVING once every
+// consumer is subscribed.
+func (a *App) Run(ctx context.Context) error { return a.svc.Run(ctx) }
 
-// Ready is closed once every consumer is subscribed.
-func (a *App) Ready() <-chan struct{} {
-	ch := make(chan struct{})
-	go func() {
-		for _, c := range a.consumers {
-			<-c.Ready()
-		}
-		close(ch)
-	}()
-	return ch
-}
+// Ready is closed once the server listens and every consumer is subscribed.
+func (a *App) Ready() <-chan struct{} { return a.svc.Ready() }
 
 // Store is the App's store.
 func (a *App) Store() *store.Store { return a.store }
-
-func (a *App) close(ctx context.Context) {
-	a.closeOnce.Do(func() {
-		if a.pool != nil {
-			if err := postgres.Close(ctx, a.pool); err != nil {
-				a.logger.Warn("closing the database pool", slog.Any("error", err))
-			}
-		}
-		if a.telemetry != nil {
-			if err := a.telemetry.Shutdown(ctx); err != nil {
-				a.logger.Warn("flushing telemetry", slog.Any("error", err))
-			}
-		}
-	})
-}

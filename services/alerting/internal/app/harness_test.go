@@ -59,7 +59,7 @@ func startAlerting(t *testing.T, opts ...option) *alerting {
 	jobsExchange := amqptest.UniqueName(t, "cronmesh.jobs")
 	execQueue := amqptest.UniqueName(t, "cronmesh.alerting.executions")
 	jobsQueue := amqptest.UniqueName(t, "cronmesh.alerting.jobs")
-	t.Cleanup(func() { deleteTopology(t, []string{execQueue, jobsQueue}, []string{execExchange, jobsExchange}) })
+	amqptest.DeleteOnCleanup(t, []string{execQueue, jobsQueue}, []string{execExchange, jobsExchange})
 	cfg := app.Config{
 		Common: config.Common{
 			Listen:          "127.0.0.1:0",
@@ -207,23 +207,6 @@ func missedRule(tolerance time.Duration, channels ...string) *alertingv1.Rule {
 
 // fakeClock returns an option that drives the service with a fake clock.
 func fakeClock(c *clock.Fake) option { return func(cfg *app.Config) { cfg.Clock = c } }
-
-// deleteTopology removes a test's queues and exchanges.
-func deleteTopology(t *testing.T, queues, exchanges []string) {
-	ch := amqptest.Channel(t)
-	for _, q := range queues {
-		if _, err := ch.QueueDelete(q, false, false, false); err != nil {
-			t.Logf("delete queue %s: %v", q, err)
-			return
-		}
-	}
-	for _, x := range exchanges {
-		if err := ch.ExchangeDelete(x, false, false); err != nil {
-			t.Logf("delete exchange %s: %v", x, err)
-			return
-		}
-	}
-}
 
 // publishExecutions publishes one ExecutionEventBatch message, routed by
 // its first event's kind as the dispatcher does.

@@ -2,6 +2,7 @@ package app_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -10,6 +11,7 @@ import (
 
 	alertingv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/alerting/v1"
 	eventsv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/events/v1"
+	"github.com/cronmesh/cronmesh/libs/apikey"
 	"github.com/cronmesh/cronmesh/libs/testkit/rpctest"
 	"github.com/cronmesh/cronmesh/libs/testkit/smtptest"
 )
@@ -282,4 +284,96 @@ func TestSkippedExecutionsAndConsecutiveFailures(t *testing.T) {
 	incs = a.incidents(t, "job-p")
 	require.Len(t, incs, 1)
 	require.Equal(t, "2 executions in a row failed", incs[0].Summary)
+}
+
+// TestResolveIncidentByHand: an incident resolved with ResolveIncident
+// notifies its channels and names the key; what it was about (the failures
+// of slots up to the resolution, a dead letter of such a slot, arriving
+// late) opens nothing again, while a new streak of failures, or a new dead
+// letter, opens a new incident. Resolving twice is not an error; an id of
+// another namespace, or no incident's, is NOT_FOUND; an id over its cap is
+// INVALID_ARGUMENT.
+func TestResolveIncidentByHand(t *testing.T) {
+	t.Parallel()
+	a := startAlerting(t)
+	rcv := startReceiver(t)
+	smtp := smtptest.Start(t)
+	failures := failuresRule(3)
+	failures.Selector = &alertingv1.JobSelector{JobIds: []string{"job-a"}}
+	rule := setupRule(t, a, rcv, smtp, failures)
+	setupRule(t, a, rcv, smtp, &alertingv1.Rule{
+		Selector:  &alertingv1.JobSelector{JobIds: []string{"job-d"}},
+		Condition: &alertingv1.Rule_DeadLettered{DeadLettered: &alertingv1.DeadLettered{}},
+	})
+	ctx := context.Background()
+	c := a.client(keyAlpha)
+	// Slots before the resolution are in the past, those after it in the
+	// future: the resolution's time is the wall clock's.
+	past := time.Now().Add(-time.Hour).Truncate(time.Minute)
+	future := time.Now().Add(time.Hour).Truncate(time.Minute)
+	slot := func(from time.Time, n int) time.Time { return from.Add(time.Duration(n) * time.Minute) }
+
+	for n := 1; n <= 3; n++ {
+		a.publishExecutions(t, exec("job-a", nil, n, failed, slot(past, n)))
+	}
+	d := exec("job-d", nil, 1, dead, slot(past, 1))
+	a.publishExecutions(t, d)
+	a.waitEvaluated(t, d)
+	require.Eventually(t, func() bool { return len(a.incidents(t, "job-a")) == 1 }, 15*time.Second, 10*time.Millisecond)
+	inc := a.incidents(t, "job-a")[0]
+	incD := a.incidents(t, "job-d")[0]
+	require.Eventually(t, func() bool { return len(rcv.received()) == 2 }, 15*time.Second, 10*time.Millisecond)
+
+	for _, proto := range rpctest.Protocols() {
+		res, err := a.client(keyAlpha, proto.Opts...).ResolveIncident(ctx, connect.NewRequest(&alertingv1.ResolveIncidentRequest{Id: inc.Id}))
+		require.NoError(t, err)
+		got := res.Msg.Incident
+		require.Equal(t, alertingv1.IncidentState_INCIDENT_STATE_RESOLVED, got.State, proto.Name)
+		require.Equal(t, "resolved by key "+apikey.ConfiguredKeyID(keyAlpha), got.ResolveReason)
+		require.Equal(t, apikey.ConfiguredKeyID(keyAlpha), got.ResolvedBy)
+		require.NotNil(t, got.ResolveTime)
+	}
+	_, err := c.ResolveIncident(ctx, connect.NewRequest(&alertingv1.ResolveIncidentRequest{Id: incD.Id}))
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return len(rcv.received()) == 4 }, 15*time.Second, 10*time.Millisecond, "one resolution notice each")
+	for _, r := range rcv.received()[2:] {
+		require.Equal(t, "incident.resolved", r.Payload.Type)
+		require.Contains(t, r.Payload.Incident.ResolveReason, "resolved by key ")
+	}
+	_, err = a.client(keyBeta).ResolveIncident(ctx, connect.NewRequest(&alertingv1.ResolveIncidentRequest{Id: inc.Id}))
+	rpctest.RequireCode(t, err, connect.CodeNotFound)
+	_, err = c.ResolveIncident(ctx, connect.NewRequest(&alertingv1.ResolveIncidentRequest{Id: "not an id"}))
+	rpctest.RequireCode(t, err, connect.CodeNotFound)
+	_, err = c.ResolveIncident(ctx, connect.NewRequest(&alertingv1.ResolveIncidentRequest{Id: strings.Repeat("x", 65)}))
+	require.Equal(t, []string{"id"}, rpctest.Violations(t, err))
+	_, err = c.AcknowledgeIncident(ctx, connect.NewRequest(&alertingv1.AcknowledgeIncidentRequest{Id: inc.Id}))
+	rpctest.RequireCode(t, err, connect.CodeFailedPrecondition)
+
+	// The streak and the dead letter it was about, still arriving: no new
+	// incident (a count of 4 and a second dead letter of an old slot would
+	// each have opened one).
+	a.publishExecutions(t, exec("job-a", nil, 4, failed, slot(past, 4)))
+	lateDead := exec("job-d", nil, 2, dead, slot(past, 2))
+	a.publishExecutions(t, lateDead)
+	// A new streak: two failures are not three yet.
+	a.publishExecutions(t, exec("job-a", nil, 5, failed, slot(future, 1)))
+	f6 := exec("job-a", nil, 6, failed, slot(future, 2))
+	a.publishExecutions(t, f6)
+	a.waitEvaluated(t, f6)
+	a.waitEvaluated(t, lateDead)
+	require.Len(t, a.incidents(t, "job-a"), 1, "the resolved streak opens nothing again")
+	require.Len(t, a.incidents(t, "job-d"), 1, "a dead letter of a slot before the resolution opens nothing")
+
+	f7 := exec("job-a", nil, 7, failed, slot(future, 3))
+	newDead := exec("job-d", nil, 3, dead, slot(future, 1))
+	a.publishExecutions(t, f7, newDead)
+	a.waitEvaluated(t, f7)
+	a.waitEvaluated(t, newDead)
+	incs := a.incidents(t, "job-a")
+	require.Len(t, incs, 2, "three failures after the resolution open a new incident")
+	require.Equal(t, alertingv1.IncidentState_INCIDENT_STATE_OPEN, incs[0].State)
+	require.Equal(t, rule.Id, incs[0].RuleId)
+	require.Equal(t, "3 executions in a row failed since the last incident was resolved by hand", incs[0].Summary)
+	require.Empty(t, incs[0].ResolvedBy)
+	require.Len(t, a.incidents(t, "job-d"), 2, "a new dead letter opens a new incident")
 }

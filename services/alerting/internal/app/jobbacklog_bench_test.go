@@ -40,7 +40,7 @@ func TestJobEventBacklog(t *testing.T) {
 	jobsQueue := amqptest.UniqueName(t, "cronmesh.alerting.jobs")
 	execExchange := amqptest.UniqueName(t, "cronmesh.executions")
 	execQueue := amqptest.UniqueName(t, "cronmesh.alerting.executions")
-	t.Cleanup(func() { deleteTopology(t, []string{execQueue, jobsQueue}, []string{execExchange, jobsExchange}) })
+	amqptest.DeleteOnCleanup(t, []string{execQueue, jobsQueue}, []string{execExchange, jobsExchange})
 	cfg := app.Config{
 		Common: config.Common{
 			Listen: "127.0.0.1:0", PostgresURL: pgtest.URL(), AMQPURL: amqptest.URL(), LogLevel: "warn", ShutdownTimeout: 5 * time.Second,

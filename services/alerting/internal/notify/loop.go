@@ -44,17 +44,13 @@ type LoopOptions struct {
 	Logger  *slog.Logger
 }
 
-// Loop drains the notification outbox. Create with NewLoop; Start and Stop.
+// Loop drains the notification outbox. Create with NewLoop; Run it.
 type Loop struct {
 	opts   LoopOptions
 	logger *slog.Logger
 	wake   chan struct{}
 	sent   prometheus.Counter
 	failed prometheus.Counter
-
-	mu     sync.Mutex
-	cancel context.CancelFunc
-	done   chan struct{}
 }
 
 // NewLoop validates opts and applies the defaults.
@@ -92,34 +88,11 @@ func (l *Loop) Notify() {
 	}
 }
 
-// Start runs the loop in the background until Stop. Starting twice is a
-// no-op.
-func (l *Loop) Start(ctx context.Context) error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.done != nil {
-		return nil
-	}
-	ctx, l.cancel = context.WithCancel(ctx)
-	l.done = make(chan struct{})
-	go func() {
-		defer close(l.done)
-		l.run(ctx)
-	}()
+// Run sends due notifications until ctx is done, then finishes the attempt
+// under way and returns nil. Call it once.
+func (l *Loop) Run(ctx context.Context) error {
+	l.run(ctx)
 	return nil
-}
-
-// Stop stops the loop and waits for the attempt under way. Safe twice or
-// before Start.
-func (l *Loop) Stop() {
-	l.mu.Lock()
-	cancel, done := l.cancel, l.done
-	l.mu.Unlock()
-	if cancel == nil {
-		return
-	}
-	cancel()
-	<-done
 }
 
 func (l *Loop) run(ctx context.Context) {

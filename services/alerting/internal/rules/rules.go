@@ -1,7 +1,9 @@
 // Package rules is the alerting domain: a rule compiled from its protobuf
-// definition, the test of whether it watches a job, and the set of every
-// rule the evaluator holds in memory. It imports no transport or database
-// package.
+// definition, the test of whether it watches a job, the set of every rule
+// the evaluator holds in memory, and the decision on a batch of execution
+// events (Decide: which incidents open, which resolve). It imports no
+// transport or database package: the store loads what a decision needs
+// and saves what it decides.
 package rules
 
 import (

@@ -592,7 +592,7 @@ func (s *Store) watchOne(ctx context.Context, tx pgx.Tx, set *rules.Set, j watch
 		slot := j.next
 		summary := fmt.Sprintf("no execution for the slot at %s within %s: the trigger tier may be down or stuck",
 			slot.UTC().Format(time.RFC3339), r.Tolerance)
-		_, ok, err := s.open(ctx, tx, r, j.namespace, j.id, j.name, &slot, summary, now)
+		ok, err := s.open(ctx, tx, r, j.namespace, j.id, j.name, &slot, summary, now)
 		if err != nil {
 			return nil, nil, 0, false, err
 		}
@@ -618,8 +618,9 @@ func (s *Store) watchOne(ctx context.Context, tx pgx.Tx, set *rules.Set, j watch
 
 // NoSuccess opens a no-success incident for each job a NoSuccess rule
 // watches that has had no success within the rule's window (counted from
-// the later of its last success, its creation and the rule's creation), up
-// to limit per rule.
+// the latest of its last success, its creation, the rule's creation and
+// the last manual resolution of an incident of the rule and job), up to
+// limit per rule.
 func (s *Store) NoSuccess(ctx context.Context, set *rules.Set, now time.Time, limit int) (int, error) {
 	opened := 0
 	for _, r := range set.All() {
@@ -630,11 +631,17 @@ func (s *Store) NoSuccess(ctx context.Context, set *rules.Set, now time.Time, li
 		if err != nil {
 			continue
 		}
-		labels, err := json.Marshal(r.Labels)
+		selector := r.Labels
+		if selector == nil {
+			// A rule without a label selector watches every job: JSON null
+			// would be contained in no job's labels.
+			selector = map[string]string{}
+		}
+		labels, err := json.Marshal(selector)
 		if err != nil {
 			return opened, err
 		}
-		var ids []string
+		ids := []string{} // not nil: pgx sends a nil slice as NULL, and cardinality(NULL) matches nothing
 		for id := range r.JobIDs {
 			ids = append(ids, id)
 		}
@@ -644,7 +651,8 @@ func (s *Store) NoSuccess(ctx context.Context, set *rules.Set, now time.Time, li
 				SELECT j.id, j.display_name FROM jobs j
 				WHERE j.namespace = $1 AND NOT j.deleted AND NOT j.paused AND j.version > 0
 				  AND j.labels @> $2 AND (cardinality($3::text[]) = 0 OR j.id = ANY($3))
-				  AND greatest(j.last_success_time, j.create_time, $4) < $5
+				  AND greatest(j.last_success_time, j.create_time, $4,
+				      (SELECT max(m.resolve_time) FROM incidents m WHERE m.rule_id = $6 AND m.job_id = j.id AND m.resolved_by <> '')) < $5
 				  AND NOT EXISTS (SELECT 1 FROM incidents i WHERE i.rule_id = $6 AND i.job_id = j.id AND i.state <> 3)
 				LIMIT $7`, r.Namespace, labels, ids, r.CreateTime, cut, ruleID, limit)
 			if err != nil {
@@ -659,7 +667,7 @@ func (s *Store) NoSuccess(ctx context.Context, set *rules.Set, now time.Time, li
 				return err
 			}
 			for _, j := range list {
-				_, ok, err := s.open(ctx, tx, r, r.Namespace, j.id, j.name, nil,
+				ok, err := s.open(ctx, tx, r, r.Namespace, j.id, j.name, nil,
 					fmt.Sprintf("no successful execution for %s", r.Within), now)
 				if err != nil {
 					return err

@@ -85,3 +85,10 @@ func (s *Store) IncidentNotifications(ctx context.Context, incident string) (Not
 		FROM notifications WHERE incident_id = $1`, u).Scan(&st.Sent, &st.Pending, &st.Attempts)
 	return st, err
 }
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}

@@ -474,7 +474,7 @@ type IncidentFilter struct {
 }
 
 const incidentColumns = `id, rule_id, job_id, job_display_name, kind, state, summary, slot_time, open_time,
-	acknowledge_time, resolve_time, resolve_reason`
+	acknowledge_time, resolve_time, resolve_reason, resolved_by`
 
 // ListIncidents returns up to limit incidents of the namespace, newest
 // first.
@@ -538,19 +538,48 @@ func (s *Store) AcknowledgeIncident(ctx context.Context, ns, id string) (*alerti
 	return s.GetIncident(ctx, ns, id)
 }
 
+// ResolveIncident resolves an open or acknowledged incident by hand, for
+// the key keyID, and queues the resolution's notifications as an automatic
+// one does. A resolved incident is returned as it is. From now on the
+// incident's rule counts the job afresh (manualCut).
+func (s *Store) ResolveIncident(ctx context.Context, ns, id, keyID string) (*alertingv1.Incident, error) {
+	u, err := parseID(id)
+	if err != nil {
+		return nil, err
+	}
+	err = s.inTx(ctx, func(tx pgx.Tx) error {
+		var state int16
+		// FOR UPDATE: an evaluation resolving the same incident waits, then
+		// finds it resolved and changes nothing.
+		err := tx.QueryRow(ctx, `SELECT state FROM incidents WHERE namespace = $1 AND id = $2 FOR UPDATE`, ns, u).Scan(&state)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return ErrNotFound
+		}
+		if err != nil || state == stateResolved {
+			return err
+		}
+		_, err = s.resolve(ctx, tx, u, "resolved by key "+keyID, keyID, s.now().UTC())
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return s.GetIncident(ctx, ns, id)
+}
+
 func collectIncidents(rows pgx.Rows) ([]*alertingv1.Incident, error) {
 	var out []*alertingv1.Incident
 	var id, ruleID uuid.UUID
-	var jobID, name, summary, reason string
+	var jobID, name, summary, reason, by string
 	var kind, state int16
 	var slot, ack, resolved *time.Time
 	var opened time.Time
-	_, err := pgx.ForEachRow(rows, []any{&id, &ruleID, &jobID, &name, &kind, &state, &summary, &slot, &opened, &ack, &resolved, &reason}, func() error {
+	_, err := pgx.ForEachRow(rows, []any{&id, &ruleID, &jobID, &name, &kind, &state, &summary, &slot, &opened, &ack, &resolved, &reason, &by}, func() error {
 		out = append(out, &alertingv1.Incident{
 			Id: id.String(), RuleId: ruleID.String(), JobId: jobID, JobDisplayName: name,
 			Kind: alertingv1.IncidentKind(kind), State: alertingv1.IncidentState(state), Summary: summary,
 			SlotTime: ts(slot), OpenTime: timestamppb.New(opened), AcknowledgeTime: ts(ack), ResolveTime: ts(resolved),
-			ResolveReason: reason,
+			ResolveReason: reason, ResolvedBy: by,
 		})
 		return nil
 	})

@@ -12,7 +12,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -62,17 +61,13 @@ type Options struct {
 	Logger  *slog.Logger
 }
 
-// Watchdog runs the missed-schedule checks. Create with New; Start, Stop.
+// Watchdog runs the missed-schedule checks. Create with New; Run it.
 type Watchdog struct {
 	opts   Options
 	logger *slog.Logger
 
 	checked, missed, opened prometheus.Counter
 	jobEvents               *prometheus.CounterVec
-
-	mu     sync.Mutex
-	cancel context.CancelFunc
-	done   chan struct{}
 }
 
 // New validates opts and applies the defaults.
@@ -157,33 +152,11 @@ func jobOutcome(a store.JobApplied) string {
 	}
 }
 
-// Start runs the loop until Stop. Starting twice is a no-op.
-func (w *Watchdog) Start(ctx context.Context) error {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.done != nil {
-		return nil
-	}
-	ctx, w.cancel = context.WithCancel(ctx)
-	w.done = make(chan struct{})
-	go func() {
-		defer close(w.done)
-		w.run(ctx)
-	}()
+// Run checks until ctx is done, then finishes the pass under way and
+// returns nil. Call it once.
+func (w *Watchdog) Run(ctx context.Context) error {
+	w.run(ctx)
 	return nil
-}
-
-// Stop stops the loop and waits for the pass under way. Safe twice or
-// before Start.
-func (w *Watchdog) Stop() {
-	w.mu.Lock()
-	cancel, done := w.cancel, w.done
-	w.mu.Unlock()
-	if cancel == nil {
-		return
-	}
-	cancel()
-	<-done
 }
 
 func (w *Watchdog) run(ctx context.Context) {

@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"net/http"
 	"strconv"
-	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -18,9 +17,10 @@ import (
 	"github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1/registryv1connect"
 	"github.com/cronmesh/cronmesh/gen/go/cronmesh/trigger/v1/triggerv1connect"
 	"github.com/cronmesh/cronmesh/libs/config"
+	"github.com/cronmesh/cronmesh/libs/ratelimit"
 	"github.com/cronmesh/cronmesh/libs/rpcclient"
 	"github.com/cronmesh/cronmesh/libs/server"
-	"github.com/cronmesh/cronmesh/libs/telemetry"
+	"github.com/cronmesh/cronmesh/libs/service"
 	"github.com/cronmesh/cronmesh/libs/tlsconfig"
 	"github.com/cronmesh/cronmesh/services/console/internal/assets"
 	"github.com/cronmesh/cronmesh/services/console/internal/gateway"
@@ -87,10 +87,7 @@ func WithAssets(files fs.FS) Option { return func(o *options) { o.assets = files
 
 // App is a running console.
 type App struct {
-	logger    *slog.Logger
-	telemetry *telemetry.Telemetry
-	server    *server.Server
-	closeOnce sync.Once
+	svc *service.Service
 }
 
 // New builds the console; nothing serves until Run.
@@ -107,67 +104,40 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger, opts ...Option) (
 	if err != nil {
 		return nil, err
 	}
-	a := &App{logger: logger}
+	common := cfg.Common
+	// The console authenticates and limits nothing itself: the services it
+	// forwards to do, by the caller's key.
+	common.RateLimit = ratelimit.Config{}
+	svc, err := service.New(ctx, service.Options{Name: "console", Config: common, Logger: logger})
+	if err != nil {
+		return nil, err
+	}
 	defer func() {
 		if err != nil {
-			a.close(context.Background())
+			svc.Close(context.Background())
 		}
 	}()
-	a.telemetry, err = telemetry.Setup(ctx, telemetry.Options{ServiceName: "console", OTLPEndpoint: cfg.OTLPEndpoint, Logger: logger})
-	if err != nil {
-		return nil, err
-	}
-	a.server, err = server.New(server.Options{
-		Name: "console", Listen: cfg.Listen, Logger: logger, Telemetry: a.telemetry, ShutdownTimeout: cfg.ShutdownTimeout, Profiling: cfg.Pprof,
-		TLS: cfg.TLS, Limits: cfg.Limits,
-	})
-	if err != nil {
-		return nil, err
-	}
 	forwarded := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "console_forwarded_calls_total",
 		Help: "Calls the console forwarded to a service, by service and HTTP status of the answer (502: the service did not answer).",
 	}, []string{"upstream", "status"})
-	if err := prometheus.WrapRegistererWith(prometheus.Labels{"service": "console"}, a.telemetry.Metrics).Register(forwarded); err != nil {
+	if err := svc.Metrics.Register(forwarded); err != nil {
 		return nil, err
 	}
 	for _, r := range routes {
-		a.server.HandleHTTP(r.Pattern, countStatus(r.Handler, forwarded.MustCurryWith(prometheus.Labels{"upstream": r.Upstream})))
+		svc.Server.HandleHTTP(r.Pattern, countStatus(r.Handler, forwarded.MustCurryWith(prometheus.Labels{"upstream": r.Upstream})))
 	}
-	a.server.HandleHTTP("/", assets.Handler(o.assets))
-	return a, nil
+	svc.Server.HandleHTTP("/", assets.Handler(o.assets))
+	return &App{svc: svc}, nil
 }
 
 // Server is the console's HTTP server.
-func (a *App) Server() *server.Server { return a.server }
+func (a *App) Server() *server.Server { return a.svc.Server }
 
 // Run serves until ctx is done. The console holds no state and needs no
 // dependency to answer (a service that is down fails only the calls to
 // it), so it is ready as soon as it listens.
-func (a *App) Run(ctx context.Context) error {
-	bg, stop := context.WithCancel(ctx)
-	defer stop()
-	go func() {
-		select {
-		case <-a.server.Ready():
-			a.server.SetServing(true)
-		case <-bg.Done():
-		}
-	}()
-	err := a.server.Run(bg)
-	a.close(context.WithoutCancel(ctx))
-	return err
-}
-
-func (a *App) close(ctx context.Context) {
-	a.closeOnce.Do(func() {
-		if a.telemetry != nil {
-			if err := a.telemetry.Shutdown(ctx); err != nil {
-				a.logger.Warn("flushing telemetry", slog.Any("error", err))
-			}
-		}
-	})
-}
+func (a *App) Run(ctx context.Context) error { return a.svc.Run(ctx) }
 
 // countStatus counts next's answers in calls by their HTTP status.
 func countStatus(next http.Handler, calls *prometheus.CounterVec) http.Handler {

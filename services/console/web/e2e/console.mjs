@@ -126,7 +126,16 @@ try {
   await page.getByRole("table", { name: "Executions" }).getByRole("link", { name: failingJob }).first().waitFor();
   await check("executions");
 
-  step("acknowledge the failing job's incident");
+  step("search the jobs by name, on the server");
+  await nav("Jobs");
+  await page.getByRole("link", { name: failingJob }).waitFor();
+  await page.getByLabel("Name contains").fill("EVERY 2");
+  await page.getByRole("link", { name: failingJob }).waitFor({ state: "detached" });
+  await page.getByRole("link", { name: "e2e every 2 seconds" }).waitFor();
+  await page.getByLabel("Name contains").fill("");
+  await page.getByRole("link", { name: failingJob }).waitFor();
+
+  step("acknowledge the failing job's incident, then resolve it");
   await nav("Incidents and alerts");
   const incidents = page.getByRole("table", { name: "Incidents" });
   await incidents.getByText(failingJob).waitFor();
@@ -135,6 +144,10 @@ try {
   await incidents.getByText(failingJob).waitFor({ state: "detached" });
   await page.locator("label", { hasText: /^Acknowledged$/ }).click();
   await incidents.getByText(failingJob).waitFor();
+  await page.getByRole("button", { name: `Resolve the incident of ${failingJob}` }).click();
+  await incidents.getByText(failingJob).waitFor({ state: "detached" });
+  await page.locator("label", { hasText: /^Resolved$/ }).click();
+  await incidents.getByText(/^resolved by key /).waitFor();
   await page.getByRole("tab", { name: "Rules" }).click();
   await page.getByRole("table", { name: "Alert rules" }).getByText("failing jobs dead-letter").waitFor();
   await check("rules");
@@ -172,6 +185,10 @@ try {
   await nav("Dead letters");
   await page.getByRole("heading", { name: "Dead letters" }).waitFor();
   if ((await page.getByRole("button", { name: /^Redrive|^Purge/ }).count()) !== 0) throw new Error("a viewer is offered a redrive");
+  await nav("Incidents and alerts");
+  await page.locator("label", { hasText: /^All$/ }).click();
+  await page.getByRole("table", { name: "Incidents" }).getByText(failingJob).waitFor();
+  if ((await page.getByRole("button", { name: /^Acknowledge|^Resolve/ }).count()) !== 0) throw new Error("a viewer is offered to acknowledge or resolve");
 
   step("a second namespace's key sees none of it");
   await signOut();

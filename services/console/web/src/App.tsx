@@ -35,8 +35,8 @@ export function App() {
             cronmesh
           </Title>
           <Group>
-            <Text size="sm" data-testid="identity">
-              {identity.namespace ? `namespace ${identity.namespace} · ` : ""}
+            <Text size="sm" data-testid="identity" title={`key ${identity.keyId}`}>
+              {`namespace ${identity.namespace} · `}
               <Badge color="dark" variant="outline" aria-label={`role ${identity.role}`}>
                 {identity.role}
               </Badge>

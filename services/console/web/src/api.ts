@@ -1,6 +1,6 @@
 // The console's view of the five services: clients over connect-web on the
 // console's own origin (the console forwards each service's path), the
-// caller's role, and the decoding of the errors the services return.
+// caller's identity, and the decoding of the errors the services return.
 import { BinaryReader, WireType } from "@bufbuild/protobuf/wire";
 import { Code, ConnectError, createClient, type Interceptor } from "@connectrpc/connect";
 import { createConnectTransport } from "@connectrpc/connect-web";
@@ -8,7 +8,7 @@ import { AlertService } from "@cronmesh/client/alerting/v1/alert_service_pb";
 import { DispatchService } from "@cronmesh/client/dispatcher/v1/dispatch_service_pb";
 import { HistoryService } from "@cronmesh/client/history/v1/history_service_pb";
 import { JobService } from "@cronmesh/client/registry/v1/job_service_pb";
-import { KeyService } from "@cronmesh/client/registry/v1/key_service_pb";
+import { KeyRole, KeyService } from "@cronmesh/client/registry/v1/key_service_pb";
 import { TriggerService } from "@cronmesh/client/trigger/v1/trigger_service_pb";
 
 /** Clients of every service, each call carrying the API key. */
@@ -35,36 +35,27 @@ export type Role = "viewer" | "editor" | "admin";
 
 export interface Identity {
   role: Role;
-  /** The key's namespace, when an answer named it. */
-  namespace?: string;
+  /** The key's namespace. */
+  namespace: string;
+  /** The key's id, as the audit log names it. */
+  keyId: string;
 }
 
+const roles: Record<number, Role> = {
+  [KeyRole.ADMIN]: "admin",
+  [KeyRole.EDITOR]: "editor",
+  [KeyRole.VIEWER]: "viewer",
+};
+
 /**
- * whoAmI learns the key's role. No RPC tells a caller its own role, so it
- * asks what the key may do: a key that may list keys is an admin; otherwise
- * a PauseJob of no job is refused with PERMISSION_DENIED to a viewer and
- * with INVALID_ARGUMENT (the missing id) to an editor — authorization runs
- * before validation, so the probe changes nothing. A wrong key fails with
- * UNAUTHENTICATED.
+ * whoAmI asks the registry who the key is (KeyService.GetCallerIdentity:
+ * any key may call it, and it changes nothing). A wrong key fails with
+ * UNAUTHENTICATED. A role this console does not know is taken as viewer:
+ * it is offered nothing it might not be allowed.
  */
 export async function whoAmI(c: Clients): Promise<Identity> {
-  const listed = await c.jobs.listJobs({ pageSize: 1 });
-  let namespace = listed.jobs[0]?.namespace || undefined;
-  try {
-    const keys = await c.keys.listKeys({ pageSize: 1 });
-    return { role: "admin", namespace: namespace ?? (keys.keys[0]?.namespace || undefined) };
-  } catch (e) {
-    if (ConnectError.from(e).code !== Code.PermissionDenied) throw e;
-  }
-  try {
-    await c.jobs.pauseJob({ id: "" });
-  } catch (e) {
-    const code = ConnectError.from(e).code;
-    if (code === Code.PermissionDenied) return { role: "viewer", namespace };
-    if (code === Code.InvalidArgument || code === Code.NotFound) return { role: "editor", namespace };
-    throw e;
-  }
-  return { role: "editor", namespace };
+  const id = await c.keys.getCallerIdentity({});
+  return { role: roles[id.role] ?? "viewer", namespace: id.namespace, keyId: id.keyId };
 }
 
 /** canEdit says whether a role may change jobs, rules, channels and dead letters. */

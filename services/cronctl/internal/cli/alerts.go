@@ -41,6 +41,7 @@ func alertsCommand() *command {
 			{name: "list", args: "[--state S] [--rule ID] [--job ID]", summary: "list incidents, newest first", setup: incidentsListSetup},
 			{name: "get", args: "ID", summary: "show an incident", setup: incidentsGetSetup},
 			{name: "ack", args: "ID", summary: "acknowledge an open incident", setup: incidentsAckSetup},
+			{name: "resolve", args: "ID", summary: "resolve an incident by hand; its rule counts the job afresh from now", setup: incidentsResolveSetup},
 		}},
 	}}
 }
@@ -154,9 +155,6 @@ func (f *ruleFlags) apply(r *alertingv1.Rule) ([]string, error) {
 	}
 	return fields, nil
 }
-
-// conditionFields are the proto JSON names of Rule's condition oneof.
-var conditionFields = []string{"consecutiveFailures", "missedSchedule", "deadLettered", "noSuccessWithin"}
 
 // overlayRule copies the given top-level fields of from onto to (the
 // oneof condition as a whole), for UpdateRule, which replaces the whole
@@ -819,6 +817,9 @@ func printIncident(s *session, in *alertingv1.Incident) error {
 		if r := in.GetResolveReason(); r != "" {
 			rows = append(rows, [2]string{"resolve reason", r})
 		}
+		if by := in.GetResolvedBy(); by != "" {
+			rows = append(rows, [2]string{"resolved by", by})
+		}
 		return rows
 	})
 }
@@ -842,6 +843,19 @@ func incidentsAckSetup(fs *flag.FlagSet) func(context.Context, *session, []strin
 			return err
 		}
 		resp, err := s.alerts.AcknowledgeIncident(ctx, connect.NewRequest(&alertingv1.AcknowledgeIncidentRequest{Id: args[0]}))
+		if err != nil {
+			return err
+		}
+		return printIncident(s, resp.Msg.GetIncident())
+	}
+}
+
+func incidentsResolveSetup(*flag.FlagSet) func(context.Context, *session, []string) error {
+	return func(ctx context.Context, s *session, args []string) error {
+		if err := exactArgs(args, "ID"); err != nil {
+			return err
+		}
+		resp, err := s.alerts.ResolveIncident(ctx, connect.NewRequest(&alertingv1.ResolveIncidentRequest{Id: args[0]}))
 		if err != nil {
 			return err
 		}

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -285,6 +286,28 @@ func TestRulesUpdateKeepsWhatIsNotGiven(t *testing.T) {
 	_, errOut, code = runAgainst(t, srv, nil, "alerts", "rules", "update", "r1", "-f", file)
 	assert.Equal(t, ExitError, code)
 	assert.Contains(t, errOut, "noSuchField")
+}
+
+func (f *fakeAlerts) ResolveIncident(_ context.Context, req *connect.Request[alertingv1.ResolveIncidentRequest]) (*connect.Response[alertingv1.ResolveIncidentResponse], error) {
+	if req.Msg.GetId() != "i1" {
+		return nil, connect.NewError(connect.CodeNotFound, errors.New("incident not found"))
+	}
+	return connect.NewResponse(&alertingv1.ResolveIncidentResponse{Incident: &alertingv1.Incident{
+		Id: "i1", State: alertingv1.IncidentState_INCIDENT_STATE_RESOLVED, ResolveReason: "resolved by key key_1", ResolvedBy: "key_1",
+	}}), nil
+}
+
+func TestIncidentsResolve(t *testing.T) {
+	t.Parallel()
+	_, srv := startFakeAlerts(t)
+	out, errOut, code := runAgainst(t, srv, nil, "alerts", "incidents", "resolve", "i1")
+	require.Equal(t, ExitOK, code, errOut)
+	assert.Regexp(t, `(?m)^state:?\s+resolved$`, out)
+	assert.Regexp(t, `(?m)^resolve reason:?\s+resolved by key key_1$`, out)
+	assert.Regexp(t, `(?m)^resolved by:?\s+key_1$`, out)
+	_, errOut, code = runAgainst(t, srv, nil, "alerts", "incidents", "resolve", "i2")
+	assert.Equal(t, ExitError, code)
+	assert.Contains(t, errOut, "not_found")
 }
 
 func TestIncidentsList(t *testing.T) {

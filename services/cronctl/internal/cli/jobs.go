@@ -79,6 +79,7 @@ func jobsListSetup(fs *flag.FlagSet) func(context.Context, *session, []string) e
 	var labels keyValues
 	fs.Var(&labels, "label", "only jobs with this label key=value (repeatable)")
 	paused := fs.String("paused", "", "true: only paused jobs; false: only active ones")
+	name := fs.String("name", "", "only jobs whose name contains this text, ignoring case (each call searches 10,000 jobs: use --all for the whole namespace)")
 	pageSize := fs.Int("page-size", 0, "jobs per page (default 50, at most 1000)")
 	pageToken := fs.String("page-token", "", "the next page, from a previous list")
 	all := fs.Bool("all", false, "follow every page")
@@ -86,7 +87,7 @@ func jobsListSetup(fs *flag.FlagSet) func(context.Context, *session, []string) e
 		if err := exactArgs(args); err != nil {
 			return err
 		}
-		req := &registryv1.ListJobsRequest{PageSize: int32(*pageSize), PageToken: *pageToken, Labels: labels}
+		req := &registryv1.ListJobsRequest{PageSize: int32(*pageSize), PageToken: *pageToken, Labels: labels, NameContains: *name}
 		if *paused != "" {
 			p, err := strconv.ParseBool(*paused)
 			if err != nil {

@@ -14,11 +14,12 @@ import (
 )
 
 func keysCommand() *command {
-	return &command{name: "keys", summary: "manage the namespace's API keys (registry KeyService; needs an admin key)", subs: []*command{
+	return &command{name: "keys", summary: "manage the namespace's API keys (registry KeyService; needs an admin key, but for whoami)", subs: []*command{
 		{name: "create", args: "NAME --role admin|editor|viewer", summary: "create a key; its secret is shown once", setup: keysCreateSetup},
 		{name: "list", summary: "list the namespace's keys (never their secrets)", setup: keysListSetup},
 		{name: "rotate", args: "ID [--grace D]", summary: "give a key a new secret; the previous one stays valid for the grace period", setup: keysRotateSetup},
 		{name: "revoke", args: "ID", summary: "revoke a key: every service refuses it within seconds", setup: keysRevokeSetup},
+		{name: "whoami", summary: "the calling key's namespace, id and role (any key)", setup: keysWhoamiSetup},
 	}}
 }
 
@@ -112,6 +113,31 @@ func keysRevokeSetup(fs *flag.FlagSet) func(context.Context, *session, []string)
 			return err
 		}
 		return printKey(s, resp.Msg, resp.Msg.GetKey(), "")
+	}
+}
+
+func keysWhoamiSetup(*flag.FlagSet) func(context.Context, *session, []string) error {
+	return func(ctx context.Context, s *session, args []string) error {
+		if err := exactArgs(args); err != nil {
+			return err
+		}
+		resp, err := s.keys.GetCallerIdentity(ctx, connect.NewRequest(&registryv1.GetCallerIdentityRequest{}))
+		if err != nil {
+			return err
+		}
+		id := resp.Msg
+		return s.out.Object(id, func() [][2]string {
+			kind := "managed"
+			if id.GetConfigured() {
+				kind = "configured (--api-keys)"
+			}
+			return [][2]string{
+				{"namespace", id.GetNamespace()},
+				{"key id", id.GetKeyId()},
+				{"role", roleText(id.GetRole())},
+				{"key", kind},
+			}
+		})
 	}
 }
 

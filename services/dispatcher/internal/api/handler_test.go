@@ -1,7 +1,6 @@
 package api
 
 import (
-	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -21,14 +20,6 @@ import (
 	"github.com/cronmesh/cronmesh/libs/targetcheck"
 	"github.com/cronmesh/cronmesh/services/dispatcher/internal/store"
 )
-
-func manyHeaders(n int) map[string]string {
-	h := make(map[string]string, n)
-	for i := range n {
-		h[fmt.Sprintf("X-H%d", i)] = "v"
-	}
-	return h
-}
 
 func httpTarget(url, secret string) *registryv1.Target {
 	return &registryv1.Target{Kind: &registryv1.Target_Http{Http: &registryv1.HttpTarget{Method: "POST", Url: url, SigningSecret: secret}}}
@@ -186,8 +177,10 @@ func TestRequestFieldCaps(t *testing.T) {
 			t.Parallel()
 			err := tt.call()
 			require.Equal(t, connect.CodeInvalidArgument, connect.CodeOf(err), "%v", err)
+			var cerr *connect.Error
+			require.ErrorAs(t, err, &cerr)
 			var fields []string
-			for _, d := range err.(*connect.Error).Details() {
+			for _, d := range cerr.Details() {
 				v, derr := d.Value()
 				require.NoError(t, derr)
 				if br, ok := v.(*errdetails.BadRequest); ok {

@@ -3,31 +3,23 @@ package app
 import (
 	"cmp"
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
 	"net/netip"
 	"strings"
-	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/cronmesh/cronmesh/gen/go/cronmesh/dispatcher/v1/dispatcherv1connect"
-	"github.com/cronmesh/cronmesh/libs/audit"
-	"github.com/cronmesh/cronmesh/libs/authz"
 	"github.com/cronmesh/cronmesh/libs/broker"
 	"github.com/cronmesh/cronmesh/libs/clock"
 	"github.com/cronmesh/cronmesh/libs/config"
 	"github.com/cronmesh/cronmesh/libs/keyring"
-	"github.com/cronmesh/cronmesh/libs/migrate"
-	"github.com/cronmesh/cronmesh/libs/postgres"
+	"github.com/cronmesh/cronmesh/libs/lifecycle"
 	"github.com/cronmesh/cronmesh/libs/server"
+	"github.com/cronmesh/cronmesh/libs/service"
 	"github.com/cronmesh/cronmesh/libs/ssrfguard"
 	"github.com/cronmesh/cronmesh/libs/targetcheck"
-	"github.com/cronmesh/cronmesh/libs/telemetry"
 	"github.com/cronmesh/cronmesh/services/dispatcher/internal/api"
 	"github.com/cronmesh/cronmesh/services/dispatcher/internal/deliver"
 	"github.com/cronmesh/cronmesh/services/dispatcher/internal/inflight"
@@ -107,7 +99,7 @@ func (c *Config) Register(fs *flag.FlagSet) {
 	// This API's requests are small: see server.SmallAPIMaxRequestBytes.
 	c.Limits.MaxRequestBytes = server.SmallAPIMaxRequestBytes
 	c.Common.Register(fs, DefaultListen)
-	fs.Var(&c.APIKeys, "api-keys", "comma-separated API keys, each namespace=key or namespace=sha256:<hex digest of the key>, admin of the namespace; namespace:editor=... or namespace:viewer=... for a lesser role")
+	keyring.RegisterAPIKeys(fs, &c.APIKeys)
 	c.Keys.Register(fs)
 	fs.StringVar(&c.Schema, "schema", DefaultSchema, "PostgreSQL schema of the dispatcher's tables")
 	fs.StringVar(&c.DispatchExchange, "dispatch-exchange", pipeline.DefaultDispatchExchange, "exchange of dispatch requests")
@@ -221,19 +213,10 @@ func WithDeliverer(d deliver.Deliverer) Option { return func(o *options) { o.del
 
 // App is a running dispatcher.
 type App struct {
-	cfg       Config
-	logger    *slog.Logger
-	telemetry *telemetry.Telemetry
-	pool      *pgxpool.Pool
-	store     *store.Store
-	publisher *broker.Publisher
-	targets   *broker.Publisher // AMQP targets' publisher; nil with WithDeliverer
-	pipeline  *pipeline.Pipeline
-	drainer   *pipeline.Drainer
-	cancels   *inflight.Watcher
-	server    *server.Server
-	keys      *keyring.Ring
-	closeOnce sync.Once
+	cfg    Config
+	logger *slog.Logger
+	svc    *service.Service
+	store  *store.Store
 }
 
 // New connects to PostgreSQL (applying migrations) and builds every part.
@@ -244,15 +227,6 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger, opts ...Option) (
 	for _, opt := range opts {
 		opt(&o)
 	}
-	// The configured keys, and the managed ones polled from the registry.
-	registryClient, err := cfg.Keys.HTTPClient()
-	if err != nil {
-		return nil, err
-	}
-	keys, err := cfg.Keys.NewRegistryRing(cfg.APIKeys, registryClient, logger.With(slog.String("component", "keyring")), nil)
-	if err != nil {
-		return nil, err
-	}
 	allowed, err := cfg.allowedNetworks()
 	if err != nil {
 		return nil, err
@@ -261,71 +235,57 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger, opts ...Option) (
 	if err != nil {
 		return nil, err
 	}
-	a := &App{cfg: cfg, logger: logger}
+	// The configured keys, and the managed ones polled from the registry.
+	svc, err := service.New(ctx, service.Options{
+		Name: "dispatcher", Config: cfg.Common, Logger: logger,
+		Keys: &cfg.Keys, APIKeys: cfg.APIKeys,
+		Database: &service.Database{Schema: cfg.Schema, Migrations: store.Migrations},
+	})
+	if err != nil {
+		return nil, err
+	}
 	defer func() {
 		if err != nil {
-			a.close(context.Background())
+			svc.Close(context.Background())
 		}
 	}()
-	a.telemetry, err = telemetry.Setup(ctx, telemetry.Options{ServiceName: "dispatcher", OTLPEndpoint: cfg.OTLPEndpoint, Logger: logger})
-	if err != nil {
-		return nil, err
-	}
-	a.keys = keys
-	if err := keys.RegisterMetrics(prometheus.WrapRegistererWith(prometheus.Labels{"service": "dispatcher"}, a.telemetry.Metrics)); err != nil {
-		return nil, err
-	}
-	metrics := prometheus.WrapRegistererWith(prometheus.Labels{"service": "dispatcher"}, a.telemetry.Metrics)
-
-	if err := postgres.EnsureDatabase(ctx, cfg.PostgresURL); err != nil {
-		return nil, err
-	}
-	a.pool, err = postgres.Connect(ctx, postgres.Options{URL: cfg.PostgresURL, Schema: cfg.Schema, TracerProvider: a.telemetry.TracerProvider})
-	if err != nil {
-		return nil, err
-	}
-	migrations, err := store.Migrations()
-	if err != nil {
-		return nil, err
-	}
-	migrations = append(migrations, audit.Migration())
-	if _, err := migrate.ApplyAll(ctx, a.pool, cfg.Schema, migrations); err != nil {
-		return nil, fmt.Errorf("migrate schema %s: %w", cfg.Schema, err)
-	}
-	a.store, err = store.New(store.Options{Pool: a.pool})
+	a := &App{cfg: cfg, logger: logger, svc: svc}
+	a.store, err = store.New(store.Options{Pool: svc.Pool})
 	if err != nil {
 		return nil, err
 	}
 
-	a.publisher, err = broker.NewPublisher(broker.PublisherOptions{
+	publisher, err := broker.NewPublisher(broker.PublisherOptions{
 		Config: broker.RoutedPublisherConfig(cfg.AMQPURL, cfg.PublisherChannels),
 		Logger: logger.With(slog.String("component", "publisher")),
 	})
 	if err != nil {
 		return nil, err
 	}
+	svc.OnClose("publisher", func(context.Context) error { return publisher.Close() })
 	deliverer := o.deliverer
 	if deliverer == nil {
-		a.targets, err = broker.NewPublisher(broker.PublisherOptions{
+		targets, err := broker.NewPublisher(broker.PublisherOptions{
 			Config: deliver.PublisherConfig(cfg.TargetAMQPURL, cfg.PublisherChannels),
 			Logger: logger.With(slog.String("component", "target-publisher")),
 		})
 		if err != nil {
 			return nil, err
 		}
+		svc.OnClose("target publisher", func(context.Context) error { return targets.Close() })
 		deliverer, err = deliver.New(deliver.Options{
 			AllowedNetworks: allowed,
-			Publisher:       a.targets,
+			Publisher:       targets,
 			AMQPPolicy:      amqpPolicy,
-			TracerProvider:  a.telemetry.TracerProvider,
-			Propagator:      a.telemetry.Propagator,
+			TracerProvider:  svc.Telemetry.TracerProvider,
+			Propagator:      svc.Telemetry.Propagator,
 			Logger:          logger.With(slog.String("component", "deliver")),
 		})
 		if err != nil {
 			return nil, err
 		}
 	}
-	a.cancels, err = inflight.NewWatcher(inflight.WatcherOptions{
+	cancels, err := inflight.NewWatcher(inflight.WatcherOptions{
 		Feed:      a.store,
 		Registry:  inflight.NewRegistry(),
 		Retention: cfg.CancellationRetention,
@@ -334,12 +294,12 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger, opts ...Option) (
 	if err != nil {
 		return nil, err
 	}
-	a.pipeline, err = pipeline.New(pipeline.Options{
+	pipe, err := pipeline.New(pipeline.Options{
 		AMQPURL:            cfg.AMQPURL,
-		Publisher:          a.publisher,
+		Publisher:          publisher,
 		Deliverer:          deliverer,
 		Checks:             a.store,
-		Cancels:            a.cancels,
+		Cancels:            cancels,
 		Overlap:            a.store,
 		DispatchExchange:   cfg.DispatchExchange,
 		DispatchQueue:      cfg.DispatchQueue,
@@ -355,110 +315,69 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger, opts ...Option) (
 		EventLinger:        cfg.EventLinger,
 		EventPublishers:    cfg.EventPublishers,
 		DrainTimeout:       cfg.ShutdownTimeout,
-		TracerProvider:     a.telemetry.TracerProvider,
-		Propagator:         a.telemetry.Propagator,
-		Metrics:            metrics,
+		TracerProvider:     svc.Telemetry.TracerProvider,
+		Propagator:         svc.Telemetry.Propagator,
+		Metrics:            svc.Metrics,
 		Logger:             logger.With(slog.String("component", "pipeline")),
 		Clock:              clock.Real{},
 	})
 	if err != nil {
 		return nil, err
 	}
-	a.drainer, err = pipeline.NewDrainer(pipeline.DrainerOptions{
+	drainer, err := pipeline.NewDrainer(pipeline.DrainerOptions{
 		AMQPURL:        cfg.AMQPURL,
 		Store:          a.store,
 		DeadExchange:   cfg.DeadExchange,
 		DeadQueue:      cfg.DeadQueue,
 		Workers:        cfg.DrainerWorkers,
-		TracerProvider: a.telemetry.TracerProvider,
-		Propagator:     a.telemetry.Propagator,
-		Metrics:        metrics,
+		TracerProvider: svc.Telemetry.TracerProvider,
+		Propagator:     svc.Telemetry.Propagator,
+		Metrics:        svc.Metrics,
 		Logger:         logger.With(slog.String("component", "drainer")),
 	})
 	if err != nil {
 		return nil, err
 	}
 
-	a.server, err = server.New(server.Options{
-		Name: "dispatcher", Listen: cfg.Listen, Logger: logger, Telemetry: a.telemetry, ShutdownTimeout: cfg.ShutdownTimeout, Profiling: cfg.Pprof,
-		RateLimit: cfg.RateLimit,
-		TLS:       cfg.TLS,
-		Limits:    cfg.Limits,
-	})
-	if err != nil {
-		return nil, err
-	}
 	handler, err := api.NewHandler(api.Options{
 		Store:            a.store,
-		Publisher:        a.publisher,
+		Publisher:        publisher,
 		DispatchExchange: cfg.DispatchExchange,
 		Targets:          targetcheck.New(amqpPolicy),
-		Cancels:          a.cancels,
-		Propagator:       a.telemetry.Propagator,
+		Cancels:          cancels,
+		Propagator:       svc.Telemetry.Propagator,
 		Logger:           logger.With(slog.String("component", "api")),
 	})
 	if err != nil {
 		return nil, err
 	}
-	a.server.UseMiddleware(keys.Middleware().Wrap)
-	auditLog := audit.New(audit.Options{Pool: a.pool, Logger: logger, Retention: cfg.AuditRetention})
-	auditLog.Mount(a.server)
-	path, h := dispatcherv1connect.NewDispatchServiceHandler(handler, a.server.HandlerOptions(auditLog.Interceptor(), authz.NewInterceptor())...)
-	a.server.Handle(dispatcherv1connect.DispatchServiceName, path, h)
+	path, h := dispatcherv1connect.NewDispatchServiceHandler(handler, svc.HandlerOptions()...)
+	svc.Server.Handle(dispatcherv1connect.DispatchServiceName, path, h)
+	// Everything stops with the server: the pipeline's deliveries under
+	// way have the shutdown timeout, as the server's calls do. The
+	// dispatcher is ready once the pipeline (which declares the whole
+	// topology first) and the drainer are subscribed.
+	svc.WithServer(
+		lifecycle.Part{Name: "cancellation watcher", Run: cancels.Run},
+		lifecycle.Part{Name: "pipeline", Run: pipe.Run, Ready: pipe.Ready()},
+		lifecycle.Part{Name: "dead-letter drainer", Run: drainer.Run, Ready: drainer.Ready()},
+		lifecycle.Part{Name: "janitor", Run: a.janitor},
+	)
 	return a, nil
 }
 
 // Server is the dispatcher's API server.
-func (a *App) Server() *server.Server { return a.server }
+func (a *App) Server() *server.Server { return a.svc.Server }
 
-// Run runs the dispatcher until ctx is done. Readiness (grpc.health.v1
-// SERVING) waits until the pipeline and the dead-letter drainer are
-// subscribed (the pipeline declares the whole topology first). Shutdown:
-// the API stops taking calls and finishes its own within the shutdown
-// timeout; at the same time the pipeline stops consuming, lets deliveries
-// under way finish within the shutdown timeout (the others are requeued)
-// and flushes their events; the drainer finishes the dead letters in hand;
-// then the connections close.
-func (a *App) Run(ctx context.Context) error {
-	bg, stop := context.WithCancel(ctx)
-	defer stop()
-	var wg sync.WaitGroup
-	errs := make(chan error, 5)
-	start := func(name string, run func(context.Context) error) {
-		wg.Go(func() {
-			if err := run(bg); err != nil {
-				errs <- fmt.Errorf("%s: %w", name, err)
-				stop() // a part that cannot run takes the service down
-			}
-		})
-	}
-	start("cancellation watcher", a.cancels.Run)
-	start("pipeline", a.pipeline.Run)
-	start("dead-letter drainer", a.drainer.Run)
-	start("janitor", a.janitor)
-	start("keyring", a.keys.Run)
-	go func() {
-		for _, ready := range []<-chan struct{}{a.pipeline.Ready(), a.drainer.Ready()} {
-			select {
-			case <-ready:
-			case <-bg.Done():
-				return
-			}
-		}
-		a.server.SetServing(true)
-	}()
-
-	serveErr := a.server.Run(bg)
-	stop()
-	wg.Wait()
-	close(errs)
-	all := []error{serveErr}
-	for err := range errs {
-		all = append(all, err)
-	}
-	a.close(context.WithoutCancel(ctx))
-	return errors.Join(all...)
-}
+// Run runs the dispatcher until ctx is done or a part cannot run.
+// Readiness (grpc.health.v1 SERVING) waits until the pipeline and the
+// dead-letter drainer are subscribed (the pipeline declares the whole
+// topology first). Shutdown: the API stops taking calls and finishes its
+// own within the shutdown timeout; at the same time the pipeline stops
+// consuming, lets deliveries under way finish within the shutdown timeout
+// (the others are requeued) and flushes their events; the drainer finishes
+// the dead letters in hand; then the connections close.
+func (a *App) Run(ctx context.Context) error { return a.svc.Run(ctx) }
 
 // janitor deletes cancellations and completed attempts older than their
 // retention, hourly. A failure is logged and tried again next time.
@@ -486,26 +405,4 @@ func (a *App) janitor(ctx context.Context) error {
 		case <-time.After(janitorInterval):
 		}
 	}
-}
-
-func (a *App) close(ctx context.Context) {
-	a.closeOnce.Do(func() {
-		for _, p := range []*broker.Publisher{a.publisher, a.targets} {
-			if p != nil {
-				if err := p.Close(); err != nil {
-					a.logger.Warn("closing publisher", slog.Any("error", err))
-				}
-			}
-		}
-		if a.pool != nil {
-			if err := postgres.Close(ctx, a.pool); err != nil {
-				a.logger.Warn("closing the database pool", slog.Any("error", err))
-			}
-		}
-		if a.telemetry != nil {
-			if err := a.telemetry.Shutdown(ctx); err != nil {
-				a.logger.Warn("flushing telemetry", slog.Any("error", err))
-			}
-		}
-	})
 }

@@ -395,12 +395,6 @@ func (f *fake) of(executionID string) []call {
 	return out
 }
 
-func (f *fake) count() int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return len(f.calls)
-}
-
 // metric returns the value of the counter or gauge name, or the
 // observation count of the histogram name (summed over its labels) in reg.
 func metric(t testing.TB, reg *prometheus.Registry, name string) float64 {

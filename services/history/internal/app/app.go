@@ -7,23 +7,18 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
-	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/cronmesh/cronmesh/gen/go/cronmesh/history/v1/historyv1connect"
-	"github.com/cronmesh/cronmesh/libs/audit"
-	"github.com/cronmesh/cronmesh/libs/authz"
 	"github.com/cronmesh/cronmesh/libs/clock"
 	"github.com/cronmesh/cronmesh/libs/config"
 	"github.com/cronmesh/cronmesh/libs/keyring"
-	"github.com/cronmesh/cronmesh/libs/migrate"
-	"github.com/cronmesh/cronmesh/libs/postgres"
+	"github.com/cronmesh/cronmesh/libs/lifecycle"
 	"github.com/cronmesh/cronmesh/libs/server"
+	"github.com/cronmesh/cronmesh/libs/service"
 	"github.com/cronmesh/cronmesh/libs/targetcheck"
-	"github.com/cronmesh/cronmesh/libs/telemetry"
 	"github.com/cronmesh/cronmesh/services/history/internal/api"
 	"github.com/cronmesh/cronmesh/services/history/internal/ingest"
 	"github.com/cronmesh/cronmesh/services/history/internal/store"
@@ -69,7 +64,7 @@ func (c *Config) Register(fs *flag.FlagSet) {
 	// This API's requests are small: see server.SmallAPIMaxRequestBytes.
 	c.Limits.MaxRequestBytes = server.SmallAPIMaxRequestBytes
 	c.Common.Register(fs, DefaultListen)
-	fs.Var(&c.APIKeys, "api-keys", "comma-separated API keys, each namespace=key or namespace=sha256:<hex digest of the key>, admin of the namespace; namespace:editor=... or namespace:viewer=... for a lesser role")
+	keyring.RegisterAPIKeys(fs, &c.APIKeys)
 	c.Keys.Register(fs)
 	fs.StringVar(&c.Schema, "schema", DefaultSchema, "PostgreSQL schema of the history's tables")
 	fs.StringVar(&c.ExecutionsExchange, "executions-exchange", ingest.DefaultExchange, "exchange of execution lifecycle events")
@@ -85,33 +80,15 @@ func (c *Config) Register(fs *flag.FlagSet) {
 
 func (c Config) schema() string { return cmp.Or(c.Schema, DefaultSchema) }
 
+func (c Config) database() service.Database {
+	return service.Database{Schema: c.schema(), Migrations: store.Migrations}
+}
+
 // Migrate creates the database when missing and applies the schema's
 // migrations; it is the `history migrate` subcommand and runs at every
 // start.
 func Migrate(ctx context.Context, cfg Config, logger *slog.Logger) error {
-	if err := postgres.EnsureDatabase(ctx, cfg.PostgresURL); err != nil {
-		return err
-	}
-	pool, err := postgres.Connect(ctx, postgres.Options{URL: cfg.PostgresURL, Schema: cfg.schema()})
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
-	return applyMigrations(ctx, pool, cfg.schema(), logger)
-}
-
-func applyMigrations(ctx context.Context, pool *pgxpool.Pool, schema string, logger *slog.Logger) error {
-	migrations, err := store.Migrations()
-	if err != nil {
-		return err
-	}
-	migrations = append(migrations, audit.Migration())
-	applied, err := migrate.ApplyAll(ctx, pool, schema, migrations)
-	if err != nil {
-		return fmt.Errorf("migrate schema %s: %w", schema, err)
-	}
-	logger.Info("migrations applied", slog.String("schema", schema), slog.Any("versions", applied))
-	return nil
+	return service.Migrate(ctx, cfg.PostgresURL, cfg.database(), logger)
 }
 
 // Option changes how New builds the service.
@@ -128,15 +105,10 @@ type App struct {
 	cfg        Config
 	logger     *slog.Logger
 	clock      clock.Clock
-	telemetry  *telemetry.Telemetry
-	pool       *pgxpool.Pool
+	svc        *service.Service
 	store      *store.Store
-	consumer   *ingest.Consumer
-	server     *server.Server
-	keys       *keyring.Ring
 	partitions prometheus.Gauge
 	maintained chan struct{}
-	closeOnce  sync.Once
 }
 
 // New connects to PostgreSQL (applying migrations and creating the
@@ -154,15 +126,6 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger, opts ...Option) (
 	for _, opt := range opts {
 		opt(&o)
 	}
-	// The configured keys, and the managed ones polled from the registry.
-	registryClient, err := cfg.Keys.HTTPClient()
-	if err != nil {
-		return nil, err
-	}
-	keys, err := cfg.Keys.NewRegistryRing(cfg.APIKeys, registryClient, logger.With(slog.String("component", "keyring")), nil)
-	if err != nil {
-		return nil, err
-	}
 	traceLinks, err := tracelink.Parse(cfg.TraceLinkTemplate)
 	if err != nil {
 		return nil, fmt.Errorf("--trace-link-template (CRONMESH_TRACE_LINK_TEMPLATE): %w", err)
@@ -171,56 +134,37 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger, opts ...Option) (
 		return nil, errors.New("--maintain-interval must not be negative")
 	}
 	cfg.MaintainInterval = cmp.Or(cfg.MaintainInterval, DefaultMaintainInterval)
-	a := &App{cfg: cfg, logger: logger, clock: cmp.Or[clock.Clock](o.clock, clock.Real{}), maintained: make(chan struct{}, 1)}
+	db := cfg.database()
+	// The configured keys, and the managed ones polled from the registry.
+	svc, err := service.New(ctx, service.Options{
+		Name: "history", Config: cfg.Common, Logger: logger,
+		Keys: &cfg.Keys, APIKeys: cfg.APIKeys, Database: &db,
+	})
+	if err != nil {
+		return nil, err
+	}
 	defer func() {
 		if err != nil {
-			a.close(context.Background())
+			svc.Close(context.Background())
 		}
 	}()
-	a.telemetry, err = telemetry.Setup(ctx, telemetry.Options{ServiceName: "history", OTLPEndpoint: cfg.OTLPEndpoint, Logger: logger})
-	if err != nil {
-		return nil, err
-	}
-	a.keys = keys
-	if err := keys.RegisterMetrics(prometheus.WrapRegistererWith(prometheus.Labels{"service": "history"}, a.telemetry.Metrics)); err != nil {
-		return nil, err
-	}
-	metrics := prometheus.WrapRegistererWith(prometheus.Labels{"service": "history"}, a.telemetry.Metrics)
-	if err := postgres.EnsureDatabase(ctx, cfg.PostgresURL); err != nil {
-		return nil, err
-	}
-	a.pool, err = postgres.Connect(ctx, postgres.Options{URL: cfg.PostgresURL, Schema: cfg.schema(), TracerProvider: a.telemetry.TracerProvider})
-	if err != nil {
-		return nil, err
-	}
-	if err := applyMigrations(ctx, a.pool, cfg.schema(), logger); err != nil {
-		return nil, err
-	}
-	a.store, err = store.New(store.Options{Pool: a.pool, Schema: cfg.schema(), Retention: cfg.Retention, Ahead: cfg.PartitionsAhead})
+	a := &App{cfg: cfg, logger: logger, svc: svc, clock: cmp.Or[clock.Clock](o.clock, clock.Real{}), maintained: make(chan struct{}, 1)}
+	a.store, err = store.New(store.Options{Pool: svc.Pool, Schema: cfg.schema(), Retention: cfg.Retention, Ahead: cfg.PartitionsAhead})
 	if err != nil {
 		return nil, err
 	}
 	a.partitions = prometheus.NewGauge(prometheus.GaugeOpts{Name: "history_partition_days", Help: "Days that have partitions (retention plus the days ahead)."})
-	if err := metrics.Register(a.partitions); err != nil {
+	if err := svc.Metrics.Register(a.partitions); err != nil {
 		return nil, err
 	}
 	if err := a.maintain(ctx); err != nil {
 		return nil, err
 	}
-	a.consumer, err = ingest.New(ingest.Options{
+	consumer, err := ingest.New(ingest.Options{
 		AMQPURL: cfg.AMQPURL, Store: a.store, Exchange: cfg.ExecutionsExchange, Queue: cfg.Queue,
 		Workers: cfg.Workers, Prefetch: cfg.Prefetch, Linger: cfg.Linger,
-		Clock: a.clock, TracerProvider: a.telemetry.TracerProvider, Propagator: a.telemetry.Propagator,
-		Metrics: metrics, Logger: logger.With(slog.String("component", "ingest")),
-	})
-	if err != nil {
-		return nil, err
-	}
-	a.server, err = server.New(server.Options{
-		Name: "history", Listen: cfg.Listen, Logger: logger, Telemetry: a.telemetry, ShutdownTimeout: cfg.ShutdownTimeout, Profiling: cfg.Pprof,
-		RateLimit: cfg.RateLimit,
-		TLS:       cfg.TLS,
-		Limits:    cfg.Limits,
+		Clock: a.clock, TracerProvider: svc.Telemetry.TracerProvider, Propagator: svc.Telemetry.Propagator,
+		Metrics: svc.Metrics, Logger: logger.With(slog.String("component", "ingest")),
 	})
 	if err != nil {
 		return nil, err
@@ -229,16 +173,19 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger, opts ...Option) (
 	if err != nil {
 		return nil, err
 	}
-	a.server.UseMiddleware(keys.Middleware().Wrap)
-	auditLog := audit.New(audit.Options{Pool: a.pool, Logger: logger, Retention: cfg.AuditRetention})
-	auditLog.Mount(a.server)
-	path, h := historyv1connect.NewHistoryServiceHandler(handler, a.server.HandlerOptions(auditLog.Interceptor(), authz.NewInterceptor())...)
-	a.server.Handle(historyv1connect.HistoryServiceName, path, h)
+	path, h := historyv1connect.NewHistoryServiceHandler(handler, svc.HandlerOptions()...)
+	svc.Server.Handle(historyv1connect.HistoryServiceName, path, h)
+	// The consumer writes the batch in hand and acks it while the server
+	// finishes its calls; the service is ready once it is subscribed.
+	svc.WithServer(
+		lifecycle.Part{Name: "ingest", Run: consumer.Run, Ready: consumer.Ready()},
+		lifecycle.Part{Name: "partition maintenance", Run: a.maintainLoop},
+	)
 	return a, nil
 }
 
 // Server is the API server.
-func (a *App) Server() *server.Server { return a.server }
+func (a *App) Server() *server.Server { return a.svc.Server }
 
 // Store is the history store (tests and the benchmark read it directly).
 func (a *App) Store() *store.Store { return a.store }
@@ -249,39 +196,9 @@ func (a *App) Maintained() <-chan struct{} { return a.maintained }
 
 // Run consumes and serves until ctx is done. Readiness (grpc.health.v1
 // SERVING) waits until the consumer is subscribed. Shutdown: the API stops
-// taking calls and finishes its own; the consumer writes the batch in hand
-// and acks it; then the connections close.
-func (a *App) Run(ctx context.Context) error {
-	bg, stop := context.WithCancel(ctx)
-	defer stop()
-	var wg sync.WaitGroup
-	errs := make(chan error, 2)
-	wg.Go(func() {
-		if err := a.consumer.Run(bg); err != nil {
-			errs <- fmt.Errorf("ingest: %w", err)
-			stop()
-		}
-	})
-	wg.Go(func() { a.maintainLoop(bg) })
-	wg.Go(func() { _ = a.keys.Run(bg) })
-	go func() {
-		select {
-		case <-a.consumer.Ready():
-			a.server.SetServing(true)
-		case <-bg.Done():
-		}
-	}()
-	serveErr := a.server.Run(bg)
-	stop()
-	wg.Wait()
-	close(errs)
-	all := []error{serveErr}
-	for err := range errs {
-		all = append(all, err)
-	}
-	a.close(context.WithoutCancel(ctx))
-	return errors.Join(all...)
-}
+// taking calls and finishes its own while the consumer writes the batch in
+// hand and acks it; then the connections close.
+func (a *App) Run(ctx context.Context) error { return a.svc.Run(ctx) }
 
 // maintain creates the partitions ahead and drops the expired ones.
 func (a *App) maintain(ctx context.Context) error {
@@ -296,13 +213,14 @@ func (a *App) maintain(ctx context.Context) error {
 	return nil
 }
 
-// maintainLoop runs maintain every MaintainInterval on the clock; a failure
-// is logged and tried again next time (the days ahead leave room).
-func (a *App) maintainLoop(ctx context.Context) {
+// maintainLoop runs maintain every MaintainInterval on the clock until ctx
+// is done; a failure is logged and tried again next time (the days ahead
+// leave room).
+func (a *App) maintainLoop(ctx context.Context) error {
 	for {
 		select {
 		case <-ctx.Done():
-			return
+			return nil
 		case <-a.clock.After(a.cfg.MaintainInterval):
 		}
 		if err := a.maintain(ctx); err != nil && ctx.Err() == nil {
@@ -313,19 +231,4 @@ func (a *App) maintainLoop(ctx context.Context) {
 		default:
 		}
 	}
-}
-
-func (a *App) close(ctx context.Context) {
-	a.closeOnce.Do(func() {
-		if a.pool != nil {
-			if err := postgres.Close(ctx, a.pool); err != nil {
-				a.logger.Warn("closing the database pool", slog.Any("error", err))
-			}
-		}
-		if a.telemetry != nil {
-			if err := a.telemetry.Shutdown(ctx); err != nil {
-				a.logger.Warn("flushing telemetry", slog.Any("error", err))
-			}
-		}
-	})
 }

@@ -44,6 +44,11 @@ const (
 	// MaxUpdatePaths bounds update_mask: every updatable field and
 	// sub-field once.
 	MaxUpdatePaths = 64
+	// NameScanWindow is how many jobs one ListJobs with name_contains
+	// examines: a substring of a name is served by no index, so the work
+	// of a call is bounded instead and the client pages on. It covers a
+	// whole namespace at the default job quota (10,000) in one call.
+	NameScanWindow = 10_000
 )
 
 // updatablePaths are the top-level Job fields UpdateJob may change; the rest
@@ -224,15 +229,18 @@ func (h *Handler) ListJobs(ctx context.Context, req *connect.Request[registryv1.
 		}
 	}
 	reqlimit.Labels(v, "labels", req.Msg.Labels)
+	validate.NameQuery(v, "name_contains", req.Msg.NameContains)
 	if !v.Empty() {
 		return nil, v.Err()
 	}
 	after, _ := decodePageToken(req.Msg.PageToken)
 	jobs, next, err := h.store.List(ctx, ns, store.ListFilter{
-		Labels:   req.Msg.Labels,
-		Paused:   req.Msg.Paused,
-		PageSize: min(cmp.Or(size, DefaultPageSize), MaxPageSize),
-		After:    after,
+		Labels:       req.Msg.Labels,
+		Paused:       req.Msg.Paused,
+		NameContains: req.Msg.NameContains,
+		NameScan:     NameScanWindow,
+		PageSize:     min(cmp.Or(size, DefaultPageSize), MaxPageSize),
+		After:        after,
 	})
 	if err != nil {
 		return nil, h.toConnect(ctx, "ListJobs", err)

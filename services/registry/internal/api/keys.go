@@ -180,6 +180,20 @@ func (h *KeyHandler) RevokeKey(ctx context.Context, req *connect.Request[registr
 	return connect.NewResponse(&registryv1.RevokeKeyResponse{Key: key}), nil
 }
 
+// GetCallerIdentity implements KeyService.GetCallerIdentity: the calling
+// key as the services authenticated it, from the request's principal alone
+// (no store read, so it answers even while the database is away, and says
+// exactly what the other services will let the key do).
+func (h *KeyHandler) GetCallerIdentity(ctx context.Context, _ *connect.Request[registryv1.GetCallerIdentityRequest]) (*connect.Response[registryv1.GetCallerIdentityResponse], error) {
+	p, ok := apikey.PrincipalFrom(ctx)
+	if !ok {
+		return nil, connect.NewError(connect.CodeUnauthenticated, errors.New("no authenticated namespace"))
+	}
+	return connect.NewResponse(&registryv1.GetCallerIdentityResponse{
+		Namespace: p.Namespace, KeyId: p.KeyID, Role: keyring.RoleToProto(p.Role), Configured: apikey.IsConfiguredKeyID(p.KeyID),
+	}), nil
+}
+
 // ListKeyDigests implements KeyService.ListKeyDigests. It spans every
 // namespace, so only a configured key may call it: such a key is the
 // operator's (it is in every service's configuration), while a managed

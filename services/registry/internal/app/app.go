@@ -3,31 +3,24 @@ package app
 import (
 	"cmp"
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"hash/fnv"
 	"log/slog"
 	"net/url"
-	"sync"
-	"time"
 
-	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1/registryv1connect"
-	"github.com/cronmesh/cronmesh/libs/audit"
-	"github.com/cronmesh/cronmesh/libs/authz"
 	"github.com/cronmesh/cronmesh/libs/broker"
 	"github.com/cronmesh/cronmesh/libs/config"
 	"github.com/cronmesh/cronmesh/libs/keyring"
-	"github.com/cronmesh/cronmesh/libs/migrate"
+	"github.com/cronmesh/cronmesh/libs/lifecycle"
 	"github.com/cronmesh/cronmesh/libs/outbox"
-	"github.com/cronmesh/cronmesh/libs/postgres"
 	"github.com/cronmesh/cronmesh/libs/quota"
 	"github.com/cronmesh/cronmesh/libs/rpcclient"
 	"github.com/cronmesh/cronmesh/libs/server"
+	"github.com/cronmesh/cronmesh/libs/service"
 	"github.com/cronmesh/cronmesh/libs/targetcheck"
 	"github.com/cronmesh/cronmesh/libs/telemetry"
 	"github.com/cronmesh/cronmesh/libs/tlsconfig"
@@ -104,7 +97,7 @@ type Config struct {
 // Register adds the registry's flags to fs.
 func (c *Config) Register(fs *flag.FlagSet) {
 	c.Common.Register(fs, DefaultListen)
-	fs.Var(&c.APIKeys, "api-keys", "comma-separated API keys, each namespace=key or namespace=sha256:<hex digest of the key>, admin of the namespace; namespace:editor=... or namespace:viewer=... for a lesser role")
+	keyring.RegisterAPIKeys(fs, &c.APIKeys)
 	fs.StringVar(&c.Schema, "schema", DefaultSchema, "PostgreSQL schema of the registry's tables")
 	fs.StringVar(&c.Exchange, "exchange", DefaultExchange, "RabbitMQ topic exchange for job events")
 	fs.IntVar(&c.OutboxLanes, "outbox-lanes", 16, "events the outbox relay publishes concurrently (order per job is kept)")
@@ -141,45 +134,19 @@ func (c *Config) amqpPolicy() (*targetcheck.AMQPPolicy, error) {
 // Migrate creates the database when missing and applies the schema's
 // migrations; it is the `registry migrate` subcommand and runs at every start.
 func Migrate(ctx context.Context, cfg Config, logger *slog.Logger) error {
-	if err := postgres.EnsureDatabase(ctx, cfg.PostgresURL); err != nil {
-		return err
-	}
-	pool, err := postgres.Connect(ctx, postgres.Options{URL: cfg.PostgresURL, Schema: cfg.schema()})
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
-	return applyMigrations(ctx, pool, cfg.schema(), logger)
-}
-
-func applyMigrations(ctx context.Context, pool *pgxpool.Pool, schema string, logger *slog.Logger) error {
-	migrations, err := store.Migrations()
-	if err != nil {
-		return err
-	}
-	migrations = append(migrations, audit.Migration())
-	applied, err := migrate.ApplyAll(ctx, pool, schema, migrations)
-	if err != nil {
-		return fmt.Errorf("migrate schema %s: %w", schema, err)
-	}
-	logger.Info("migrations applied", slog.String("schema", schema), slog.Any("versions", applied))
-	return nil
+	return service.Migrate(ctx, cfg.PostgresURL, cfg.database(), logger)
 }
 
 func (c Config) schema() string { return cmp.Or(c.Schema, DefaultSchema) }
 
+func (c Config) database() service.Database {
+	return service.Database{Schema: c.schema(), Migrations: store.Migrations}
+}
+
 // App is a running registry.
 type App struct {
-	cfg       Config
-	logger    *slog.Logger
-	telemetry *telemetry.Telemetry
-	keys      *keyring.Ring
-	server    *server.Server
-	pool      *pgxpool.Pool
-	publisher message.Publisher
-	relay     *outbox.Relay
-	failures  *failpause.Consumer
-	closeOnce sync.Once
+	svc      *service.Service
+	failures *failpause.Consumer
 }
 
 // New connects to PostgreSQL, applies migrations and builds the server and
@@ -197,63 +164,53 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger) (_ *App, err erro
 	if err != nil {
 		return nil, err
 	}
-	a := &App{cfg: cfg, logger: logger}
+	db := cfg.database()
+	svc, err := service.New(ctx, service.Options{Name: "registry", Config: cfg.Common, Logger: logger, Database: &db})
+	if err != nil {
+		return nil, err
+	}
 	defer func() {
 		if err != nil {
-			a.close(context.Background())
+			svc.Close(context.Background())
 		}
 	}()
-	a.telemetry, err = telemetry.Setup(ctx, telemetry.Options{ServiceName: "registry", OTLPEndpoint: cfg.OTLPEndpoint, Logger: logger})
-	if err != nil {
-		return nil, err
-	}
-	if err := postgres.EnsureDatabase(ctx, cfg.PostgresURL); err != nil {
-		return nil, err
-	}
-	a.pool, err = postgres.Connect(ctx, postgres.Options{
-		URL: cfg.PostgresURL, Schema: cfg.schema(), TracerProvider: a.telemetry.TracerProvider,
-	})
-	if err != nil {
-		return nil, err
-	}
-	if err := applyMigrations(ctx, a.pool, cfg.schema(), logger); err != nil {
-		return nil, err
-	}
+	a := &App{svc: svc}
 	exchange := cmp.Or(cfg.Exchange, DefaultExchange)
-	a.publisher, err = broker.NewPublisher(broker.PublisherOptions{
+	publisher, err := broker.NewPublisher(broker.PublisherOptions{
 		Config: broker.TopicPublisherConfig(cfg.AMQPURL, exchange, cfg.OutboxLanes),
 		Logger: logger.With(slog.String("component", "publisher")),
 	})
 	if err != nil {
 		return nil, err
 	}
-	a.relay, err = outbox.NewRelay(outbox.RelayOptions{
-		Pool:      a.pool,
-		Publisher: a.publisher,
+	svc.OnClose("publisher", func(context.Context) error { return publisher.Close() })
+	relay, err := outbox.NewRelay(outbox.RelayOptions{
+		Pool:      svc.Pool,
+		Publisher: publisher,
 		Logger:    logger.With(slog.String("component", "outbox")),
 		// A stop drains for up to twice this (confirms, then the
 		// DELETE): a quarter of the shutdown timeout each leaves the rest
 		// of the shutdown half of it, with a broker that swallows
 		// confirms. What does not make it is published again.
 		DrainTimeout: cfg.ShutdownTimeout / 4,
-		Metrics:      prometheus.WrapRegistererWith(prometheus.Labels{"service": "registry"}, a.telemetry.Metrics),
+		Metrics:      svc.Metrics,
 		Lanes:        cfg.OutboxLanes,
 		LockKey:      outboxLockKey(cfg.schema()),
 		// A job event's row carries the trace of the RPC that changed the
 		// job: its publish is a span of that trace.
-		TracerProvider: a.telemetry.TracerProvider,
-		Propagator:     a.telemetry.Propagator,
+		TracerProvider: svc.Telemetry.TracerProvider,
+		Propagator:     svc.Telemetry.Propagator,
 		Destination:    func(key string) (string, string) { return exchange, key },
 	})
 	if err != nil {
 		return nil, err
 	}
-	refusals, err := quota.NewRefusals(a.telemetry.Metrics)
+	refusals, err := quota.NewRefusals(svc.Telemetry.Metrics)
 	if err != nil {
 		return nil, err
 	}
 	st := store.New(store.Options{
-		Pool: a.pool, Propagator: a.telemetry.Propagator, Notify: a.relay.Notify,
+		Pool: svc.Pool, Propagator: svc.Telemetry.Propagator, Notify: relay.Notify,
 		MaxJobs: quota.New("jobs", cfg.MaxJobs, refusals),
 	})
 
@@ -269,44 +226,48 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger) (_ *App, err erro
 		}
 	}
 
-	a.server, err = server.New(server.Options{
-		Name: "registry", Listen: cfg.Listen, Logger: logger, Telemetry: a.telemetry, ShutdownTimeout: cfg.ShutdownTimeout, Profiling: cfg.Pprof,
-		RateLimit: cfg.RateLimit,
-		TLS:       cfg.TLS,
-		Limits:    cfg.Limits,
-	})
-	if err != nil {
-		return nil, err
-	}
 	// The registry's own copy of the managed keys comes straight from its
 	// database, and a change made through this replica applies at once.
-	a.keys, err = keyring.New(keyring.Options{
+	keys, err := keyring.New(keyring.Options{
 		Configured: configured, Source: st, Interval: cfg.Keys.Refresh,
 		Logger:  logger.With(slog.String("component", "keyring")),
-		Metrics: prometheus.WrapRegistererWith(prometheus.Labels{"service": "registry"}, a.telemetry.Metrics),
+		Metrics: svc.Metrics,
 	})
 	if err != nil {
 		return nil, err
 	}
-	if err := a.keys.Refresh(ctx); err != nil {
+	if err := keys.Refresh(ctx); err != nil {
 		return nil, fmt.Errorf("load the managed API keys: %w", err)
 	}
-	a.server.UseMiddleware(a.keys.Middleware().Wrap)
-	auditLog := audit.New(audit.Options{Pool: a.pool, Logger: logger, Retention: cfg.AuditRetention})
-	auditLog.Mount(a.server)
-	hist, err := cfg.historyClient(a.telemetry, logger)
+	svc.Authenticate(keys)
+	hist, err := cfg.historyClient(svc.Telemetry, logger)
 	if err != nil {
 		return nil, err
 	}
-	path, handler := registryv1connect.NewJobServiceHandler(api.NewHandler(st, targetcheck.New(amqpPolicy), hist, logger), a.server.HandlerOptions(auditLog.Interceptor(), authz.NewInterceptor())...)
-	a.server.Handle(registryv1connect.JobServiceName, path, handler)
+	path, handler := registryv1connect.NewJobServiceHandler(api.NewHandler(st, targetcheck.New(amqpPolicy), hist, logger), svc.HandlerOptions()...)
+	svc.Server.Handle(registryv1connect.JobServiceName, path, handler)
 	keysChanged := func(ctx context.Context) {
-		if err := a.keys.Refresh(ctx); err != nil {
+		if err := keys.Refresh(ctx); err != nil {
 			logger.WarnContext(ctx, "refreshing the managed API keys after a change", slog.Any("error", err))
 		}
 	}
-	path, handler = registryv1connect.NewKeyServiceHandler(api.NewKeyHandler(st, logger, keysChanged), a.server.HandlerOptions(auditLog.Interceptor(), authz.NewInterceptor())...)
-	a.server.Handle(registryv1connect.KeyServiceName, path, handler)
+	path, handler = registryv1connect.NewKeyServiceHandler(api.NewKeyHandler(st, logger, keysChanged), svc.HandlerOptions()...)
+	svc.Server.Handle(registryv1connect.KeyServiceName, path, handler)
+
+	// The server drains the calls in flight; then the relay stops: events
+	// it has not published yet stay in the outbox and go out after the
+	// next start.
+	relayPart := lifecycle.Part{Name: "outbox relay", Run: relay.Run}
+	if a.failures == nil {
+		svc.ThenStop(relayPart)
+	} else {
+		// The consumer's subscription may be stuck on a broker that
+		// stopped answering (watermill's Subscribe does not heed its
+		// context): it is given what a broker close is given, alongside
+		// the relay's drain, and then left behind; what it has not
+		// acknowledged is redelivered.
+		svc.ThenStop(relayPart, lifecycle.Part{Name: "pause on failure", Run: a.failures.Run, StopTimeout: broker.CloseTimeout})
+	}
 	return a, nil
 }
 
@@ -339,78 +300,14 @@ func (a *App) FailuresReady() <-chan struct{} {
 }
 
 // Server is the App's server (for its address in tests).
-func (a *App) Server() *server.Server { return a.server }
+func (a *App) Server() *server.Server { return a.svc.Server }
 
 // Pool is the App's database pool.
-func (a *App) Pool() *pgxpool.Pool { return a.pool }
+func (a *App) Pool() *pgxpool.Pool { return a.svc.Pool }
 
 // Run serves and relays events until ctx is done, then shuts down in order:
 // the server drains in-flight calls, then the relay stops (events it has not
 // published yet stay in the outbox and go out after the next start), then
-// spans are flushed.
-func (a *App) Run(ctx context.Context) error {
-	relayCtx, stopRelay := context.WithCancel(context.WithoutCancel(ctx))
-	relayDone := make(chan error, 1)
-	go func() { relayDone <- a.relay.Run(relayCtx) }()
-	keysDone := make(chan error, 1)
-	go func() { keysDone <- a.keys.Run(ctx) }()
-	failuresDone := make(chan error, 1)
-	if a.failures != nil {
-		go func() { failuresDone <- a.failures.Run(ctx) }()
-	} else {
-		failuresDone <- nil
-	}
-
-	a.server.SetServing(true)
-	serveErr := a.server.Run(ctx)
-
-	stopRelay()
-	a.keys.Stop()
-	// The consumer's subscription may be stuck on a broker that stopped
-	// answering (watermill's Subscribe does not heed its context): it is
-	// given what a broker close is given, alongside the relay's drain, and
-	// then left behind; what it has not acknowledged is redelivered.
-	giveUp := time.NewTimer(broker.CloseTimeout)
-	defer giveUp.Stop()
-	relayErr := <-relayDone
-	keysErr := <-keysDone
-	var failuresErr error
-	select {
-	case failuresErr = <-failuresDone:
-	case <-giveUp.C:
-		a.logger.Warn("the pause-on-failure consumer did not stop in time; leaving it")
-	}
-	a.close(context.WithoutCancel(ctx))
-	return errors.Join(serveErr, relayErr, keysErr, failuresErr)
-}
-
-func (a *App) close(ctx context.Context) {
-	a.closeOnce.Do(func() {
-		// Each close is bounded on its own (a dependency that no longer
-		// answers is given up on); run together, the slowest bounds the
-		// whole, and shutdown stays within --shutdown-timeout.
-		var wg sync.WaitGroup
-		if a.publisher != nil {
-			wg.Go(func() {
-				if err := a.publisher.Close(); err != nil {
-					a.logger.Warn("closing publisher", slog.Any("error", err))
-				}
-			})
-		}
-		if a.pool != nil {
-			wg.Go(func() {
-				if err := postgres.Close(ctx, a.pool); err != nil {
-					a.logger.Warn("closing the database pool", slog.Any("error", err))
-				}
-			})
-		}
-		if a.telemetry != nil {
-			wg.Go(func() {
-				if err := a.telemetry.Shutdown(ctx); err != nil {
-					a.logger.Warn("flushing telemetry", slog.Any("error", err))
-				}
-			})
-		}
-		wg.Wait()
-	})
-}
+// the connections close and spans are flushed. The registry is ready as
+// soon as it listens: the broker may be down.
+func (a *App) Run(ctx context.Context) error { return a.svc.Run(ctx) }

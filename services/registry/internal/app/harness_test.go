@@ -86,6 +86,7 @@ func startRegistry(t *testing.T, opts ...option) *registry {
 	for _, o := range opts {
 		o(&cfg)
 	}
+	amqptest.DeleteOnCleanup(t, []string{cfg.ExecutionsQueue}, []string{cfg.ExecutionsExchange})
 	logger := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	ctx, cancel := context.WithCancel(context.Background())
 	a, err := app.New(ctx, cfg, logger)

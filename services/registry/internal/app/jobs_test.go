@@ -341,6 +341,14 @@ func TestListJobsPagesStablyAndFilters(t *testing.T) {
 	none, _ := collect(&registryv1.ListJobsRequest{Labels: map[string]string{"team": "other"}})
 	require.Empty(t, none)
 
+	// A name search, ignoring case, with the other filters.
+	byName, _ := collect(&registryv1.ListJobsRequest{NameContains: "JOB-1", PageSize: 4})
+	require.Equal(t, []string{"job-10", "job-11", "job-12", "job-13", "job-14", "job-15", "job-16", "job-17", "job-18", "job-19"}, byName)
+	pausedByName, _ := collect(&registryv1.ListJobsRequest{NameContains: "job-1", Paused: &paused})
+	require.Equal(t, []string{"job-10", "job-15"}, pausedByName)
+	_, err = client.ListJobs(ctx, connect.NewRequest(&registryv1.ListJobsRequest{NameContains: strings.Repeat("é", 201)}))
+	require.Equal(t, []string{"name_contains"}, rpctest.Violations(t, err))
+
 	_, err = client.ListJobs(ctx, connect.NewRequest(&registryv1.ListJobsRequest{PageToken: "garbage!"}))
 	require.Equal(t, []string{"page_token"}, rpctest.Violations(t, err))
 	_, err = client.ListJobs(ctx, connect.NewRequest(&registryv1.ListJobsRequest{PageSize: -1}))

@@ -6,16 +6,21 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"connectrpc.com/connect"
+	"github.com/google/go-cmp/cmp"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/testing/protocmp"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	auditv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/audit/v1"
+	"github.com/cronmesh/cronmesh/gen/go/cronmesh/audit/v1/auditv1connect"
 	registryv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1"
 	"github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1/registryv1connect"
 	"github.com/cronmesh/cronmesh/libs/apikey"
@@ -69,6 +74,7 @@ func startKeyRegistry(t *testing.T) *keyRegistry {
 		ExecutionsQueue:    amqptest.UniqueName(t, "cronmesh.registry.executions"),
 		Keys:               keyring.Config{Refresh: 50 * time.Millisecond},
 	}
+	amqptest.DeleteOnCleanup(t, []string{cfg.ExecutionsQueue}, []string{cfg.ExecutionsExchange, cfg.Exchange})
 	logs := &logBuffer{}
 	logger := slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	ctx, cancel := context.WithCancel(context.Background())
@@ -343,9 +349,10 @@ func TestRevocationReachesAnotherService(t *testing.T) {
 	cfg := keyring.Config{RegistryURL: r.baseURL, Refresh: 50 * time.Millisecond}
 	ring, err := cfg.NewRegistryRing([]string{"alpha=" + keyAlpha}, &http.Client{}, nil, nil)
 	require.NoError(t, err)
+	runCtx, stopRing := context.WithCancel(ctx)
 	runDone := make(chan error, 1)
-	go func() { runDone <- ring.Run(ctx) }()
-	t.Cleanup(func() { ring.Stop(); require.NoError(t, <-runDone) })
+	go func() { runDone <- ring.Run(runCtx) }()
+	t.Cleanup(func() { stopRing(); require.NoError(t, <-runDone) })
 	service := httptest.NewServer(ring.Middleware().Wrap(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		p, _ := apikey.PrincipalFrom(req.Context())
 		_, _ = w.Write([]byte(string(p.Role)))
@@ -386,4 +393,59 @@ func TestRevocationReachesAnotherService(t *testing.T) {
 	require.Equal(t, revision, ring.Revision())
 	code, _ = call(revokedSecret)
 	require.Equal(t, http.StatusUnauthorized, code)
+}
+
+// TestGetCallerIdentity: every key, of every role, configured or managed,
+// learns its own namespace, id and role, and the call leaves nothing in the
+// audit log (a refused call would).
+func TestGetCallerIdentity(t *testing.T) {
+	t.Parallel()
+	r := startKeyRegistry(t)
+	ctx := context.Background()
+	for _, proto := range rpctest.Protocols() {
+		t.Run(proto.Name, func(t *testing.T) {
+			bootstrap := r.keys(keyAlpha, proto.Opts...)
+			editor, editorSecret := createKey(t, bootstrap, "identity editor "+proto.Name, registryv1.KeyRole_KEY_ROLE_EDITOR)
+			viewer, viewerSecret := createKey(t, bootstrap, "identity viewer "+proto.Name, registryv1.KeyRole_KEY_ROLE_VIEWER)
+			for _, tc := range []struct {
+				name, secret string
+				want         *registryv1.GetCallerIdentityResponse
+			}{
+				{"configured admin", keyAlpha, &registryv1.GetCallerIdentityResponse{
+					Namespace: "alpha", KeyId: apikey.ConfiguredKeyID(keyAlpha), Role: registryv1.KeyRole_KEY_ROLE_ADMIN, Configured: true,
+				}},
+				{"other namespace", keyBeta, &registryv1.GetCallerIdentityResponse{
+					Namespace: "beta", KeyId: apikey.ConfiguredKeyID(keyBeta), Role: registryv1.KeyRole_KEY_ROLE_ADMIN, Configured: true,
+				}},
+				{"managed editor", editorSecret, &registryv1.GetCallerIdentityResponse{
+					Namespace: "alpha", KeyId: editor.Id, Role: registryv1.KeyRole_KEY_ROLE_EDITOR,
+				}},
+				{"managed viewer", viewerSecret, &registryv1.GetCallerIdentityResponse{
+					Namespace: "alpha", KeyId: viewer.Id, Role: registryv1.KeyRole_KEY_ROLE_VIEWER,
+				}},
+			} {
+				t.Run(tc.name, func(t *testing.T) {
+					resp, err := r.keys(tc.secret, proto.Opts...).GetCallerIdentity(ctx, connect.NewRequest(&registryv1.GetCallerIdentityRequest{}))
+					require.NoError(t, err)
+					require.Empty(t, cmp.Diff(tc.want, resp.Msg, protocmp.Transform()))
+				})
+			}
+
+			_, err := r.keys("cm_not_a_key_0000000000000000", proto.Opts...).GetCallerIdentity(ctx, connect.NewRequest(&registryv1.GetCallerIdentityRequest{}))
+			rpctest.RequireCode(t, err, connect.CodeUnauthenticated)
+
+			// The viewer's refused CreateKey is audited; its identity calls
+			// are not.
+			_, err = r.keys(viewerSecret, proto.Opts...).CreateKey(ctx, connect.NewRequest(&registryv1.CreateKeyRequest{Name: "x", Role: registryv1.KeyRole_KEY_ROLE_ADMIN}))
+			rpctest.RequireCode(t, err, connect.CodePermissionDenied)
+			audit := auditv1connect.NewAuditServiceClient(rpctest.H2CClient(), r.baseURL, append(slices.Clone(proto.Opts), connect.WithInterceptors(rpctest.BearerInterceptor(keyAlpha)))...)
+			events, err := audit.ListAuditEvents(ctx, connect.NewRequest(&auditv1.ListAuditEventsRequest{KeyId: viewer.Id}))
+			require.NoError(t, err)
+			var procedures []string
+			for _, e := range events.Msg.Events {
+				procedures = append(procedures, e.Procedure)
+			}
+			require.Equal(t, []string{registryv1connect.KeyServiceCreateKeyProcedure}, procedures, "only the refused CreateKey is in the audit log")
+		})
+	}
 }

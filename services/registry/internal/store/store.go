@@ -292,9 +292,15 @@ func (s *Store) getTx(ctx context.Context, q querier, namespace, id, requestID s
 
 // ListFilter selects jobs for List.
 type ListFilter struct {
-	Labels   map[string]string
-	Paused   *bool
-	PageSize int
+	Labels map[string]string
+	Paused *bool
+	// NameContains keeps the jobs whose display name contains it, ignoring
+	// case (PostgreSQL's lower()). With it, List examines at most NameScan
+	// jobs (after the other filters) and may return a short page, or an
+	// empty one, with the id to continue after.
+	NameContains string
+	NameScan     int
+	PageSize     int
 	// After is the id the previous page ended at ("" for the first page).
 	After string
 }
@@ -315,6 +321,9 @@ func (s *Store) List(ctx context.Context, namespace string, f ListFilter) ([]*re
 		}
 		labels = string(b)
 	}
+	if f.NameContains != "" {
+		return s.listByName(ctx, namespace, after, labels, f)
+	}
 	// "ORDER BY jobs.id", not "id": the select list's "id::text" is also
 	// named id, and ORDER BY would sort by that text, which no index serves
 	// (every page would sort the whole namespace).
@@ -334,6 +343,67 @@ func (s *Store) List(ctx context.Context, namespace string, f ListFilter) ([]*re
 	if len(jobs) > f.PageSize {
 		jobs = jobs[:f.PageSize]
 		next = jobs[len(jobs)-1].Id
+	}
+	for _, j := range jobs {
+		redact(j)
+	}
+	return jobs, next, nil
+}
+
+// listByName is List with a name filter. No index serves a substring of a
+// name, so it reads the next f.NameScan jobs of the namespace in id order
+// (the primary key's order, as List pages), keeps those whose name
+// matches, and reads the page's jobs by id. When the window ends before
+// the page is full and more jobs may follow, the page ends at the window's
+// last job, so the next call goes on from there.
+func (s *Store) listByName(ctx context.Context, namespace, after, labels string, f ListFilter) ([]*registryv1.Job, string, error) {
+	rows, err := s.pool.Query(ctx, `
+		SELECT w.id::text, w.matched, w.n FROM (
+		    SELECT s.id, strpos(lower(s.display_name), lower($6)) > 0 AS matched,
+		           row_number() OVER (ORDER BY s.id) AS rn, count(*) OVER () AS n
+		    FROM (SELECT jobs.id, jobs.display_name FROM jobs
+		          WHERE namespace = $1 AND id > $2::uuid
+		            AND ($3::jsonb = '{}'::jsonb OR labels @> $3::jsonb)
+		            AND ($4::bool IS NULL OR paused = $4)
+		          ORDER BY jobs.id LIMIT $5) s
+		) w
+		WHERE w.matched OR w.rn = w.n
+		ORDER BY w.id`, namespace, after, labels, f.Paused, f.NameScan, f.NameContains)
+	if err != nil {
+		return nil, "", fmt.Errorf("list jobs by name: %w", err)
+	}
+	var ids []string
+	var last string
+	var scanned int
+	var id string
+	var matched bool
+	if _, err := pgx.ForEachRow(rows, []any{&id, &matched, &scanned}, func() error {
+		if matched {
+			ids = append(ids, id)
+		}
+		last = id // the window's last row is always returned, and last
+		return nil
+	}); err != nil {
+		return nil, "", fmt.Errorf("list jobs by name: %w", err)
+	}
+	next := ""
+	switch {
+	case len(ids) > f.PageSize:
+		ids = ids[:f.PageSize]
+		next = ids[len(ids)-1]
+	case scanned == f.NameScan:
+		next = last
+	}
+	if len(ids) == 0 {
+		return nil, next, nil
+	}
+	rows, err = s.pool.Query(ctx, selectJob+` WHERE namespace = $1 AND id = ANY($2::uuid[]) ORDER BY jobs.id`, namespace, ids)
+	if err != nil {
+		return nil, "", fmt.Errorf("list jobs by name: %w", err)
+	}
+	jobs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (*registryv1.Job, error) { return scanJob(r) })
+	if err != nil {
+		return nil, "", fmt.Errorf("list jobs by name: %w", err)
 	}
 	for _, j := range jobs {
 		redact(j)

@@ -163,6 +163,12 @@ func ScheduleSize(v *rpcerr.Violations, path string, s *registryv1.Schedule) boo
 	return reqlimit.Bytes(v, path+".time_zone", s.GetTimeZone(), MaxTimeZone) && ok
 }
 
+// NameQuery checks a search of display names (ListJobs' name_contains):
+// valid UTF-8, no longer than a display name can be.
+func NameQuery(v *rpcerr.Violations, field, q string) {
+	checkText(v, field, q, 0, MaxDisplayName)
+}
+
 func checkText(v *rpcerr.Violations, field, s string, minLen, maxLen int) {
 	n := utf8.RuneCountInString(s)
 	switch {

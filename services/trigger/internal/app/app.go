@@ -3,34 +3,25 @@ package app
 import (
 	"cmp"
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
 	"os"
-	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/prometheus/client_golang/prometheus"
-	clientv3 "go.etcd.io/etcd/client/v3"
-
 	"github.com/cronmesh/cronmesh/gen/go/cronmesh/trigger/v1/triggerv1connect"
-	"github.com/cronmesh/cronmesh/libs/audit"
-	"github.com/cronmesh/cronmesh/libs/authz"
 	"github.com/cronmesh/cronmesh/libs/broker"
 	"github.com/cronmesh/cronmesh/libs/clock"
 	"github.com/cronmesh/cronmesh/libs/config"
 	"github.com/cronmesh/cronmesh/libs/etcdclient"
 	"github.com/cronmesh/cronmesh/libs/keyring"
-	"github.com/cronmesh/cronmesh/libs/migrate"
+	"github.com/cronmesh/cronmesh/libs/lifecycle"
 	"github.com/cronmesh/cronmesh/libs/outbox"
-	"github.com/cronmesh/cronmesh/libs/postgres"
 	"github.com/cronmesh/cronmesh/libs/quota"
 	"github.com/cronmesh/cronmesh/libs/ring"
 	"github.com/cronmesh/cronmesh/libs/server"
+	"github.com/cronmesh/cronmesh/libs/service"
 	"github.com/cronmesh/cronmesh/libs/targetcheck"
-	"github.com/cronmesh/cronmesh/libs/telemetry"
 	"github.com/cronmesh/cronmesh/services/trigger/internal/api"
 	"github.com/cronmesh/cronmesh/services/trigger/internal/firing"
 	"github.com/cronmesh/cronmesh/services/trigger/internal/projection"
@@ -108,7 +99,7 @@ func (c *Config) Register(fs *flag.FlagSet) {
 	// This API's requests are small: see server.SmallAPIMaxRequestBytes.
 	c.Limits.MaxRequestBytes = server.SmallAPIMaxRequestBytes
 	c.Common.Register(fs, DefaultListen)
-	fs.Var(&c.APIKeys, "api-keys", "comma-separated API keys, each namespace=key or namespace=sha256:<hex digest of the key>, admin of the namespace; namespace:editor=... or namespace:viewer=... for a lesser role")
+	keyring.RegisterAPIKeys(fs, &c.APIKeys)
 	c.Keys.Register(fs)
 	fs.StringVar(&c.NodeID, "node-id", "", "this node's name in the ring (default: hostname-pid)")
 	fs.StringVar(&c.Advertise, "advertise", "", "API address shown to other nodes (default: --listen)")
@@ -151,21 +142,8 @@ func (c *Config) fillDefaults() {
 
 // App is a running trigger node.
 type App struct {
-	cfg        Config
-	logger     *slog.Logger
-	telemetry  *telemetry.Telemetry
-	pool       *pgxpool.Pool
-	etcd       *clientv3.Client
-	ring       *ring.Ring
-	engine     *firing.Engine
-	projection *projection.Consumer
-	publisher  *broker.Publisher
-	relay      *outbox.Relay
-	retention  *retention.Keeper
-	timesync   *timesync.Syncer
-	server     *server.Server
-	keys       *keyring.Ring
-	closeOnce  sync.Once
+	cfg Config
+	svc *service.Service
 }
 
 // New connects to PostgreSQL (applying migrations and checking the
@@ -182,20 +160,10 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger) (_ *App, err erro
 	); err != nil {
 		return nil, err
 	}
-	// The configured keys, and the managed ones polled from the registry.
-	registryClient, err := cfg.Keys.HTTPClient()
-	if err != nil {
-		return nil, err
-	}
-	keys, err := cfg.Keys.NewRegistryRing(cfg.APIKeys, registryClient, logger.With(slog.String("component", "keyring")), nil)
-	if err != nil {
-		return nil, err
-	}
 	if err := cfg.MaxBackfills.Validate("max-backfills"); err != nil {
 		return nil, err
 	}
 	logger = logger.With(slog.String("node", cfg.NodeID))
-	a := &App{cfg: cfg, logger: logger}
 	// hostClock is the host's clock (shifted in fault-injection tests);
 	// nodeClock is it corrected to PostgreSQL's by timesync, and is the only
 	// clock the node's parts read.
@@ -205,73 +173,65 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger) (_ *App, err erro
 		hostClock = clock.NewOffset(clock.Real{}, cfg.ClockOffset)
 	}
 	nodeClock := clock.NewOffset(hostClock, 0)
+	// The configured keys, and the managed ones polled from the registry.
+	svc, err := service.New(ctx, service.Options{
+		Name: "trigger", Config: cfg.Common, Logger: logger,
+		Keys: &cfg.Keys, APIKeys: cfg.APIKeys,
+		Database: &service.Database{
+			Schema: cfg.Schema, Migrations: store.Migrations,
+			// A connection for each commit in flight, relay shard and
+			// projection batch, plus the load and the API. Connections
+			// are opened on demand.
+			MaxConns: int32(cfg.Commits + cfg.OutboxShards + projection.DefaultBatches + 4),
+			// A node frozen inside a firing transaction holds share locks
+			// on its partition rows, and the new owner's claim waits for
+			// them: the server ends such a transaction after a second
+			// (firing transactions never idle; one that did is retried),
+			// so a frozen node cannot hold a takeover past the 5 s
+			// promise.
+			IdleInTransactionTimeout: time.Second,
+		},
+	})
+	if err != nil {
+		return nil, err
+	}
 	defer func() {
 		if err != nil {
-			a.close(context.Background())
+			svc.Close(context.Background())
 		}
 	}()
-	a.telemetry, err = telemetry.Setup(ctx, telemetry.Options{ServiceName: "trigger", OTLPEndpoint: cfg.OTLPEndpoint, Logger: logger})
-	if err != nil {
-		return nil, err
-	}
-	a.keys = keys
-	if err := keys.RegisterMetrics(prometheus.WrapRegistererWith(prometheus.Labels{"service": "trigger"}, a.telemetry.Metrics)); err != nil {
-		return nil, err
-	}
-	metrics := prometheus.WrapRegistererWith(prometheus.Labels{"service": "trigger"}, a.telemetry.Metrics)
+	a := &App{cfg: cfg, svc: svc}
+	tel, metrics := svc.Telemetry, svc.Metrics
 
-	if err := postgres.EnsureDatabase(ctx, cfg.PostgresURL); err != nil {
-		return nil, err
-	}
-	// A connection for each commit in flight, relay shard and projection
-	// batch, plus the load and the API. Connections are opened on demand.
-	maxConns := int32(cfg.Commits + cfg.OutboxShards + projection.DefaultBatches + 4)
-	// A node frozen inside a firing transaction holds share locks on its
-	// partition rows, and the new owner's claim waits for them: the server
-	// ends such a transaction after a second (firing transactions never
-	// idle; one that did is retried), so a frozen node cannot hold a
-	// takeover past the 5 s promise.
-	a.pool, err = postgres.Connect(ctx, postgres.Options{URL: cfg.PostgresURL, Schema: cfg.Schema, TracerProvider: a.telemetry.TracerProvider,
-		MaxConns: maxConns, IdleInTransactionTimeout: time.Second})
-	if err != nil {
-		return nil, err
-	}
-	migrations, err := store.Migrations()
-	if err != nil {
-		return nil, err
-	}
-	migrations = append(migrations, audit.Migration())
-	if _, err := migrate.ApplyAll(ctx, a.pool, cfg.Schema, migrations); err != nil {
-		return nil, fmt.Errorf("migrate schema %s: %w", cfg.Schema, err)
-	}
-
-	a.publisher, err = broker.NewPublisher(broker.PublisherOptions{
+	publisher, err := broker.NewPublisher(broker.PublisherOptions{
 		Config: broker.RoutedPublisherConfig(cfg.AMQPURL, cfg.OutboxLanes),
 		Logger: logger.With(slog.String("component", "publisher")),
 	})
 	if err != nil {
 		return nil, err
 	}
-	refusals, err := quota.NewRefusals(a.telemetry.Metrics)
+	svc.OnClose("publisher", func(context.Context) error { return publisher.Close() })
+	refusals, err := quota.NewRefusals(tel.Metrics)
 	if err != nil {
 		return nil, err
 	}
+	var relay *outbox.Relay
 	st, err := store.New(store.Options{
-		Pool:               a.pool,
+		Pool:               svc.Pool,
 		NodeID:             cfg.NodeID,
 		Partitions:         cfg.Partitions,
 		DispatchExchange:   cfg.DispatchExchange,
 		ExecutionsExchange: cfg.ExecutionsExchange,
-		Propagator:         a.telemetry.Propagator,
-		Tracer:             a.telemetry.TracerProvider.Tracer("cronmesh/trigger"),
-		Notify:             func() { a.relay.Notify() },
+		Propagator:         tel.Propagator,
+		Tracer:             tel.TracerProvider.Tracer("cronmesh/trigger"),
+		Notify:             func() { relay.Notify() },
 		Clock:              nodeClock,
 		MaxBackfills:       quota.New(store.BackfillQuota, cfg.MaxBackfills, refusals),
 	})
 	if err != nil {
 		return nil, err
 	}
-	a.timesync, err = timesync.New(timesync.Options{
+	syncer, err := timesync.New(timesync.Options{
 		Reference: st, Clock: nodeClock, Local: hostClock,
 		Logger: logger.With(slog.String("component", "timesync")), Metrics: metrics,
 	})
@@ -280,19 +240,20 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger) (_ *App, err erro
 	}
 	// Before anything reads the clock: a node whose host clock is off must
 	// not fire a single slot on it.
-	if _, err := a.timesync.Sync(ctx); err != nil {
+	if _, err := syncer.Sync(ctx); err != nil {
 		return nil, err
 	}
 	if err := st.EnsurePartitions(ctx, cfg.Partitions); err != nil {
 		return nil, err
 	}
 
-	a.etcd, err = etcdclient.New(etcdclient.FromConfig(cfg.Common))
+	etcd, err := etcdclient.New(etcdclient.FromConfig(cfg.Common))
 	if err != nil {
 		return nil, err
 	}
-	a.ring, err = ring.New(ring.Options{
-		Client:     a.etcd,
+	svc.OnClose("etcd client", func(context.Context) error { _ = etcd.Close(); return nil })
+	rng, err := ring.New(ring.Options{
+		Client:     etcd,
 		Prefix:     cfg.EtcdPrefix,
 		NodeID:     cfg.NodeID,
 		Address:    cfg.Advertise,
@@ -309,9 +270,9 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger) (_ *App, err erro
 	// a frozen or dead node holds back only its own share, and only until
 	// its partitions move; its commits are published where they were made,
 	// woken by Notify.
-	a.relay, err = outbox.NewRelay(outbox.RelayOptions{
-		Pool:      a.pool,
-		Publisher: a.publisher,
+	relay, err = outbox.NewRelay(outbox.RelayOptions{
+		Pool:      svc.Pool,
+		Publisher: publisher,
 		Logger:    logger.With(slog.String("component", "outbox")),
 		// A stop drains for up to twice this (confirms, then the
 		// DELETE): a quarter of the shutdown timeout each leaves the rest
@@ -324,11 +285,11 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger) (_ *App, err erro
 		// DELETE, and a steady trickle of small commits would otherwise be
 		// bound by that latency (measured: 3,600 messages/s with one).
 		Shards:    cfg.OutboxShards,
-		Ownership: a.ring,
+		Ownership: rng,
 		// Each fired slot's row carries its execution's trace context: the
 		// publish is a span of that trace.
-		TracerProvider: a.telemetry.TracerProvider,
-		Propagator:     a.telemetry.Propagator,
+		TracerProvider: tel.TracerProvider,
+		Propagator:     tel.Propagator,
 		Destination:    broker.SplitRoute,
 		// The dispatch requests a lane publishes together share broker
 		// messages (the dispatcher unpacks them): a burst of slots costs
@@ -357,12 +318,12 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger) (_ *App, err erro
 	if err != nil {
 		return nil, err
 	}
-	a.engine, err = firing.NewEngine(firing.Options{
+	engine, err := firing.NewEngine(firing.Options{
 		Store:     st,
-		Ownership: a.ring,
+		Ownership: rng,
 		Clock:     nodeClock,
 		Logger:    logger.With(slog.String("component", "engine")),
-		Tracer:    a.telemetry.TracerProvider.Tracer("cronmesh/trigger"),
+		Tracer:    tel.TracerProvider.Tracer("cronmesh/trigger"),
 		Metrics:   metrics,
 		Lookahead: cfg.Lookahead,
 		Commits:   cfg.Commits,
@@ -371,9 +332,9 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger) (_ *App, err erro
 	if err != nil {
 		return nil, err
 	}
-	a.retention, err = retention.New(retention.Options{
+	keeper, err := retention.New(retention.Options{
 		Store:      st,
-		Leadership: ring.Leadership{Ring: a.ring, Name: "retention"},
+		Leadership: ring.Leadership{Ring: rng, Name: "retention"},
 		Retention:  store.Retention{Ledger: cfg.LedgerRetention, Tombstones: cfg.TombstoneRetention},
 		Logger:     logger.With(slog.String("component", "retention")),
 		Metrics:    metrics,
@@ -382,14 +343,14 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger) (_ *App, err erro
 	if err != nil {
 		return nil, err
 	}
-	a.projection, err = projection.New(projection.Options{
+	proj, err := projection.New(projection.Options{
 		AMQPURL:        cfg.AMQPURL,
 		Exchange:       cfg.JobsExchange,
 		Queue:          cfg.JobsQueue,
 		Store:          st,
 		Logger:         logger.With(slog.String("component", "projection")),
-		TracerProvider: a.telemetry.TracerProvider,
-		Propagator:     a.telemetry.Propagator,
+		TracerProvider: tel.TracerProvider,
+		Propagator:     tel.Propagator,
 		Metrics:        metrics,
 		Clock:          nodeClock,
 	})
@@ -397,43 +358,44 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger) (_ *App, err erro
 		return nil, err
 	}
 
-	a.server, err = server.New(server.Options{
-		Name: "trigger", Listen: cfg.Listen, Logger: logger, Telemetry: a.telemetry, ShutdownTimeout: cfg.ShutdownTimeout, Profiling: cfg.Pprof,
-		RateLimit: cfg.RateLimit,
-		TLS:       cfg.TLS,
-		Limits:    cfg.Limits,
-	})
-	if err != nil {
-		return nil, err
-	}
-	a.server.UseMiddleware(keys.Middleware().Wrap)
-	auditLog := audit.New(audit.Options{Pool: a.pool, Logger: logger, Retention: cfg.AuditRetention})
-	auditLog.Mount(a.server)
-	path, handler := triggerv1connect.NewTriggerServiceHandler(api.NewHandler(st, a.ring, logger), a.server.HandlerOptions(auditLog.Interceptor(), authz.NewInterceptor())...)
+	path, handler := triggerv1connect.NewTriggerServiceHandler(api.NewHandler(st, rng, logger), svc.HandlerOptions()...)
 	// A backfill is paced: the most slots at the slowest rate (1 a second)
 	// run far longer than --write-timeout, and must still be answered.
 	longest := time.Duration(store.MaxBackfillSlots)*time.Second + cmp.Or(cfg.Limits.WriteTimeout, server.DefaultWriteTimeout)
 	handler = server.AllowLongCalls(handler, longest, triggerv1connect.TriggerServiceBackfillJobProcedure)
-	a.server.Handle(triggerv1connect.TriggerServiceName, path, handler)
+	svc.Server.Handle(triggerv1connect.TriggerServiceName, path, handler)
+
+	// Shutdown order: the API stops; the engine stops firing; the relay
+	// stops starting publishes and drains those in flight (their confirms
+	// and the DELETE of their rows); then the ring releases the partitions
+	// (revoking the lease, so other nodes take over at once): a new
+	// owner's relay must not read rows this one has published and not yet
+	// deleted, or it publishes them again (a rolling restart did, before
+	// this order). The ring waits for the drain at most a lease TTL, the
+	// longest a crashed node's partitions wait too, so that a broker that
+	// stopped answering this node only cannot hold its partitions back for
+	// the whole drain timeout (the relay's rows in flight may then be
+	// published again). Unpublished rows stay in the outbox for the new
+	// owner's relay. The projection and the rest stop last. The node is
+	// ready once it holds its partitions and the projection is subscribed.
+	svc.ThenStop(lifecycle.Part{Name: "engine", Run: engine.Run})
+	svc.ThenStop(lifecycle.Part{Name: "outbox relay", Run: relay.Run, Hold: cfg.LeaseTTL})
+	svc.ThenStop(lifecycle.Part{Name: "ring", Run: rng.Run, Ready: rng.Ready()})
+	svc.ThenStop(
+		lifecycle.Part{Name: "projection", Run: proj.Run, Ready: proj.Ready()},
+		lifecycle.Part{Name: "retention", Run: keeper.Run},
+		lifecycle.Part{Name: "timesync", Run: syncer.Run},
+	)
 	return a, nil
 }
 
 // Server is the node's API server.
-func (a *App) Server() *server.Server { return a.server }
+func (a *App) Server() *server.Server { return a.svc.Server }
 
-// Run runs the node until ctx is done. Readiness (grpc.health.v1 SERVING)
-// waits until the node holds its partitions and the projection is
-// subscribed. Shutdown order: the API stops; the engine stops firing; the
-// relay stops starting publishes and drains those in flight (their confirms
-// and the DELETE of their rows); then the ring releases the partitions
-// (revoking the lease, so other nodes take over at once): a new owner's
-// relay must not read rows this one has published and not yet deleted, or
-// it publishes them again (a rolling restart did, before this order). The
-// ring waits for the drain at most a lease TTL, the longest a crashed
-// node's partitions wait too, so that a broker that stopped answering this
-// node only cannot hold its partitions back for the whole drain timeout.
-// Unpublished rows stay in the outbox for the new owner's relay. The
-// projection and the rest stop last.
+// Run declares the dispatch queues and runs the node until ctx is done or
+// a part cannot run. Readiness (grpc.health.v1 SERVING) waits until the
+// node holds its partitions and the projection is subscribed. Shutdown
+// order: see New.
 func (a *App) Run(ctx context.Context) error {
 	// The dispatch queues must exist before the first dispatch request is
 	// published: RabbitMQ confirms and drops a message no queue is bound for.
@@ -441,103 +403,8 @@ func (a *App) Run(ctx context.Context) error {
 	err := broker.DeclareQueues(declareCtx, a.cfg.AMQPURL, broker.DispatchQueues(a.cfg.DispatchExchange, a.cfg.DispatchQueue)...)
 	cancelDeclare()
 	if err != nil {
-		a.close(context.WithoutCancel(ctx))
+		a.svc.Close(context.WithoutCancel(ctx))
 		return fmt.Errorf("declare the dispatch queue: %w", err)
 	}
-
-	bg, stopBackground := context.WithCancel(context.WithoutCancel(ctx))
-	var wg sync.WaitGroup
-	errs := make(chan error, 8)
-	start := func(name string, run func(context.Context) error) {
-		wg.Go(func() {
-			if err := run(bg); err != nil {
-				errs <- fmt.Errorf("%s: %w", name, err)
-			}
-		})
-	}
-	engineCtx, stopEngine := context.WithCancel(bg)
-	relayCtx, stopRelay := context.WithCancel(bg)
-	ringCtx, stopRing := context.WithCancel(bg)
-	var engineDone, relayDone, ringDone sync.WaitGroup
-	engineDone.Go(func() {
-		if err := a.engine.Run(engineCtx); err != nil {
-			errs <- fmt.Errorf("engine: %w", err)
-		}
-	})
-	ringDone.Go(func() {
-		if err := a.ring.Run(ringCtx); err != nil {
-			errs <- fmt.Errorf("ring: %w", err)
-		}
-	})
-	relayDone.Go(func() {
-		if err := a.relay.Run(relayCtx); err != nil {
-			errs <- fmt.Errorf("outbox relay: %w", err)
-		}
-	})
-	start("projection", a.projection.Run)
-	start("retention", a.retention.Run)
-	start("timesync", a.timesync.Run)
-	start("keyring", a.keys.Run)
-	go func() {
-		select {
-		case <-a.ring.Ready():
-		case <-ctx.Done():
-			return
-		}
-		select {
-		case <-a.projection.Ready():
-			a.server.SetServing(true)
-		case <-ctx.Done():
-		}
-	}()
-
-	serveErr := a.server.Run(ctx)
-	stopEngine()
-	engineDone.Wait()
-	stopRelay()
-	relayDrained := make(chan struct{})
-	go func() {
-		relayDone.Wait()
-		close(relayDrained)
-	}()
-	select {
-	case <-relayDrained:
-	case <-time.After(a.cfg.LeaseTTL):
-		a.logger.Warn("the outbox relay is still draining; releasing the partitions anyway (its rows in flight may be published again)")
-	}
-	stopRing()
-	ringDone.Wait()
-	<-relayDrained
-	stopBackground()
-	wg.Wait()
-	close(errs)
-	all := []error{serveErr}
-	for err := range errs {
-		all = append(all, err)
-	}
-	a.close(context.WithoutCancel(ctx))
-	return errors.Join(all...)
-}
-
-func (a *App) close(ctx context.Context) {
-	a.closeOnce.Do(func() {
-		if a.publisher != nil {
-			if err := a.publisher.Close(); err != nil {
-				a.logger.Warn("closing publisher", slog.Any("error", err))
-			}
-		}
-		if a.etcd != nil {
-			_ = a.etcd.Close()
-		}
-		if a.pool != nil {
-			if err := postgres.Close(ctx, a.pool); err != nil {
-				a.logger.Warn("closing the database pool", slog.Any("error", err))
-			}
-		}
-		if a.telemetry != nil {
-			if err := a.telemetry.Shutdown(ctx); err != nil {
-				a.logger.Warn("flushing telemetry", slog.Any("error", err))
-			}
-		}
-	})
+	return a.svc.Run(ctx)
 }

@@ -61,6 +61,11 @@ var migrationFiles embed.FS
 // dropped by outboxPartitionsMigration); no file may take either.
 const outboxMigration = 2
 
+// outboxShardsDDL is the index a relay with eight hash shards once read
+// through, as an applied migration holds it (its checksum must not
+// change); outboxPartitionsMigration drops it.
+const outboxShardsDDL = "CREATE INDEX IF NOT EXISTS outbox_shard_8 ON outbox (((hashtext(aggregate_id) & 2147483647) % 8), id);\n"
+
 // outboxPartitionsMigration gives every outbox row the partition of its
 // job, so that the node owning the partition publishes it.
 const outboxPartitionsMigration = 5
@@ -78,7 +83,7 @@ func Migrations() ([]migrate.Migration, error) {
 	}
 	return append(files,
 		migrate.New(outboxMigration, "outbox", outbox.Schema()),
-		migrate.New(outboxMigration+1, "outbox_shards", outbox.ShardIndex(8)),
+		migrate.New(outboxMigration+1, "outbox_shards", outboxShardsDDL),
 		migrate.New(outboxPartitionsMigration, "outbox_partitions",
 			outbox.PartitionSchema()+"DROP INDEX IF EXISTS outbox_shard_8;\n"),
 	), nil

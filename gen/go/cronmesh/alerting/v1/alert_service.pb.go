@@ -940,8 +940,12 @@ type Incident struct {
 	AcknowledgeTime *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=acknowledge_time,json=acknowledgeTime,proto3" json:"acknowledge_time,omitempty"`
 	// Unset until resolved.
 	ResolveTime *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=resolve_time,json=resolveTime,proto3" json:"resolve_time,omitempty"`
-	// Why it resolved ("the job succeeded", "a slot fired", "rule deleted").
+	// Why it resolved ("the job succeeded", "a slot fired", "rule deleted",
+	// "resolved by key <key id>").
 	ResolveReason string `protobuf:"bytes,12,opt,name=resolve_reason,json=resolveReason,proto3" json:"resolve_reason,omitempty"`
+	// The id of the key that resolved it with ResolveIncident; empty when
+	// it resolved by itself.
+	ResolvedBy    string `protobuf:"bytes,13,opt,name=resolved_by,json=resolvedBy,proto3" json:"resolved_by,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1056,6 +1060,13 @@ func (x *Incident) GetResolveTime() *timestamppb.Timestamp {
 func (x *Incident) GetResolveReason() string {
 	if x != nil {
 		return x.ResolveReason
+	}
+	return ""
+}
+
+func (x *Incident) GetResolvedBy() string {
+	if x != nil {
+		return x.ResolvedBy
 	}
 	return ""
 }
@@ -2369,6 +2380,94 @@ func (x *AcknowledgeIncidentResponse) GetIncident() *Incident {
 	return nil
 }
 
+type ResolveIncidentRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResolveIncidentRequest) Reset() {
+	*x = ResolveIncidentRequest{}
+	mi := &file_cronmesh_alerting_v1_alert_service_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResolveIncidentRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResolveIncidentRequest) ProtoMessage() {}
+
+func (x *ResolveIncidentRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cronmesh_alerting_v1_alert_service_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResolveIncidentRequest.ProtoReflect.Descriptor instead.
+func (*ResolveIncidentRequest) Descriptor() ([]byte, []int) {
+	return file_cronmesh_alerting_v1_alert_service_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *ResolveIncidentRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+type ResolveIncidentResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Incident      *Incident              `protobuf:"bytes,1,opt,name=incident,proto3" json:"incident,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResolveIncidentResponse) Reset() {
+	*x = ResolveIncidentResponse{}
+	mi := &file_cronmesh_alerting_v1_alert_service_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResolveIncidentResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResolveIncidentResponse) ProtoMessage() {}
+
+func (x *ResolveIncidentResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_cronmesh_alerting_v1_alert_service_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResolveIncidentResponse.ProtoReflect.Descriptor instead.
+func (*ResolveIncidentResponse) Descriptor() ([]byte, []int) {
+	return file_cronmesh_alerting_v1_alert_service_proto_rawDescGZIP(), []int{39}
+}
+
+func (x *ResolveIncidentResponse) GetIncident() *Incident {
+	if x != nil {
+		return x.Incident
+	}
+	return nil
+}
+
 var File_cronmesh_alerting_v1_alert_service_proto protoreflect.FileDescriptor
 
 const file_cronmesh_alerting_v1_alert_service_proto_rawDesc = "" +
@@ -2427,7 +2526,7 @@ const file_cronmesh_alerting_v1_alert_service_proto_rawDesc = "" +
 	"\bpassword\x18\x05 \x01(\tR\bpassword\x12!\n" +
 	"\fhas_password\x18\x06 \x01(\bR\vhasPassword\x12\x12\n" +
 	"\x04from\x18\a \x01(\tR\x04from\x12\x0e\n" +
-	"\x02to\x18\b \x03(\tR\x02to\"\xa0\x04\n" +
+	"\x02to\x18\b \x03(\tR\x02to\"\xc1\x04\n" +
 	"\bIncident\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x17\n" +
 	"\arule_id\x18\x02 \x01(\tR\x06ruleId\x12\x15\n" +
@@ -2441,7 +2540,9 @@ const file_cronmesh_alerting_v1_alert_service_proto_rawDesc = "" +
 	"\x10acknowledge_time\x18\n" +
 	" \x01(\v2\x1a.google.protobuf.TimestampR\x0facknowledgeTime\x12=\n" +
 	"\fresolve_time\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\vresolveTime\x12%\n" +
-	"\x0eresolve_reason\x18\f \x01(\tR\rresolveReason\"C\n" +
+	"\x0eresolve_reason\x18\f \x01(\tR\rresolveReason\x12\x1f\n" +
+	"\vresolved_by\x18\r \x01(\tR\n" +
+	"resolvedBy\"C\n" +
 	"\x11CreateRuleRequest\x12.\n" +
 	"\x04rule\x18\x01 \x01(\v2\x1a.cronmesh.alerting.v1.RuleR\x04rule\"D\n" +
 	"\x12CreateRuleResponse\x12.\n" +
@@ -2508,6 +2609,10 @@ const file_cronmesh_alerting_v1_alert_service_proto_rawDesc = "" +
 	"\x1aAcknowledgeIncidentRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\"Y\n" +
 	"\x1bAcknowledgeIncidentResponse\x12:\n" +
+	"\bincident\x18\x01 \x01(\v2\x1e.cronmesh.alerting.v1.IncidentR\bincident\"(\n" +
+	"\x16ResolveIncidentRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\"U\n" +
+	"\x17ResolveIncidentResponse\x12:\n" +
 	"\bincident\x18\x01 \x01(\v2\x1e.cronmesh.alerting.v1.IncidentR\bincident*x\n" +
 	"\fSmtpSecurity\x12\x1d\n" +
 	"\x19SMTP_SECURITY_UNSPECIFIED\x10\x00\x12\x1a\n" +
@@ -2524,7 +2629,7 @@ const file_cronmesh_alerting_v1_alert_service_proto_rawDesc = "" +
 	"\"INCIDENT_KIND_CONSECUTIVE_FAILURES\x10\x01\x12!\n" +
 	"\x1dINCIDENT_KIND_MISSED_SCHEDULE\x10\x02\x12\x1f\n" +
 	"\x1bINCIDENT_KIND_DEAD_LETTERED\x10\x03\x12\x1c\n" +
-	"\x18INCIDENT_KIND_NO_SUCCESS\x10\x042\x82\f\n" +
+	"\x18INCIDENT_KIND_NO_SUCCESS\x10\x042\xf8\f\n" +
 	"\fAlertService\x12e\n" +
 	"\n" +
 	"CreateRule\x12'.cronmesh.alerting.v1.CreateRuleRequest\x1a(.cronmesh.alerting.v1.CreateRuleResponse\"\x04\xe0\xab\x19\x02\x12_\n" +
@@ -2543,7 +2648,8 @@ const file_cronmesh_alerting_v1_alert_service_proto_rawDesc = "" +
 	"\vTestChannel\x12(.cronmesh.alerting.v1.TestChannelRequest\x1a).cronmesh.alerting.v1.TestChannelResponse\"\x04\xe0\xab\x19\x02\x12q\n" +
 	"\rListIncidents\x12*.cronmesh.alerting.v1.ListIncidentsRequest\x1a+.cronmesh.alerting.v1.ListIncidentsResponse\"\a\xe0\xab\x19\x01\x90\x02\x01\x12k\n" +
 	"\vGetIncident\x12(.cronmesh.alerting.v1.GetIncidentRequest\x1a).cronmesh.alerting.v1.GetIncidentResponse\"\a\xe0\xab\x19\x01\x90\x02\x01\x12\x80\x01\n" +
-	"\x13AcknowledgeIncident\x120.cronmesh.alerting.v1.AcknowledgeIncidentRequest\x1a1.cronmesh.alerting.v1.AcknowledgeIncidentResponse\"\x04\xe0\xab\x19\x02BEZCgithub.com/cronmesh/cronmesh/gen/go/cronmesh/alerting/v1;alertingv1b\x06proto3"
+	"\x13AcknowledgeIncident\x120.cronmesh.alerting.v1.AcknowledgeIncidentRequest\x1a1.cronmesh.alerting.v1.AcknowledgeIncidentResponse\"\x04\xe0\xab\x19\x02\x12t\n" +
+	"\x0fResolveIncident\x12,.cronmesh.alerting.v1.ResolveIncidentRequest\x1a-.cronmesh.alerting.v1.ResolveIncidentResponse\"\x04\xe0\xab\x19\x02BEZCgithub.com/cronmesh/cronmesh/gen/go/cronmesh/alerting/v1;alertingv1b\x06proto3"
 
 var (
 	file_cronmesh_alerting_v1_alert_service_proto_rawDescOnce sync.Once
@@ -2558,7 +2664,7 @@ func file_cronmesh_alerting_v1_alert_service_proto_rawDescGZIP() []byte {
 }
 
 var file_cronmesh_alerting_v1_alert_service_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_cronmesh_alerting_v1_alert_service_proto_msgTypes = make([]protoimpl.MessageInfo, 39)
+var file_cronmesh_alerting_v1_alert_service_proto_msgTypes = make([]protoimpl.MessageInfo, 41)
 var file_cronmesh_alerting_v1_alert_service_proto_goTypes = []any{
 	(SmtpSecurity)(0),                   // 0: cronmesh.alerting.v1.SmtpSecurity
 	(IncidentState)(0),                  // 1: cronmesh.alerting.v1.IncidentState
@@ -2601,9 +2707,11 @@ var file_cronmesh_alerting_v1_alert_service_proto_goTypes = []any{
 	(*GetIncidentResponse)(nil),         // 38: cronmesh.alerting.v1.GetIncidentResponse
 	(*AcknowledgeIncidentRequest)(nil),  // 39: cronmesh.alerting.v1.AcknowledgeIncidentRequest
 	(*AcknowledgeIncidentResponse)(nil), // 40: cronmesh.alerting.v1.AcknowledgeIncidentResponse
-	nil,                                 // 41: cronmesh.alerting.v1.JobSelector.LabelsEntry
-	(*timestamppb.Timestamp)(nil),       // 42: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),         // 43: google.protobuf.Duration
+	(*ResolveIncidentRequest)(nil),      // 41: cronmesh.alerting.v1.ResolveIncidentRequest
+	(*ResolveIncidentResponse)(nil),     // 42: cronmesh.alerting.v1.ResolveIncidentResponse
+	nil,                                 // 43: cronmesh.alerting.v1.JobSelector.LabelsEntry
+	(*timestamppb.Timestamp)(nil),       // 44: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),         // 45: google.protobuf.Duration
 }
 var file_cronmesh_alerting_v1_alert_service_proto_depIdxs = []int32{
 	4,  // 0: cronmesh.alerting.v1.Rule.selector:type_name -> cronmesh.alerting.v1.JobSelector
@@ -2611,22 +2719,22 @@ var file_cronmesh_alerting_v1_alert_service_proto_depIdxs = []int32{
 	6,  // 2: cronmesh.alerting.v1.Rule.missed_schedule:type_name -> cronmesh.alerting.v1.MissedSchedule
 	7,  // 3: cronmesh.alerting.v1.Rule.dead_lettered:type_name -> cronmesh.alerting.v1.DeadLettered
 	8,  // 4: cronmesh.alerting.v1.Rule.no_success_within:type_name -> cronmesh.alerting.v1.NoSuccessWithin
-	42, // 5: cronmesh.alerting.v1.Rule.create_time:type_name -> google.protobuf.Timestamp
-	42, // 6: cronmesh.alerting.v1.Rule.update_time:type_name -> google.protobuf.Timestamp
-	41, // 7: cronmesh.alerting.v1.JobSelector.labels:type_name -> cronmesh.alerting.v1.JobSelector.LabelsEntry
-	43, // 8: cronmesh.alerting.v1.MissedSchedule.tolerance:type_name -> google.protobuf.Duration
-	43, // 9: cronmesh.alerting.v1.NoSuccessWithin.duration:type_name -> google.protobuf.Duration
+	44, // 5: cronmesh.alerting.v1.Rule.create_time:type_name -> google.protobuf.Timestamp
+	44, // 6: cronmesh.alerting.v1.Rule.update_time:type_name -> google.protobuf.Timestamp
+	43, // 7: cronmesh.alerting.v1.JobSelector.labels:type_name -> cronmesh.alerting.v1.JobSelector.LabelsEntry
+	45, // 8: cronmesh.alerting.v1.MissedSchedule.tolerance:type_name -> google.protobuf.Duration
+	45, // 9: cronmesh.alerting.v1.NoSuccessWithin.duration:type_name -> google.protobuf.Duration
 	10, // 10: cronmesh.alerting.v1.Channel.webhook:type_name -> cronmesh.alerting.v1.WebhookChannel
 	11, // 11: cronmesh.alerting.v1.Channel.email:type_name -> cronmesh.alerting.v1.EmailChannel
-	42, // 12: cronmesh.alerting.v1.Channel.create_time:type_name -> google.protobuf.Timestamp
-	42, // 13: cronmesh.alerting.v1.Channel.update_time:type_name -> google.protobuf.Timestamp
+	44, // 12: cronmesh.alerting.v1.Channel.create_time:type_name -> google.protobuf.Timestamp
+	44, // 13: cronmesh.alerting.v1.Channel.update_time:type_name -> google.protobuf.Timestamp
 	0,  // 14: cronmesh.alerting.v1.EmailChannel.security:type_name -> cronmesh.alerting.v1.SmtpSecurity
 	1,  // 15: cronmesh.alerting.v1.Incident.state:type_name -> cronmesh.alerting.v1.IncidentState
 	2,  // 16: cronmesh.alerting.v1.Incident.kind:type_name -> cronmesh.alerting.v1.IncidentKind
-	42, // 17: cronmesh.alerting.v1.Incident.slot_time:type_name -> google.protobuf.Timestamp
-	42, // 18: cronmesh.alerting.v1.Incident.open_time:type_name -> google.protobuf.Timestamp
-	42, // 19: cronmesh.alerting.v1.Incident.acknowledge_time:type_name -> google.protobuf.Timestamp
-	42, // 20: cronmesh.alerting.v1.Incident.resolve_time:type_name -> google.protobuf.Timestamp
+	44, // 17: cronmesh.alerting.v1.Incident.slot_time:type_name -> google.protobuf.Timestamp
+	44, // 18: cronmesh.alerting.v1.Incident.open_time:type_name -> google.protobuf.Timestamp
+	44, // 19: cronmesh.alerting.v1.Incident.acknowledge_time:type_name -> google.protobuf.Timestamp
+	44, // 20: cronmesh.alerting.v1.Incident.resolve_time:type_name -> google.protobuf.Timestamp
 	3,  // 21: cronmesh.alerting.v1.CreateRuleRequest.rule:type_name -> cronmesh.alerting.v1.Rule
 	3,  // 22: cronmesh.alerting.v1.CreateRuleResponse.rule:type_name -> cronmesh.alerting.v1.Rule
 	3,  // 23: cronmesh.alerting.v1.GetRuleResponse.rule:type_name -> cronmesh.alerting.v1.Rule
@@ -2643,39 +2751,42 @@ var file_cronmesh_alerting_v1_alert_service_proto_depIdxs = []int32{
 	12, // 34: cronmesh.alerting.v1.ListIncidentsResponse.incidents:type_name -> cronmesh.alerting.v1.Incident
 	12, // 35: cronmesh.alerting.v1.GetIncidentResponse.incident:type_name -> cronmesh.alerting.v1.Incident
 	12, // 36: cronmesh.alerting.v1.AcknowledgeIncidentResponse.incident:type_name -> cronmesh.alerting.v1.Incident
-	13, // 37: cronmesh.alerting.v1.AlertService.CreateRule:input_type -> cronmesh.alerting.v1.CreateRuleRequest
-	15, // 38: cronmesh.alerting.v1.AlertService.GetRule:input_type -> cronmesh.alerting.v1.GetRuleRequest
-	17, // 39: cronmesh.alerting.v1.AlertService.ListRules:input_type -> cronmesh.alerting.v1.ListRulesRequest
-	19, // 40: cronmesh.alerting.v1.AlertService.UpdateRule:input_type -> cronmesh.alerting.v1.UpdateRuleRequest
-	21, // 41: cronmesh.alerting.v1.AlertService.DeleteRule:input_type -> cronmesh.alerting.v1.DeleteRuleRequest
-	23, // 42: cronmesh.alerting.v1.AlertService.CreateChannel:input_type -> cronmesh.alerting.v1.CreateChannelRequest
-	25, // 43: cronmesh.alerting.v1.AlertService.GetChannel:input_type -> cronmesh.alerting.v1.GetChannelRequest
-	27, // 44: cronmesh.alerting.v1.AlertService.ListChannels:input_type -> cronmesh.alerting.v1.ListChannelsRequest
-	29, // 45: cronmesh.alerting.v1.AlertService.UpdateChannel:input_type -> cronmesh.alerting.v1.UpdateChannelRequest
-	31, // 46: cronmesh.alerting.v1.AlertService.DeleteChannel:input_type -> cronmesh.alerting.v1.DeleteChannelRequest
-	33, // 47: cronmesh.alerting.v1.AlertService.TestChannel:input_type -> cronmesh.alerting.v1.TestChannelRequest
-	35, // 48: cronmesh.alerting.v1.AlertService.ListIncidents:input_type -> cronmesh.alerting.v1.ListIncidentsRequest
-	37, // 49: cronmesh.alerting.v1.AlertService.GetIncident:input_type -> cronmesh.alerting.v1.GetIncidentRequest
-	39, // 50: cronmesh.alerting.v1.AlertService.AcknowledgeIncident:input_type -> cronmesh.alerting.v1.AcknowledgeIncidentRequest
-	14, // 51: cronmesh.alerting.v1.AlertService.CreateRule:output_type -> cronmesh.alerting.v1.CreateRuleResponse
-	16, // 52: cronmesh.alerting.v1.AlertService.GetRule:output_type -> cronmesh.alerting.v1.GetRuleResponse
-	18, // 53: cronmesh.alerting.v1.AlertService.ListRules:output_type -> cronmesh.alerting.v1.ListRulesResponse
-	20, // 54: cronmesh.alerting.v1.AlertService.UpdateRule:output_type -> cronmesh.alerting.v1.UpdateRuleResponse
-	22, // 55: cronmesh.alerting.v1.AlertService.DeleteRule:output_type -> cronmesh.alerting.v1.DeleteRuleResponse
-	24, // 56: cronmesh.alerting.v1.AlertService.CreateChannel:output_type -> cronmesh.alerting.v1.CreateChannelResponse
-	26, // 57: cronmesh.alerting.v1.AlertService.GetChannel:output_type -> cronmesh.alerting.v1.GetChannelResponse
-	28, // 58: cronmesh.alerting.v1.AlertService.ListChannels:output_type -> cronmesh.alerting.v1.ListChannelsResponse
-	30, // 59: cronmesh.alerting.v1.AlertService.UpdateChannel:output_type -> cronmesh.alerting.v1.UpdateChannelResponse
-	32, // 60: cronmesh.alerting.v1.AlertService.DeleteChannel:output_type -> cronmesh.alerting.v1.DeleteChannelResponse
-	34, // 61: cronmesh.alerting.v1.AlertService.TestChannel:output_type -> cronmesh.alerting.v1.TestChannelResponse
-	36, // 62: cronmesh.alerting.v1.AlertService.ListIncidents:output_type -> cronmesh.alerting.v1.ListIncidentsResponse
-	38, // 63: cronmesh.alerting.v1.AlertService.GetIncident:output_type -> cronmesh.alerting.v1.GetIncidentResponse
-	40, // 64: cronmesh.alerting.v1.AlertService.AcknowledgeIncident:output_type -> cronmesh.alerting.v1.AcknowledgeIncidentResponse
-	51, // [51:65] is the sub-list for method output_type
-	37, // [37:51] is the sub-list for method input_type
-	37, // [37:37] is the sub-list for extension type_name
-	37, // [37:37] is the sub-list for extension extendee
-	0,  // [0:37] is the sub-list for field type_name
+	12, // 37: cronmesh.alerting.v1.ResolveIncidentResponse.incident:type_name -> cronmesh.alerting.v1.Incident
+	13, // 38: cronmesh.alerting.v1.AlertService.CreateRule:input_type -> cronmesh.alerting.v1.CreateRuleRequest
+	15, // 39: cronmesh.alerting.v1.AlertService.GetRule:input_type -> cronmesh.alerting.v1.GetRuleRequest
+	17, // 40: cronmesh.alerting.v1.AlertService.ListRules:input_type -> cronmesh.alerting.v1.ListRulesRequest
+	19, // 41: cronmesh.alerting.v1.AlertService.UpdateRule:input_type -> cronmesh.alerting.v1.UpdateRuleRequest
+	21, // 42: cronmesh.alerting.v1.AlertService.DeleteRule:input_type -> cronmesh.alerting.v1.DeleteRuleRequest
+	23, // 43: cronmesh.alerting.v1.AlertService.CreateChannel:input_type -> cronmesh.alerting.v1.CreateChannelRequest
+	25, // 44: cronmesh.alerting.v1.AlertService.GetChannel:input_type -> cronmesh.alerting.v1.GetChannelRequest
+	27, // 45: cronmesh.alerting.v1.AlertService.ListChannels:input_type -> cronmesh.alerting.v1.ListChannelsRequest
+	29, // 46: cronmesh.alerting.v1.AlertService.UpdateChannel:input_type -> cronmesh.alerting.v1.UpdateChannelRequest
+	31, // 47: cronmesh.alerting.v1.AlertService.DeleteChannel:input_type -> cronmesh.alerting.v1.DeleteChannelRequest
+	33, // 48: cronmesh.alerting.v1.AlertService.TestChannel:input_type -> cronmesh.alerting.v1.TestChannelRequest
+	35, // 49: cronmesh.alerting.v1.AlertService.ListIncidents:input_type -> cronmesh.alerting.v1.ListIncidentsRequest
+	37, // 50: cronmesh.alerting.v1.AlertService.GetIncident:input_type -> cronmesh.alerting.v1.GetIncidentRequest
+	39, // 51: cronmesh.alerting.v1.AlertService.AcknowledgeIncident:input_type -> cronmesh.alerting.v1.AcknowledgeIncidentRequest
+	41, // 52: cronmesh.alerting.v1.AlertService.ResolveIncident:input_type -> cronmesh.alerting.v1.ResolveIncidentRequest
+	14, // 53: cronmesh.alerting.v1.AlertService.CreateRule:output_type -> cronmesh.alerting.v1.CreateRuleResponse
+	16, // 54: cronmesh.alerting.v1.AlertService.GetRule:output_type -> cronmesh.alerting.v1.GetRuleResponse
+	18, // 55: cronmesh.alerting.v1.AlertService.ListRules:output_type -> cronmesh.alerting.v1.ListRulesResponse
+	20, // 56: cronmesh.alerting.v1.AlertService.UpdateRule:output_type -> cronmesh.alerting.v1.UpdateRuleResponse
+	22, // 57: cronmesh.alerting.v1.AlertService.DeleteRule:output_type -> cronmesh.alerting.v1.DeleteRuleResponse
+	24, // 58: cronmesh.alerting.v1.AlertService.CreateChannel:output_type -> cronmesh.alerting.v1.CreateChannelResponse
+	26, // 59: cronmesh.alerting.v1.AlertService.GetChannel:output_type -> cronmesh.alerting.v1.GetChannelResponse
+	28, // 60: cronmesh.alerting.v1.AlertService.ListChannels:output_type -> cronmesh.alerting.v1.ListChannelsResponse
+	30, // 61: cronmesh.alerting.v1.AlertService.UpdateChannel:output_type -> cronmesh.alerting.v1.UpdateChannelResponse
+	32, // 62: cronmesh.alerting.v1.AlertService.DeleteChannel:output_type -> cronmesh.alerting.v1.DeleteChannelResponse
+	34, // 63: cronmesh.alerting.v1.AlertService.TestChannel:output_type -> cronmesh.alerting.v1.TestChannelResponse
+	36, // 64: cronmesh.alerting.v1.AlertService.ListIncidents:output_type -> cronmesh.alerting.v1.ListIncidentsResponse
+	38, // 65: cronmesh.alerting.v1.AlertService.GetIncident:output_type -> cronmesh.alerting.v1.GetIncidentResponse
+	40, // 66: cronmesh.alerting.v1.AlertService.AcknowledgeIncident:output_type -> cronmesh.alerting.v1.AcknowledgeIncidentResponse
+	42, // 67: cronmesh.alerting.v1.AlertService.ResolveIncident:output_type -> cronmesh.alerting.v1.ResolveIncidentResponse
+	53, // [53:68] is the sub-list for method output_type
+	38, // [38:53] is the sub-list for method input_type
+	38, // [38:38] is the sub-list for extension type_name
+	38, // [38:38] is the sub-list for extension extendee
+	0,  // [0:38] is the sub-list for field type_name
 }
 
 func init() { file_cronmesh_alerting_v1_alert_service_proto_init() }
@@ -2699,7 +2810,7 @@ func file_cronmesh_alerting_v1_alert_service_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cronmesh_alerting_v1_alert_service_proto_rawDesc), len(file_cronmesh_alerting_v1_alert_service_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   39,
+			NumMessages:   41,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

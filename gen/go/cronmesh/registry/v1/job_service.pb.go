@@ -330,7 +330,13 @@ type ListJobsRequest struct {
 	// Only jobs carrying every one of these labels with these values.
 	Labels map[string]string `protobuf:"bytes,3,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	// When set, only paused (true) or only active (false) jobs.
-	Paused        *bool `protobuf:"varint,4,opt,name=paused,proto3,oneof" json:"paused,omitempty"`
+	Paused *bool `protobuf:"varint,4,opt,name=paused,proto3,oneof" json:"paused,omitempty"`
+	// Only jobs whose display_name contains this text, ignoring case; at most
+	// 200 characters. Each call examines at most 10,000 jobs of the
+	// namespace (in page order, after the other filters), so a page may hold
+	// fewer than page_size jobs, or none, and still have a next_page_token:
+	// follow it to search further.
+	NameContains  string `protobuf:"bytes,5,opt,name=name_contains,json=nameContains,proto3" json:"name_contains,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -391,6 +397,13 @@ func (x *ListJobsRequest) GetPaused() bool {
 		return *x.Paused
 	}
 	return false
+}
+
+func (x *ListJobsRequest) GetNameContains() string {
+	if x != nil {
+		return x.NameContains
+	}
+	return ""
 }
 
 type ListJobsResponse struct {
@@ -1248,13 +1261,14 @@ const file_cronmesh_registry_v1_job_service_proto_rawDesc = "" +
 	"\x0enext_run_count\x18\x02 \x01(\x05R\fnextRunCount\"\x7f\n" +
 	"\x0eGetJobResponse\x12+\n" +
 	"\x03job\x18\x01 \x01(\v2\x19.cronmesh.registry.v1.JobR\x03job\x12@\n" +
-	"\x0enext_run_times\x18\x02 \x03(\v2\x1a.google.protobuf.TimestampR\fnextRunTimes\"\xfb\x01\n" +
+	"\x0enext_run_times\x18\x02 \x03(\v2\x1a.google.protobuf.TimestampR\fnextRunTimes\"\xa0\x02\n" +
 	"\x0fListJobsRequest\x12\x1b\n" +
 	"\tpage_size\x18\x01 \x01(\x05R\bpageSize\x12\x1d\n" +
 	"\n" +
 	"page_token\x18\x02 \x01(\tR\tpageToken\x12I\n" +
 	"\x06labels\x18\x03 \x03(\v21.cronmesh.registry.v1.ListJobsRequest.LabelsEntryR\x06labels\x12\x1b\n" +
-	"\x06paused\x18\x04 \x01(\bH\x00R\x06paused\x88\x01\x01\x1a9\n" +
+	"\x06paused\x18\x04 \x01(\bH\x00R\x06paused\x88\x01\x01\x12#\n" +
+	"\rname_contains\x18\x05 \x01(\tR\fnameContains\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\t\n" +

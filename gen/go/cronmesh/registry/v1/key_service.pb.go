@@ -819,6 +819,115 @@ func (x *KeyDigest) GetExpireTime() *timestamppb.Timestamp {
 	return nil
 }
 
+type GetCallerIdentityRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetCallerIdentityRequest) Reset() {
+	*x = GetCallerIdentityRequest{}
+	mi := &file_cronmesh_registry_v1_key_service_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetCallerIdentityRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetCallerIdentityRequest) ProtoMessage() {}
+
+func (x *GetCallerIdentityRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cronmesh_registry_v1_key_service_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetCallerIdentityRequest.ProtoReflect.Descriptor instead.
+func (*GetCallerIdentityRequest) Descriptor() ([]byte, []int) {
+	return file_cronmesh_registry_v1_key_service_proto_rawDescGZIP(), []int{12}
+}
+
+type GetCallerIdentityResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The namespace the key belongs to: every call it makes acts there.
+	Namespace string `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	// The key's id, as audit records name it ("cfg-..." for a key given in
+	// the services' configuration).
+	KeyId string  `protobuf:"bytes,2,opt,name=key_id,json=keyId,proto3" json:"key_id,omitempty"`
+	Role  KeyRole `protobuf:"varint,3,opt,name=role,proto3,enum=cronmesh.registry.v1.KeyRole" json:"role,omitempty"`
+	// The key is given in the services' configuration (a bootstrap key),
+	// not a managed one: it cannot be rotated or revoked through KeyService.
+	Configured    bool `protobuf:"varint,4,opt,name=configured,proto3" json:"configured,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetCallerIdentityResponse) Reset() {
+	*x = GetCallerIdentityResponse{}
+	mi := &file_cronmesh_registry_v1_key_service_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetCallerIdentityResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetCallerIdentityResponse) ProtoMessage() {}
+
+func (x *GetCallerIdentityResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_cronmesh_registry_v1_key_service_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetCallerIdentityResponse.ProtoReflect.Descriptor instead.
+func (*GetCallerIdentityResponse) Descriptor() ([]byte, []int) {
+	return file_cronmesh_registry_v1_key_service_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *GetCallerIdentityResponse) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *GetCallerIdentityResponse) GetKeyId() string {
+	if x != nil {
+		return x.KeyId
+	}
+	return ""
+}
+
+func (x *GetCallerIdentityResponse) GetRole() KeyRole {
+	if x != nil {
+		return x.Role
+	}
+	return KeyRole_KEY_ROLE_UNSPECIFIED
+}
+
+func (x *GetCallerIdentityResponse) GetConfigured() bool {
+	if x != nil {
+		return x.Configured
+	}
+	return false
+}
+
 var File_cronmesh_registry_v1_key_service_proto protoreflect.FileDescriptor
 
 const file_cronmesh_registry_v1_key_service_proto_rawDesc = "" +
@@ -876,18 +985,27 @@ const file_cronmesh_registry_v1_key_service_proto_rawDesc = "" +
 	"\tnamespace\x18\x03 \x01(\tR\tnamespace\x121\n" +
 	"\x04role\x18\x04 \x01(\x0e2\x1d.cronmesh.registry.v1.KeyRoleR\x04role\x12;\n" +
 	"\vexpire_time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"expireTime*a\n" +
+	"expireTime\"\x1a\n" +
+	"\x18GetCallerIdentityRequest\"\xa3\x01\n" +
+	"\x19GetCallerIdentityResponse\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x15\n" +
+	"\x06key_id\x18\x02 \x01(\tR\x05keyId\x121\n" +
+	"\x04role\x18\x03 \x01(\x0e2\x1d.cronmesh.registry.v1.KeyRoleR\x04role\x12\x1e\n" +
+	"\n" +
+	"configured\x18\x04 \x01(\bR\n" +
+	"configured*a\n" +
 	"\aKeyRole\x12\x18\n" +
 	"\x14KEY_ROLE_UNSPECIFIED\x10\x00\x12\x12\n" +
 	"\x0eKEY_ROLE_ADMIN\x10\x01\x12\x13\n" +
 	"\x0fKEY_ROLE_EDITOR\x10\x02\x12\x13\n" +
-	"\x0fKEY_ROLE_VIEWER\x10\x032\x92\x04\n" +
+	"\x0fKEY_ROLE_VIEWER\x10\x032\x91\x05\n" +
 	"\n" +
 	"KeyService\x12b\n" +
 	"\tCreateKey\x12&.cronmesh.registry.v1.CreateKeyRequest\x1a'.cronmesh.registry.v1.CreateKeyResponse\"\x04\xe0\xab\x19\x03\x12b\n" +
 	"\bListKeys\x12%.cronmesh.registry.v1.ListKeysRequest\x1a&.cronmesh.registry.v1.ListKeysResponse\"\a\xe0\xab\x19\x03\x90\x02\x01\x12b\n" +
 	"\tRotateKey\x12&.cronmesh.registry.v1.RotateKeyRequest\x1a'.cronmesh.registry.v1.RotateKeyResponse\"\x04\xe0\xab\x19\x03\x12b\n" +
-	"\tRevokeKey\x12&.cronmesh.registry.v1.RevokeKeyRequest\x1a'.cronmesh.registry.v1.RevokeKeyResponse\"\x04\xe0\xab\x19\x03\x12t\n" +
+	"\tRevokeKey\x12&.cronmesh.registry.v1.RevokeKeyRequest\x1a'.cronmesh.registry.v1.RevokeKeyResponse\"\x04\xe0\xab\x19\x03\x12}\n" +
+	"\x11GetCallerIdentity\x12..cronmesh.registry.v1.GetCallerIdentityRequest\x1a/.cronmesh.registry.v1.GetCallerIdentityResponse\"\a\xe0\xab\x19\x01\x90\x02\x01\x12t\n" +
 	"\x0eListKeyDigests\x12+.cronmesh.registry.v1.ListKeyDigestsRequest\x1a,.cronmesh.registry.v1.ListKeyDigestsResponse\"\a\xe0\xab\x19\x03\x90\x02\x01BEZCgithub.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1;registryv1b\x06proto3"
 
 var (
@@ -903,54 +1021,59 @@ func file_cronmesh_registry_v1_key_service_proto_rawDescGZIP() []byte {
 }
 
 var file_cronmesh_registry_v1_key_service_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_cronmesh_registry_v1_key_service_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
+var file_cronmesh_registry_v1_key_service_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
 var file_cronmesh_registry_v1_key_service_proto_goTypes = []any{
-	(KeyRole)(0),                   // 0: cronmesh.registry.v1.KeyRole
-	(*Key)(nil),                    // 1: cronmesh.registry.v1.Key
-	(*CreateKeyRequest)(nil),       // 2: cronmesh.registry.v1.CreateKeyRequest
-	(*CreateKeyResponse)(nil),      // 3: cronmesh.registry.v1.CreateKeyResponse
-	(*ListKeysRequest)(nil),        // 4: cronmesh.registry.v1.ListKeysRequest
-	(*ListKeysResponse)(nil),       // 5: cronmesh.registry.v1.ListKeysResponse
-	(*RotateKeyRequest)(nil),       // 6: cronmesh.registry.v1.RotateKeyRequest
-	(*RotateKeyResponse)(nil),      // 7: cronmesh.registry.v1.RotateKeyResponse
-	(*RevokeKeyRequest)(nil),       // 8: cronmesh.registry.v1.RevokeKeyRequest
-	(*RevokeKeyResponse)(nil),      // 9: cronmesh.registry.v1.RevokeKeyResponse
-	(*ListKeyDigestsRequest)(nil),  // 10: cronmesh.registry.v1.ListKeyDigestsRequest
-	(*ListKeyDigestsResponse)(nil), // 11: cronmesh.registry.v1.ListKeyDigestsResponse
-	(*KeyDigest)(nil),              // 12: cronmesh.registry.v1.KeyDigest
-	(*timestamppb.Timestamp)(nil),  // 13: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),    // 14: google.protobuf.Duration
+	(KeyRole)(0),                      // 0: cronmesh.registry.v1.KeyRole
+	(*Key)(nil),                       // 1: cronmesh.registry.v1.Key
+	(*CreateKeyRequest)(nil),          // 2: cronmesh.registry.v1.CreateKeyRequest
+	(*CreateKeyResponse)(nil),         // 3: cronmesh.registry.v1.CreateKeyResponse
+	(*ListKeysRequest)(nil),           // 4: cronmesh.registry.v1.ListKeysRequest
+	(*ListKeysResponse)(nil),          // 5: cronmesh.registry.v1.ListKeysResponse
+	(*RotateKeyRequest)(nil),          // 6: cronmesh.registry.v1.RotateKeyRequest
+	(*RotateKeyResponse)(nil),         // 7: cronmesh.registry.v1.RotateKeyResponse
+	(*RevokeKeyRequest)(nil),          // 8: cronmesh.registry.v1.RevokeKeyRequest
+	(*RevokeKeyResponse)(nil),         // 9: cronmesh.registry.v1.RevokeKeyResponse
+	(*ListKeyDigestsRequest)(nil),     // 10: cronmesh.registry.v1.ListKeyDigestsRequest
+	(*ListKeyDigestsResponse)(nil),    // 11: cronmesh.registry.v1.ListKeyDigestsResponse
+	(*KeyDigest)(nil),                 // 12: cronmesh.registry.v1.KeyDigest
+	(*GetCallerIdentityRequest)(nil),  // 13: cronmesh.registry.v1.GetCallerIdentityRequest
+	(*GetCallerIdentityResponse)(nil), // 14: cronmesh.registry.v1.GetCallerIdentityResponse
+	(*timestamppb.Timestamp)(nil),     // 15: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),       // 16: google.protobuf.Duration
 }
 var file_cronmesh_registry_v1_key_service_proto_depIdxs = []int32{
 	0,  // 0: cronmesh.registry.v1.Key.role:type_name -> cronmesh.registry.v1.KeyRole
-	13, // 1: cronmesh.registry.v1.Key.create_time:type_name -> google.protobuf.Timestamp
-	13, // 2: cronmesh.registry.v1.Key.rotate_time:type_name -> google.protobuf.Timestamp
-	13, // 3: cronmesh.registry.v1.Key.previous_secret_expire_time:type_name -> google.protobuf.Timestamp
-	13, // 4: cronmesh.registry.v1.Key.revoke_time:type_name -> google.protobuf.Timestamp
+	15, // 1: cronmesh.registry.v1.Key.create_time:type_name -> google.protobuf.Timestamp
+	15, // 2: cronmesh.registry.v1.Key.rotate_time:type_name -> google.protobuf.Timestamp
+	15, // 3: cronmesh.registry.v1.Key.previous_secret_expire_time:type_name -> google.protobuf.Timestamp
+	15, // 4: cronmesh.registry.v1.Key.revoke_time:type_name -> google.protobuf.Timestamp
 	0,  // 5: cronmesh.registry.v1.CreateKeyRequest.role:type_name -> cronmesh.registry.v1.KeyRole
 	1,  // 6: cronmesh.registry.v1.CreateKeyResponse.key:type_name -> cronmesh.registry.v1.Key
 	1,  // 7: cronmesh.registry.v1.ListKeysResponse.keys:type_name -> cronmesh.registry.v1.Key
-	14, // 8: cronmesh.registry.v1.RotateKeyRequest.grace_period:type_name -> google.protobuf.Duration
+	16, // 8: cronmesh.registry.v1.RotateKeyRequest.grace_period:type_name -> google.protobuf.Duration
 	1,  // 9: cronmesh.registry.v1.RotateKeyResponse.key:type_name -> cronmesh.registry.v1.Key
 	1,  // 10: cronmesh.registry.v1.RevokeKeyResponse.key:type_name -> cronmesh.registry.v1.Key
 	12, // 11: cronmesh.registry.v1.ListKeyDigestsResponse.digests:type_name -> cronmesh.registry.v1.KeyDigest
 	0,  // 12: cronmesh.registry.v1.KeyDigest.role:type_name -> cronmesh.registry.v1.KeyRole
-	13, // 13: cronmesh.registry.v1.KeyDigest.expire_time:type_name -> google.protobuf.Timestamp
-	2,  // 14: cronmesh.registry.v1.KeyService.CreateKey:input_type -> cronmesh.registry.v1.CreateKeyRequest
-	4,  // 15: cronmesh.registry.v1.KeyService.ListKeys:input_type -> cronmesh.registry.v1.ListKeysRequest
-	6,  // 16: cronmesh.registry.v1.KeyService.RotateKey:input_type -> cronmesh.registry.v1.RotateKeyRequest
-	8,  // 17: cronmesh.registry.v1.KeyService.RevokeKey:input_type -> cronmesh.registry.v1.RevokeKeyRequest
-	10, // 18: cronmesh.registry.v1.KeyService.ListKeyDigests:input_type -> cronmesh.registry.v1.ListKeyDigestsRequest
-	3,  // 19: cronmesh.registry.v1.KeyService.CreateKey:output_type -> cronmesh.registry.v1.CreateKeyResponse
-	5,  // 20: cronmesh.registry.v1.KeyService.ListKeys:output_type -> cronmesh.registry.v1.ListKeysResponse
-	7,  // 21: cronmesh.registry.v1.KeyService.RotateKey:output_type -> cronmesh.registry.v1.RotateKeyResponse
-	9,  // 22: cronmesh.registry.v1.KeyService.RevokeKey:output_type -> cronmesh.registry.v1.RevokeKeyResponse
-	11, // 23: cronmesh.registry.v1.KeyService.ListKeyDigests:output_type -> cronmesh.registry.v1.ListKeyDigestsResponse
-	19, // [19:24] is the sub-list for method output_type
-	14, // [14:19] is the sub-list for method input_type
-	14, // [14:14] is the sub-list for extension type_name
-	14, // [14:14] is the sub-list for extension extendee
-	0,  // [0:14] is the sub-list for field type_name
+	15, // 13: cronmesh.registry.v1.KeyDigest.expire_time:type_name -> google.protobuf.Timestamp
+	0,  // 14: cronmesh.registry.v1.GetCallerIdentityResponse.role:type_name -> cronmesh.registry.v1.KeyRole
+	2,  // 15: cronmesh.registry.v1.KeyService.CreateKey:input_type -> cronmesh.registry.v1.CreateKeyRequest
+	4,  // 16: cronmesh.registry.v1.KeyService.ListKeys:input_type -> cronmesh.registry.v1.ListKeysRequest
+	6,  // 17: cronmesh.registry.v1.KeyService.RotateKey:input_type -> cronmesh.registry.v1.RotateKeyRequest
+	8,  // 18: cronmesh.registry.v1.KeyService.RevokeKey:input_type -> cronmesh.registry.v1.RevokeKeyRequest
+	13, // 19: cronmesh.registry.v1.KeyService.GetCallerIdentity:input_type -> cronmesh.registry.v1.GetCallerIdentityRequest
+	10, // 20: cronmesh.registry.v1.KeyService.ListKeyDigests:input_type -> cronmesh.registry.v1.ListKeyDigestsRequest
+	3,  // 21: cronmesh.registry.v1.KeyService.CreateKey:output_type -> cronmesh.registry.v1.CreateKeyResponse
+	5,  // 22: cronmesh.registry.v1.KeyService.ListKeys:output_type -> cronmesh.registry.v1.ListKeysResponse
+	7,  // 23: cronmesh.registry.v1.KeyService.RotateKey:output_type -> cronmesh.registry.v1.RotateKeyResponse
+	9,  // 24: cronmesh.registry.v1.KeyService.RevokeKey:output_type -> cronmesh.registry.v1.RevokeKeyResponse
+	14, // 25: cronmesh.registry.v1.KeyService.GetCallerIdentity:output_type -> cronmesh.registry.v1.GetCallerIdentityResponse
+	11, // 26: cronmesh.registry.v1.KeyService.ListKeyDigests:output_type -> cronmesh.registry.v1.ListKeyDigestsResponse
+	21, // [21:27] is the sub-list for method output_type
+	15, // [15:21] is the sub-list for method input_type
+	15, // [15:15] is the sub-list for extension type_name
+	15, // [15:15] is the sub-list for extension extendee
+	0,  // [0:15] is the sub-list for field type_name
 }
 
 func init() { file_cronmesh_registry_v1_key_service_proto_init() }
@@ -964,7 +1087,7 @@ func file_cronmesh_registry_v1_key_service_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cronmesh_registry_v1_key_service_proto_rawDesc), len(file_cronmesh_registry_v1_key_service_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   12,
+			NumMessages:   14,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

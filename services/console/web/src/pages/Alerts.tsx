@@ -29,6 +29,10 @@ function Incidents() {
     mutationFn: (id: string) => clients.alerting.acknowledgeIncident({ id }),
     onSuccess: () => queryClient.invalidateQueries({ queryKey: ["incidents"] }),
   });
+  const resolve = useMutation({
+    mutationFn: (id: string) => clients.alerting.resolveIncident({ id }),
+    onSuccess: () => queryClient.invalidateQueries({ queryKey: ["incidents"] }),
+  });
   return (
     <Stack>
       <SegmentedControl
@@ -45,8 +49,11 @@ function Incidents() {
           { value: "0", label: "All" },
         ]}
       />
-      <Text size="sm">An incident resolves by itself when an execution of its job next succeeds.</Text>
-      <ErrorAlert error={q.error ?? ack.error} />
+      <Text size="sm">
+        An incident resolves by itself when its job next succeeds (or, for a missed schedule, a slot fires on time). Resolved by hand, it opens again
+        only on what happens afterwards: a new streak of failures, a new dead letter or missed slot.
+      </Text>
+      <ErrorAlert error={q.error ?? ack.error ?? resolve.error} />
       <Table striped aria-label="Incidents">
         <Table.Thead>
           <Table.Tr>
@@ -75,10 +82,17 @@ function Incidents() {
               </Table.Td>
               <Table.Td>{i.summary}</Table.Td>
               <Table.Td>
-                {canEdit(identity.role) && i.state === IncidentState.OPEN && (
-                  <Button size="compact-xs" variant="default" onClick={() => ack.mutate(i.id)} aria-label={`Acknowledge the incident of ${i.jobDisplayName || i.jobId}`}>
-                    Acknowledge
-                  </Button>
+                {canEdit(identity.role) && i.state !== IncidentState.RESOLVED && (
+                  <Group gap="xs">
+                    {i.state === IncidentState.OPEN && (
+                      <Button size="compact-xs" variant="default" onClick={() => ack.mutate(i.id)} aria-label={`Acknowledge the incident of ${i.jobDisplayName || i.jobId}`}>
+                        Acknowledge
+                      </Button>
+                    )}
+                    <Button size="compact-xs" variant="default" onClick={() => resolve.mutate(i.id)} aria-label={`Resolve the incident of ${i.jobDisplayName || i.jobId}`}>
+                      Resolve
+                    </Button>
+                  </Group>
                 )}
                 {i.state === IncidentState.RESOLVED && <Text size="xs">{i.resolveReason}</Text>}
               </Table.Td>

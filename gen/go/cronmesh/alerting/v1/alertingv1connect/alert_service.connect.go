@@ -69,6 +69,9 @@ const (
 	// AlertServiceAcknowledgeIncidentProcedure is the fully-qualified name of the AlertService's
 	// AcknowledgeIncident RPC.
 	AlertServiceAcknowledgeIncidentProcedure = "/cronmesh.alerting.v1.AlertService/AcknowledgeIncident"
+	// AlertServiceResolveIncidentProcedure is the fully-qualified name of the AlertService's
+	// ResolveIncident RPC.
+	AlertServiceResolveIncidentProcedure = "/cronmesh.alerting.v1.AlertService/ResolveIncident"
 )
 
 // AlertServiceClient is a client for the cronmesh.alerting.v1.AlertService service.
@@ -108,6 +111,15 @@ type AlertServiceClient interface {
 	// resolves. Acknowledging twice is not an error; acknowledging a resolved
 	// incident is FAILED_PRECONDITION.
 	AcknowledgeIncident(context.Context, *connect.Request[v1.AcknowledgeIncidentRequest]) (*connect.Response[v1.AcknowledgeIncidentResponse], error)
+	// ResolveIncident resolves an open or acknowledged incident by hand
+	// (resolve_reason "resolved by key <key id>", resolved_by the key id)
+	// and notifies the rule's channels as an automatic resolution does.
+	// What the incident was about no longer counts towards its rule: a new
+	// incident opens for the same rule and job only on what happens after
+	// the resolution (count consecutive failures of slots after it, a later
+	// dead letter or missed slot, a whole no-success window after it).
+	// Resolving a resolved incident changes nothing and returns it.
+	ResolveIncident(context.Context, *connect.Request[v1.ResolveIncidentRequest]) (*connect.Response[v1.ResolveIncidentResponse], error)
 }
 
 // NewAlertServiceClient constructs a client for the cronmesh.alerting.v1.AlertService service. By
@@ -211,6 +223,12 @@ func NewAlertServiceClient(httpClient connect.HTTPClient, baseURL string, opts .
 			connect.WithSchema(alertServiceMethods.ByName("AcknowledgeIncident")),
 			connect.WithClientOptions(opts...),
 		),
+		resolveIncident: connect.NewClient[v1.ResolveIncidentRequest, v1.ResolveIncidentResponse](
+			httpClient,
+			baseURL+AlertServiceResolveIncidentProcedure,
+			connect.WithSchema(alertServiceMethods.ByName("ResolveIncident")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -230,6 +248,7 @@ type alertServiceClient struct {
 	listIncidents       *connect.Client[v1.ListIncidentsRequest, v1.ListIncidentsResponse]
 	getIncident         *connect.Client[v1.GetIncidentRequest, v1.GetIncidentResponse]
 	acknowledgeIncident *connect.Client[v1.AcknowledgeIncidentRequest, v1.AcknowledgeIncidentResponse]
+	resolveIncident     *connect.Client[v1.ResolveIncidentRequest, v1.ResolveIncidentResponse]
 }
 
 // CreateRule calls cronmesh.alerting.v1.AlertService.CreateRule.
@@ -302,6 +321,11 @@ func (c *alertServiceClient) AcknowledgeIncident(ctx context.Context, req *conne
 	return c.acknowledgeIncident.CallUnary(ctx, req)
 }
 
+// ResolveIncident calls cronmesh.alerting.v1.AlertService.ResolveIncident.
+func (c *alertServiceClient) ResolveIncident(ctx context.Context, req *connect.Request[v1.ResolveIncidentRequest]) (*connect.Response[v1.ResolveIncidentResponse], error) {
+	return c.resolveIncident.CallUnary(ctx, req)
+}
+
 // AlertServiceHandler is an implementation of the cronmesh.alerting.v1.AlertService service.
 type AlertServiceHandler interface {
 	// CreateRule adds a rule. It applies to events that arrive after it
@@ -339,6 +363,15 @@ type AlertServiceHandler interface {
 	// resolves. Acknowledging twice is not an error; acknowledging a resolved
 	// incident is FAILED_PRECONDITION.
 	AcknowledgeIncident(context.Context, *connect.Request[v1.AcknowledgeIncidentRequest]) (*connect.Response[v1.AcknowledgeIncidentResponse], error)
+	// ResolveIncident resolves an open or acknowledged incident by hand
+	// (resolve_reason "resolved by key <key id>", resolved_by the key id)
+	// and notifies the rule's channels as an automatic resolution does.
+	// What the incident was about no longer counts towards its rule: a new
+	// incident opens for the same rule and job only on what happens after
+	// the resolution (count consecutive failures of slots after it, a later
+	// dead letter or missed slot, a whole no-success window after it).
+	// Resolving a resolved incident changes nothing and returns it.
+	ResolveIncident(context.Context, *connect.Request[v1.ResolveIncidentRequest]) (*connect.Response[v1.ResolveIncidentResponse], error)
 }
 
 // NewAlertServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -438,6 +471,12 @@ func NewAlertServiceHandler(svc AlertServiceHandler, opts ...connect.HandlerOpti
 		connect.WithSchema(alertServiceMethods.ByName("AcknowledgeIncident")),
 		connect.WithHandlerOptions(opts...),
 	)
+	alertServiceResolveIncidentHandler := connect.NewUnaryHandler(
+		AlertServiceResolveIncidentProcedure,
+		svc.ResolveIncident,
+		connect.WithSchema(alertServiceMethods.ByName("ResolveIncident")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/cronmesh.alerting.v1.AlertService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case AlertServiceCreateRuleProcedure:
@@ -468,6 +507,8 @@ func NewAlertServiceHandler(svc AlertServiceHandler, opts ...connect.HandlerOpti
 			alertServiceGetIncidentHandler.ServeHTTP(w, r)
 		case AlertServiceAcknowledgeIncidentProcedure:
 			alertServiceAcknowledgeIncidentHandler.ServeHTTP(w, r)
+		case AlertServiceResolveIncidentProcedure:
+			alertServiceResolveIncidentHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -531,4 +572,8 @@ func (UnimplementedAlertServiceHandler) GetIncident(context.Context, *connect.Re
 
 func (UnimplementedAlertServiceHandler) AcknowledgeIncident(context.Context, *connect.Request[v1.AcknowledgeIncidentRequest]) (*connect.Response[v1.AcknowledgeIncidentResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("cronmesh.alerting.v1.AlertService.AcknowledgeIncident is not implemented"))
+}
+
+func (UnimplementedAlertServiceHandler) ResolveIncident(context.Context, *connect.Request[v1.ResolveIncidentRequest]) (*connect.Response[v1.ResolveIncidentResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("cronmesh.alerting.v1.AlertService.ResolveIncident is not implemented"))
 }

@@ -41,6 +41,9 @@ const (
 	KeyServiceRotateKeyProcedure = "/cronmesh.registry.v1.KeyService/RotateKey"
 	// KeyServiceRevokeKeyProcedure is the fully-qualified name of the KeyService's RevokeKey RPC.
 	KeyServiceRevokeKeyProcedure = "/cronmesh.registry.v1.KeyService/RevokeKey"
+	// KeyServiceGetCallerIdentityProcedure is the fully-qualified name of the KeyService's
+	// GetCallerIdentity RPC.
+	KeyServiceGetCallerIdentityProcedure = "/cronmesh.registry.v1.KeyService/GetCallerIdentity"
 	// KeyServiceListKeyDigestsProcedure is the fully-qualified name of the KeyService's ListKeyDigests
 	// RPC.
 	KeyServiceListKeyDigestsProcedure = "/cronmesh.registry.v1.KeyService/ListKeyDigests"
@@ -65,6 +68,11 @@ type KeyServiceClient interface {
 	// RevokeKey ends a key and all its secrets; every service refuses it within
 	// seconds. Revoking a revoked key changes nothing.
 	RevokeKey(context.Context, *connect.Request[v1.RevokeKeyRequest]) (*connect.Response[v1.RevokeKeyResponse], error)
+	// GetCallerIdentity tells the calling key who it is: its namespace, id
+	// and role. Any valid key may call it, and it changes nothing (no audit
+	// record), so a client such as the web console learns what to offer
+	// without trying a call the key may not make.
+	GetCallerIdentity(context.Context, *connect.Request[v1.GetCallerIdentityRequest]) (*connect.Response[v1.GetCallerIdentityResponse], error)
 	// ListKeyDigests returns every valid secret digest of every namespace, for
 	// the services' in-memory key sets. Only a key given in the services'
 	// configuration (a bootstrap admin key) may call it; a managed key,
@@ -108,6 +116,13 @@ func NewKeyServiceClient(httpClient connect.HTTPClient, baseURL string, opts ...
 			connect.WithSchema(keyServiceMethods.ByName("RevokeKey")),
 			connect.WithClientOptions(opts...),
 		),
+		getCallerIdentity: connect.NewClient[v1.GetCallerIdentityRequest, v1.GetCallerIdentityResponse](
+			httpClient,
+			baseURL+KeyServiceGetCallerIdentityProcedure,
+			connect.WithSchema(keyServiceMethods.ByName("GetCallerIdentity")),
+			connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+			connect.WithClientOptions(opts...),
+		),
 		listKeyDigests: connect.NewClient[v1.ListKeyDigestsRequest, v1.ListKeyDigestsResponse](
 			httpClient,
 			baseURL+KeyServiceListKeyDigestsProcedure,
@@ -120,11 +135,12 @@ func NewKeyServiceClient(httpClient connect.HTTPClient, baseURL string, opts ...
 
 // keyServiceClient implements KeyServiceClient.
 type keyServiceClient struct {
-	createKey      *connect.Client[v1.CreateKeyRequest, v1.CreateKeyResponse]
-	listKeys       *connect.Client[v1.ListKeysRequest, v1.ListKeysResponse]
-	rotateKey      *connect.Client[v1.RotateKeyRequest, v1.RotateKeyResponse]
-	revokeKey      *connect.Client[v1.RevokeKeyRequest, v1.RevokeKeyResponse]
-	listKeyDigests *connect.Client[v1.ListKeyDigestsRequest, v1.ListKeyDigestsResponse]
+	createKey         *connect.Client[v1.CreateKeyRequest, v1.CreateKeyResponse]
+	listKeys          *connect.Client[v1.ListKeysRequest, v1.ListKeysResponse]
+	rotateKey         *connect.Client[v1.RotateKeyRequest, v1.RotateKeyResponse]
+	revokeKey         *connect.Client[v1.RevokeKeyRequest, v1.RevokeKeyResponse]
+	getCallerIdentity *connect.Client[v1.GetCallerIdentityRequest, v1.GetCallerIdentityResponse]
+	listKeyDigests    *connect.Client[v1.ListKeyDigestsRequest, v1.ListKeyDigestsResponse]
 }
 
 // CreateKey calls cronmesh.registry.v1.KeyService.CreateKey.
@@ -145,6 +161,11 @@ func (c *keyServiceClient) RotateKey(ctx context.Context, req *connect.Request[v
 // RevokeKey calls cronmesh.registry.v1.KeyService.RevokeKey.
 func (c *keyServiceClient) RevokeKey(ctx context.Context, req *connect.Request[v1.RevokeKeyRequest]) (*connect.Response[v1.RevokeKeyResponse], error) {
 	return c.revokeKey.CallUnary(ctx, req)
+}
+
+// GetCallerIdentity calls cronmesh.registry.v1.KeyService.GetCallerIdentity.
+func (c *keyServiceClient) GetCallerIdentity(ctx context.Context, req *connect.Request[v1.GetCallerIdentityRequest]) (*connect.Response[v1.GetCallerIdentityResponse], error) {
+	return c.getCallerIdentity.CallUnary(ctx, req)
 }
 
 // ListKeyDigests calls cronmesh.registry.v1.KeyService.ListKeyDigests.
@@ -171,6 +192,11 @@ type KeyServiceHandler interface {
 	// RevokeKey ends a key and all its secrets; every service refuses it within
 	// seconds. Revoking a revoked key changes nothing.
 	RevokeKey(context.Context, *connect.Request[v1.RevokeKeyRequest]) (*connect.Response[v1.RevokeKeyResponse], error)
+	// GetCallerIdentity tells the calling key who it is: its namespace, id
+	// and role. Any valid key may call it, and it changes nothing (no audit
+	// record), so a client such as the web console learns what to offer
+	// without trying a call the key may not make.
+	GetCallerIdentity(context.Context, *connect.Request[v1.GetCallerIdentityRequest]) (*connect.Response[v1.GetCallerIdentityResponse], error)
 	// ListKeyDigests returns every valid secret digest of every namespace, for
 	// the services' in-memory key sets. Only a key given in the services'
 	// configuration (a bootstrap admin key) may call it; a managed key,
@@ -210,6 +236,13 @@ func NewKeyServiceHandler(svc KeyServiceHandler, opts ...connect.HandlerOption) 
 		connect.WithSchema(keyServiceMethods.ByName("RevokeKey")),
 		connect.WithHandlerOptions(opts...),
 	)
+	keyServiceGetCallerIdentityHandler := connect.NewUnaryHandler(
+		KeyServiceGetCallerIdentityProcedure,
+		svc.GetCallerIdentity,
+		connect.WithSchema(keyServiceMethods.ByName("GetCallerIdentity")),
+		connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+		connect.WithHandlerOptions(opts...),
+	)
 	keyServiceListKeyDigestsHandler := connect.NewUnaryHandler(
 		KeyServiceListKeyDigestsProcedure,
 		svc.ListKeyDigests,
@@ -227,6 +260,8 @@ func NewKeyServiceHandler(svc KeyServiceHandler, opts ...connect.HandlerOption) 
 			keyServiceRotateKeyHandler.ServeHTTP(w, r)
 		case KeyServiceRevokeKeyProcedure:
 			keyServiceRevokeKeyHandler.ServeHTTP(w, r)
+		case KeyServiceGetCallerIdentityProcedure:
+			keyServiceGetCallerIdentityHandler.ServeHTTP(w, r)
 		case KeyServiceListKeyDigestsProcedure:
 			keyServiceListKeyDigestsHandler.ServeHTTP(w, r)
 		default:
@@ -252,6 +287,10 @@ func (UnimplementedKeyServiceHandler) RotateKey(context.Context, *connect.Reques
 
 func (UnimplementedKeyServiceHandler) RevokeKey(context.Context, *connect.Request[v1.RevokeKeyRequest]) (*connect.Response[v1.RevokeKeyResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("cronmesh.registry.v1.KeyService.RevokeKey is not implemented"))
+}
+
+func (UnimplementedKeyServiceHandler) GetCallerIdentity(context.Context, *connect.Request[v1.GetCallerIdentityRequest]) (*connect.Response[v1.GetCallerIdentityResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("cronmesh.registry.v1.KeyService.GetCallerIdentity is not implemented"))
 }
 
 func (UnimplementedKeyServiceHandler) ListKeyDigests(context.Context, *connect.Request[v1.ListKeyDigestsRequest]) (*connect.Response[v1.ListKeyDigestsResponse], error) {

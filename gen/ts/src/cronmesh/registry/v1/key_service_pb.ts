@@ -13,7 +13,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file cronmesh/registry/v1/key_service.proto.
  */
 export const file_cronmesh_registry_v1_key_service: GenFile = /*@__PURE__*/
-  fileDesc("CiZjcm9ubWVzaC9yZWdpc3RyeS92MS9rZXlfc2VydmljZS5wcm90bxIUY3Jvbm1lc2gucmVnaXN0cnkudjEixwIKA0tleRIKCgJpZBgBIAEoCRIRCgluYW1lc3BhY2UYAiABKAkSDAoEbmFtZRgDIAEoCRIrCgRyb2xlGAQgASgOMh0uY3Jvbm1lc2gucmVnaXN0cnkudjEuS2V5Um9sZRIvCgtjcmVhdGVfdGltZRgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEgoKY3JlYXRlZF9ieRgGIAEoCRIvCgtyb3RhdGVfdGltZRgHIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASPwobcHJldmlvdXNfc2VjcmV0X2V4cGlyZV90aW1lGAggASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIvCgtyZXZva2VfdGltZRgJIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAiYQoQQ3JlYXRlS2V5UmVxdWVzdBIMCgRuYW1lGAEgASgJEisKBHJvbGUYAiABKA4yHS5jcm9ubWVzaC5yZWdpc3RyeS52MS5LZXlSb2xlEhIKCnJlcXVlc3RfaWQYAyABKAkiSwoRQ3JlYXRlS2V5UmVzcG9uc2USJgoDa2V5GAEgASgLMhkuY3Jvbm1lc2gucmVnaXN0cnkudjEuS2V5Eg4KBnNlY3JldBgCIAEoCSJOCg9MaXN0S2V5c1JlcXVlc3QSEQoJcGFnZV9zaXplGAEgASgFEhIKCnBhZ2VfdG9rZW4YAiABKAkSFAoMc2hvd19yZXZva2VkGAMgASgIIlQKEExpc3RLZXlzUmVzcG9uc2USJwoEa2V5cxgBIAMoCzIZLmNyb25tZXNoLnJlZ2lzdHJ5LnYxLktleRIXCg9uZXh0X3BhZ2VfdG9rZW4YAiABKAkiTwoQUm90YXRlS2V5UmVxdWVzdBIKCgJpZBgBIAEoCRIvCgxncmFjZV9wZXJpb2QYAiABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24iSwoRUm90YXRlS2V5UmVzcG9uc2USJgoDa2V5GAEgASgLMhkuY3Jvbm1lc2gucmVnaXN0cnkudjEuS2V5Eg4KBnNlY3JldBgCIAEoCSIeChBSZXZva2VLZXlSZXF1ZXN0EgoKAmlkGAEgASgJIjsKEVJldm9rZUtleVJlc3BvbnNlEiYKA2tleRgBIAEoCzIZLmNyb25tZXNoLnJlZ2lzdHJ5LnYxLktleSIvChVMaXN0S2V5RGlnZXN0c1JlcXVlc3QSFgoOa25vd25fcmV2aXNpb24YASABKAMibwoWTGlzdEtleURpZ2VzdHNSZXNwb25zZRIQCghyZXZpc2lvbhgBIAEoAxIRCgl1bmNoYW5nZWQYAiABKAgSMAoHZGlnZXN0cxgDIAMoCzIfLmNyb25tZXNoLnJlZ2lzdHJ5LnYxLktleURpZ2VzdCKcAQoJS2V5RGlnZXN0Eg4KBnNoYTI1NhgBIAEoDBIOCgZrZXlfaWQYAiABKAkSEQoJbmFtZXNwYWNlGAMgASgJEisKBHJvbGUYBCABKA4yHS5jcm9ubWVzaC5yZWdpc3RyeS52MS5LZXlSb2xlEi8KC2V4cGlyZV90aW1lGAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCphCgdLZXlSb2xlEhgKFEtFWV9ST0xFX1VOU1BFQ0lGSUVEEAASEgoOS0VZX1JPTEVfQURNSU4QARITCg9LRVlfUk9MRV9FRElUT1IQAhITCg9LRVlfUk9MRV9WSUVXRVIQAzKSBAoKS2V5U2VydmljZRJiCglDcmVhdGVLZXkSJi5jcm9ubWVzaC5yZWdpc3RyeS52MS5DcmVhdGVLZXlSZXF1ZXN0GicuY3Jvbm1lc2gucmVnaXN0cnkudjEuQ3JlYXRlS2V5UmVzcG9uc2UiBOCrGQMSYgoITGlzdEtleXMSJS5jcm9ubWVzaC5yZWdpc3RyeS52MS5MaXN0S2V5c1JlcXVlc3QaJi5jcm9ubWVzaC5yZWdpc3RyeS52MS5MaXN0S2V5c1Jlc3BvbnNlIgeQAgHgqxkDEmIKCVJvdGF0ZUtleRImLmNyb25tZXNoLnJlZ2lzdHJ5LnYxLlJvdGF0ZUtleVJlcXVlc3QaJy5jcm9ubWVzaC5yZWdpc3RyeS52MS5Sb3RhdGVLZXlSZXNwb25zZSIE4KsZAxJiCglSZXZva2VLZXkSJi5jcm9ubWVzaC5yZWdpc3RyeS52MS5SZXZva2VLZXlSZXF1ZXN0GicuY3Jvbm1lc2gucmVnaXN0cnkudjEuUmV2b2tlS2V5UmVzcG9uc2UiBOCrGQMSdAoOTGlzdEtleURpZ2VzdHMSKy5jcm9ubWVzaC5yZWdpc3RyeS52MS5MaXN0S2V5RGlnZXN0c1JlcXVlc3QaLC5jcm9ubWVzaC5yZWdpc3RyeS52MS5MaXN0S2V5RGlnZXN0c1Jlc3BvbnNlIgeQAgHgqxkDQkVaQ2dpdGh1Yi5jb20vY3Jvbm1lc2gvY3Jvbm1lc2gvZ2VuL2dvL2Nyb25tZXNoL3JlZ2lzdHJ5L3YxO3JlZ2lzdHJ5djFiBnByb3RvMw", [file_cronmesh_auth_v1_auth, file_google_protobuf_duration, file_google_protobuf_timestamp]);
+  fileDesc("CiZjcm9ubWVzaC9yZWdpc3RyeS92MS9rZXlfc2VydmljZS5wcm90bxIUY3Jvbm1lc2gucmVnaXN0cnkudjEixwIKA0tleRIKCgJpZBgBIAEoCRIRCgluYW1lc3BhY2UYAiABKAkSDAoEbmFtZRgDIAEoCRIrCgRyb2xlGAQgASgOMh0uY3Jvbm1lc2gucmVnaXN0cnkudjEuS2V5Um9sZRIvCgtjcmVhdGVfdGltZRgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEgoKY3JlYXRlZF9ieRgGIAEoCRIvCgtyb3RhdGVfdGltZRgHIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASPwobcHJldmlvdXNfc2VjcmV0X2V4cGlyZV90aW1lGAggASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIvCgtyZXZva2VfdGltZRgJIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAiYQoQQ3JlYXRlS2V5UmVxdWVzdBIMCgRuYW1lGAEgASgJEisKBHJvbGUYAiABKA4yHS5jcm9ubWVzaC5yZWdpc3RyeS52MS5LZXlSb2xlEhIKCnJlcXVlc3RfaWQYAyABKAkiSwoRQ3JlYXRlS2V5UmVzcG9uc2USJgoDa2V5GAEgASgLMhkuY3Jvbm1lc2gucmVnaXN0cnkudjEuS2V5Eg4KBnNlY3JldBgCIAEoCSJOCg9MaXN0S2V5c1JlcXVlc3QSEQoJcGFnZV9zaXplGAEgASgFEhIKCnBhZ2VfdG9rZW4YAiABKAkSFAoMc2hvd19yZXZva2VkGAMgASgIIlQKEExpc3RLZXlzUmVzcG9uc2USJwoEa2V5cxgBIAMoCzIZLmNyb25tZXNoLnJlZ2lzdHJ5LnYxLktleRIXCg9uZXh0X3BhZ2VfdG9rZW4YAiABKAkiTwoQUm90YXRlS2V5UmVxdWVzdBIKCgJpZBgBIAEoCRIvCgxncmFjZV9wZXJpb2QYAiABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24iSwoRUm90YXRlS2V5UmVzcG9uc2USJgoDa2V5GAEgASgLMhkuY3Jvbm1lc2gucmVnaXN0cnkudjEuS2V5Eg4KBnNlY3JldBgCIAEoCSIeChBSZXZva2VLZXlSZXF1ZXN0EgoKAmlkGAEgASgJIjsKEVJldm9rZUtleVJlc3BvbnNlEiYKA2tleRgBIAEoCzIZLmNyb25tZXNoLnJlZ2lzdHJ5LnYxLktleSIvChVMaXN0S2V5RGlnZXN0c1JlcXVlc3QSFgoOa25vd25fcmV2aXNpb24YASABKAMibwoWTGlzdEtleURpZ2VzdHNSZXNwb25zZRIQCghyZXZpc2lvbhgBIAEoAxIRCgl1bmNoYW5nZWQYAiABKAgSMAoHZGlnZXN0cxgDIAMoCzIfLmNyb25tZXNoLnJlZ2lzdHJ5LnYxLktleURpZ2VzdCKcAQoJS2V5RGlnZXN0Eg4KBnNoYTI1NhgBIAEoDBIOCgZrZXlfaWQYAiABKAkSEQoJbmFtZXNwYWNlGAMgASgJEisKBHJvbGUYBCABKA4yHS5jcm9ubWVzaC5yZWdpc3RyeS52MS5LZXlSb2xlEi8KC2V4cGlyZV90aW1lGAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCIaChhHZXRDYWxsZXJJZGVudGl0eVJlcXVlc3QifwoZR2V0Q2FsbGVySWRlbnRpdHlSZXNwb25zZRIRCgluYW1lc3BhY2UYASABKAkSDgoGa2V5X2lkGAIgASgJEisKBHJvbGUYAyABKA4yHS5jcm9ubWVzaC5yZWdpc3RyeS52MS5LZXlSb2xlEhIKCmNvbmZpZ3VyZWQYBCABKAgqYQoHS2V5Um9sZRIYChRLRVlfUk9MRV9VTlNQRUNJRklFRBAAEhIKDktFWV9ST0xFX0FETUlOEAESEwoPS0VZX1JPTEVfRURJVE9SEAISEwoPS0VZX1JPTEVfVklFV0VSEAMykQUKCktleVNlcnZpY2USYgoJQ3JlYXRlS2V5EiYuY3Jvbm1lc2gucmVnaXN0cnkudjEuQ3JlYXRlS2V5UmVxdWVzdBonLmNyb25tZXNoLnJlZ2lzdHJ5LnYxLkNyZWF0ZUtleVJlc3BvbnNlIgTgqxkDEmIKCExpc3RLZXlzEiUuY3Jvbm1lc2gucmVnaXN0cnkudjEuTGlzdEtleXNSZXF1ZXN0GiYuY3Jvbm1lc2gucmVnaXN0cnkudjEuTGlzdEtleXNSZXNwb25zZSIHkAIB4KsZAxJiCglSb3RhdGVLZXkSJi5jcm9ubWVzaC5yZWdpc3RyeS52MS5Sb3RhdGVLZXlSZXF1ZXN0GicuY3Jvbm1lc2gucmVnaXN0cnkudjEuUm90YXRlS2V5UmVzcG9uc2UiBOCrGQMSYgoJUmV2b2tlS2V5EiYuY3Jvbm1lc2gucmVnaXN0cnkudjEuUmV2b2tlS2V5UmVxdWVzdBonLmNyb25tZXNoLnJlZ2lzdHJ5LnYxLlJldm9rZUtleVJlc3BvbnNlIgTgqxkDEn0KEUdldENhbGxlcklkZW50aXR5Ei4uY3Jvbm1lc2gucmVnaXN0cnkudjEuR2V0Q2FsbGVySWRlbnRpdHlSZXF1ZXN0Gi8uY3Jvbm1lc2gucmVnaXN0cnkudjEuR2V0Q2FsbGVySWRlbnRpdHlSZXNwb25zZSIHkAIB4KsZARJ0Cg5MaXN0S2V5RGlnZXN0cxIrLmNyb25tZXNoLnJlZ2lzdHJ5LnYxLkxpc3RLZXlEaWdlc3RzUmVxdWVzdBosLmNyb25tZXNoLnJlZ2lzdHJ5LnYxLkxpc3RLZXlEaWdlc3RzUmVzcG9uc2UiB5ACAeCrGQNCRVpDZ2l0aHViLmNvbS9jcm9ubWVzaC9jcm9ubWVzaC9nZW4vZ28vY3Jvbm1lc2gvcmVnaXN0cnkvdjE7cmVnaXN0cnl2MWIGcHJvdG8z", [file_cronmesh_auth_v1_auth, file_google_protobuf_duration, file_google_protobuf_timestamp]);
 
 /**
  * Key is a managed API key, without its secret.
@@ -390,6 +390,59 @@ export const KeyDigestSchema: GenMessage<KeyDigest> = /*@__PURE__*/
   messageDesc(file_cronmesh_registry_v1_key_service, 11);
 
 /**
+ * @generated from message cronmesh.registry.v1.GetCallerIdentityRequest
+ */
+export type GetCallerIdentityRequest = Message<"cronmesh.registry.v1.GetCallerIdentityRequest"> & {
+};
+
+/**
+ * Describes the message cronmesh.registry.v1.GetCallerIdentityRequest.
+ * Use `create(GetCallerIdentityRequestSchema)` to create a new message.
+ */
+export const GetCallerIdentityRequestSchema: GenMessage<GetCallerIdentityRequest> = /*@__PURE__*/
+  messageDesc(file_cronmesh_registry_v1_key_service, 12);
+
+/**
+ * @generated from message cronmesh.registry.v1.GetCallerIdentityResponse
+ */
+export type GetCallerIdentityResponse = Message<"cronmesh.registry.v1.GetCallerIdentityResponse"> & {
+  /**
+   * The namespace the key belongs to: every call it makes acts there.
+   *
+   * @generated from field: string namespace = 1;
+   */
+  namespace: string;
+
+  /**
+   * The key's id, as audit records name it ("cfg-..." for a key given in
+   * the services' configuration).
+   *
+   * @generated from field: string key_id = 2;
+   */
+  keyId: string;
+
+  /**
+   * @generated from field: cronmesh.registry.v1.KeyRole role = 3;
+   */
+  role: KeyRole;
+
+  /**
+   * The key is given in the services' configuration (a bootstrap key),
+   * not a managed one: it cannot be rotated or revoked through KeyService.
+   *
+   * @generated from field: bool configured = 4;
+   */
+  configured: boolean;
+};
+
+/**
+ * Describes the message cronmesh.registry.v1.GetCallerIdentityResponse.
+ * Use `create(GetCallerIdentityResponseSchema)` to create a new message.
+ */
+export const GetCallerIdentityResponseSchema: GenMessage<GetCallerIdentityResponse> = /*@__PURE__*/
+  messageDesc(file_cronmesh_registry_v1_key_service, 13);
+
+/**
  * KeyRole is what a key may do in its namespace.
  *
  * @generated from enum cronmesh.registry.v1.KeyRole
@@ -432,10 +485,10 @@ export const KeyRoleSchema: GenEnum<KeyRole> = /*@__PURE__*/
 /**
  * KeyService manages the API keys of the caller's namespace: keys are
  * created, listed, rotated and revoked here, and every service accepts them
- * within seconds (see docs/adr/0009-managed-api-keys.md). Every call needs a
- * key with role ADMIN (PERMISSION_DENIED otherwise, from the required_role
- * option every service enforces); a key of another
- * namespace is reported as NOT_FOUND.
+ * within seconds (see docs/adr/0009-managed-api-keys.md). Every call but
+ * GetCallerIdentity needs a key with role ADMIN (PERMISSION_DENIED
+ * otherwise, from the required_role option every service enforces); a key
+ * of another namespace is reported as NOT_FOUND.
  *
  * A key's secret is shown once, by CreateKey or RotateKey: the registry keeps
  * only its SHA-256 digest.
@@ -491,6 +544,19 @@ export const KeyService: GenService<{
     methodKind: "unary";
     input: typeof RevokeKeyRequestSchema;
     output: typeof RevokeKeyResponseSchema;
+  },
+  /**
+   * GetCallerIdentity tells the calling key who it is: its namespace, id
+   * and role. Any valid key may call it, and it changes nothing (no audit
+   * record), so a client such as the web console learns what to offer
+   * without trying a call the key may not make.
+   *
+   * @generated from rpc cronmesh.registry.v1.KeyService.GetCallerIdentity
+   */
+  getCallerIdentity: {
+    methodKind: "unary";
+    input: typeof GetCallerIdentityRequestSchema;
+    output: typeof GetCallerIdentityResponseSchema;
   },
   /**
    * ListKeyDigests returns every valid secret digest of every namespace, for
