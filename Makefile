@@ -112,8 +112,9 @@ build: $(CONSOLE_DIST) ## Build the service binaries (the console with its web a
 
 # The packages of every module but the end-to-end suites: the unit and
 # integration tests (against the real PostgreSQL, RabbitMQ and an embedded
-# etcd) that test-short runs.
-UNIT_TESTS = for dir in $(GO_MODULES); do (cd $$dir && go test -race -count=1 $$(go list ./... | grep -Ev '/e2e$$|/chaos$$')); done
+# etcd) that test-short runs. -vet=off because `lint` has just run go vet
+# (a superset of the checks go test runs) over every package.
+UNIT_TESTS = for dir in $(GO_MODULES); do (cd $$dir && go test -race -count=1 -vet=off $$(go list ./... | grep -Ev '/e2e$$|/chaos$$')); done
 # The end-to-end suites (real processes on the wall clock), the longest
 # first so that it does not end up running alone, and how many of them run
 # at once. The whole-mesh fault-injection suite is not among them: it
@@ -138,8 +139,8 @@ test: test-short build checkgenerate $(CHROMIUM) ## Run every check and test (ne
 	@# (services/devstack/e2e) also runs deploy/local/dev.sh with. Then the
 	@# short version of the fault-injection suite, alone: it restarts
 	@# PostgreSQL and RabbitMQ, which nothing else may be using meanwhile.
-	CRONMESH_TEST_BIN_DIR=$(BIN) go test -count=1 -p $(E2E_PARALLEL) -timeout 30m $(E2E_SUITES)
-	CRONMESH_TEST_BIN_DIR=$(BIN) go test -count=1 -p 1 -timeout 30m ./services/devstack/chaos
+	CRONMESH_TEST_BIN_DIR=$(BIN) go test -count=1 -vet=off -p $(E2E_PARALLEL) -timeout 30m $(E2E_SUITES)
+	CRONMESH_TEST_BIN_DIR=$(BIN) go test -count=1 -vet=off -p 1 -timeout 30m ./services/devstack/chaos
 
 .PHONY: chart
 chart: tools ## Lint the Helm chart and print its manifests with the default values.
