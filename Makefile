@@ -115,13 +115,16 @@ build: $(CONSOLE_DIST) ## Build the service binaries (the console with its web a
 # etcd) that test-short runs. -vet=off because `lint` has just run go vet
 # (a superset of the checks go test runs) over every package.
 UNIT_TESTS = for dir in $(GO_MODULES); do (cd $$dir && go test -race -count=1 -vet=off $$(go list ./... | grep -Ev '/e2e$$|/chaos$$')); done
-# The end-to-end suites (real processes on the wall clock), the longest
-# first so that it does not end up running alone, and how many of them run
-# at once. The whole-mesh fault-injection suite is not among them: it
-# restarts PostgreSQL and RabbitMQ, so it runs alone, after them.
-E2E_FIRST    := github.com/cronmesh/cronmesh/services/devstack/e2e
-E2E_SUITES    = $(E2E_FIRST) $(filter-out $(E2E_FIRST),$(shell go list ./... | grep -E '/e2e$$'))
-E2E_PARALLEL ?= 3
+# The end-to-end suites (real processes on the wall clock) and how many of
+# them run at once, the two longest first so that neither ends up running
+# alone. The whole-mesh fault-injection suite (chaos) is among them, but for
+# its scenarios that restart the shared PostgreSQL and RabbitMQ
+# (CHAOS_RESTARTS), which run alone, after the others: nothing else may be
+# using the servers meanwhile.
+E2E_FIRST      := github.com/cronmesh/cronmesh/services/devstack/e2e github.com/cronmesh/cronmesh/services/devstack/chaos
+E2E_SUITES      = $(E2E_FIRST) $(filter-out $(E2E_FIRST),$(shell go list ./... | grep -E '/e2e$$'))
+E2E_PARALLEL   ?= 3
+CHAOS_RESTARTS := ^(TestRabbitMQRestart|TestPostgresRestart)$$
 
 .PHONY: test-short
 test-short: tools services lint ## The edit loop: lint, then the unit and integration tests with -race; no end-to-end suite.
@@ -136,11 +139,11 @@ test: test-short build checkgenerate $(CHROMIUM) ## Run every check and test (ne
 	@# (a slot within 5 s of its time), so they run after the race-detector
 	@# suites rather than beside them, $(E2E_PARALLEL) at a time, with the
 	@# binaries of `build` (bin/), which the tour test
-	@# (services/devstack/e2e) also runs deploy/local/dev.sh with. Then the
-	@# short version of the fault-injection suite, alone: it restarts
-	@# PostgreSQL and RabbitMQ, which nothing else may be using meanwhile.
-	CRONMESH_TEST_BIN_DIR=$(BIN) go test -count=1 -vet=off -p $(E2E_PARALLEL) -timeout 30m $(E2E_SUITES)
-	CRONMESH_TEST_BIN_DIR=$(BIN) go test -count=1 -vet=off -p 1 -timeout 30m ./services/devstack/chaos
+	@# (services/devstack/e2e) also runs deploy/local/dev.sh with; the short
+	@# version of the fault-injection suite among them. Then its scenarios
+	@# that restart PostgreSQL and RabbitMQ, alone.
+	CRONMESH_TEST_BIN_DIR=$(BIN) go test -count=1 -vet=off -p $(E2E_PARALLEL) -timeout 30m -skip '$(CHAOS_RESTARTS)' $(E2E_SUITES)
+	CRONMESH_TEST_BIN_DIR=$(BIN) go test -count=1 -vet=off -p 1 -timeout 30m -run '$(CHAOS_RESTARTS)' ./services/devstack/chaos
 
 .PHONY: chart
 chart: tools ## Lint the Helm chart and print its manifests with the default values.

@@ -8,9 +8,11 @@
 //
 // `make test` runs a short version (CRONMESH_CHAOS_JOBS=200, short
 // outages); `make chaos` runs it longer and larger and prints the summary
-// table of every scenario's recovery time. The scenarios restart the shared
-// PostgreSQL and RabbitMQ: they run alone (`go test -p 1`, in the
-// end-to-end phase of `make test`), never beside other suites.
+// table of every scenario's recovery time. TestRabbitMQRestart and
+// TestPostgresRestart restart the shared servers: `make test` runs them
+// alone, after every other suite (the Makefile's CHAOS_RESTARTS names
+// them); the other scenarios run beside the other end-to-end suites, and
+// `make chaos` runs them all one at a time.
 package chaos_test
 
 import (
