@@ -110,20 +110,40 @@ build: $(CONSOLE_DIST) ## Build the service binaries (the console with its web a
 	go build -o $(BIN)/devetcd ./services/devstack/cmd/devetcd
 	go build -o $(BIN)/devecho ./services/devstack/cmd/devecho
 
-.PHONY: test
-test: tools services build lint checkgenerate $(CHROMIUM) ## Run every check and test (needs nothing installed by hand).
+# The packages of every module but the end-to-end suites: the unit and
+# integration tests (against the real PostgreSQL, RabbitMQ and an embedded
+# etcd) that test-short runs. -vet=off because `lint` has just run go vet
+# (a superset of the checks go test runs) over every package.
+UNIT_TESTS = for dir in $(GO_MODULES); do (cd $$dir && go test -race -count=1 -vet=off $$(go list ./... | grep -Ev '/e2e$$|/chaos$$')); done
+# The end-to-end suites (real processes on the wall clock) and how many of
+# them run at once, the two longest first so that neither ends up running
+# alone. The whole-mesh fault-injection suite (chaos) is among them, but for
+# its scenarios that restart the shared PostgreSQL and RabbitMQ
+# (CHAOS_RESTARTS), which run alone, after the others: nothing else may be
+# using the servers meanwhile.
+E2E_FIRST      := github.com/cronmesh/cronmesh/services/devstack/e2e github.com/cronmesh/cronmesh/services/devstack/chaos
+E2E_SUITES      = $(E2E_FIRST) $(filter-out $(E2E_FIRST),$(shell go list ./... | grep -E '/e2e$$'))
+E2E_PARALLEL   ?= 3
+CHAOS_RESTARTS := ^(TestRabbitMQRestart|TestPostgresRestart)$$
+
+.PHONY: test-short
+test-short: tools services lint ## The edit loop: lint, then the unit and integration tests with -race; no end-to-end suite.
 	@# ./deploy lints and renders the Helm chart with $(HELM) and checks the
 	@# manifests and the Dockerfiles; it runs with the root module below.
-	for dir in $(GO_MODULES); do (cd $$dir && go test -race -count=1 $$(go list ./... | grep -Ev '/e2e$$|/chaos$$')); done
+	$(UNIT_TESTS)
+
+.PHONY: test
+test: test-short build checkgenerate $(CHROMIUM) ## Run every check and test (needs nothing installed by hand).
 	go test -run='^$$' -fuzz=FuzzParseCron -fuzztime=$(FUZZTIME) ./libs/schedule
 	@# The end-to-end suites run real processes against the timing promises
-	@# (a slot within 5 s of its time), so they run alone, not beside the
-	@# race-detector suites above competing for the same cores. The tour
-	@# test (services/devstack/e2e) runs deploy/local/dev.sh with bin/ from
-	@# `build` and the README's tour with the tools. The chaos suite's short
-	@# version is among them: it restarts PostgreSQL and RabbitMQ, which
-	@# nothing else may be using meanwhile.
-	go test -count=1 -p 1 -timeout 30m $$(go list ./... | grep -E '/e2e$$|/chaos$$')
+	@# (a slot within 5 s of its time), so they run after the race-detector
+	@# suites rather than beside them, $(E2E_PARALLEL) at a time, with the
+	@# binaries of `build` (bin/), which the tour test
+	@# (services/devstack/e2e) also runs deploy/local/dev.sh with; the short
+	@# version of the fault-injection suite among them. Then its scenarios
+	@# that restart PostgreSQL and RabbitMQ, alone.
+	CRONMESH_TEST_BIN_DIR=$(BIN) go test -count=1 -vet=off -p $(E2E_PARALLEL) -timeout 30m -skip '$(CHAOS_RESTARTS)' $(E2E_SUITES)
+	CRONMESH_TEST_BIN_DIR=$(BIN) go test -count=1 -vet=off -p 1 -timeout 30m -run '$(CHAOS_RESTARTS)' ./services/devstack/chaos
 
 .PHONY: chart
 chart: tools ## Lint the Helm chart and print its manifests with the default values.
@@ -142,7 +162,7 @@ dev: tools services build ## Run the whole mesh locally with an echo target and 
 	deploy/local/dev.sh
 
 .PHONY: chaos
-chaos: tools services ## Fault-injection suites: trigger failover at 10x the jobs of `make test`, then every whole-mesh fault with a summary table.
+chaos: tools services build ## Fault-injection suites: trigger failover at 10x the jobs of `make test`, then every whole-mesh fault with a summary table.
 	@# Trigger tier: SIGKILL, SIGSTOP past the lease and a joining node under
 	@# $(CHAOS_JOBS) every-second jobs, and a 30 s broker outage; every slot
 	@# checked at the queue for fired-once and the 5 s promise (about 2
@@ -152,7 +172,7 @@ chaos: tools services ## Fault-injection suites: trigger failover at 10x the job
 	@# slot. Both suites run whatever the first one says; the table is printed
 	@# even when a scenario fails, and make fails if either suite failed.
 	rm -f .chaos-summary.md
-	status=0; CRONMESH_E2E_JOBS=$(CHAOS_JOBS) go test -count=1 -p 1 -timeout 30m -v -run 'TestFailover|TestBrokerOutage' ./services/trigger/e2e || status=$$?; \
+	status=0; export CRONMESH_TEST_BIN_DIR=$(BIN); CRONMESH_E2E_JOBS=$(CHAOS_JOBS) go test -count=1 -p 1 -timeout 30m -v -run 'TestFailover|TestBrokerOutage' ./services/trigger/e2e || status=$$?; \
 	  CRONMESH_CHAOS_JOBS=$(CHAOS_MESH_JOBS) CRONMESH_CHAOS_AFTER=$(CHAOS_AFTER) CRONMESH_CHAOS_OUTAGE=$(CHAOS_OUTAGE) \
 	  CRONMESH_CHAOS_HANG=$(CHAOS_HANG) CRONMESH_CHAOS_SUMMARY=$(CURDIR)/.chaos-summary.md \
 	  go test -count=1 -p 1 -timeout 60m -v ./services/devstack/chaos || status=$$?; \

@@ -128,6 +128,9 @@ func flagSet(t *testing.T, svc string) *flag.FlagSet {
 	case bytes.Contains(src, []byte("c.Keys.RegisterRefresh(fs)")):
 		keys.RegisterRefresh(fs)
 	}
+	if bytes.Contains(src, []byte("keyring.RegisterAPIKeys(fs, ")) {
+		keyring.RegisterAPIKeys(fs, new(config.StringList))
+	}
 	for name, method := range ownFlags(t, svc) {
 		switch method {
 		case "IntVar", "Int":

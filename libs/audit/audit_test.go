@@ -20,7 +20,7 @@ import (
 	"github.com/cronmesh/cronmesh/libs/audit"
 	"github.com/cronmesh/cronmesh/libs/authz"
 	"github.com/cronmesh/cronmesh/libs/migrate"
-	"github.com/cronmesh/cronmesh/libs/pgtest"
+	"github.com/cronmesh/cronmesh/libs/testkit/pgtest"
 )
 
 // jobs is a JobService whose creates succeed with a fixed id, whose

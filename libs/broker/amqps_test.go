@@ -15,9 +15,9 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/stretchr/testify/require"
 
-	"github.com/cronmesh/cronmesh/libs/amqptest"
+	"github.com/cronmesh/cronmesh/libs/testkit/amqptest"
+	"github.com/cronmesh/cronmesh/libs/testkit/tlstest"
 	"github.com/cronmesh/cronmesh/libs/tlsconfig"
-	"github.com/cronmesh/cronmesh/libs/tlstest"
 )
 
 // tlsFront terminates TLS with files in front of the test broker, as a

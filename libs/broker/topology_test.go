@@ -8,8 +8,8 @@ import (
 	amqp091 "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/require"
 
-	"github.com/cronmesh/cronmesh/libs/amqptest"
 	"github.com/cronmesh/cronmesh/libs/broker"
+	"github.com/cronmesh/cronmesh/libs/testkit/amqptest"
 )
 
 func TestDeclareQueuesRoutesAndIsIdempotent(t *testing.T) {

@@ -11,8 +11,8 @@ import (
 	"github.com/cronmesh/cronmesh/libs/config"
 	"github.com/cronmesh/cronmesh/libs/ratelimit"
 	"github.com/cronmesh/cronmesh/libs/server"
+	"github.com/cronmesh/cronmesh/libs/testkit/tlstest"
 	"github.com/cronmesh/cronmesh/libs/tlsconfig"
-	"github.com/cronmesh/cronmesh/libs/tlstest"
 )
 
 // env turns a map into a lookup function, standing in for os.LookupEnv.

@@ -10,9 +10,9 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/cronmesh/cronmesh/libs/etcdclient"
-	"github.com/cronmesh/cronmesh/libs/etcdtest"
+	"github.com/cronmesh/cronmesh/libs/testkit/etcdtest"
+	"github.com/cronmesh/cronmesh/libs/testkit/tlstest"
 	"github.com/cronmesh/cronmesh/libs/tlsconfig"
-	"github.com/cronmesh/cronmesh/libs/tlstest"
 )
 
 func TestConfig(t *testing.T) {

@@ -2,7 +2,7 @@
 // dispatcher, history and alerting — or any subset of it (Options.Only) as
 // real processes on loopback, isolated from every other mesh on the same
 // PostgreSQL, RabbitMQ and etcd by a name prefix. End-to-end tests (through
-// libs/meshtest), the end-to-end benchmark and the fault-injection suite all
+// libs/testkit/meshtest), the end-to-end benchmark and the fault-injection suite all
 // start the mesh through it, so the way the services are wired together is
 // written once.
 //
@@ -354,10 +354,17 @@ func (m *Mesh) alertingArgs() []string {
 // ExtraArgs, so that the caller has the last word.
 func (m *Mesh) with(service string, args ...string) []string {
 	args = append(args, m.common()...)
-	if service != "registry" && m.Registry != nil {
+	switch {
+	case service == "registry":
+	case m.Registry != nil:
 		// The managed API keys come from this mesh's registry (started
 		// first, and restarted on the same address).
 		args = append(args, "--registry-url", "http://"+m.Registry.Addr)
+	default:
+		// A mesh without a registry (Only) checks the configured keys
+		// alone; the binaries' default would fetch keys from whatever
+		// registry `make dev` runs on this machine.
+		args = append(args, "--registry-url", "")
 	}
 	return append(args, m.opts.ExtraArgs[service]...)
 }

@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/cronmesh/cronmesh/libs/migrate"
-	"github.com/cronmesh/cronmesh/libs/pgtest"
+	"github.com/cronmesh/cronmesh/libs/testkit/pgtest"
 )
 
 func file(sql string) *fstest.MapFile { return &fstest.MapFile{Data: []byte(sql)} }

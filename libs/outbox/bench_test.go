@@ -10,7 +10,7 @@ import (
 	amqp091 "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/require"
 
-	"github.com/cronmesh/cronmesh/libs/amqptest"
+	"github.com/cronmesh/cronmesh/libs/testkit/amqptest"
 )
 
 // benchMessages returns n messages shaped like registry events: 200 aggregates,

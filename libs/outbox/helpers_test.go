@@ -23,12 +23,12 @@ import (
 	amqp091 "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/require"
 
-	"github.com/cronmesh/cronmesh/libs/amqptest"
 	"github.com/cronmesh/cronmesh/libs/broker"
 	"github.com/cronmesh/cronmesh/libs/postgres"
+	"github.com/cronmesh/cronmesh/libs/testkit/amqptest"
 )
 
-// These helpers deliberately do not use libs/pgtest: that package is owned
+// These helpers deliberately do not use libs/testkit/pgtest: that package is owned
 // and evolved elsewhere, and the outbox tests need only a schema per test.
 
 const defaultPostgresURL = "postgres://postgres@127.0.0.1:5432/cronmesh?sslmode=disable"

@@ -11,10 +11,10 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/cronmesh/cronmesh/libs/pgtest"
 	"github.com/cronmesh/cronmesh/libs/postgres"
+	"github.com/cronmesh/cronmesh/libs/testkit/pgtest"
+	"github.com/cronmesh/cronmesh/libs/testkit/tlstest"
 	"github.com/cronmesh/cronmesh/libs/tlsconfig"
-	"github.com/cronmesh/cronmesh/libs/tlstest"
 )
 
 // sslRequestCode is the PostgreSQL protocol's SSLRequest, which a client

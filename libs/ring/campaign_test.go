@@ -9,7 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/cronmesh/cronmesh/libs/etcdtest"
+	"github.com/cronmesh/cronmesh/libs/testkit/etcdtest"
 )
 
 // leaders tracks who runs a campaign's fn. When fn starts, every earlier

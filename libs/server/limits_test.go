@@ -20,19 +20,26 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/cronmesh/cronmesh/libs/server"
+	"github.com/cronmesh/cronmesh/libs/testkit/rpctest"
 )
 
-// gzipZeros returns n zero bytes gzipped at best compression, without ever
-// holding the n bytes: 256 MiB of zeros is a body of about 261 KB.
+// gzipZeros returns n zero bytes gzipped, without ever holding the n
+// bytes: one gzip member of up to 1 MiB of zeros at best compression
+// (about 1 KB), repeated. A gzip reader reads concatenated members as one
+// stream, so 256 MiB of zeros is a body of about 260 KB, built in
+// milliseconds rather than by deflating 256 MiB (half a minute under the
+// race detector).
 func gzipZeros(t *testing.T, n int64) []byte {
 	t.Helper()
-	var buf bytes.Buffer
-	zw, err := gzip.NewWriterLevel(&buf, gzip.BestCompression)
+	const chunk = 1 << 20
+	var member bytes.Buffer
+	zw, err := gzip.NewWriterLevel(&member, gzip.BestCompression)
 	require.NoError(t, err)
-	_, err = io.Copy(zw, io.LimitReader(zeros{}, n))
+	_, err = io.Copy(zw, io.LimitReader(zeros{}, min(n, chunk)))
 	require.NoError(t, err)
 	require.NoError(t, zw.Close())
-	return buf.Bytes()
+	require.Zero(t, n%chunk, "whole MiB only")
+	return bytes.Repeat(member.Bytes(), int(max(n/chunk, 1)))
 }
 
 type zeros struct{}
@@ -115,6 +122,11 @@ func TestRequestBodiesAreBounded(t *testing.T) {
 	const maxRequest = 1 << 20
 	bomb := gzipZeros(t, 256<<20)
 	require.Less(t, len(bomb), 300<<10, "the bomb is a small body")
+	zr, err := gzip.NewReader(bytes.NewReader(bomb))
+	require.NoError(t, err)
+	inflated, err := io.Copy(io.Discard, zr)
+	require.NoError(t, err)
+	require.EqualValues(t, 256<<20, inflated, "the bomb inflates to 256 MiB")
 	smallBomb := gzipZeros(t, 1<<20) // inflates past health's limit, not past its raw bound
 	require.Less(t, len(smallBomb), 4<<10)
 	large := bytes.Repeat([]byte("x"), 2*maxRequest) // past both bounds
@@ -276,7 +288,7 @@ func TestAllowLongCalls(t *testing.T) {
 				require.NoError(t, <-done)
 			})
 			<-srv.Ready()
-			client := h2cClient()
+			client := rpctest.H2CClient()
 			t.Cleanup(client.CloseIdleConnections)
 
 			called := make(chan error, 1)

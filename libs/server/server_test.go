@@ -31,6 +31,7 @@ import (
 	"github.com/cronmesh/cronmesh/libs/ratelimit"
 	"github.com/cronmesh/cronmesh/libs/server"
 	"github.com/cronmesh/cronmesh/libs/telemetry"
+	"github.com/cronmesh/cronmesh/libs/testkit/rpctest"
 )
 
 const (
@@ -161,19 +162,12 @@ func startWith(t *testing.T, opts server.Options, configure func(*server.Server)
 		t.Fatalf("Run failed before listening: %v", err)
 	}
 	f.url = "http://" + f.srv.Addr()
-	f.h2c = h2cClient()
+	f.h2c = rpctest.H2CClient()
 	// Runs before the shutdown above (cleanups are LIFO): idle HTTP/2
 	// connections would otherwise make shutdown wait for the server's
 	// one-second GOAWAY grace period.
 	t.Cleanup(f.h2c.CloseIdleConnections)
 	return f
-}
-
-// h2cClient speaks HTTP/2 without TLS, as gRPC clients do inside the mesh.
-func h2cClient() *http.Client {
-	var p http.Protocols
-	p.SetUnencryptedHTTP2(true)
-	return &http.Client{Transport: &http.Transport{Protocols: &p}}
 }
 
 func (f *fixture) echoClient(opts ...connect.ClientOption) *connect.Client[wrapperspb.StringValue, wrapperspb.StringValue] {
@@ -571,7 +565,7 @@ func TestShutdownTimeout(t *testing.T) {
 	<-s.Ready()
 	results := make(chan error, 1)
 	go func() {
-		c := connect.NewClient[wrapperspb.StringValue, wrapperspb.StringValue](h2cClient(), "http://"+s.Addr()+echoProcedure, connect.WithGRPC())
+		c := connect.NewClient[wrapperspb.StringValue, wrapperspb.StringValue](rpctest.H2CClient(), "http://"+s.Addr()+echoProcedure, connect.WithGRPC())
 		_, err := c.CallUnary(t.Context(), connect.NewRequest(wrapperspb.String("block")))
 		results <- err
 	}()

@@ -16,8 +16,8 @@ import (
 	"github.com/cronmesh/cronmesh/libs/keyring"
 	"github.com/cronmesh/cronmesh/libs/lifecycle"
 	"github.com/cronmesh/cronmesh/libs/migrate"
-	"github.com/cronmesh/cronmesh/libs/pgtest"
 	"github.com/cronmesh/cronmesh/libs/service"
+	"github.com/cronmesh/cronmesh/libs/testkit/pgtest"
 )
 
 const testKey = "skeleton-key-0123456789abcdef"

@@ -26,8 +26,8 @@ import (
 
 	"github.com/cronmesh/cronmesh/bench/internal/ceiling"
 	"github.com/cronmesh/cronmesh/libs/broker"
-	"github.com/cronmesh/cronmesh/libs/etcdtest"
 	"github.com/cronmesh/cronmesh/libs/postgres"
+	"github.com/cronmesh/cronmesh/libs/testkit/etcdtest"
 )
 
 // schemaPrefix starts every schema (and broker name) a bench run creates, so

@@ -8,8 +8,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/cronmesh/cronmesh/bench/internal/ceiling"
-	"github.com/cronmesh/cronmesh/libs/amqptest"
-	"github.com/cronmesh/cronmesh/libs/pgtest"
+	"github.com/cronmesh/cronmesh/libs/testkit/amqptest"
+	"github.com/cronmesh/cronmesh/libs/testkit/pgtest"
 )
 
 func TestBrokerMovesMessagesAndCleansUp(t *testing.T) {

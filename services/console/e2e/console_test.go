@@ -34,8 +34,9 @@ import (
 	"github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1/registryv1connect"
 	"github.com/cronmesh/cronmesh/libs/apikey"
 	"github.com/cronmesh/cronmesh/libs/meshrun"
-	"github.com/cronmesh/cronmesh/libs/meshtest"
-	"github.com/cronmesh/cronmesh/libs/smtptest"
+	"github.com/cronmesh/cronmesh/libs/testkit/meshtest"
+	"github.com/cronmesh/cronmesh/libs/testkit/rpctest"
+	"github.com/cronmesh/cronmesh/libs/testkit/smtptest"
 )
 
 const (
@@ -69,15 +70,6 @@ func builtAssets(t *testing.T) string {
 	_, err := os.Stat(filepath.Join(dist, "index.html"))
 	require.NoError(t, err, "the console's assets are not built: run make build (it runs vite into %s)", dist)
 	return dist
-}
-
-func bearer(key string) connect.ClientOption {
-	return connect.WithInterceptors(connect.UnaryInterceptorFunc(func(next connect.UnaryFunc) connect.UnaryFunc {
-		return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
-			req.Header().Set("Authorization", "Bearer "+key)
-			return next(ctx, req)
-		}
-	}))
 }
 
 func TestBundleIsWithinBudget(t *testing.T) {
@@ -127,14 +119,12 @@ func freeAddr(t *testing.T) string {
 	return l.Addr().String()
 }
 
-// startConsole builds the console (with the assets of `make build`) and
-// runs it in front of mesh until the test ends.
+// startConsole runs the console (built with the assets of `make build`,
+// or taken from it) in front of mesh until the test ends.
 func startConsole(t *testing.T, mesh *meshrun.Mesh) string {
 	t.Helper()
 	builtAssets(t)
-	bin := filepath.Join(t.TempDir(), "console")
-	out, err := exec.Command("go", "build", "-o", bin, "github.com/cronmesh/cronmesh/services/console/cmd/console").CombinedOutput()
-	require.NoError(t, err, "%s", out)
+	bin := bins.Binary(t, "console", "console/cmd/console")
 	addr := freeAddr(t)
 	logPath := filepath.Join(mesh.LogDir(), "console.log")
 	logFile, err := os.Create(logPath)
@@ -188,7 +178,7 @@ func TestConsoleInABrowser(t *testing.T) {
 	t.Cleanup(targetServer.Close)
 
 	ctx := context.Background()
-	auth := bearer(keyAlpha)
+	auth := rpctest.Bearer(keyAlpha)
 	jobs := registryv1connect.NewJobServiceClient(http.DefaultClient, mesh.Registry.URL, auth)
 	alerting := alertingv1connect.NewAlertServiceClient(http.DefaultClient, mesh.Alerting.URL, auth)
 	dispatcher := dispatcherv1connect.NewDispatchServiceClient(http.DefaultClient, mesh.Dispatcher.URL, auth)

@@ -1,4 +1,4 @@
-// Package e2e_test starts the whole mesh (libs/meshtest) and the console in
+// Package e2e_test starts the whole mesh (libs/testkit/meshtest) and the console in
 // front of it as real processes, and drives the console's pages in a real
 // browser: Debian's Chromium under playwright-core, with a script in
 // services/console/web/e2e.
@@ -8,7 +8,7 @@ import (
 	"os"
 	"testing"
 
-	"github.com/cronmesh/cronmesh/libs/meshtest"
+	"github.com/cronmesh/cronmesh/libs/testkit/meshtest"
 )
 
 // bins are the mesh's binaries, built once for every test of the package.

@@ -272,7 +272,7 @@ func testRing(t *testing.T, s *stack) {
 	table := s.ok(t, ns, "ring", "status")
 	require.Contains(t, table, "partitions: 8 (0 without an owner)")
 	require.Regexp(t, `(?m)^NODE\s+ADDRESS\s+JOINED\s+PARTITIONS$`, table)
-	require.Regexp(t, `(?m)^cli-test-node\s+\S+\s+\S+\s+8$`, table)
+	require.Regexp(t, `(?m)^`+triggerNode+`\s+\S+\s+\S+\s+8$`, table)
 	ring := decode[struct {
 		PartitionCount int `json:"partitionCount"`
 		Members        []struct {
@@ -281,7 +281,7 @@ func testRing(t *testing.T, s *stack) {
 	}](t, s.ok(t, ns, "ring", "status", "-o", "json"))
 	require.Equal(t, 8, ring.PartitionCount)
 	require.Len(t, ring.Members, 1)
-	require.Equal(t, "cli-test-node", ring.Members[0].NodeID)
+	require.Equal(t, triggerNode, ring.Members[0].NodeID)
 }
 
 func testPreview(t *testing.T, s *stack) {

@@ -26,13 +26,14 @@ import (
 	"github.com/cronmesh/cronmesh/gen/go/cronmesh/history/v1/historyv1connect"
 	registryv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1"
 	"github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1/registryv1connect"
-	"github.com/cronmesh/cronmesh/libs/amqptest"
 	"github.com/cronmesh/cronmesh/libs/broker"
-	"github.com/cronmesh/cronmesh/libs/etcdtest"
 	"github.com/cronmesh/cronmesh/libs/meshrun"
-	"github.com/cronmesh/cronmesh/libs/meshtest"
 	"github.com/cronmesh/cronmesh/libs/outbox"
-	"github.com/cronmesh/cronmesh/services/devstack/chaos/ledger"
+	"github.com/cronmesh/cronmesh/libs/testkit/amqptest"
+	"github.com/cronmesh/cronmesh/libs/testkit/etcdtest"
+	"github.com/cronmesh/cronmesh/libs/testkit/ledger"
+	"github.com/cronmesh/cronmesh/libs/testkit/meshtest"
+	"github.com/cronmesh/cronmesh/libs/testkit/rpctest"
 )
 
 const (
@@ -113,7 +114,7 @@ func start(t *testing.T, triggers int) *run {
 }
 
 func (r *run) createJobs(targetURL string) {
-	client := registryv1connect.NewJobServiceClient(http.DefaultClient, r.mesh.Registry.URL, bearer())
+	client := registryv1connect.NewJobServiceClient(http.DefaultClient, r.mesh.Registry.URL, rpctest.Bearer(apiKey))
 	for first := 0; first < r.cfg.jobs; first += 1000 {
 		var reqs []*registryv1.CreateJobRequest
 		for i := first; i < min(first+1000, r.cfg.jobs); i++ {
@@ -136,15 +137,6 @@ func (r *run) createJobs(targetURL string) {
 			r.tokens[strconv.Itoa(first+i)] = job.GetId()
 		}
 	}
-}
-
-func bearer() connect.ClientOption {
-	return connect.WithInterceptors(connect.UnaryInterceptorFunc(func(next connect.UnaryFunc) connect.UnaryFunc {
-		return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
-			req.Header().Set("Authorization", "Bearer "+apiKey)
-			return next(ctx, req)
-		}
-	}))
 }
 
 // sleepUntil waits for the wall clock: the mesh fires on real time.
@@ -211,7 +203,7 @@ func (r *run) feedDeliveries() {
 func (r *run) checkConsumers(from, to time.Time) error {
 	ctx := r.t.Context()
 	want := to.Unix() - from.Unix() + 1
-	history := historyv1connect.NewHistoryServiceClient(http.DefaultClient, r.mesh.History.URL, bearer())
+	history := historyv1connect.NewHistoryServiceClient(http.DefaultClient, r.mesh.History.URL, rpctest.Bearer(apiKey))
 	deadline := time.Now().Add(2 * time.Minute)
 	var problem error
 	for time.Now().Before(deadline) {

@@ -1,5 +1,5 @@
 // Package chaos_test is the fault-injection suite: each test starts the
-// whole mesh (libs/meshtest), fires N every-second jobs at a recording HTTP
+// whole mesh (libs/testkit/meshtest), fires N every-second jobs at a recording HTTP
 // target, injects one fault mid-run (a SIGKILL, a SIGSTOP past the lease, a
 // restart of RabbitMQ, PostgreSQL or etcd, a hanging target, a skewed clock,
 // a rolling restart of every service), keeps the load on after recovery for
@@ -8,16 +8,18 @@
 //
 // `make test` runs a short version (CRONMESH_CHAOS_JOBS=200, short
 // outages); `make chaos` runs it longer and larger and prints the summary
-// table of every scenario's recovery time. The scenarios restart the shared
-// PostgreSQL and RabbitMQ: they run alone (`go test -p 1`, in the
-// end-to-end phase of `make test`), never beside other suites.
+// table of every scenario's recovery time. TestRabbitMQRestart and
+// TestPostgresRestart restart the shared servers: `make test` runs them
+// alone, after every other suite (the Makefile's CHAOS_RESTARTS names
+// them); the other scenarios run beside the other end-to-end suites, and
+// `make chaos` runs them all one at a time.
 package chaos_test
 
 import (
 	"os"
 	"testing"
 
-	"github.com/cronmesh/cronmesh/libs/meshtest"
+	"github.com/cronmesh/cronmesh/libs/testkit/meshtest"
 )
 
 // bins are the mesh's binaries, built once for every test of the package.

@@ -35,7 +35,8 @@ import (
 	"github.com/cronmesh/cronmesh/gen/go/cronmesh/trigger/v1/triggerv1connect"
 	"github.com/cronmesh/cronmesh/libs/apikey"
 	"github.com/cronmesh/cronmesh/libs/meshrun"
-	"github.com/cronmesh/cronmesh/libs/meshtest"
+	"github.com/cronmesh/cronmesh/libs/testkit/meshtest"
+	"github.com/cronmesh/cronmesh/libs/testkit/rpctest"
 )
 
 // The matrix's keys: two tenants, each its namespace's admin, and one key of
@@ -314,7 +315,7 @@ func (r rpc) call(t *testing.T, key string, req proto.Message) (*dynamicpb.Messa
 	}
 	procedure := fmt.Sprintf("/%s/%s", r.method.Parent().FullName(), r.method.Name())
 	client := connect.NewClient[dynamicpb.Message, dynamicpb.Message](http.DefaultClient, r.url+procedure,
-		connect.WithSchema(r.method), bearer(key),
+		connect.WithSchema(r.method), rpctest.Bearer(key),
 		connect.WithResponseInitializer(func(_ connect.Spec, msg any) error {
 			*msg.(*dynamicpb.Message) = *dynamicpb.NewMessage(r.method.Output())
 			return nil
@@ -415,7 +416,7 @@ func TestIsolationMatrix(t *testing.T) {
 		// Each service's log holds its own namespace's changes, by key; B's
 		// attempts on A's objects are in B's log, not A's.
 		ownLog := func(url, key string) []*auditv1.AuditEvent {
-			resp, err := auditv1connect.NewAuditServiceClient(http.DefaultClient, url, bearer(key)).
+			resp, err := auditv1connect.NewAuditServiceClient(http.DefaultClient, url, rpctest.Bearer(key)).
 				ListAuditEvents(t.Context(), connect.NewRequest(&auditv1.ListAuditEventsRequest{PageSize: 1000}))
 			require.NoError(t, err)
 			return resp.Msg.GetEvents()
@@ -584,7 +585,7 @@ func (a *tenantA) requireUntouched(t *testing.T, mesh *meshrun.Mesh) {
 
 // newClients returns a client of each public API authenticated with key.
 func newClients(mesh *meshrun.Mesh, key string) *scenario {
-	auth := bearer(key)
+	auth := rpctest.Bearer(key)
 	return &scenario{
 		mesh:     mesh,
 		jobs:     registryv1connect.NewJobServiceClient(http.DefaultClient, mesh.Registry.URL, auth),

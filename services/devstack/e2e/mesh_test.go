@@ -1,7 +1,6 @@
 package e2e_test
 
 import (
-	"context"
 	"net/http"
 	"net/http/httptest"
 	"sync"
@@ -15,20 +14,11 @@ import (
 	"github.com/cronmesh/cronmesh/gen/go/cronmesh/history/v1/historyv1connect"
 	registryv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1"
 	"github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1/registryv1connect"
-	"github.com/cronmesh/cronmesh/libs/meshtest"
+	"github.com/cronmesh/cronmesh/libs/testkit/meshtest"
+	"github.com/cronmesh/cronmesh/libs/testkit/rpctest"
 )
 
 const meshKey = "mesh-key-0123456789abcdef"
-
-// bearer adds the API key to every call of a client.
-func bearer(key string) connect.ClientOption {
-	return connect.WithInterceptors(connect.UnaryInterceptorFunc(func(next connect.UnaryFunc) connect.UnaryFunc {
-		return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
-			req.Header().Set("Authorization", "Bearer "+key)
-			return next(ctx, req)
-		}
-	}))
-}
 
 // TestMeshFiresDeliversAndRecords is the smallest promise of the mesh: a job
 // created through the registry fires, its webhook reaches the target, and
@@ -48,8 +38,8 @@ func TestMeshFiresDeliversAndRecords(t *testing.T) {
 
 	mesh := meshtest.Start(t, bins, meshtest.Options{APIKeys: map[string]string{"mesh": meshKey}})
 	ctx := t.Context()
-	jobs := registryv1connect.NewJobServiceClient(http.DefaultClient, mesh.Registry.URL, bearer(meshKey))
-	history := historyv1connect.NewHistoryServiceClient(http.DefaultClient, mesh.History.URL, bearer(meshKey))
+	jobs := registryv1connect.NewJobServiceClient(http.DefaultClient, mesh.Registry.URL, rpctest.Bearer(meshKey))
+	history := historyv1connect.NewHistoryServiceClient(http.DefaultClient, mesh.History.URL, rpctest.Bearer(meshKey))
 
 	created, err := jobs.CreateJob(ctx, connect.NewRequest(&registryv1.CreateJobRequest{Job: &registryv1.Job{
 		DisplayName: "every second",

@@ -19,7 +19,8 @@ import (
 	"github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1/registryv1connect"
 	triggerv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/trigger/v1"
 	"github.com/cronmesh/cronmesh/gen/go/cronmesh/trigger/v1/triggerv1connect"
-	"github.com/cronmesh/cronmesh/libs/meshtest"
+	"github.com/cronmesh/cronmesh/libs/testkit/meshtest"
+	"github.com/cronmesh/cronmesh/libs/testkit/rpctest"
 )
 
 // slowTarget answers every request 200 after `hold` (or when the caller
@@ -101,7 +102,7 @@ type overlapSuite struct {
 // slots run, and nothing stays blocked.
 func TestOverlapPolicies(t *testing.T) {
 	mesh := meshtest.Start(t, bins, meshtest.Options{APIKeys: map[string]string{"scenarios": scenarioKey}})
-	auth := bearer(scenarioKey)
+	auth := rpctest.Bearer(scenarioKey)
 	s := &overlapSuite{scenario{
 		mesh:     mesh,
 		jobs:     registryv1connect.NewJobServiceClient(http.DefaultClient, mesh.Registry.URL, auth),

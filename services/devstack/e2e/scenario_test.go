@@ -29,8 +29,9 @@ import (
 	triggerv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/trigger/v1"
 	"github.com/cronmesh/cronmesh/gen/go/cronmesh/trigger/v1/triggerv1connect"
 	"github.com/cronmesh/cronmesh/libs/meshrun"
-	"github.com/cronmesh/cronmesh/libs/meshtest"
-	"github.com/cronmesh/cronmesh/libs/smtptest"
+	"github.com/cronmesh/cronmesh/libs/testkit/meshtest"
+	"github.com/cronmesh/cronmesh/libs/testkit/rpctest"
+	"github.com/cronmesh/cronmesh/libs/testkit/smtptest"
 	"github.com/cronmesh/cronmesh/libs/webhooksign"
 )
 
@@ -59,7 +60,7 @@ func TestScenarios(t *testing.T) {
 		// 2 s) fall exactly on a tier, so its retries are not stretched.
 		RetryTiers: []time.Duration{time.Second, 2 * time.Second, 4 * time.Second},
 	})
-	auth := bearer(scenarioKey)
+	auth := rpctest.Bearer(scenarioKey)
 	s := &scenario{
 		mesh:     mesh,
 		jobs:     registryv1connect.NewJobServiceClient(http.DefaultClient, mesh.Registry.URL, auth),

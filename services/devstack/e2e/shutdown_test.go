@@ -15,13 +15,13 @@ import (
 	"github.com/cronmesh/cronmesh/gen/go/cronmesh/history/v1/historyv1connect"
 	"github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1/registryv1connect"
 	"github.com/cronmesh/cronmesh/gen/go/cronmesh/trigger/v1/triggerv1connect"
-	"github.com/cronmesh/cronmesh/libs/amqptest"
-	"github.com/cronmesh/cronmesh/libs/etcdtest"
 	"github.com/cronmesh/cronmesh/libs/meshrun"
-	"github.com/cronmesh/cronmesh/libs/meshtest"
-	"github.com/cronmesh/cronmesh/libs/otlptest"
-	"github.com/cronmesh/cronmesh/libs/pgtest"
-	"github.com/cronmesh/cronmesh/libs/proxytest"
+	"github.com/cronmesh/cronmesh/libs/testkit/amqptest"
+	"github.com/cronmesh/cronmesh/libs/testkit/etcdtest"
+	"github.com/cronmesh/cronmesh/libs/testkit/meshtest"
+	"github.com/cronmesh/cronmesh/libs/testkit/otlptest"
+	"github.com/cronmesh/cronmesh/libs/testkit/pgtest"
+	"github.com/cronmesh/cronmesh/libs/testkit/proxytest"
 )
 
 const shutdownKey = "shutdown-key-0123456789abcdef"
@@ -38,7 +38,7 @@ const (
 // TestShutdownWithDependenciesDown: each service, running alone (the
 // trigger as two nodes: a leader and a follower of its elections), is cut
 // off from every dependency it has — PostgreSQL, RabbitMQ, its etcd and the
-// OTLP collector, each behind a proxy (libs/proxytest), with a span
+// OTLP collector, each behind a proxy (libs/testkit/proxytest), with a span
 // waiting to be exported — and is then sent SIGTERM. It must exit on its
 // own, with status 0, within its --shutdown-timeout: Kubernetes would
 // otherwise SIGKILL it mid-shutdown. Twice: the dependencies refuse

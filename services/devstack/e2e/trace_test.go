@@ -23,9 +23,10 @@ import (
 	registryv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1"
 	"github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1/registryv1connect"
 	"github.com/cronmesh/cronmesh/libs/meshrun"
-	"github.com/cronmesh/cronmesh/libs/meshtest"
-	"github.com/cronmesh/cronmesh/libs/otlptest"
 	"github.com/cronmesh/cronmesh/libs/telemetry"
+	"github.com/cronmesh/cronmesh/libs/testkit/meshtest"
+	"github.com/cronmesh/cronmesh/libs/testkit/otlptest"
+	"github.com/cronmesh/cronmesh/libs/testkit/rpctest"
 )
 
 // targetCall is what the test target saw of one request.
@@ -92,9 +93,9 @@ func TestTraceOfOneExecution(t *testing.T) {
 	require.NoError(t, err)
 	traced := connect.WithInterceptors(otelIC)
 
-	jobs := registryv1connect.NewJobServiceClient(http.DefaultClient, mesh.Registry.URL, bearer(meshKey))
-	alerts := alertingv1connect.NewAlertServiceClient(http.DefaultClient, mesh.Alerting.URL, bearer(meshKey))
-	history := historyv1connect.NewHistoryServiceClient(http.DefaultClient, mesh.History.URL, bearer(meshKey), traced)
+	jobs := registryv1connect.NewJobServiceClient(http.DefaultClient, mesh.Registry.URL, rpctest.Bearer(meshKey))
+	alerts := alertingv1connect.NewAlertServiceClient(http.DefaultClient, mesh.Alerting.URL, rpctest.Bearer(meshKey))
+	history := historyv1connect.NewHistoryServiceClient(http.DefaultClient, mesh.History.URL, rpctest.Bearer(meshKey), traced)
 
 	// A rule that watches every job of the namespace, so alerting evaluates
 	// the execution's events (three failures in a row: this execution,

@@ -1,20 +1,13 @@
 package e2e_test
 
 import (
-	"bufio"
-	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strconv"
-	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -25,190 +18,33 @@ import (
 
 	registryv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1"
 	"github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1/registryv1connect"
-	"github.com/cronmesh/cronmesh/libs/amqptest"
-	"github.com/cronmesh/cronmesh/libs/broker"
-	"github.com/cronmesh/cronmesh/libs/etcdtest"
 	"github.com/cronmesh/cronmesh/libs/execid"
-	"github.com/cronmesh/cronmesh/libs/pgtest"
+	"github.com/cronmesh/cronmesh/libs/meshrun"
+	"github.com/cronmesh/cronmesh/libs/testkit/meshtest"
+	"github.com/cronmesh/cronmesh/libs/testkit/rpctest"
 	"github.com/cronmesh/cronmesh/services/dispatcher/internal/webhookcheck"
 )
 
-// binaries are built once by TestMain: the tests run the real processes,
-// so a SIGKILL kills a real dispatcher with its broker connection.
-var binaries = map[string]string{}
+// bins are the binaries of the mesh (libs/testkit/meshtest), built once for every
+// test of the package: the tests run the real processes, so a SIGKILL kills
+// a real dispatcher with its broker connection.
+var bins = &meshtest.Binaries{}
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "cronmesh-dispatcher-e2e")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	for _, name := range []string{"registry", "trigger", "dispatcher"} {
-		binaries[name] = filepath.Join(dir, name)
-		build := exec.Command("go", "build", "-o", binaries[name], "github.com/cronmesh/cronmesh/services/"+name+"/cmd/"+name)
-		build.Stdout, build.Stderr = os.Stderr, os.Stderr
-		if err := build.Run(); err != nil {
-			fmt.Fprintln(os.Stderr, "building the", name+":", err)
-			os.Exit(1)
-		}
-	}
 	code := m.Run()
-	_ = os.RemoveAll(dir)
+	bins.Remove()
 	os.Exit(code)
 }
 
 const apiKey = "e2e-key-0123456789abcdef"
 
-// proc is one running binary.
-type proc struct {
-	name string
-	addr string
-	cmd  *exec.Cmd
-	log  string
-	done chan struct{}
-}
-
-// stack is the test's processes, sharing its schemas and broker names.
-type stack struct {
-	t     *testing.T
-	names map[string]string
-	etcd  []string
-	procs []*proc
-	// schemas per service.
-	schemas map[string]string
-}
-
-func newStack(t *testing.T) *stack {
-	t.Helper()
-	s := &stack{t: t, names: map[string]string{}, schemas: map[string]string{}, etcd: etcdtest.New(t).Endpoints()}
-	for _, svc := range []string{"registry", "trigger", "dispatcher"} {
-		_, schema := pgtest.New(t)
-		s.schemas[svc] = schema
-	}
-	for _, n := range []string{"jobs", "dispatch", "dispatchq", "retry", "retryq", "dead", "deadq", "executions"} {
-		s.names[n] = amqptest.UniqueName(t, "cronmesh."+n) // names a namespace could reach are refused at start
-	}
-	t.Cleanup(func() {
-		for _, p := range s.procs {
-			s.stop(p)
-		}
-		ch := amqptest.Channel(t)
-		var queues []string
-		for _, b := range broker.DispatchQueues(s.names["dispatch"], s.names["dispatchq"]) {
-			queues = append(queues, b.Queue)
-		}
-		queues = append(queues, s.names["jobs"]+".trigger", s.names["deadq"])
-		for _, q := range queues {
-			_, _ = ch.QueueDelete(q, false, false, false)
-		}
-		// The retry tiers' queues: prefix plus tier.
-		for _, tier := range []string{"500ms", "1s", "2s"} {
-			d, _ := time.ParseDuration(tier)
-			for _, b := range broker.RetryTiers(s.names["retry"], s.names["retryq"], s.names["dispatch"], []time.Duration{d}) {
-				_, _ = ch.QueueDelete(b.Queue, false, false, false)
-			}
-		}
-		for _, x := range []string{"jobs", "dispatch", "retry", "dead", "executions"} {
-			_ = ch.ExchangeDelete(s.names[x], false, false)
-		}
+// startMesh runs the registry, two trigger nodes and the dispatcher: the
+// path from an API call to a target, without history and alerting.
+func startMesh(t *testing.T) *meshrun.Mesh {
+	return meshtest.Start(t, bins, meshtest.Options{
+		APIKeys: map[string]string{"e2e": apiKey}, Only: []string{"registry", "trigger", "dispatcher"},
+		TriggerNodes: 2, Partitions: 64, RetryTiers: []time.Duration{500 * time.Millisecond, time.Second, 2 * time.Second},
 	})
-	return s
-}
-
-func freePort(t *testing.T) string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer l.Close()
-	return l.Addr().String()
-}
-
-// start runs a binary with args (plus the common ones) and waits until it
-// reports ready.
-func (s *stack) start(name, binary string, args ...string) *proc {
-	s.t.Helper()
-	p := &proc{name: name, addr: freePort(s.t), log: filepath.Join(s.t.TempDir(), name+".log"), done: make(chan struct{})}
-	logFile, err := os.Create(p.log)
-	require.NoError(s.t, err)
-	args = append(args, "--listen", p.addr, "--postgres-url", pgtest.URL(), "--amqp-url", amqptest.URL(),
-		"--api-keys", "e2e="+apiKey, "--log-level", "info", "--shutdown-timeout", "5s")
-	if binary != "registry" {
-		// The configured key only: this suite's services do not fetch the
-		// registry's managed keys.
-		args = append(args, "--registry-url", "")
-	}
-	p.cmd = exec.Command(binaries[binary], args...)
-	p.cmd.Stdout, p.cmd.Stderr = logFile, logFile
-	require.NoError(s.t, p.cmd.Start())
-	go func() {
-		_ = p.cmd.Wait()
-		logFile.Close()
-		close(p.done)
-	}()
-	s.procs = append(s.procs, p)
-	s.t.Cleanup(func() {
-		if s.t.Failed() {
-			dumpLog(s.t, p)
-		}
-	})
-	require.Eventually(s.t, func() bool {
-		resp, err := http.Get("http://" + p.addr + "/readyz")
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
-	}, 30*time.Second, 50*time.Millisecond, "%s never became ready", name)
-	return p
-}
-
-func (s *stack) stop(p *proc) {
-	select {
-	case <-p.done:
-		return
-	default:
-	}
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.done:
-	case <-time.After(15 * time.Second):
-		_ = p.cmd.Process.Kill()
-		<-p.done
-	}
-}
-
-func dumpLog(t *testing.T, p *proc) {
-	f, err := os.Open(p.log)
-	if err != nil {
-		return
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for lines := 0; sc.Scan() && lines < 100; lines++ {
-		t.Logf("[%s] %s", p.name, sc.Text())
-	}
-}
-
-func (s *stack) registry() *proc {
-	return s.start("registry", "registry", "--schema", s.schemas["registry"], "--exchange", s.names["jobs"])
-}
-
-func (s *stack) trigger(id string) *proc {
-	return s.start(id, "trigger", "--node-id", id, "--schema", s.schemas["trigger"],
-		"--etcd-endpoints", strings.Join(s.etcd, ","), "--etcd-prefix", "/"+s.names["jobs"]+"/",
-		"--partitions", "64", "--lease-ttl", "2s",
-		"--jobs-exchange", s.names["jobs"], "--jobs-queue", s.names["jobs"]+".trigger",
-		"--dispatch-exchange", s.names["dispatch"], "--dispatch-queue", s.names["dispatchq"],
-		"--executions-exchange", s.names["executions"])
-}
-
-func (s *stack) dispatcher(id string) *proc {
-	return s.start(id, "dispatcher", "--schema", s.schemas["dispatcher"],
-		"--dispatch-exchange", s.names["dispatch"], "--dispatch-queue", s.names["dispatchq"],
-		"--retry-exchange", s.names["retry"], "--retry-queue", s.names["retryq"], "--retry-tiers", "500ms,1s,2s",
-		"--dead-exchange", s.names["dead"], "--dead-queue", s.names["deadq"],
-		"--executions-exchange", s.names["executions"],
-		"--allow-networks", "127.0.0.0/8,::1/128")
 }
 
 // arrival is one request as the target saw it.
@@ -267,23 +103,12 @@ type job struct {
 // target holds a request open, and a restarted dispatcher delivers that
 // request again with the same webhook-id.
 func TestDelivery(t *testing.T) {
-	s := newStack(t)
 	tg := &target{held: make(chan arrival, 1)}
 	srv := httptest.NewServer(tg)
 	t.Cleanup(srv.Close)
+	mesh := startMesh(t)
 
-	reg := s.registry()
-	s.trigger("t1")
-	s.trigger("t2")
-	s.dispatcher("d1")
-
-	client := registryv1connect.NewJobServiceClient(http.DefaultClient, "http://"+reg.addr,
-		connect.WithInterceptors(connect.UnaryInterceptorFunc(func(next connect.UnaryFunc) connect.UnaryFunc {
-			return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
-				req.Header().Set("Authorization", "Bearer "+apiKey)
-				return next(ctx, req)
-			}
-		})))
+	client := registryv1connect.NewJobServiceClient(http.DefaultClient, mesh.Registry.URL, rpctest.Bearer(apiKey))
 	const count = 50
 	jobs := make([]job, count)
 	for i := range jobs {
@@ -340,14 +165,13 @@ func TestDelivery(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the hold job's request never arrived")
 	}
-	d1 := s.procs[len(s.procs)-1]
 	killAt := time.Now()
-	require.NoError(t, d1.cmd.Process.Kill())
-	<-d1.done
+	mesh.Dispatcher.Kill()
 	// A request the dying dispatcher had on the wire may arrive between
 	// the kill and the process's end.
 	deadAt := time.Now()
-	s.dispatcher("d2")
+	_, err := mesh.Restart(t.Context(), mesh.Dispatcher)
+	require.NoError(t, err)
 	t.Logf("dispatcher killed holding %s, restarted in %s", held.webhookID, time.Since(killAt))
 
 	// The window: 20 slots, every one given 8 s to arrive.

@@ -1,17 +1,11 @@
 package e2e_test
 
 import (
-	"bufio"
 	"context"
 	"fmt"
-	"net"
-	"net/http"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strconv"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -26,179 +20,61 @@ import (
 	dispatchv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/dispatch/v1"
 	eventsv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/events/v1"
 	registryv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1"
-	"github.com/cronmesh/cronmesh/libs/amqptest"
 	"github.com/cronmesh/cronmesh/libs/broker"
-	"github.com/cronmesh/cronmesh/libs/etcdtest"
+	"github.com/cronmesh/cronmesh/libs/meshrun"
 	"github.com/cronmesh/cronmesh/libs/outbox"
-	"github.com/cronmesh/cronmesh/libs/pgtest"
+	"github.com/cronmesh/cronmesh/libs/testkit/amqptest"
+	"github.com/cronmesh/cronmesh/libs/testkit/ledger"
+	"github.com/cronmesh/cronmesh/libs/testkit/meshtest"
 )
 
-// triggerBinary is built once by TestMain: the tests run the real binary,
-// so a SIGKILL kills a real process with its etcd session and connections.
-var triggerBinary string
+// bins are the mesh's binaries (libs/testkit/meshtest), built once for every test
+// of the package: the tests run the real trigger, so a SIGKILL kills a real
+// process with its etcd session and connections.
+var bins = &meshtest.Binaries{}
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "cronmesh-trigger-e2e")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	triggerBinary = filepath.Join(dir, "trigger")
-	build := exec.Command("go", "build", "-o", triggerBinary, "github.com/cronmesh/cronmesh/services/trigger/cmd/trigger")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "building the trigger:", err)
-		os.Exit(1)
-	}
 	code := m.Run()
-	_ = os.RemoveAll(dir)
+	bins.Remove()
 	os.Exit(code)
 }
 
 const apiKey = "e2e-key-0123456789abcdef"
 
-// cluster is a set of trigger processes sharing one etcd, one schema and
-// one set of broker names, with a consumer recording every dispatch request.
+// leaseTTL is the nodes' etcd lease: a node stopped for longer loses its
+// partitions.
+const leaseTTL = 2 * time.Second
+
+// cluster is a mesh of trigger nodes only, sharing one etcd, one schema and
+// one set of broker names, with a consumer recording every dispatch request
+// in the ledger (libs/testkit/ledger) in place of a dispatcher.
 type cluster struct {
-	t          *testing.T
-	db         *pgxpool.Pool
-	etcd       []string
-	prefix     string
-	schema     string
-	amqpURL    string
-	jobsX      string
-	dispatchX  string
-	dispatchQ  string
-	executionX string
-	leaseTTL   time.Duration
-	nodes      map[string]*node
-	received   *ledger
+	t        *testing.T
+	mesh     *meshrun.Mesh
+	db       *pgxpool.Pool // the trigger's schema
+	received *ledger.Ledger
 }
 
-type node struct {
-	id   string
-	addr string
-	cmd  *exec.Cmd
-	log  string
-	done chan struct{}
-}
-
-func newCluster(t *testing.T, amqpURL string) *cluster {
+// newCluster starts nodes trigger nodes (trigger-1, trigger-2, ...) that
+// reach RabbitMQ at amqpURL ("" for the test server) and waits until they
+// hold their partitions.
+func newCluster(t *testing.T, amqpURL string, nodes int) *cluster {
 	t.Helper()
-	pool, schema := pgtest.New(t)
-	etcd := etcdtest.New(t)
-	c := &cluster{
-		t:          t,
-		db:         pool,
-		etcd:       etcd.Endpoints(),
-		prefix:     "/" + amqptest.UniqueName(t, "ring") + "/",
-		schema:     schema,
-		amqpURL:    amqpURL,
-		jobsX:      amqptest.UniqueName(t, "cronmesh.jobs"),
-		dispatchX:  amqptest.UniqueName(t, "cronmesh.dispatch"),
-		dispatchQ:  amqptest.UniqueName(t, "cronmesh.dispatchq"),
-		executionX: amqptest.UniqueName(t, "cronmesh.executions"),
-		leaseTTL:   2 * time.Second,
-		nodes:      map[string]*node{},
-		received:   newLedger(),
-	}
-	t.Cleanup(func() {
-		for _, n := range c.nodes {
-			c.stop(n)
-		}
-		ch := amqptest.Channel(t)
-		for _, b := range broker.DispatchQueues(c.dispatchX, c.dispatchQ) {
-			_, _ = ch.QueueDelete(b.Queue, false, false, false)
-		}
-		_, _ = ch.QueueDelete(c.jobsX+".trigger", false, false, false)
-		for _, x := range []string{c.jobsX, c.dispatchX, c.executionX} {
-			_ = ch.ExchangeDelete(x, false, false)
-		}
+	mesh := meshtest.Start(t, bins, meshtest.Options{
+		APIKeys: map[string]string{"e2e": apiKey}, Only: []string{"trigger"}, AMQPURL: amqpURL,
+		TriggerNodes: nodes, Partitions: 64, LeaseTTL: leaseTTL,
 	})
-	return c
+	return &cluster{t: t, mesh: mesh, db: meshtest.Pool(t, mesh, "trigger"), received: ledger.New()}
 }
 
-// pool reads the cluster's schema directly (the verdict itself comes from
-// the queue).
-func (c *cluster) pool() *pgxpool.Pool { return c.db }
+// node is the i-th trigger node (1-based, as they are named).
+func (c *cluster) node(i int) *meshrun.Process { return c.mesh.Triggers[i-1] }
 
-func freePort(t *testing.T) string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer l.Close()
-	return l.Addr().String()
-}
-
-// start launches a trigger node and waits until it reports ready (it holds
-// its partitions and its projection is subscribed).
-func (c *cluster) start(id string) *node {
+// addNode starts one more node and waits until it holds its partitions.
+func (c *cluster) addNode() {
 	c.t.Helper()
-	n := &node{id: id, addr: freePort(c.t), log: filepath.Join(c.t.TempDir(), id+".log"), done: make(chan struct{})}
-	logFile, err := os.Create(n.log)
+	_, err := c.mesh.AddTrigger(c.t.Context(), fmt.Sprintf("trigger-%d", len(c.mesh.Triggers)+1))
 	require.NoError(c.t, err)
-	n.cmd = exec.Command(triggerBinary,
-		"--listen", n.addr, "--node-id", id, "--schema", c.schema,
-		"--postgres-url", pgtest.URL(), "--amqp-url", c.amqpURL,
-		"--etcd-endpoints", joinComma(c.etcd), "--etcd-prefix", c.prefix,
-		"--partitions", "64", "--lease-ttl", c.leaseTTL.String(),
-		"--jobs-exchange", c.jobsX, "--jobs-queue", c.jobsX+".trigger",
-		"--dispatch-exchange", c.dispatchX, "--dispatch-queue", c.dispatchQ,
-		"--executions-exchange", c.executionX,
-		"--api-keys", "e2e="+apiKey, "--registry-url", "", "--log-level", "info", "--shutdown-timeout", "5s",
-	)
-	n.cmd.Stdout, n.cmd.Stderr = logFile, logFile
-	require.NoError(c.t, n.cmd.Start())
-	go func() {
-		_ = n.cmd.Wait()
-		logFile.Close()
-		close(n.done)
-	}()
-	c.nodes[id] = n
-	c.t.Cleanup(func() {
-		if c.t.Failed() {
-			dumpLog(c.t, n)
-		}
-	})
-	require.Eventually(c.t, func() bool {
-		resp, err := http.Get("http://" + n.addr + "/readyz")
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
-	}, 30*time.Second, 50*time.Millisecond, "node %s never became ready", id)
-	return n
-}
-
-func (c *cluster) stop(n *node) {
-	select {
-	case <-n.done:
-		return
-	default:
-	}
-	_ = n.cmd.Process.Signal(syscall.SIGCONT)
-	_ = n.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-n.done:
-	case <-time.After(15 * time.Second):
-		_ = n.cmd.Process.Kill()
-		<-n.done
-	}
-}
-
-func dumpLog(t *testing.T, n *node) {
-	f, err := os.Open(n.log)
-	if err != nil {
-		return
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	lines := 0
-	for sc.Scan() && lines < 200 {
-		t.Logf("[%s] %s", n.id, sc.Text())
-		lines++
-	}
 }
 
 // createJobs publishes CREATED job events, as the registry would, for
@@ -245,7 +121,7 @@ func (c *cluster) createJobsWith(count int, mod func(*registryv1.Job)) []string 
 		}
 		body, err := proto.Marshal(ev)
 		require.NoError(c.t, err)
-		require.NoError(c.t, ch.PublishWithContext(context.Background(), c.jobsX, "job.created", false, false,
+		require.NoError(c.t, ch.PublishWithContext(context.Background(), c.mesh.Names.Jobs, "job.created", false, false,
 			amqp091.Publishing{MessageId: ev.EventId, Body: body, DeliveryMode: amqp091.Persistent}))
 	}
 	for range count {
@@ -266,7 +142,7 @@ func (c *cluster) consume(ctx context.Context) *sync.WaitGroup {
 	// The jobs are of normal priority; reading every priority's queue would
 	// also catch a misrouted one.
 	var wg sync.WaitGroup
-	for _, b := range broker.DispatchQueues(c.dispatchX, c.dispatchQ) {
+	for _, b := range broker.DispatchQueues(c.mesh.Names.Dispatch, c.mesh.Names.DispatchQueue) {
 		deliveries, err := ch.Consume(b.Queue, "", true, false, false, false, nil)
 		require.NoError(c.t, err)
 		wg.Go(func() { c.record(ctx, deliveries) })
@@ -286,29 +162,18 @@ func (c *cluster) record(ctx context.Context, deliveries <-chan amqp091.Delivery
 			}
 			msgs, err := broker.DeliveryMessages(d)
 			if err != nil {
-				c.received.bad(fmt.Sprintf("undecodable dispatch message %q: %v", d.MessageId, err))
+				c.received.Bad(fmt.Sprintf("undecodable dispatch message %q: %v", d.MessageId, err))
 				continue
 			}
 			at := time.Now()
 			for _, m := range msgs {
 				req := &dispatchv1.DispatchRequest{}
 				if err := proto.Unmarshal(m.Payload, req); err != nil {
-					c.received.bad(fmt.Sprintf("undecodable dispatch request %q: %v", m.UUID, err))
+					c.received.Bad(fmt.Sprintf("undecodable dispatch request %q: %v", m.UUID, err))
 					continue
 				}
-				c.received.add(req, m.Metadata.Get(outbox.RowIDHeader), at)
+				c.received.Enqueued(req, m.Metadata.Get(outbox.RowIDHeader), at)
 			}
 		}
 	}
-}
-
-func joinComma(s []string) string {
-	out := ""
-	for i, v := range s {
-		if i > 0 {
-			out += ","
-		}
-		out += v
-	}
-	return out
 }

@@ -11,7 +11,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/cronmesh/cronmesh/libs/amqptest"
+	"github.com/cronmesh/cronmesh/libs/testkit/amqptest"
+	"github.com/cronmesh/cronmesh/libs/testkit/ledger"
 )
 
 // jobCount is 1,000 in `make test`; `make chaos` raises it.
@@ -36,10 +37,7 @@ func sleepUntil(t time.Time) { time.Sleep(time.Until(t)) }
 // between the broker's confirm and its delete) is logged, not failed: the
 // broker has no deduplication, so the dispatcher absorbs those copies.
 func TestFailover(t *testing.T) {
-	c := newCluster(t, amqptest.URL())
-	for _, id := range []string{"n1", "n2", "n3"} {
-		c.start(id)
-	}
+	c := newCluster(t, "", 3)
 	jobs := c.createJobs(jobCount(t))
 	c.waitProjected(len(jobs))
 
@@ -48,19 +46,18 @@ func TestFailover(t *testing.T) {
 	from := time.Now().Truncate(time.Second).Add(2 * time.Second)
 
 	sleepUntil(from.Add(3 * time.Second))
-	t.Log("SIGKILL n1")
-	require.NoError(t, c.nodes["n1"].cmd.Process.Kill())
+	t.Log("SIGKILL trigger-1")
+	require.NoError(t, c.node(1).Signal(syscall.SIGKILL))
 
 	sleepUntil(from.Add(9 * time.Second))
-	t.Logf("SIGSTOP n2 for %s (past its lease)", 2*c.leaseTTL+time.Second)
-	n2 := c.nodes["n2"].cmd.Process
-	require.NoError(t, n2.Signal(syscall.SIGSTOP))
-	time.Sleep(2*c.leaseTTL + time.Second)
-	require.NoError(t, n2.Signal(syscall.SIGCONT))
+	t.Logf("SIGSTOP trigger-2 for %s (past its lease)", 2*leaseTTL+time.Second)
+	require.NoError(t, c.node(2).Signal(syscall.SIGSTOP))
+	time.Sleep(2*leaseTTL + time.Second)
+	require.NoError(t, c.node(2).Signal(syscall.SIGCONT))
 
 	sleepUntil(from.Add(18 * time.Second))
-	t.Log("adding n4")
-	c.start("n4")
+	t.Log("adding trigger-4")
+	c.addNode()
 
 	sleepUntil(from.Add(24 * time.Second))
 	to := from.Add(24*time.Second - 6*time.Second) // every slot up to here had 6 s to arrive
@@ -69,24 +66,19 @@ func TestFailover(t *testing.T) {
 	stopConsuming()
 	consumer.Wait()
 
-	v := c.received.check(jobs, from, to, from)
-	t.Logf("%d slots checked, max lateness %s (slot %s), %d republished by the relay", v.slots, v.maxLate, v.maxLateAt, len(v.republished))
+	v := c.received.CheckQueue(jobs, from, to, from)
+	t.Logf("%d slots checked, max lateness %s (slot %s), %d republished by the relay", v.Slots, v.MaxLate, v.MaxLateSlot, len(v.Republished))
 	t.Logf("max lateness (s) of each second from %s (kill at +3, stop at +9, join at +18): %s",
-		from.UTC().Format(time.TimeOnly), strings.Join(v.lateness, " "))
-	require.Empty(t, c.received.problems)
-	require.Empty(t, head(v.missing), "%d slots never reached the queue", len(v.missing))
-	require.Empty(t, head(v.firedTwice), "%d slots fired twice", len(v.firedTwice))
-	require.LessOrEqual(t, v.maxLate, 5*time.Second, "a slot reached the queue later than the 5 s promise")
+		from.UTC().Format(time.TimeOnly), strings.Join(v.Lateness, " "))
+	requireFiredOnce(t, v)
+	require.LessOrEqual(t, v.MaxLate, 5*time.Second, "a slot reached the queue later than the 5 s promise")
 }
 
 // TestBrokerOutage cuts the nodes off RabbitMQ for 30 s: firing goes on into
 // the outbox, and every slot goes out, once, when the broker is back.
 func TestBrokerOutage(t *testing.T) {
 	proxy := amqptest.NewProxy(t, false)
-	c := newCluster(t, proxy.URL())
-	for _, id := range []string{"n1", "n2"} {
-		c.start(id)
-	}
+	c := newCluster(t, proxy.URL(), 2)
 	jobs := c.createJobs(jobCount(t) / 5)
 	c.waitProjected(len(jobs))
 	ctx, stopConsuming := context.WithCancel(context.Background())
@@ -107,18 +99,28 @@ func TestBrokerOutage(t *testing.T) {
 	stopConsuming()
 	consumer.Wait()
 
-	v := c.received.check(jobs, from, to, to.Add(time.Second))
-	t.Logf("%d slots checked, %d republished by the relay", v.slots, len(v.republished))
-	require.Empty(t, c.received.problems)
-	require.Empty(t, head(v.missing), "%d slots lost in the outage", len(v.missing))
-	require.Empty(t, head(v.firedTwice), "%d slots fired twice", len(v.firedTwice))
+	v := c.received.CheckQueue(jobs, from, to, to.Add(time.Second))
+	t.Logf("%d slots checked, %d republished by the relay", v.Slots, len(v.Republished))
+	requireFiredOnce(t, v)
+}
+
+// requireFiredOnce requires every slot of the verdict at the broker, each
+// from one outbox row, as a first attempt with its own execution id, none
+// before its time (a republished row is the dispatcher's to absorb).
+func requireFiredOnce(t *testing.T, v ledger.QueueVerdict) {
+	t.Helper()
+	require.Empty(t, v.Problems)
+	require.Zero(t, v.Retries, "only first attempts: no dispatcher runs")
+	require.Empty(t, head(v.NotEnqueued), "%d slots never reached the queue", len(v.NotEnqueued))
+	require.Empty(t, head(v.DoubleEnqueued), "%d slots fired twice", len(v.DoubleEnqueued))
+	require.Empty(t, head(v.Early), "%d slots reached the queue before their time", len(v.Early))
 }
 
 // waitProjected waits until the trigger holds every job with a next fire
 // time.
 func (c *cluster) waitProjected(n int) {
 	c.t.Helper()
-	pool := c.pool()
+	pool := c.db
 	require.Eventually(c.t, func() bool {
 		var got int
 		err := pool.QueryRow(context.Background(), `SELECT count(*) FROM jobs WHERE next_fire_at IS NOT NULL`).Scan(&got)
@@ -139,8 +141,9 @@ func (c *cluster) waitOutboxDrained(timeout time.Duration) {
 
 // stopAll stops every node gracefully.
 func (c *cluster) stopAll() {
-	for _, n := range c.nodes {
-		c.stop(n)
+	c.t.Helper()
+	for _, n := range c.mesh.Triggers {
+		require.NoError(c.t, n.Stop(30*time.Second))
 	}
 }
 
@@ -150,7 +153,7 @@ func (c *cluster) waitQuiet() {
 	last, since, deadline := -1, time.Now(), time.Now().Add(time.Minute)
 	for time.Since(since) < 2*time.Second && time.Now().Before(deadline) {
 		time.Sleep(200 * time.Millisecond)
-		if n := c.received.total(); n != last {
+		if n, _ := c.received.Counts(); n != last {
 			last, since = n, time.Now()
 		}
 	}

@@ -10,7 +10,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	registryv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1"
-	"github.com/cronmesh/cronmesh/libs/amqptest"
 )
 
 // TestMaxRunsThroughFailover runs three trigger nodes with every-second
@@ -24,10 +23,7 @@ func TestMaxRunsThroughFailover(t *testing.T) {
 		jobs    = 150
 		maxRuns = 10
 	)
-	c := newCluster(t, amqptest.URL())
-	for _, id := range []string{"n1", "n2", "n3"} {
-		c.start(id)
-	}
+	c := newCluster(t, "", 3)
 	ctx, stopConsuming := context.WithCancel(context.Background())
 	consumer := c.consume(ctx)
 	var created time.Time
@@ -38,16 +34,15 @@ func TestMaxRunsThroughFailover(t *testing.T) {
 	first := created.Truncate(time.Second).Add(time.Second) // the first slot of every job
 
 	sleepUntil(first.Add(3 * time.Second))
-	t.Log("SIGKILL n1")
-	require.NoError(t, c.nodes["n1"].cmd.Process.Kill())
+	t.Log("SIGKILL trigger-1")
+	require.NoError(t, c.node(1).Signal(syscall.SIGKILL))
 	sleepUntil(first.Add(5 * time.Second))
-	t.Logf("SIGSTOP n2 for %s (past its lease)", 2*c.leaseTTL+time.Second)
-	n2 := c.nodes["n2"].cmd.Process
-	require.NoError(t, n2.Signal(syscall.SIGSTOP))
-	time.Sleep(2*c.leaseTTL + time.Second)
-	require.NoError(t, n2.Signal(syscall.SIGCONT))
+	t.Logf("SIGSTOP trigger-2 for %s (past its lease)", 2*leaseTTL+time.Second)
+	require.NoError(t, c.node(2).Signal(syscall.SIGSTOP))
+	time.Sleep(2*leaseTTL + time.Second)
+	require.NoError(t, c.node(2).Signal(syscall.SIGCONT))
 
-	pool := c.pool()
+	pool := c.db
 	require.Eventually(t, func() bool {
 		var done int
 		err := pool.QueryRow(context.Background(), `
@@ -60,10 +55,10 @@ func TestMaxRunsThroughFailover(t *testing.T) {
 	stopConsuming()
 	consumer.Wait()
 
-	require.Empty(t, c.received.problems)
+	requireFiredOnce(t, c.received.CheckQueue(ids, first, first.Add((maxRuns-1)*time.Second), first))
 	var wrong []string
 	for _, id := range ids {
-		got := c.received.slotsOf(id)
+		got := c.received.EnqueuedSlots(id)
 		want := make([]int64, maxRuns)
 		for i := range want {
 			want[i] = first.Unix() + int64(i)
@@ -71,7 +66,7 @@ func TestMaxRunsThroughFailover(t *testing.T) {
 		if fmt.Sprint(got) != fmt.Sprint(want) {
 			wrong = append(wrong, fmt.Sprintf("%s: slots %v, want %v", id, got, want))
 		}
-		for s, rows := range c.received.rowsOf(id) {
+		for s, rows := range c.received.OutboxRows(id) {
 			if rows > 1 {
 				wrong = append(wrong, fmt.Sprintf("%s: slot %d fired from %d outbox rows", id, s, rows))
 			}

@@ -10,7 +10,8 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	alertingv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/alerting/v1"
-	"github.com/cronmesh/cronmesh/libs/smtptest"
+	"github.com/cronmesh/cronmesh/libs/testkit/rpctest"
+	"github.com/cronmesh/cronmesh/libs/testkit/smtptest"
 )
 
 // TestRuleAndChannelCRUD walks rules and channels through create, get,
@@ -19,10 +20,10 @@ import (
 func TestRuleAndChannelCRUD(t *testing.T) {
 	t.Parallel()
 	a := startAlerting(t)
-	for _, p := range protocols {
-		t.Run(p.name, func(t *testing.T) {
+	for _, p := range rpctest.Protocols() {
+		t.Run(p.Name, func(t *testing.T) {
 			ctx := context.Background()
-			c := a.client(keyAlpha, p.opts...)
+			c := a.client(keyAlpha, p.Opts...)
 			ch, err := c.CreateChannel(ctx, connect.NewRequest(&alertingv1.CreateChannelRequest{Channel: webhookChannel("https://hooks.invalid/x")}))
 			require.NoError(t, err)
 			hook := ch.Msg.Channel.GetWebhook()
@@ -59,23 +60,23 @@ func TestRuleAndChannelCRUD(t *testing.T) {
 
 			// The rule names the channel: it cannot go.
 			_, err = c.DeleteChannel(ctx, connect.NewRequest(&alertingv1.DeleteChannelRequest{Id: ch.Msg.Channel.Id}))
-			requireCode(t, err, connect.CodeFailedPrecondition)
+			rpctest.RequireCode(t, err, connect.CodeFailedPrecondition)
 
 			// Other namespaces see nothing.
-			beta := a.client(keyBeta, p.opts...)
+			beta := a.client(keyBeta, p.Opts...)
 			_, err = beta.GetRule(ctx, connect.NewRequest(&alertingv1.GetRuleRequest{Id: rule.Msg.Rule.Id}))
-			requireCode(t, err, connect.CodeNotFound)
+			rpctest.RequireCode(t, err, connect.CodeNotFound)
 			_, err = beta.CreateRule(ctx, connect.NewRequest(&alertingv1.CreateRuleRequest{Rule: failuresRule(1, ch.Msg.Channel.Id)}))
-			require.Contains(t, violations(t, err), "rule.channel_ids", "a channel of another namespace does not exist")
+			require.Contains(t, rpctest.Violations(t, err), "rule.channel_ids", "a channel of another namespace does not exist")
 
 			_, err = c.DeleteRule(ctx, connect.NewRequest(&alertingv1.DeleteRuleRequest{Id: rule.Msg.Rule.Id}))
 			require.NoError(t, err)
 			_, err = c.GetRule(ctx, connect.NewRequest(&alertingv1.GetRuleRequest{Id: rule.Msg.Rule.Id}))
-			requireCode(t, err, connect.CodeNotFound)
+			rpctest.RequireCode(t, err, connect.CodeNotFound)
 			_, err = c.DeleteChannel(ctx, connect.NewRequest(&alertingv1.DeleteChannelRequest{Id: ch.Msg.Channel.Id}))
 			require.NoError(t, err)
 			_, err = c.GetChannel(ctx, connect.NewRequest(&alertingv1.GetChannelRequest{Id: ch.Msg.Channel.Id}))
-			requireCode(t, err, connect.CodeNotFound)
+			rpctest.RequireCode(t, err, connect.CodeNotFound)
 		})
 	}
 }
@@ -108,7 +109,7 @@ func TestListPages(t *testing.T) {
 	}
 	require.Equal(t, want, got)
 	_, err = c.ListRules(ctx, connect.NewRequest(&alertingv1.ListRulesRequest{PageToken: "garbage!"}))
-	require.Contains(t, violations(t, err), "page_token")
+	require.Contains(t, rpctest.Violations(t, err), "page_token")
 }
 
 // TestValidation names the wrong field of each bad request.
@@ -132,7 +133,7 @@ func TestValidation(t *testing.T) {
 	} {
 		t.Run("rule/"+tc.name, func(t *testing.T) {
 			_, err := c.CreateRule(ctx, connect.NewRequest(&alertingv1.CreateRuleRequest{Rule: tc.rule}))
-			require.Contains(t, violations(t, err), tc.field)
+			require.Contains(t, rpctest.Violations(t, err), tc.field)
 		})
 	}
 	for _, tc := range []struct {
@@ -149,13 +150,13 @@ func TestValidation(t *testing.T) {
 	} {
 		t.Run("channel/"+tc.name, func(t *testing.T) {
 			_, err := c.CreateChannel(ctx, connect.NewRequest(&alertingv1.CreateChannelRequest{Channel: tc.channel}))
-			require.Contains(t, violations(t, err), tc.field)
+			require.Contains(t, rpctest.Violations(t, err), tc.field)
 		})
 	}
 	_, err := c.GetIncident(ctx, connect.NewRequest(&alertingv1.GetIncidentRequest{Id: good}))
-	requireCode(t, err, connect.CodeNotFound)
+	rpctest.RequireCode(t, err, connect.CodeNotFound)
 	_, err = a.client("wrong-key").ListRules(ctx, connect.NewRequest(&alertingv1.ListRulesRequest{}))
-	requireCode(t, err, connect.CodeUnauthenticated)
+	rpctest.RequireCode(t, err, connect.CodeUnauthenticated)
 }
 
 // TestTestChannel sends a test notification through a webhook (the

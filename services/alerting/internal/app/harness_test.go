@@ -3,7 +3,6 @@ package app_test
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -18,7 +17,6 @@ import (
 	"connectrpc.com/connect"
 	amqp091 "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/require"
-	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -27,10 +25,11 @@ import (
 	"github.com/cronmesh/cronmesh/gen/go/cronmesh/alerting/v1/alertingv1connect"
 	dispatchv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/dispatch/v1"
 	eventsv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/events/v1"
-	"github.com/cronmesh/cronmesh/libs/amqptest"
 	"github.com/cronmesh/cronmesh/libs/clock"
 	"github.com/cronmesh/cronmesh/libs/config"
-	"github.com/cronmesh/cronmesh/libs/pgtest"
+	"github.com/cronmesh/cronmesh/libs/testkit/amqptest"
+	"github.com/cronmesh/cronmesh/libs/testkit/pgtest"
+	"github.com/cronmesh/cronmesh/libs/testkit/rpctest"
 	"github.com/cronmesh/cronmesh/libs/webhooksign"
 	"github.com/cronmesh/cronmesh/services/alerting/internal/app"
 	"github.com/cronmesh/cronmesh/services/alerting/internal/payload"
@@ -114,61 +113,9 @@ func startAlerting(t *testing.T, opts ...option) *alerting {
 	return &alerting{app: a, cfg: cfg, baseURL: "http://" + a.Server().Addr()}
 }
 
-// protocols are the wire protocols every RPC test runs over.
-var protocols = []struct {
-	name string
-	opts []connect.ClientOption
-}{
-	{"connect", nil},
-	{"grpc", []connect.ClientOption{connect.WithGRPC()}},
-}
-
 func (a *alerting) client(key string, opts ...connect.ClientOption) alertingv1connect.AlertServiceClient {
-	opts = append(opts, connect.WithInterceptors(bearer(key)))
-	return alertingv1connect.NewAlertServiceClient(h2cClient(), a.baseURL, opts...)
-}
-
-func h2cClient() *http.Client {
-	transport := &http.Transport{Protocols: new(http.Protocols)}
-	transport.Protocols.SetUnencryptedHTTP2(true)
-	return &http.Client{Transport: transport}
-}
-
-func bearer(key string) connect.UnaryInterceptorFunc {
-	return func(next connect.UnaryFunc) connect.UnaryFunc {
-		return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
-			if key != "" {
-				req.Header().Set("Authorization", "Bearer "+key)
-			}
-			return next(ctx, req)
-		}
-	}
-}
-
-func requireCode(t *testing.T, err error, code connect.Code) *connect.Error {
-	t.Helper()
-	require.Error(t, err)
-	var cerr *connect.Error
-	require.True(t, errors.As(err, &cerr), "not a connect error: %v", err)
-	require.Equal(t, code, cerr.Code(), "message: %s", cerr.Message())
-	return cerr
-}
-
-func violations(t *testing.T, err error) []string {
-	t.Helper()
-	cerr := requireCode(t, err, connect.CodeInvalidArgument)
-	var fields []string
-	for _, d := range cerr.Details() {
-		v, derr := d.Value()
-		require.NoError(t, derr)
-		if br, ok := v.(*errdetails.BadRequest); ok {
-			for _, fv := range br.FieldViolations {
-				fields = append(fields, fv.Field)
-			}
-		}
-	}
-	require.NotEmpty(t, fields, "InvalidArgument without a BadRequest field violation")
-	return fields
+	opts = append(opts, connect.WithInterceptors(rpctest.BearerInterceptor(key)))
+	return alertingv1connect.NewAlertServiceClient(rpctest.H2CClient(), a.baseURL, opts...)
 }
 
 // receiver is an httptest webhook receiver that verifies every signature

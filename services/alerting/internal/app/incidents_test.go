@@ -12,7 +12,8 @@ import (
 	alertingv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/alerting/v1"
 	eventsv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/events/v1"
 	"github.com/cronmesh/cronmesh/libs/apikey"
-	"github.com/cronmesh/cronmesh/libs/smtptest"
+	"github.com/cronmesh/cronmesh/libs/testkit/rpctest"
+	"github.com/cronmesh/cronmesh/libs/testkit/smtptest"
 )
 
 const (
@@ -127,7 +128,7 @@ func TestConsecutiveFailures(t *testing.T) {
 	require.Contains(t, smtp.Messages()[1].Subject, "RESOLVED")
 
 	_, err = a.client(keyAlpha).AcknowledgeIncident(ctx, connect.NewRequest(&alertingv1.AcknowledgeIncidentRequest{Id: inc.Id}))
-	requireCode(t, err, connect.CodeFailedPrecondition)
+	rpctest.RequireCode(t, err, connect.CodeFailedPrecondition)
 
 	// The count starts again after the success.
 	for n := 7; n <= 8; n++ {
@@ -323,11 +324,11 @@ func TestResolveIncidentByHand(t *testing.T) {
 	incD := a.incidents(t, "job-d")[0]
 	require.Eventually(t, func() bool { return len(rcv.received()) == 2 }, 15*time.Second, 10*time.Millisecond)
 
-	for _, proto := range protocols {
-		res, err := a.client(keyAlpha, proto.opts...).ResolveIncident(ctx, connect.NewRequest(&alertingv1.ResolveIncidentRequest{Id: inc.Id}))
+	for _, proto := range rpctest.Protocols() {
+		res, err := a.client(keyAlpha, proto.Opts...).ResolveIncident(ctx, connect.NewRequest(&alertingv1.ResolveIncidentRequest{Id: inc.Id}))
 		require.NoError(t, err)
 		got := res.Msg.Incident
-		require.Equal(t, alertingv1.IncidentState_INCIDENT_STATE_RESOLVED, got.State, proto.name)
+		require.Equal(t, alertingv1.IncidentState_INCIDENT_STATE_RESOLVED, got.State, proto.Name)
 		require.Equal(t, "resolved by key "+apikey.ConfiguredKeyID(keyAlpha), got.ResolveReason)
 		require.Equal(t, apikey.ConfiguredKeyID(keyAlpha), got.ResolvedBy)
 		require.NotNil(t, got.ResolveTime)
@@ -340,13 +341,13 @@ func TestResolveIncidentByHand(t *testing.T) {
 		require.Contains(t, r.Payload.Incident.ResolveReason, "resolved by key ")
 	}
 	_, err = a.client(keyBeta).ResolveIncident(ctx, connect.NewRequest(&alertingv1.ResolveIncidentRequest{Id: inc.Id}))
-	requireCode(t, err, connect.CodeNotFound)
+	rpctest.RequireCode(t, err, connect.CodeNotFound)
 	_, err = c.ResolveIncident(ctx, connect.NewRequest(&alertingv1.ResolveIncidentRequest{Id: "not an id"}))
-	requireCode(t, err, connect.CodeNotFound)
+	rpctest.RequireCode(t, err, connect.CodeNotFound)
 	_, err = c.ResolveIncident(ctx, connect.NewRequest(&alertingv1.ResolveIncidentRequest{Id: strings.Repeat("x", 65)}))
-	require.Equal(t, []string{"id"}, violations(t, err))
+	require.Equal(t, []string{"id"}, rpctest.Violations(t, err))
 	_, err = c.AcknowledgeIncident(ctx, connect.NewRequest(&alertingv1.AcknowledgeIncidentRequest{Id: inc.Id}))
-	requireCode(t, err, connect.CodeFailedPrecondition)
+	rpctest.RequireCode(t, err, connect.CodeFailedPrecondition)
 
 	// The streak and the dead letter it was about, still arriving: no new
 	// incident (a count of 4 and a second dead letter of an old slot would

@@ -12,6 +12,7 @@ import (
 
 	alertingv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/alerting/v1"
 	"github.com/cronmesh/cronmesh/gen/go/cronmesh/alerting/v1/alertingv1connect"
+	"github.com/cronmesh/cronmesh/libs/testkit/rpctest"
 )
 
 // TestRequestFieldCaps sends, for each capped string, list and map of the
@@ -104,7 +105,7 @@ func TestRequestFieldCaps(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			require.Contains(t, violations(t, tt.call(t.Context(), c)), tt.field)
+			require.Contains(t, rpctest.Violations(t, tt.call(t.Context(), c)), tt.field)
 		})
 	}
 }

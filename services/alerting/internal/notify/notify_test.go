@@ -12,7 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	alertingv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/alerting/v1"
-	"github.com/cronmesh/cronmesh/libs/smtptest"
+	"github.com/cronmesh/cronmesh/libs/testkit/smtptest"
 	"github.com/cronmesh/cronmesh/services/alerting/internal/notify"
 	"github.com/cronmesh/cronmesh/services/alerting/internal/payload"
 	"github.com/cronmesh/cronmesh/services/alerting/internal/store"

@@ -12,8 +12,8 @@ import (
 
 	"github.com/cronmesh/cronmesh/gen/go/cronmesh/history/v1/historyv1connect"
 	"github.com/cronmesh/cronmesh/libs/server"
+	"github.com/cronmesh/cronmesh/libs/testkit/tlstest"
 	"github.com/cronmesh/cronmesh/libs/tlsconfig"
-	"github.com/cronmesh/cronmesh/libs/tlstest"
 )
 
 // newH2CServer starts an httptest server that speaks h2c besides HTTP/1.1,

@@ -28,12 +28,13 @@ import (
 	"github.com/cronmesh/cronmesh/gen/go/cronmesh/dispatcher/v1/dispatcherv1connect"
 	eventsv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/events/v1"
 	registryv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1"
-	"github.com/cronmesh/cronmesh/libs/amqptest"
 	"github.com/cronmesh/cronmesh/libs/broker"
 	"github.com/cronmesh/cronmesh/libs/config"
 	"github.com/cronmesh/cronmesh/libs/execid"
-	"github.com/cronmesh/cronmesh/libs/pgtest"
 	"github.com/cronmesh/cronmesh/libs/targetcheck"
+	"github.com/cronmesh/cronmesh/libs/testkit/amqptest"
+	"github.com/cronmesh/cronmesh/libs/testkit/pgtest"
+	"github.com/cronmesh/cronmesh/libs/testkit/rpctest"
 	"github.com/cronmesh/cronmesh/services/dispatcher/internal/app"
 	"github.com/cronmesh/cronmesh/services/dispatcher/internal/deliver"
 	"github.com/cronmesh/cronmesh/services/dispatcher/internal/pipeline"
@@ -167,17 +168,8 @@ func startDispatcher(t *testing.T, options ...dispatcherOption) *dispatcher {
 }
 
 func (d *dispatcher) client(key string, opts ...connect.ClientOption) dispatcherv1connect.DispatchServiceClient {
-	transport := &http.Transport{Protocols: new(http.Protocols)}
-	transport.Protocols.SetUnencryptedHTTP2(true)
-	opts = append(opts, connect.WithInterceptors(connect.UnaryInterceptorFunc(func(next connect.UnaryFunc) connect.UnaryFunc {
-		return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
-			if key != "" {
-				req.Header().Set("Authorization", "Bearer "+key)
-			}
-			return next(ctx, req)
-		}
-	})))
-	return dispatcherv1connect.NewDispatchServiceClient(&http.Client{Transport: transport}, d.baseURL, opts...)
+	opts = append(opts, rpctest.Bearer(key))
+	return dispatcherv1connect.NewDispatchServiceClient(rpctest.H2CClient(), d.baseURL, opts...)
 }
 
 // dispatch publishes a request for job of namespace to url, as the trigger
@@ -325,7 +317,7 @@ func testDispatchService(t *testing.T, opts ...connect.ClientOption) {
 	}
 	require.NotNil(t, deadA1)
 	_, err := betaClient.RedriveDeadLetter(ctx, connect.NewRequest(&dispatcherv1.RedriveDeadLetterRequest{Id: deadA1.Id}))
-	requireCode(t, err, connect.CodeNotFound, "another namespace's dead letter")
+	rpctest.RequireCode(t, err, connect.CodeNotFound, "another namespace's dead letter")
 	override := &registryv1.Target{Kind: &registryv1.Target_Http{Http: &registryv1.HttpTarget{Method: "PUT", Url: "https://a.example/fixed"}}}
 	redrive, err := alpha.RedriveDeadLetter(ctx, connect.NewRequest(&dispatcherv1.RedriveDeadLetterRequest{Id: deadA1.Id, TargetOverride: override}))
 	require.NoError(t, err)
@@ -342,7 +334,7 @@ func testDispatchService(t *testing.T, opts ...connect.ClientOption) {
 	require.Equal(t, "PUT", calls[1].Target.GetHttp().Method)
 	require.Equal(t, secret, calls[1].Target.GetHttp().SigningSecret, "an override without a secret keeps the job's")
 	_, err = alpha.RedriveDeadLetter(ctx, connect.NewRequest(&dispatcherv1.RedriveDeadLetterRequest{Id: deadA1.Id}))
-	requireCode(t, err, connect.CodeNotFound, "redriven once")
+	rpctest.RequireCode(t, err, connect.CodeNotFound, "redriven once")
 
 	// Redrive a job's dead letters: they are delivered again (and die
 	// again, the target still answers 410).
@@ -357,11 +349,11 @@ func testDispatchService(t *testing.T, opts ...connect.ClientOption) {
 	onlyA = listAll(t, alpha, jobA)
 	require.Len(t, onlyA, 1)
 	_, err = betaClient.PurgeDeadLetter(ctx, connect.NewRequest(&dispatcherv1.PurgeDeadLetterRequest{Id: onlyA[0].Id}))
-	requireCode(t, err, connect.CodeNotFound, "another namespace's dead letter")
+	rpctest.RequireCode(t, err, connect.CodeNotFound, "another namespace's dead letter")
 	_, err = alpha.PurgeDeadLetter(ctx, connect.NewRequest(&dispatcherv1.PurgeDeadLetterRequest{Id: onlyA[0].Id}))
 	require.NoError(t, err)
 	_, err = alpha.PurgeDeadLetter(ctx, connect.NewRequest(&dispatcherv1.PurgeDeadLetterRequest{Id: onlyA[0].Id}))
-	requireCode(t, err, connect.CodeNotFound, "purged")
+	rpctest.RequireCode(t, err, connect.CodeNotFound, "purged")
 	require.Empty(t, listAll(t, alpha, jobA))
 	require.Len(t, d.target.of(a2.ExecutionId), 1, "a purged dead letter is not delivered")
 
@@ -416,7 +408,7 @@ func TestDeadLettersNeverShowSecretHeaders(t *testing.T) {
 	// dead letter stays.
 	elsewhere := &registryv1.Target{Kind: &registryv1.Target_Http{Http: &registryv1.HttpTarget{Url: "https://attacker.example/collect"}}}
 	_, err := alpha.RedriveDeadLetter(ctx, connect.NewRequest(&dispatcherv1.RedriveDeadLetterRequest{Id: dead.Id, TargetOverride: elsewhere}))
-	requireCode(t, err, connect.CodeInvalidArgument, "secret header to another origin")
+	rpctest.RequireCode(t, err, connect.CodeInvalidArgument, "secret header to another origin")
 	var cerr *connect.Error
 	require.ErrorAs(t, err, &cerr)
 	var fields []string
@@ -545,7 +537,7 @@ func TestDispatchServiceErrors(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			err := tt.call()
-			requireCode(t, err, tt.code, tt.name)
+			rpctest.RequireCode(t, err, tt.code, tt.name)
 			if tt.field == "" {
 				return
 			}
@@ -670,11 +662,4 @@ func TestAMQPTargetsAreCheckedAtDelivery(t *testing.T) {
 		require.NoError(t, err)
 		require.Zero(t, state.Messages, "nothing was published to %s", q)
 	}
-}
-
-func requireCode(t *testing.T, err error, code connect.Code, what string) {
-	t.Helper()
-	var cerr *connect.Error
-	require.True(t, errors.As(err, &cerr), "%s: want a connect error, got %v", what, err)
-	require.Equal(t, code, cerr.Code(), "%s: %s", what, cerr.Message())
 }

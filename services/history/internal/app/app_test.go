@@ -23,11 +23,12 @@ import (
 	eventsv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/events/v1"
 	historyv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/history/v1"
 	"github.com/cronmesh/cronmesh/gen/go/cronmesh/history/v1/historyv1connect"
-	"github.com/cronmesh/cronmesh/libs/amqptest"
 	"github.com/cronmesh/cronmesh/libs/clock"
 	"github.com/cronmesh/cronmesh/libs/config"
 	"github.com/cronmesh/cronmesh/libs/execid"
-	"github.com/cronmesh/cronmesh/libs/pgtest"
+	"github.com/cronmesh/cronmesh/libs/testkit/amqptest"
+	"github.com/cronmesh/cronmesh/libs/testkit/pgtest"
+	"github.com/cronmesh/cronmesh/libs/testkit/rpctest"
 	"github.com/cronmesh/cronmesh/services/history/internal/app"
 )
 
@@ -97,17 +98,8 @@ func startHistory(t *testing.T) *history {
 }
 
 func (h *history) client(key string, opts ...connect.ClientOption) historyv1connect.HistoryServiceClient {
-	transport := &http.Transport{Protocols: new(http.Protocols)}
-	transport.Protocols.SetUnencryptedHTTP2(true)
-	opts = append(opts, connect.WithInterceptors(connect.UnaryInterceptorFunc(func(next connect.UnaryFunc) connect.UnaryFunc {
-		return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
-			if key != "" {
-				req.Header().Set("Authorization", "Bearer "+key)
-			}
-			return next(ctx, req)
-		}
-	})))
-	return historyv1connect.NewHistoryServiceClient(&http.Client{Transport: transport}, h.baseURL, opts...)
+	opts = append(opts, rpctest.Bearer(key))
+	return historyv1connect.NewHistoryServiceClient(rpctest.H2CClient(), h.baseURL, opts...)
 }
 
 func (h *history) publish(t *testing.T, events ...*eventsv1.ExecutionEvent) {

@@ -10,9 +10,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	registryv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1"
-	"github.com/cronmesh/cronmesh/libs/amqptest"
 	"github.com/cronmesh/cronmesh/libs/config"
-	"github.com/cronmesh/cronmesh/libs/pgtest"
+	"github.com/cronmesh/cronmesh/libs/testkit/amqptest"
+	"github.com/cronmesh/cronmesh/libs/testkit/pgtest"
+	"github.com/cronmesh/cronmesh/libs/testkit/rpctest"
 	"github.com/cronmesh/cronmesh/services/registry/internal/app"
 )
 
@@ -49,12 +50,12 @@ func TestAMQPTargetsAreTenantScoped(t *testing.T) {
 				require.NoError(t, err)
 				return
 			}
-			require.Equal(t, []string{tc.field}, violations(t, err))
+			require.Equal(t, []string{tc.field}, rpctest.Violations(t, err))
 		})
 	}
 	// beta's allow-list is its own: alpha's does not apply.
 	_, err := reg.client(keyBeta).CreateJob(ctx, connect.NewRequest(&registryv1.CreateJobRequest{Job: amqpJob("beta", "shared.events", "k")}))
-	require.Equal(t, []string{"job.target.amqp.exchange"}, violations(t, err))
+	require.Equal(t, []string{"job.target.amqp.exchange"}, rpctest.Violations(t, err))
 }
 
 func TestRegistryRefusesReachableInternalNames(t *testing.T) {

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/types/known/fieldmaskpb"
 
 	registryv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1"
+	"github.com/cronmesh/cronmesh/libs/testkit/rpctest"
 )
 
 // TestBodyTemplate: a templated body is checked on create and update (an
@@ -25,7 +26,7 @@ func TestBodyTemplate(t *testing.T) {
 	bad.Target.GetHttp().Body = `{"slot":"{{ .NominalTime }}"}`
 	bad.Target.GetHttp().BodyFormat = registryv1.BodyFormat_BODY_FORMAT_TEMPLATE
 	_, err := client.CreateJob(ctx, connect.NewRequest(&registryv1.CreateJobRequest{Job: bad}))
-	require.Equal(t, []string{"job.target.http.body"}, violations(t, err))
+	require.Equal(t, []string{"job.target.http.body"}, rpctest.Violations(t, err))
 	descriptions := violationDescriptions(t, err)
 	require.Len(t, descriptions, 1)
 	require.Contains(t, descriptions[0], `template error at byte 9: unknown placeholder ".NominalTime"`)
@@ -33,7 +34,7 @@ func TestBodyTemplate(t *testing.T) {
 	reserved := httpJob("reserved header")
 	reserved.Target.GetHttp().Headers = map[string]string{"Cronmesh-Nominal-Time": "2020-01-01T00:00:00Z"}
 	_, err = client.CreateJob(ctx, connect.NewRequest(&registryv1.CreateJobRequest{Job: reserved}))
-	require.Equal(t, []string{`job.target.http.headers["Cronmesh-Nominal-Time"]`}, violations(t, err))
+	require.Equal(t, []string{`job.target.http.headers["Cronmesh-Nominal-Time"]`}, rpctest.Violations(t, err))
 
 	good := httpJob("templated")
 	good.Target.GetHttp().Body = `{"slot":"{{nominal_time}}","attempt":{{attempt}}}`
@@ -50,7 +51,7 @@ func TestBodyTemplate(t *testing.T) {
 	}}}}
 	mask := &fieldmaskpb.FieldMask{Paths: []string{"target.http.body", "target.http.body_format"}}
 	_, err = client.UpdateJob(ctx, connect.NewRequest(&registryv1.UpdateJobRequest{Job: patch, UpdateMask: mask}))
-	require.Equal(t, []string{"job.target.http.body"}, violations(t, err))
+	require.Equal(t, []string{"job.target.http.body"}, rpctest.Violations(t, err))
 
 	// Switching the format back to literal makes the same text valid.
 	patch.Target.GetHttp().BodyFormat = registryv1.BodyFormat_BODY_FORMAT_LITERAL
@@ -65,7 +66,7 @@ func TestBodyTemplate(t *testing.T) {
 func violationDescriptions(t *testing.T, err error) []string {
 	t.Helper()
 	var out []string
-	for _, d := range requireCode(t, err, connect.CodeInvalidArgument).Details() {
+	for _, d := range rpctest.RequireCode(t, err, connect.CodeInvalidArgument).Details() {
 		v, derr := d.Value()
 		require.NoError(t, derr)
 		if br, ok := v.(*errdetails.BadRequest); ok {

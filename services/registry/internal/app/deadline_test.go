@@ -13,6 +13,7 @@ import (
 	eventsv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/events/v1"
 	registryv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1"
 	"github.com/cronmesh/cronmesh/libs/targetcheck"
+	"github.com/cronmesh/cronmesh/libs/testkit/rpctest"
 )
 
 // TestExecutionDeadlineValidation refuses a deadline out of its range or
@@ -46,7 +47,7 @@ func TestExecutionDeadlineValidation(t *testing.T) {
 			}
 			res, err := c.CreateJob(context.Background(), connect.NewRequest(&registryv1.CreateJobRequest{Job: job}))
 			if tt.field != "" {
-				require.Equal(t, []string{tt.field}, violations(t, err))
+				require.Equal(t, []string{tt.field}, rpctest.Violations(t, err))
 				return
 			}
 			require.NoError(t, err)

@@ -2,24 +2,22 @@ package app_test
 
 import (
 	"context"
-	"errors"
 	"log/slog"
-	"net/http"
 	"os"
 	"testing"
 	"time"
 
 	"connectrpc.com/connect"
 	"github.com/stretchr/testify/require"
-	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/protobuf/proto"
 
 	eventsv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/events/v1"
 	"github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1/registryv1connect"
-	"github.com/cronmesh/cronmesh/libs/amqptest"
 	"github.com/cronmesh/cronmesh/libs/config"
-	"github.com/cronmesh/cronmesh/libs/pgtest"
 	"github.com/cronmesh/cronmesh/libs/quota"
+	"github.com/cronmesh/cronmesh/libs/testkit/amqptest"
+	"github.com/cronmesh/cronmesh/libs/testkit/pgtest"
+	"github.com/cronmesh/cronmesh/libs/testkit/rpctest"
 	"github.com/cronmesh/cronmesh/services/registry/internal/app"
 )
 
@@ -107,37 +105,11 @@ func startRegistry(t *testing.T, opts ...option) *registry {
 	return &registry{app: a, baseURL: "http://" + a.Server().Addr(), exchange: exchange, events: queue, executions: cfg.ExecutionsExchange}
 }
 
-// protocols are the wire protocols every RPC test runs over.
-var protocols = []struct {
-	name string
-	opts []connect.ClientOption
-}{
-	{"connect", nil},
-	{"grpc", []connect.ClientOption{connect.WithGRPC()}},
-}
-
 // client returns a JobService client that sends key, over h2c so that the
 // gRPC protocol works without TLS.
 func (r *registry) client(key string, opts ...connect.ClientOption) registryv1connect.JobServiceClient {
-	opts = append(opts, connect.WithInterceptors(bearer(key)))
-	return registryv1connect.NewJobServiceClient(h2cClient(), r.baseURL, opts...)
-}
-
-func h2cClient() *http.Client {
-	transport := &http.Transport{Protocols: new(http.Protocols)}
-	transport.Protocols.SetUnencryptedHTTP2(true)
-	return &http.Client{Transport: transport}
-}
-
-func bearer(key string) connect.UnaryInterceptorFunc {
-	return func(next connect.UnaryFunc) connect.UnaryFunc {
-		return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
-			if key != "" {
-				req.Header().Set("Authorization", "Bearer "+key)
-			}
-			return next(ctx, req)
-		}
-	}
+	opts = append(opts, connect.WithInterceptors(rpctest.BearerInterceptor(key)))
+	return registryv1connect.NewJobServiceClient(rpctest.H2CClient(), r.baseURL, opts...)
 }
 
 // nextEvents reads n job events from the registry's queue, in order.
@@ -163,34 +135,6 @@ func routingSuffix(kind eventsv1.JobEventKind) string {
 		eventsv1.JobEventKind_JOB_EVENT_KIND_RESUMED:       "resumed",
 		eventsv1.JobEventKind_JOB_EVENT_KIND_RUN_REQUESTED: "run_requested",
 	}[kind]
-}
-
-// requireCode asserts err is a Connect error with code.
-func requireCode(t *testing.T, err error, code connect.Code) *connect.Error {
-	t.Helper()
-	require.Error(t, err)
-	var cerr *connect.Error
-	require.True(t, errors.As(err, &cerr), "not a connect error: %v", err)
-	require.Equal(t, code, cerr.Code(), "message: %s", cerr.Message())
-	return cerr
-}
-
-// violations returns the fields named by the BadRequest detail of err.
-func violations(t *testing.T, err error) []string {
-	t.Helper()
-	cerr := requireCode(t, err, connect.CodeInvalidArgument)
-	var fields []string
-	for _, d := range cerr.Details() {
-		v, derr := d.Value()
-		require.NoError(t, derr)
-		if br, ok := v.(*errdetails.BadRequest); ok {
-			for _, fv := range br.FieldViolations {
-				fields = append(fields, fv.Field)
-			}
-		}
-	}
-	require.NotEmpty(t, fields, "InvalidArgument without a BadRequest field violation")
-	return fields
 }
 
 // requireNoMoreEvents asserts that the outbox empties and that nothing more

@@ -19,6 +19,7 @@ import (
 	eventsv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/events/v1"
 	registryv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1"
 	"github.com/cronmesh/cronmesh/libs/apikey"
+	"github.com/cronmesh/cronmesh/libs/testkit/rpctest"
 )
 
 func httpJob(name string) *registryv1.Job {
@@ -36,10 +37,10 @@ func httpJob(name string) *registryv1.Job {
 func TestCreateGetJob(t *testing.T) {
 	t.Parallel()
 	reg := startRegistry(t)
-	for _, proto_ := range protocols {
-		t.Run(proto_.name, func(t *testing.T) {
+	for _, proto_ := range rpctest.Protocols() {
+		t.Run(proto_.Name, func(t *testing.T) {
 			ctx := context.Background()
-			client := reg.client(keyAlpha, proto_.opts...)
+			client := reg.client(keyAlpha, proto_.Opts...)
 
 			created, err := client.CreateJob(ctx, connect.NewRequest(&registryv1.CreateJobRequest{Job: httpJob("nightly")}))
 			require.NoError(t, err)
@@ -96,11 +97,11 @@ func TestGetJobOfAnotherNamespaceIsNotFound(t *testing.T) {
 	beta := reg.client(keyBeta)
 
 	_, err = beta.GetJob(ctx, connect.NewRequest(&registryv1.GetJobRequest{Id: created.Msg.Job.Id}))
-	requireCode(t, err, connect.CodeNotFound)
+	rpctest.RequireCode(t, err, connect.CodeNotFound)
 	_, err = beta.DeleteJob(ctx, connect.NewRequest(&registryv1.DeleteJobRequest{Id: created.Msg.Job.Id}))
-	requireCode(t, err, connect.CodeNotFound)
+	rpctest.RequireCode(t, err, connect.CodeNotFound)
 	_, err = beta.RunJob(ctx, connect.NewRequest(&registryv1.RunJobRequest{Id: created.Msg.Job.Id}))
-	requireCode(t, err, connect.CodeNotFound)
+	rpctest.RequireCode(t, err, connect.CodeNotFound)
 	list, err := beta.ListJobs(ctx, connect.NewRequest(&registryv1.ListJobsRequest{}))
 	require.NoError(t, err)
 	require.Empty(t, list.Msg.Jobs)
@@ -113,10 +114,10 @@ func TestAuthentication(t *testing.T) {
 		{"no key", ""},
 		{"wrong key", "not-a-configured-key-at-all"},
 	} {
-		for _, p := range protocols {
-			t.Run(tc.name+"/"+p.name, func(t *testing.T) {
-				_, err := reg.client(tc.key, p.opts...).ListJobs(context.Background(), connect.NewRequest(&registryv1.ListJobsRequest{}))
-				requireCode(t, err, connect.CodeUnauthenticated)
+		for _, p := range rpctest.Protocols() {
+			t.Run(tc.name+"/"+p.Name, func(t *testing.T) {
+				_, err := reg.client(tc.key, p.Opts...).ListJobs(context.Background(), connect.NewRequest(&registryv1.ListJobsRequest{}))
+				rpctest.RequireCode(t, err, connect.CodeUnauthenticated)
 			})
 		}
 	}
@@ -222,7 +223,7 @@ func TestCreateJobRejectsInvalidInput(t *testing.T) {
 			job := httpJob(tc.name)
 			tc.mutate(job)
 			_, err := client.CreateJob(context.Background(), connect.NewRequest(&registryv1.CreateJobRequest{Job: job}))
-			require.Contains(t, violations(t, err), tc.field)
+			require.Contains(t, rpctest.Violations(t, err), tc.field)
 		})
 	}
 	t.Run("every violation at once", func(t *testing.T) {
@@ -231,7 +232,7 @@ func TestCreateJobRejectsInvalidInput(t *testing.T) {
 		job.Schedule.TimeZone = "Nowhere/Else"
 		job.Target.GetHttp().Url = "mailto:x@example.test"
 		_, err := client.CreateJob(context.Background(), connect.NewRequest(&registryv1.CreateJobRequest{Job: job}))
-		require.Subset(t, violations(t, err), []string{"job.display_name", "job.schedule.time_zone", "job.target.http.url"})
+		require.Subset(t, rpctest.Violations(t, err), []string{"job.display_name", "job.schedule.time_zone", "job.target.http.url"})
 	})
 	t.Run("nothing was written", func(t *testing.T) {
 		// Runs after the parallel subtests above have finished.
@@ -261,17 +262,17 @@ func TestBatchCreateJobsIsAllOrNothing(t *testing.T) {
 	bad := batch(3)
 	bad.Requests[1].Job.Schedule.Kind = &registryv1.Schedule_Cron{Cron: "not cron"}
 	_, err := client.BatchCreateJobs(ctx, connect.NewRequest(bad))
-	require.Equal(t, []string{"requests[1].job.schedule.cron"}, violations(t, err))
+	require.Equal(t, []string{"requests[1].job.schedule.cron"}, rpctest.Violations(t, err))
 
 	dup := batch(2)
 	dup.Requests[1].RequestId = dup.Requests[0].RequestId
 	_, err = client.BatchCreateJobs(ctx, connect.NewRequest(dup))
-	require.Equal(t, []string{"requests[1].request_id"}, violations(t, err))
+	require.Equal(t, []string{"requests[1].request_id"}, rpctest.Violations(t, err))
 
 	_, err = client.BatchCreateJobs(ctx, connect.NewRequest(batch(1001)))
-	require.Equal(t, []string{"requests"}, violations(t, err))
+	require.Equal(t, []string{"requests"}, rpctest.Violations(t, err))
 	_, err = client.BatchCreateJobs(ctx, connect.NewRequest(&registryv1.BatchCreateJobsRequest{}))
-	require.Equal(t, []string{"requests"}, violations(t, err))
+	require.Equal(t, []string{"requests"}, rpctest.Violations(t, err))
 
 	list, err := client.ListJobs(ctx, connect.NewRequest(&registryv1.ListJobsRequest{}))
 	require.NoError(t, err)
@@ -290,7 +291,7 @@ func TestBatchCreateJobsIsAllOrNothing(t *testing.T) {
 	again := batch(2)
 	again.Requests[0].RequestId = "fresh"
 	_, err = client.BatchCreateJobs(ctx, connect.NewRequest(again))
-	requireCode(t, err, connect.CodeAlreadyExists)
+	rpctest.RequireCode(t, err, connect.CodeAlreadyExists)
 	_, err = client.GetJob(ctx, connect.NewRequest(&registryv1.GetJobRequest{Id: ok.Msg.Jobs[0].Id}))
 	require.NoError(t, err)
 }
@@ -346,12 +347,12 @@ func TestListJobsPagesStablyAndFilters(t *testing.T) {
 	pausedByName, _ := collect(&registryv1.ListJobsRequest{NameContains: "job-1", Paused: &paused})
 	require.Equal(t, []string{"job-10", "job-15"}, pausedByName)
 	_, err = client.ListJobs(ctx, connect.NewRequest(&registryv1.ListJobsRequest{NameContains: strings.Repeat("é", 201)}))
-	require.Equal(t, []string{"name_contains"}, violations(t, err))
+	require.Equal(t, []string{"name_contains"}, rpctest.Violations(t, err))
 
 	_, err = client.ListJobs(ctx, connect.NewRequest(&registryv1.ListJobsRequest{PageToken: "garbage!"}))
-	require.Equal(t, []string{"page_token"}, violations(t, err))
+	require.Equal(t, []string{"page_token"}, rpctest.Violations(t, err))
 	_, err = client.ListJobs(ctx, connect.NewRequest(&registryv1.ListJobsRequest{PageSize: -1}))
-	require.Equal(t, []string{"page_size"}, violations(t, err))
+	require.Equal(t, []string{"page_size"}, rpctest.Violations(t, err))
 }
 
 func TestUpdateJob(t *testing.T) {
@@ -383,7 +384,7 @@ func TestUpdateJob(t *testing.T) {
 	_, err = client.UpdateJob(ctx, connect.NewRequest(&registryv1.UpdateJobRequest{
 		Job: &registryv1.Job{Id: job.Id, Etag: job.Etag, DisplayName: "lost update"}, UpdateMask: &fieldmaskpb.FieldMask{Paths: []string{"display_name"}},
 	}))
-	requireCode(t, err, connect.CodeAborted)
+	rpctest.RequireCode(t, err, connect.CodeAborted)
 
 	for _, tc := range []struct {
 		name  string
@@ -400,7 +401,7 @@ func TestUpdateJob(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := client.UpdateJob(ctx, connect.NewRequest(tc.req))
-			require.Contains(t, violations(t, err), tc.field)
+			require.Contains(t, rpctest.Violations(t, err), tc.field)
 		})
 	}
 
@@ -421,7 +422,7 @@ func TestUpdateJob(t *testing.T) {
 
 	_, err = client.UpdateJob(ctx, connect.NewRequest(&registryv1.UpdateJobRequest{Job: &registryv1.Job{Id: uuid.NewString(), DisplayName: "x"},
 		UpdateMask: &fieldmaskpb.FieldMask{Paths: []string{"display_name"}}}))
-	requireCode(t, err, connect.CodeNotFound)
+	rpctest.RequireCode(t, err, connect.CodeNotFound)
 
 	events := reg.nextEvents(t, 3)
 	require.Equal(t, []int64{1, 2, 3}, []int64{events[0].Version, events[1].Version, events[2].Version})
@@ -464,15 +465,15 @@ func TestPauseResumeRunDelete(t *testing.T) {
 	require.True(t, run2.Msg.NominalTime.AsTime().After(run1.Msg.NominalTime.AsTime()), "each run gets its own nominal time")
 
 	_, err = client.DeleteJob(ctx, connect.NewRequest(&registryv1.DeleteJobRequest{Id: id, Etag: "stale"}))
-	requireCode(t, err, connect.CodeAborted)
+	rpctest.RequireCode(t, err, connect.CodeAborted)
 	_, err = client.DeleteJob(ctx, connect.NewRequest(&registryv1.DeleteJobRequest{Id: id}))
 	require.NoError(t, err)
 	_, err = client.GetJob(ctx, connect.NewRequest(&registryv1.GetJobRequest{Id: id}))
-	requireCode(t, err, connect.CodeNotFound)
+	rpctest.RequireCode(t, err, connect.CodeNotFound)
 	_, err = client.DeleteJob(ctx, connect.NewRequest(&registryv1.DeleteJobRequest{Id: id}))
-	requireCode(t, err, connect.CodeNotFound)
+	rpctest.RequireCode(t, err, connect.CodeNotFound)
 	_, err = client.PauseJob(ctx, connect.NewRequest(&registryv1.PauseJobRequest{Id: "not-a-uuid"}))
-	requireCode(t, err, connect.CodeNotFound)
+	rpctest.RequireCode(t, err, connect.CodeNotFound)
 
 	events := reg.nextEvents(t, 6)
 	kinds := make([]eventsv1.JobEventKind, len(events))

@@ -23,11 +23,12 @@ import (
 	"github.com/cronmesh/cronmesh/gen/go/cronmesh/audit/v1/auditv1connect"
 	registryv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1"
 	"github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1/registryv1connect"
-	"github.com/cronmesh/cronmesh/libs/amqptest"
 	"github.com/cronmesh/cronmesh/libs/apikey"
 	"github.com/cronmesh/cronmesh/libs/config"
 	"github.com/cronmesh/cronmesh/libs/keyring"
-	"github.com/cronmesh/cronmesh/libs/pgtest"
+	"github.com/cronmesh/cronmesh/libs/testkit/amqptest"
+	"github.com/cronmesh/cronmesh/libs/testkit/pgtest"
+	"github.com/cronmesh/cronmesh/libs/testkit/rpctest"
 	"github.com/cronmesh/cronmesh/services/registry/internal/app"
 )
 
@@ -98,12 +99,12 @@ func startKeyRegistry(t *testing.T) *keyRegistry {
 }
 
 func (r *keyRegistry) keys(secret string, opts ...connect.ClientOption) registryv1connect.KeyServiceClient {
-	opts = append(opts, connect.WithInterceptors(bearer(secret)))
-	return registryv1connect.NewKeyServiceClient(h2cClient(), r.baseURL, opts...)
+	opts = append(opts, connect.WithInterceptors(rpctest.BearerInterceptor(secret)))
+	return registryv1connect.NewKeyServiceClient(rpctest.H2CClient(), r.baseURL, opts...)
 }
 
 func (r *keyRegistry) jobs(secret string) registryv1connect.JobServiceClient {
-	return registryv1connect.NewJobServiceClient(h2cClient(), r.baseURL, connect.WithInterceptors(bearer(secret)))
+	return registryv1connect.NewJobServiceClient(rpctest.H2CClient(), r.baseURL, connect.WithInterceptors(rpctest.BearerInterceptor(secret)))
 }
 
 func createKey(t *testing.T, c registryv1connect.KeyServiceClient, name string, role registryv1.KeyRole) (*registryv1.Key, string) {
@@ -130,28 +131,28 @@ func TestKeyLifecycle(t *testing.T) {
 	t.Parallel()
 	r := startKeyRegistry(t)
 	ctx := context.Background()
-	for _, proto := range protocols {
-		t.Run(proto.name, func(t *testing.T) {
-			bootstrap := r.keys(keyAlpha, proto.opts...)
-			admin, adminSecret := createKey(t, bootstrap, "ci admin "+proto.name, registryv1.KeyRole_KEY_ROLE_ADMIN)
+	for _, proto := range rpctest.Protocols() {
+		t.Run(proto.Name, func(t *testing.T) {
+			bootstrap := r.keys(keyAlpha, proto.Opts...)
+			admin, adminSecret := createKey(t, bootstrap, "ci admin "+proto.Name, registryv1.KeyRole_KEY_ROLE_ADMIN)
 			require.Equal(t, "alpha", admin.Namespace)
 			require.Equal(t, apikey.ConfiguredKeyID(keyAlpha), admin.CreatedBy)
 			require.Equal(t, registryv1.KeyRole_KEY_ROLE_ADMIN, admin.Role)
 
 			// A managed admin key manages keys itself.
-			viewer, viewerSecret := createKey(t, r.keys(adminSecret, proto.opts...), "dashboard "+proto.name, registryv1.KeyRole_KEY_ROLE_VIEWER)
+			viewer, viewerSecret := createKey(t, r.keys(adminSecret, proto.Opts...), "dashboard "+proto.Name, registryv1.KeyRole_KEY_ROLE_VIEWER)
 			require.Equal(t, admin.Id, viewer.CreatedBy)
-			editor, editorSecret := createKey(t, bootstrap, "deployer "+proto.name, registryv1.KeyRole_KEY_ROLE_EDITOR)
+			editor, editorSecret := createKey(t, bootstrap, "deployer "+proto.Name, registryv1.KeyRole_KEY_ROLE_EDITOR)
 			for _, secret := range []string{adminSecret, viewerSecret, editorSecret} {
 				require.True(t, canListJobs(t, r, secret), "a new key works at once on the registry")
 			}
 
 			// Only admins manage keys.
 			for _, secret := range []string{viewerSecret, editorSecret} {
-				_, err := r.keys(secret, proto.opts...).ListKeys(ctx, connect.NewRequest(&registryv1.ListKeysRequest{}))
-				requireCode(t, err, connect.CodePermissionDenied)
-				_, err = r.keys(secret, proto.opts...).CreateKey(ctx, connect.NewRequest(&registryv1.CreateKeyRequest{Name: "x", Role: registryv1.KeyRole_KEY_ROLE_ADMIN}))
-				requireCode(t, err, connect.CodePermissionDenied)
+				_, err := r.keys(secret, proto.Opts...).ListKeys(ctx, connect.NewRequest(&registryv1.ListKeysRequest{}))
+				rpctest.RequireCode(t, err, connect.CodePermissionDenied)
+				_, err = r.keys(secret, proto.Opts...).CreateKey(ctx, connect.NewRequest(&registryv1.CreateKeyRequest{Name: "x", Role: registryv1.KeyRole_KEY_ROLE_ADMIN}))
+				rpctest.RequireCode(t, err, connect.CodePermissionDenied)
 			}
 
 			list, err := bootstrap.ListKeys(ctx, connect.NewRequest(&registryv1.ListKeysRequest{}))
@@ -169,15 +170,15 @@ func TestKeyLifecycle(t *testing.T) {
 			}
 
 			// Another namespace sees none of them, and cannot touch them.
-			other, err := r.keys(keyBeta, proto.opts...).ListKeys(ctx, connect.NewRequest(&registryv1.ListKeysRequest{}))
+			other, err := r.keys(keyBeta, proto.Opts...).ListKeys(ctx, connect.NewRequest(&registryv1.ListKeysRequest{}))
 			require.NoError(t, err)
 			for _, k := range other.Msg.Keys {
 				require.False(t, ids[k.Id], "beta lists alpha's key %s", k.Id)
 			}
-			_, err = r.keys(keyBeta, proto.opts...).RevokeKey(ctx, connect.NewRequest(&registryv1.RevokeKeyRequest{Id: viewer.Id}))
-			requireCode(t, err, connect.CodeNotFound)
-			_, err = r.keys(keyBeta, proto.opts...).RotateKey(ctx, connect.NewRequest(&registryv1.RotateKeyRequest{Id: viewer.Id}))
-			requireCode(t, err, connect.CodeNotFound)
+			_, err = r.keys(keyBeta, proto.Opts...).RevokeKey(ctx, connect.NewRequest(&registryv1.RevokeKeyRequest{Id: viewer.Id}))
+			rpctest.RequireCode(t, err, connect.CodeNotFound)
+			_, err = r.keys(keyBeta, proto.Opts...).RotateKey(ctx, connect.NewRequest(&registryv1.RotateKeyRequest{Id: viewer.Id}))
+			rpctest.RequireCode(t, err, connect.CodeNotFound)
 
 			// Revocation works at once on the registry, and is idempotent.
 			revoked, err := bootstrap.RevokeKey(ctx, connect.NewRequest(&registryv1.RevokeKeyRequest{Id: viewer.Id}))
@@ -188,7 +189,7 @@ func TestKeyLifecycle(t *testing.T) {
 			require.NoError(t, err)
 			require.Equal(t, revoked.Msg.Key.RevokeTime.AsTime(), again.Msg.Key.RevokeTime.AsTime())
 			_, err = bootstrap.RotateKey(ctx, connect.NewRequest(&registryv1.RotateKeyRequest{Id: viewer.Id}))
-			requireCode(t, err, connect.CodeFailedPrecondition)
+			rpctest.RequireCode(t, err, connect.CodeFailedPrecondition)
 
 			active, err := bootstrap.ListKeys(ctx, connect.NewRequest(&registryv1.ListKeysRequest{}))
 			require.NoError(t, err)
@@ -200,9 +201,9 @@ func TestKeyLifecycle(t *testing.T) {
 			require.Greater(t, len(all.Msg.Keys), len(active.Msg.Keys))
 
 			// The name of a revoked key is free again; an unrevoked one's is not.
-			createKey(t, bootstrap, "dashboard "+proto.name, registryv1.KeyRole_KEY_ROLE_VIEWER)
-			_, err = bootstrap.CreateKey(ctx, connect.NewRequest(&registryv1.CreateKeyRequest{Name: "deployer " + proto.name, Role: registryv1.KeyRole_KEY_ROLE_VIEWER}))
-			requireCode(t, err, connect.CodeAlreadyExists)
+			createKey(t, bootstrap, "dashboard "+proto.Name, registryv1.KeyRole_KEY_ROLE_VIEWER)
+			_, err = bootstrap.CreateKey(ctx, connect.NewRequest(&registryv1.CreateKeyRequest{Name: "deployer " + proto.Name, Role: registryv1.KeyRole_KEY_ROLE_VIEWER}))
+			rpctest.RequireCode(t, err, connect.CodeAlreadyExists)
 		})
 	}
 	for _, secret := range []string{keyAlpha, keyBeta} {
@@ -254,11 +255,11 @@ func TestKeyRotationGrace(t *testing.T) {
 		"id":           {},
 	} {
 		_, err := bootstrap.RotateKey(ctx, connect.NewRequest(req))
-		requireCode(t, err, connect.CodeInvalidArgument)
+		rpctest.RequireCode(t, err, connect.CodeInvalidArgument)
 		require.Contains(t, err.Error(), name)
 	}
 	_, err = bootstrap.RotateKey(ctx, connect.NewRequest(&registryv1.RotateKeyRequest{Id: "not-a-uuid"}))
-	requireCode(t, err, connect.CodeNotFound)
+	rpctest.RequireCode(t, err, connect.CodeNotFound)
 	require.NotContains(t, r.logs.String(), apikey.SecretPrefix)
 }
 
@@ -273,11 +274,11 @@ func TestCreateKeyValidationAndReplay(t *testing.T) {
 		"request_id": {Name: "long request", Role: registryv1.KeyRole_KEY_ROLE_VIEWER, RequestId: strings.Repeat("r", 129)},
 	} {
 		_, err := bootstrap.CreateKey(ctx, connect.NewRequest(req))
-		requireCode(t, err, connect.CodeInvalidArgument)
+		rpctest.RequireCode(t, err, connect.CodeInvalidArgument)
 		require.Contains(t, err.Error(), field)
 	}
 	_, err := bootstrap.CreateKey(ctx, connect.NewRequest(&registryv1.CreateKeyRequest{Name: strings.Repeat("n", 129), Role: registryv1.KeyRole_KEY_ROLE_VIEWER}))
-	requireCode(t, err, connect.CodeInvalidArgument)
+	rpctest.RequireCode(t, err, connect.CodeInvalidArgument)
 
 	req := &registryv1.CreateKeyRequest{Name: "idempotent", Role: registryv1.KeyRole_KEY_ROLE_VIEWER, RequestId: "req-1"}
 	first, err := bootstrap.CreateKey(ctx, connect.NewRequest(req))
@@ -299,7 +300,7 @@ func TestListKeyDigests(t *testing.T) {
 	_, betaSecret := createKey(t, r.keys(keyBeta), "beta viewer", registryv1.KeyRole_KEY_ROLE_VIEWER)
 
 	_, err := r.keys(adminSecret).ListKeyDigests(ctx, connect.NewRequest(&registryv1.ListKeyDigestsRequest{}))
-	requireCode(t, err, connect.CodePermissionDenied)
+	rpctest.RequireCode(t, err, connect.CodePermissionDenied)
 
 	resp, err := bootstrap.ListKeyDigests(ctx, connect.NewRequest(&registryv1.ListKeyDigestsRequest{}))
 	require.NoError(t, err)
@@ -401,11 +402,11 @@ func TestGetCallerIdentity(t *testing.T) {
 	t.Parallel()
 	r := startKeyRegistry(t)
 	ctx := context.Background()
-	for _, proto := range protocols {
-		t.Run(proto.name, func(t *testing.T) {
-			bootstrap := r.keys(keyAlpha, proto.opts...)
-			editor, editorSecret := createKey(t, bootstrap, "identity editor "+proto.name, registryv1.KeyRole_KEY_ROLE_EDITOR)
-			viewer, viewerSecret := createKey(t, bootstrap, "identity viewer "+proto.name, registryv1.KeyRole_KEY_ROLE_VIEWER)
+	for _, proto := range rpctest.Protocols() {
+		t.Run(proto.Name, func(t *testing.T) {
+			bootstrap := r.keys(keyAlpha, proto.Opts...)
+			editor, editorSecret := createKey(t, bootstrap, "identity editor "+proto.Name, registryv1.KeyRole_KEY_ROLE_EDITOR)
+			viewer, viewerSecret := createKey(t, bootstrap, "identity viewer "+proto.Name, registryv1.KeyRole_KEY_ROLE_VIEWER)
 			for _, tc := range []struct {
 				name, secret string
 				want         *registryv1.GetCallerIdentityResponse
@@ -424,20 +425,20 @@ func TestGetCallerIdentity(t *testing.T) {
 				}},
 			} {
 				t.Run(tc.name, func(t *testing.T) {
-					resp, err := r.keys(tc.secret, proto.opts...).GetCallerIdentity(ctx, connect.NewRequest(&registryv1.GetCallerIdentityRequest{}))
+					resp, err := r.keys(tc.secret, proto.Opts...).GetCallerIdentity(ctx, connect.NewRequest(&registryv1.GetCallerIdentityRequest{}))
 					require.NoError(t, err)
 					require.Empty(t, cmp.Diff(tc.want, resp.Msg, protocmp.Transform()))
 				})
 			}
 
-			_, err := r.keys("cm_not_a_key_0000000000000000", proto.opts...).GetCallerIdentity(ctx, connect.NewRequest(&registryv1.GetCallerIdentityRequest{}))
-			requireCode(t, err, connect.CodeUnauthenticated)
+			_, err := r.keys("cm_not_a_key_0000000000000000", proto.Opts...).GetCallerIdentity(ctx, connect.NewRequest(&registryv1.GetCallerIdentityRequest{}))
+			rpctest.RequireCode(t, err, connect.CodeUnauthenticated)
 
 			// The viewer's refused CreateKey is audited; its identity calls
 			// are not.
-			_, err = r.keys(viewerSecret, proto.opts...).CreateKey(ctx, connect.NewRequest(&registryv1.CreateKeyRequest{Name: "x", Role: registryv1.KeyRole_KEY_ROLE_ADMIN}))
-			requireCode(t, err, connect.CodePermissionDenied)
-			audit := auditv1connect.NewAuditServiceClient(h2cClient(), r.baseURL, append(slices.Clone(proto.opts), connect.WithInterceptors(bearer(keyAlpha)))...)
+			_, err = r.keys(viewerSecret, proto.Opts...).CreateKey(ctx, connect.NewRequest(&registryv1.CreateKeyRequest{Name: "x", Role: registryv1.KeyRole_KEY_ROLE_ADMIN}))
+			rpctest.RequireCode(t, err, connect.CodePermissionDenied)
+			audit := auditv1connect.NewAuditServiceClient(rpctest.H2CClient(), r.baseURL, append(slices.Clone(proto.Opts), connect.WithInterceptors(rpctest.BearerInterceptor(keyAlpha)))...)
 			events, err := audit.ListAuditEvents(ctx, connect.NewRequest(&auditv1.ListAuditEventsRequest{KeyId: viewer.Id}))
 			require.NoError(t, err)
 			var procedures []string

@@ -19,6 +19,7 @@ import (
 	"github.com/cronmesh/cronmesh/libs/rpcerr"
 	"github.com/cronmesh/cronmesh/libs/server"
 	"github.com/cronmesh/cronmesh/libs/targetcheck"
+	"github.com/cronmesh/cronmesh/libs/testkit/rpctest"
 	"github.com/cronmesh/cronmesh/services/registry/internal/api"
 	"github.com/cronmesh/cronmesh/services/registry/internal/validate"
 )
@@ -143,7 +144,7 @@ func TestRequestFieldCaps(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			require.Contains(t, violations(t, tt.call(t.Context(), c)), tt.field)
+			require.Contains(t, rpctest.Violations(t, tt.call(t.Context(), c)), tt.field)
 		})
 	}
 }

@@ -10,6 +10,7 @@ import (
 
 	eventsv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/events/v1"
 	registryv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1"
+	"github.com/cronmesh/cronmesh/libs/testkit/rpctest"
 )
 
 // TestMaxRuns: max_runs is stored, returned, updatable through the mask and
@@ -25,7 +26,7 @@ func TestMaxRuns(t *testing.T) {
 		job := httpJob("bad limit")
 		job.MaxRuns = n
 		_, err := client.CreateJob(ctx, connect.NewRequest(&registryv1.CreateJobRequest{Job: job}))
-		require.Equal(t, []string{"job.max_runs"}, violations(t, err), "max_runs %d", n)
+		require.Equal(t, []string{"job.max_runs"}, rpctest.Violations(t, err), "max_runs %d", n)
 	}
 
 	job := httpJob("limited")
@@ -47,7 +48,7 @@ func TestMaxRuns(t *testing.T) {
 		Job:        &registryv1.Job{Id: id, MaxRuns: -5},
 		UpdateMask: &fieldmaskpb.FieldMask{Paths: []string{"max_runs"}},
 	}))
-	require.Equal(t, []string{"job.max_runs"}, violations(t, err))
+	require.Equal(t, []string{"job.max_runs"}, rpctest.Violations(t, err))
 	upd, err := client.UpdateJob(ctx, connect.NewRequest(&registryv1.UpdateJobRequest{
 		Job:        &registryv1.Job{Id: id, MaxRuns: 1_000_000_000},
 		UpdateMask: &fieldmaskpb.FieldMask{Paths: []string{"max_runs"}},

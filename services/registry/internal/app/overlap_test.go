@@ -10,6 +10,7 @@ import (
 
 	eventsv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/events/v1"
 	registryv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1"
+	"github.com/cronmesh/cronmesh/libs/testkit/rpctest"
 )
 
 // TestOverlapPolicyValidation: an unset policy is stored as ALLOW, every
@@ -37,7 +38,7 @@ func TestOverlapPolicyValidation(t *testing.T) {
 			job.OverlapPolicy = tt.policy
 			res, err := c.CreateJob(context.Background(), connect.NewRequest(&registryv1.CreateJobRequest{Job: job}))
 			if tt.field != "" {
-				require.Equal(t, []string{tt.field}, violations(t, err))
+				require.Equal(t, []string{tt.field}, rpctest.Violations(t, err))
 				return
 			}
 			require.NoError(t, err)
@@ -77,7 +78,7 @@ func TestOverlapPolicyUpdateRunAndEvents(t *testing.T) {
 	_, err = c.RunJob(ctx, connect.NewRequest(&registryv1.RunJobRequest{Id: id}))
 	require.NoError(t, err)
 	_, err = c.RunJob(ctx, connect.NewRequest(&registryv1.RunJobRequest{Id: id, OverlapPolicy: registryv1.OverlapPolicy(42)}))
-	require.Equal(t, []string{"overlap_policy"}, violations(t, err))
+	require.Equal(t, []string{"overlap_policy"}, rpctest.Violations(t, err))
 
 	events := reg.nextEvents(t, 4)
 	require.Equal(t, registryv1.OverlapPolicy_OVERLAP_POLICY_ALLOW, events[0].Job.OverlapPolicy)

@@ -13,6 +13,7 @@ import (
 	eventsv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/events/v1"
 	registryv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1"
 	"github.com/cronmesh/cronmesh/libs/apikey"
+	"github.com/cronmesh/cronmesh/libs/testkit/rpctest"
 )
 
 // TestPauseRecordsReasonTimeAndKey: a pause names why, when and which
@@ -125,7 +126,7 @@ func TestPauseValidation(t *testing.T) {
 	id := created.Msg.Job.Id
 
 	_, err = client.PauseJob(ctx, connect.NewRequest(&registryv1.PauseJobRequest{Id: id, Reason: strings.Repeat("x", 513)}))
-	require.Equal(t, []string{"reason"}, violations(t, err))
+	require.Equal(t, []string{"reason"}, rpctest.Violations(t, err))
 	_, err = client.PauseJob(ctx, connect.NewRequest(&registryv1.PauseJobRequest{Id: id, Reason: strings.Repeat("é", 512)}))
 	require.NoError(t, err, "the cap counts characters")
 
@@ -133,7 +134,7 @@ func TestPauseValidation(t *testing.T) {
 		job := httpJob("bad threshold")
 		job.PauseAfterDeadLetters = n
 		_, err = client.CreateJob(ctx, connect.NewRequest(&registryv1.CreateJobRequest{Job: job}))
-		require.Equal(t, []string{"job.pause_after_dead_letters"}, violations(t, err))
+		require.Equal(t, []string{"job.pause_after_dead_letters"}, rpctest.Violations(t, err))
 	}
 	job := httpJob("threshold")
 	job.PauseAfterDeadLetters = 3

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	registryv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1"
+	"github.com/cronmesh/cronmesh/libs/testkit/rpctest"
 )
 
 // TestPreviewScheduleJSON sends the exact JSON of the API documentation, as
@@ -100,14 +101,14 @@ func TestPreviewScheduleDST(t *testing.T) {
 	_, err := client.PreviewSchedule(context.Background(), connect.NewRequest(&registryv1.PreviewScheduleRequest{
 		Schedule: &registryv1.Schedule{Kind: &registryv1.Schedule_Cron{Cron: "0 9 * * 1-5"}, TimeZone: "Europe/Berlln"},
 	}))
-	require.Equal(t, []string{"schedule.time_zone"}, violations(t, err))
+	require.Equal(t, []string{"schedule.time_zone"}, rpctest.Violations(t, err))
 	_, err = client.PreviewSchedule(context.Background(), connect.NewRequest(&registryv1.PreviewScheduleRequest{
 		Schedule: &registryv1.Schedule{Kind: &registryv1.Schedule_Cron{Cron: "0 9 * * 1#6"}},
 	}))
-	require.Equal(t, []string{"schedule.cron"}, violations(t, err))
+	require.Equal(t, []string{"schedule.cron"}, rpctest.Violations(t, err))
 	require.ErrorContains(t, err, `invalid day-of-week "1#6": occurrence 6 must be between 1 and 5`)
 	_, err = client.PreviewSchedule(context.Background(), connect.NewRequest(&registryv1.PreviewScheduleRequest{
 		Schedule: &registryv1.Schedule{Kind: &registryv1.Schedule_Cron{Cron: "@hourly"}}, Count: 1001,
 	}))
-	require.Equal(t, []string{"count"}, violations(t, err))
+	require.Equal(t, []string{"count"}, rpctest.Violations(t, err))
 }

@@ -16,6 +16,7 @@ import (
 	registryv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1"
 	"github.com/cronmesh/cronmesh/libs/quota"
 	"github.com/cronmesh/cronmesh/libs/ratelimit"
+	"github.com/cronmesh/cronmesh/libs/testkit/rpctest"
 	"github.com/cronmesh/cronmesh/services/registry/internal/app"
 )
 
@@ -23,7 +24,7 @@ import (
 // naming namespace and the jobs quota.
 func requireQuotaFailure(t *testing.T, err error, namespace string) {
 	t.Helper()
-	cerr := requireCode(t, err, connect.CodeResourceExhausted)
+	cerr := rpctest.RequireCode(t, err, connect.CodeResourceExhausted)
 	for _, d := range cerr.Details() {
 		v, derr := d.Value()
 		require.NoError(t, derr)
@@ -70,8 +71,8 @@ func TestMaxJobsPerNamespace(t *testing.T) {
 			first = res.Msg.Job
 		}
 	}
-	for _, p := range protocols {
-		_, err := reg.client(keyAlpha, p.opts...).CreateJob(ctx, connect.NewRequest(&registryv1.CreateJobRequest{Job: httpJob("one-too-many")}))
+	for _, p := range rpctest.Protocols() {
+		_, err := reg.client(keyAlpha, p.Opts...).CreateJob(ctx, connect.NewRequest(&registryv1.CreateJobRequest{Job: httpJob("one-too-many")}))
 		requireQuotaFailure(t, err, "alpha")
 	}
 	replay, err := alpha.CreateJob(ctx, connect.NewRequest(&registryv1.CreateJobRequest{Job: httpJob("job-0"), RequestId: "r-0"}))
@@ -165,9 +166,9 @@ func TestRateLimitPerKey(t *testing.T) {
 	list := connect.NewRequest(&registryv1.ListJobsRequest{})
 	_, err := reg.client(keyAlpha).ListJobs(ctx, list)
 	require.NoError(t, err, "the burst of one")
-	for _, p := range protocols {
-		_, err := reg.client(keyAlpha, p.opts...).ListJobs(ctx, list)
-		cerr := requireCode(t, err, connect.CodeResourceExhausted)
+	for _, p := range rpctest.Protocols() {
+		_, err := reg.client(keyAlpha, p.Opts...).ListJobs(ctx, list)
+		cerr := rpctest.RequireCode(t, err, connect.CodeResourceExhausted)
 		var retry *errdetails.RetryInfo
 		for _, d := range cerr.Details() {
 			if v, derr := d.Value(); derr == nil {
@@ -176,8 +177,8 @@ func TestRateLimitPerKey(t *testing.T) {
 				}
 			}
 		}
-		require.NotNil(t, retry, "%s: a RetryInfo detail", p.name)
-		require.Greater(t, retry.RetryDelay.AsDuration(), 900*time.Second, p.name)
+		require.NotNil(t, retry, "%s: a RetryInfo detail", p.Name)
+		require.Greater(t, retry.RetryDelay.AsDuration(), 900*time.Second, p.Name)
 	}
 	_, err = reg.client(keyBeta).ListJobs(ctx, list)
 	require.NoError(t, err, "beta's key has a bucket of its own")

@@ -22,6 +22,7 @@ import (
 	registryv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1"
 	"github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1/registryv1connect"
 	"github.com/cronmesh/cronmesh/libs/execid"
+	"github.com/cronmesh/cronmesh/libs/testkit/rpctest"
 	"github.com/cronmesh/cronmesh/services/registry/internal/app"
 )
 
@@ -118,10 +119,10 @@ func TestRerunExecution(t *testing.T) {
 	orphan := finishedExecution(uuid.Must(uuid.NewV7()).String(), historyv1.ExecutionStatus_EXECUTION_STATUS_SUCCEEDED, base)
 	hist.add("alpha", orphan)
 
-	for _, proto_ := range protocols {
-		t.Run(proto_.name, func(t *testing.T) {
-			client := reg.client(keyAlpha, proto_.opts...)
-			requestID := "fix-the-url-" + proto_.name
+	for _, proto_ := range rpctest.Protocols() {
+		t.Run(proto_.Name, func(t *testing.T) {
+			client := reg.client(keyAlpha, proto_.Opts...)
+			requestID := "fix-the-url-" + proto_.Name
 			resp, err := client.RerunExecution(ctx, connect.NewRequest(&registryv1.RerunExecutionRequest{
 				ExecutionId: dead.ExecutionId, RequestId: requestID,
 				TargetOverride: httpTarget("https://example.test/v2/hook"),
@@ -189,10 +190,10 @@ func TestRerunExecution(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			_, err := tc.client.RerunExecution(ctx, connect.NewRequest(tc.req))
 			if tc.field != "" {
-				require.Contains(t, violations(t, err), tc.field)
+				require.Contains(t, rpctest.Violations(t, err), tc.field)
 				return
 			}
-			requireCode(t, err, tc.code)
+			rpctest.RequireCode(t, err, tc.code)
 		})
 	}
 	reg.requireNoMoreEvents(t)
@@ -229,7 +230,7 @@ func TestRerunExecutionWithoutHistory(t *testing.T) {
 			_, err = client.RerunExecution(ctx, connect.NewRequest(&registryv1.RerunExecutionRequest{
 				ExecutionId: execid.For(created.Msg.Job.Id, time.Now()),
 			}))
-			cerr := requireCode(t, err, tc.code)
+			cerr := rpctest.RequireCode(t, err, tc.code)
 			require.Contains(t, cerr.Message(), tc.says)
 			require.NotContains(t, cerr.Message(), "127.0.0.1", "the history's address stays inside")
 			reg.requireNoMoreEvents(t)

@@ -10,6 +10,7 @@ import (
 
 	eventsv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/events/v1"
 	registryv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1"
+	"github.com/cronmesh/cronmesh/libs/testkit/rpctest"
 )
 
 func httpTarget(url string) *registryv1.Target {
@@ -86,7 +87,7 @@ func TestRunJobOverrides(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			tc.req.Id = id
 			_, err := client.RunJob(ctx, connect.NewRequest(tc.req))
-			require.Contains(t, violations(t, err), tc.want)
+			require.Contains(t, rpctest.Violations(t, err), tc.want)
 		})
 	}
 	reg.requireNoMoreEvents(t)

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/types/known/fieldmaskpb"
 
 	registryv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1"
+	"github.com/cronmesh/cronmesh/libs/testkit/rpctest"
 )
 
 // requireNoSecret fails when any of secrets appears anywhere in m.
@@ -104,9 +105,9 @@ func TestSecretHeadersAreWriteOnly(t *testing.T) {
 	moved := proto.CloneOf(read)
 	moved.Target.GetHttp().Url = "https://attacker.example.test/collect"
 	_, err = update(moved, "target.http.url")
-	require.ElementsMatch(t, []string{`job.target.http.secret_headers["X-Token"]`, `job.target.http.secret_headers["authorization"]`}, violations(t, err))
+	require.ElementsMatch(t, []string{`job.target.http.secret_headers["X-Token"]`, `job.target.http.secret_headers["authorization"]`}, rpctest.Violations(t, err))
 	_, err = update(moved, "target")
-	require.Contains(t, violations(t, err), `job.target.http.secret_headers["X-Token"]`)
+	require.Contains(t, rpctest.Violations(t, err), `job.target.http.secret_headers["X-Token"]`)
 	// The same origin (another path, the default port spelled out) keeps them.
 	samePlace := proto.CloneOf(read)
 	samePlace.Target.GetHttp().Url = "https://example.test:443/other-hook"
@@ -129,9 +130,9 @@ func TestSecretHeadersAreWriteOnly(t *testing.T) {
 	bad := httpJob("bad")
 	bad.Target.GetHttp().SecretHeaders = map[string]string{"X-Token": ""}
 	_, err = client.CreateJob(ctx, connect.NewRequest(&registryv1.CreateJobRequest{Job: bad}))
-	require.Equal(t, []string{`job.target.http.secret_headers["X-Token"]`}, violations(t, err))
+	require.Equal(t, []string{`job.target.http.secret_headers["X-Token"]`}, rpctest.Violations(t, err))
 	bad.Target.GetHttp().SecretHeaders = map[string]string{"X-Token": "a"}
 	bad.Target.GetHttp().Headers = map[string]string{"x-token": "b"}
 	_, err = client.CreateJob(ctx, connect.NewRequest(&registryv1.CreateJobRequest{Job: bad}))
-	require.Equal(t, []string{`job.target.http.secret_headers["X-Token"]`}, violations(t, err))
+	require.Equal(t, []string{`job.target.http.secret_headers["X-Token"]`}, rpctest.Violations(t, err))
 }

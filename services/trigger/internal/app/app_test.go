@@ -2,7 +2,6 @@ package app_test
 
 import (
 	"context"
-	"errors"
 	"io"
 	"log/slog"
 	"net/http"
@@ -23,14 +22,15 @@ import (
 	registryv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1"
 	triggerv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/trigger/v1"
 	"github.com/cronmesh/cronmesh/gen/go/cronmesh/trigger/v1/triggerv1connect"
-	"github.com/cronmesh/cronmesh/libs/amqptest"
 	"github.com/cronmesh/cronmesh/libs/broker"
 	"github.com/cronmesh/cronmesh/libs/config"
-	"github.com/cronmesh/cronmesh/libs/etcdtest"
-	"github.com/cronmesh/cronmesh/libs/pgtest"
 	"github.com/cronmesh/cronmesh/libs/postgres"
 	"github.com/cronmesh/cronmesh/libs/promhist"
 	"github.com/cronmesh/cronmesh/libs/quota"
+	"github.com/cronmesh/cronmesh/libs/testkit/amqptest"
+	"github.com/cronmesh/cronmesh/libs/testkit/etcdtest"
+	"github.com/cronmesh/cronmesh/libs/testkit/pgtest"
+	"github.com/cronmesh/cronmesh/libs/testkit/rpctest"
 	"github.com/cronmesh/cronmesh/services/trigger/internal/app"
 )
 
@@ -101,17 +101,8 @@ func startNode(t *testing.T, mods ...func(*app.Config)) *node {
 }
 
 func (n *node) client(k string, opts ...connect.ClientOption) triggerv1connect.TriggerServiceClient {
-	transport := &http.Transport{Protocols: new(http.Protocols)}
-	transport.Protocols.SetUnencryptedHTTP2(true)
-	opts = append(opts, connect.WithInterceptors(connect.UnaryInterceptorFunc(func(next connect.UnaryFunc) connect.UnaryFunc {
-		return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
-			if k != "" {
-				req.Header().Set("Authorization", "Bearer "+k)
-			}
-			return next(ctx, req)
-		}
-	})))
-	return triggerv1connect.NewTriggerServiceClient(&http.Client{Transport: transport}, n.baseURL, opts...)
+	opts = append(opts, rpctest.Bearer(k))
+	return triggerv1connect.NewTriggerServiceClient(rpctest.H2CClient(), n.baseURL, opts...)
 }
 
 // createJob publishes a CREATED event, as the registry would.
@@ -205,7 +196,7 @@ func TestTriggerService(t *testing.T) {
 		VALUES (gen_random_uuid(), 'alpha', gen_random_uuid(), 'node-z', now(), now() + interval '1 minute')`)
 	require.NoError(t, err)
 	_, err = client.BackfillJob(ctx, connect.NewRequest(req))
-	requireCode(t, err, connect.CodeResourceExhausted)
+	rpctest.RequireCode(t, err, connect.CodeResourceExhausted)
 	var cerr *connect.Error
 	require.ErrorAs(t, err, &cerr)
 	require.Len(t, cerr.Details(), 1)
@@ -220,18 +211,11 @@ func TestTriggerService(t *testing.T) {
 	require.Contains(t, string(metrics), `quota_refusals_total{namespace="alpha",quota="concurrent_backfills"} 1`)
 
 	_, err = client.ListSlots(ctx, connect.NewRequest(&triggerv1.ListSlotsRequest{JobId: id, PageToken: "%%%"}))
-	requireCode(t, err, connect.CodeInvalidArgument)
+	rpctest.RequireCode(t, err, connect.CodeInvalidArgument)
 	_, err = client.BackfillJob(ctx, connect.NewRequest(&triggerv1.BackfillJobRequest{JobId: id, StartTime: timestamppb.New(end), EndTime: timestamppb.New(start)}))
-	requireCode(t, err, connect.CodeInvalidArgument)
+	rpctest.RequireCode(t, err, connect.CodeInvalidArgument)
 	_, err = client.ListSlots(ctx, connect.NewRequest(&triggerv1.ListSlotsRequest{JobId: uuid.NewString()}))
-	requireCode(t, err, connect.CodeNotFound)
+	rpctest.RequireCode(t, err, connect.CodeNotFound)
 	_, err = n.client("").GetRing(ctx, connect.NewRequest(&triggerv1.GetRingRequest{}))
-	requireCode(t, err, connect.CodeUnauthenticated)
-}
-
-func requireCode(t *testing.T, err error, code connect.Code) {
-	t.Helper()
-	var cerr *connect.Error
-	require.True(t, errors.As(err, &cerr), "want a connect error, got %v", err)
-	require.Equal(t, code, cerr.Code(), cerr.Message())
+	rpctest.RequireCode(t, err, connect.CodeUnauthenticated)
 }

@@ -14,6 +14,7 @@ import (
 
 	triggerv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/trigger/v1"
 	"github.com/cronmesh/cronmesh/gen/go/cronmesh/trigger/v1/triggerv1connect"
+	"github.com/cronmesh/cronmesh/libs/testkit/rpctest"
 )
 
 // TestRequestFieldCaps sends, for each capped string of the TriggerService
@@ -57,7 +58,7 @@ func TestRequestFieldCaps(t *testing.T) {
 // an INVALID_ARGUMENT error.
 func violatedFields(t *testing.T, err error) []string {
 	t.Helper()
-	requireCode(t, err, connect.CodeInvalidArgument)
+	rpctest.RequireCode(t, err, connect.CodeInvalidArgument)
 	var cerr *connect.Error
 	require.True(t, errors.As(err, &cerr))
 	var fields []string

@@ -13,15 +13,16 @@ import (
 
 	triggerv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/trigger/v1"
 	"github.com/cronmesh/cronmesh/gen/go/cronmesh/trigger/v1/triggerv1connect"
-	"github.com/cronmesh/cronmesh/libs/amqptest"
 	"github.com/cronmesh/cronmesh/libs/broker"
 	"github.com/cronmesh/cronmesh/libs/config"
 	"github.com/cronmesh/cronmesh/libs/etcdclient"
-	"github.com/cronmesh/cronmesh/libs/etcdtest"
-	"github.com/cronmesh/cronmesh/libs/pgtest"
 	"github.com/cronmesh/cronmesh/libs/rpcclient"
+	"github.com/cronmesh/cronmesh/libs/testkit/amqptest"
+	"github.com/cronmesh/cronmesh/libs/testkit/etcdtest"
+	"github.com/cronmesh/cronmesh/libs/testkit/pgtest"
+	"github.com/cronmesh/cronmesh/libs/testkit/rpctest"
+	"github.com/cronmesh/cronmesh/libs/testkit/tlstest"
 	"github.com/cronmesh/cronmesh/libs/tlsconfig"
-	"github.com/cronmesh/cronmesh/libs/tlstest"
 	"github.com/cronmesh/cronmesh/services/trigger/internal/app"
 )
 
@@ -111,12 +112,7 @@ func TestTLSEverywhere(t *testing.T) {
 		return resp.StatusCode == http.StatusOK
 	}, 30*time.Second, 20*time.Millisecond, "the node never held its partitions")
 
-	bearer := connect.WithInterceptors(connect.UnaryInterceptorFunc(func(next connect.UnaryFunc) connect.UnaryFunc {
-		return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
-			req.Header().Set("Authorization", "Bearer "+key)
-			return next(ctx, req)
-		}
-	}))
+	bearer := rpctest.Bearer(key)
 	ring, err := triggerv1connect.NewTriggerServiceClient(withCert, url, bearer, connect.WithGRPC()).
 		GetRing(t.Context(), connect.NewRequest(&triggerv1.GetRingRequest{}))
 	require.NoError(t, err)

@@ -1,6 +1,6 @@
 // Package meshtest starts the whole mesh (libs/meshrun) for a test against
-// the test PostgreSQL and RabbitMQ (libs/pgtest, libs/amqptest) and an
-// embedded etcd (libs/etcdtest), and tears it down at cleanup.
+// the test PostgreSQL and RabbitMQ (libs/testkit/pgtest, libs/testkit/amqptest) and an
+// embedded etcd (libs/testkit/etcdtest), and tears it down at cleanup.
 package meshtest
 
 import (
@@ -9,7 +9,9 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"sync"
@@ -17,29 +19,53 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cronmesh/cronmesh/libs/amqptest"
-	"github.com/cronmesh/cronmesh/libs/etcdtest"
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/cronmesh/cronmesh/libs/meshrun"
-	"github.com/cronmesh/cronmesh/libs/pgtest"
+	"github.com/cronmesh/cronmesh/libs/postgres"
+	"github.com/cronmesh/cronmesh/libs/testkit/amqptest"
+	"github.com/cronmesh/cronmesh/libs/testkit/etcdtest"
+	"github.com/cronmesh/cronmesh/libs/testkit/pgtest"
 )
+
+// BinDirEnv names a directory that already holds the binaries (`make
+// build` writes them into bin/, and `make test` sets this to it), so that
+// no end-to-end suite builds the services again; the caller vouches that
+// they are up to date. Unset, every test binary builds its own.
+const BinDirEnv = "CRONMESH_TEST_BIN_DIR"
 
 // Binaries builds the mesh's binaries once per test binary (building five
 // services takes seconds even from a warm cache; every test of a package
-// shares them). TestMain calls Remove after m.Run.
+// shares them), or takes them from $CRONMESH_TEST_BIN_DIR. TestMain calls
+// Remove after m.Run.
 type Binaries struct {
-	once sync.Once
-	dir  string
-	err  error
+	once     sync.Once
+	dir      string
+	built    bool // dir is ours to remove
+	err      error
+	extraMu  sync.Mutex
+	extraErr map[string]error
 }
 
 // Dir builds the binaries on first use and returns their directory; it
-// fails the test when the build fails.
+// fails the test when the build fails or a prebuilt directory lacks one.
 func (b *Binaries) Dir(t testing.TB) string {
 	t.Helper()
 	b.once.Do(func() {
 		closeInheritedOnExec()
+		if dir := os.Getenv(BinDirEnv); dir != "" {
+			b.dir = dir
+			for _, svc := range meshrun.Services() {
+				if _, err := os.Stat(filepath.Join(dir, svc)); err != nil {
+					b.err = fmt.Errorf("%s=%s: %w (run `make build`)", BinDirEnv, dir, err)
+					return
+				}
+			}
+			return
+		}
 		b.dir, b.err = os.MkdirTemp("", "cronmesh-mesh-bin-")
 		if b.err == nil {
+			b.built = true
 			b.err = meshrun.Build(context.Background(), b.dir)
 		}
 	})
@@ -47,6 +73,37 @@ func (b *Binaries) Dir(t testing.TB) string {
 		t.Fatalf("meshtest: %v", b.err)
 	}
 	return b.dir
+}
+
+// Binary returns the path of another binary of the repository beside the
+// mesh's (the console, cronctl), named for its command directory under
+// services/ (pkg, e.g. "console/cmd/console"): prebuilt in
+// $CRONMESH_TEST_BIN_DIR, or built once into the package's directory.
+func (b *Binaries) Binary(t testing.TB, name, pkg string) string {
+	t.Helper()
+	dir := b.Dir(t)
+	path := filepath.Join(dir, name)
+	b.extraMu.Lock()
+	defer b.extraMu.Unlock()
+	if b.extraErr == nil {
+		b.extraErr = map[string]error{}
+	}
+	err, done := b.extraErr[name]
+	if !done {
+		if b.built {
+			out, berr := exec.Command("go", "build", "-o", path, "github.com/cronmesh/cronmesh/services/"+pkg).CombinedOutput()
+			if berr != nil {
+				err = fmt.Errorf("building %s: %w\n%s", name, berr, out)
+			}
+		} else if _, serr := os.Stat(path); serr != nil {
+			err = fmt.Errorf("%s: %w (run `make build`)", BinDirEnv, serr)
+		}
+		b.extraErr[name] = err
+	}
+	if err != nil {
+		t.Fatalf("meshtest: %v", err)
+	}
+	return path
 }
 
 // closeInheritedOnExec marks every file descriptor the test process
@@ -67,9 +124,10 @@ func closeInheritedOnExec() {
 	}
 }
 
-// Remove deletes the built binaries; call it from TestMain after m.Run.
+// Remove deletes the binaries it built (never a prebuilt directory); call
+// it from TestMain after m.Run.
 func (b *Binaries) Remove() {
-	if b.dir != "" {
+	if b.built {
 		_ = os.RemoveAll(b.dir)
 	}
 }
@@ -179,4 +237,23 @@ func randomHex(t testing.TB) string {
 		t.Fatalf("meshtest: %v", err)
 	}
 	return hex.EncodeToString(b[:])
+}
+
+// Pool connects to service's schema of mesh on the test PostgreSQL (as the
+// service itself connects, never through a test's proxy), for a test that
+// reads the service's tables; the pool is closed at cleanup.
+func Pool(t testing.TB, mesh *meshrun.Mesh, service string) *pgxpool.Pool {
+	t.Helper()
+	schema, ok := mesh.Schemas[service]
+	if !ok {
+		t.Fatalf("meshtest: no service %q", service)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	pool, err := postgres.Connect(ctx, postgres.Options{URL: pgtest.URL(), Schema: schema, MaxConns: 2})
+	if err != nil {
+		t.Fatalf("meshtest: %v", err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
 }

@@ -5,10 +5,10 @@ import (
 	"net/url"
 	"testing"
 
-	"github.com/cronmesh/cronmesh/libs/proxytest"
+	"github.com/cronmesh/cronmesh/libs/testkit/proxytest"
 )
 
-// Proxy is a TCP proxy (libs/proxytest) in front of RabbitMQ for simulating
+// Proxy is a TCP proxy (libs/testkit/proxytest) in front of RabbitMQ for simulating
 // broker outages from a client's point of view without disturbing other
 // tests that share the broker. Clients connect to [Proxy.URL]; Down cuts
 // every connection and refuses new ones until Up; Sever cuts the current

@@ -10,7 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/cronmesh/cronmesh/libs/proxytest"
+	"github.com/cronmesh/cronmesh/libs/testkit/proxytest"
 )
 
 // echoServer answers every connection with what it reads.

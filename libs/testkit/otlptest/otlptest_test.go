@@ -10,8 +10,8 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 
-	"github.com/cronmesh/cronmesh/libs/otlptest"
 	"github.com/cronmesh/cronmesh/libs/telemetry"
+	"github.com/cronmesh/cronmesh/libs/testkit/otlptest"
 )
 
 // TestReceiverStoresExportedSpans exports through the same path the

@@ -5,10 +5,10 @@ import (
 	"net/url"
 	"testing"
 
-	"github.com/cronmesh/cronmesh/libs/proxytest"
+	"github.com/cronmesh/cronmesh/libs/testkit/proxytest"
 )
 
-// Proxy is a TCP proxy (libs/proxytest) in front of the test PostgreSQL,
+// Proxy is a TCP proxy (libs/testkit/proxytest) in front of the test PostgreSQL,
 // for simulating a database outage from one client's point of view without
 // stopping the server other tests share. Clients connect to [Proxy.URL];
 // Down cuts every connection and refuses new ones until Up.

@@ -9,7 +9,7 @@ import (
 
 	dispatchv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/dispatch/v1"
 	"github.com/cronmesh/cronmesh/libs/execid"
-	"github.com/cronmesh/cronmesh/services/devstack/chaos/ledger"
+	"github.com/cronmesh/cronmesh/libs/testkit/ledger"
 )
 
 const (
@@ -154,4 +154,98 @@ func TestMissingAndNotEnqueued(t *testing.T) {
 	require.Len(t, v.NotEnqueued, 2)
 	require.ErrorContains(t, v.Err(), "2 expected slots never delivered")
 	require.ErrorContains(t, v.Err(), "2 expected slots never enqueued")
+}
+
+// TestCheckQueue judges the broker side alone, as the trigger's suite does
+// (no dispatcher, no target).
+func TestCheckQueue(t *testing.T) {
+	t.Parallel()
+	jobs := []string{jobA, jobB}
+	enqueueAll := func(l *ledger.Ledger, late func(job string, sec int) time.Duration) {
+		for _, job := range jobs {
+			for sec := range 3 {
+				nominal := t0.Add(time.Duration(sec) * time.Second)
+				l.Enqueued(request(job, nominal, 1), rowID(job, nominal), nominal.Add(late(job, sec)))
+			}
+		}
+	}
+	for _, tc := range []struct {
+		name  string
+		late  func(job string, sec int) time.Duration
+		extra func(l *ledger.Ledger)
+		to    time.Time // zero: t0+2s, the last second enqueued
+		check func(t *testing.T, v ledger.QueueVerdict)
+	}{
+		{name: "clean", check: func(t *testing.T, v ledger.QueueVerdict) {
+			require.Equal(t, 6, v.Slots)
+			require.Empty(t, v.NotEnqueued)
+			require.Empty(t, v.DoubleEnqueued)
+			require.Empty(t, v.Problems)
+			require.Zero(t, v.Retries)
+			require.Equal(t, 50*time.Millisecond, v.MaxLate)
+			require.Equal(t, []string{"0.1", "0.1", "0.1"}, v.Lateness)
+		}},
+		{name: "lateness per second, worst of the jobs", late: func(job string, sec int) time.Duration {
+			if job == jobB && sec == 1 {
+				return 3 * time.Second
+			}
+			return 50 * time.Millisecond
+		}, check: func(t *testing.T, v ledger.QueueVerdict) {
+			require.Equal(t, 3*time.Second, v.MaxLate)
+			require.Equal(t, jobB+"@12:00:01", v.MaxLateSlot)
+			require.Equal(t, []string{"0.1", "3.0", "0.1"}, v.Lateness)
+		}},
+		{name: "missing slots: the window reaches a second past what was enqueued", to: t0.Add(3 * time.Second), check: func(t *testing.T, v ledger.QueueVerdict) {
+			require.Equal(t, 8, v.Slots)
+			require.Len(t, v.NotEnqueued, 2)
+			require.Equal(t, []string{"0.1", "0.1", "0.1", "-"}, v.Lateness)
+		}},
+		{name: "fired twice and republished", extra: func(l *ledger.Ledger) {
+			l.Enqueued(request(jobA, t0, 1), "another row", t0.Add(time.Second))
+			l.Enqueued(request(jobB, t0, 1), rowID(jobB, t0), t0.Add(time.Second))
+		}, check: func(t *testing.T, v ledger.QueueVerdict) {
+			require.Equal(t, []string{jobA + "@12:00:00 in 2 outbox rows"}, v.DoubleEnqueued)
+			require.Equal(t, []string{jobB + "@12:00:00 x2"}, v.Republished)
+		}},
+		{name: "retries, early and wrong ids", extra: func(l *ledger.Ledger) {
+			l.Enqueued(request(jobA, t0, 2), "", t0.Add(2*time.Second))
+			at := t0.Add(2 * time.Second)
+			r := request(jobB, at, 1)
+			r.ExecutionId = execid.For(jobA, at)
+			l.Enqueued(r, "r", at.Add(-time.Second))
+		}, check: func(t *testing.T, v ledger.QueueVerdict) {
+			require.Equal(t, 1, v.Retries)
+			require.Len(t, v.Problems, 1)
+			require.Equal(t, []string{jobB + "@12:00:02 enqueued 1s early"}, v.Early)
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			l := ledger.New()
+			late := tc.late
+			if late == nil {
+				late = onTime
+			}
+			enqueueAll(l, late)
+			if tc.extra != nil {
+				tc.extra(l)
+			}
+			to := tc.to
+			if to.IsZero() {
+				to = t0.Add(2 * time.Second)
+			}
+			tc.check(t, l.CheckQueue(jobs, t0, to, t0))
+		})
+	}
+}
+
+func TestEnqueuedSlotsAndOutboxRows(t *testing.T) {
+	t.Parallel()
+	l := ledger.New()
+	clean(l, onTime)
+	l.Enqueued(request(jobA, t0.Add(time.Second), 1), "another row", t0.Add(2*time.Second))
+	l.Enqueued(request(jobA, t0, 1), rowID(jobA, t0), t0.Add(2*time.Second)) // republished: one row
+	require.Equal(t, []int64{t0.Unix(), t0.Unix() + 1, t0.Unix() + 2}, l.EnqueuedSlots(jobA))
+	require.Equal(t, map[int64]int{t0.Unix(): 1, t0.Unix() + 1: 2, t0.Unix() + 2: 1}, l.OutboxRows(jobA))
+	require.Empty(t, l.EnqueuedSlots("no such job"))
 }

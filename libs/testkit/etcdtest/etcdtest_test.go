@@ -11,7 +11,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
-	"github.com/cronmesh/cronmesh/libs/etcdtest"
+	"github.com/cronmesh/cronmesh/libs/testkit/etcdtest"
 )
 
 func TestClusterPutGetStopRestart(t *testing.T) {

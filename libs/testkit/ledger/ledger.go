@@ -1,10 +1,14 @@
-// Package ledger is the fault-injection suite's independent record of what
-// happened to every (job, nominal second) slot: what the broker was given
-// (read from a tap queue on the dispatch exchange) and what the target
-// received. It trusts nothing the services report about themselves, so a
-// service that loses, doubles or misnames a slot cannot hide it.
+// Package ledger is the end-to-end suites' independent record of what
+// happened to every (job, nominal second) slot of every-second jobs: what
+// the broker was given (read from a queue on the dispatch exchange) and
+// what the target received. It trusts nothing the services report about
+// themselves, so a service that loses, doubles or misnames a slot cannot
+// hide it. The fault-injection suite (services/devstack/chaos) records both
+// sides and judges them with Check; the trigger's suite
+// (services/trigger/e2e), which runs no dispatcher, records the broker side
+// only and judges it with CheckQueue.
 //
-// The rules it checks (Verdict.Err):
+// The rules Check enforces (Verdict.Err):
 //   - every expected slot was delivered to the target at least once;
 //   - no slot was fired twice: its first attempt reached the dispatch
 //     exchange from one outbox row only (the relay's outbox.RowIDHeader;
@@ -299,4 +303,122 @@ func head(s []string) []string {
 		return s[:5]
 	}
 	return s
+}
+
+// QueueVerdict is the outcome of CheckQueue: the broker side alone.
+type QueueVerdict struct {
+	Slots          int      // expected slots checked
+	NotEnqueued    []string // expected slots never seen at the broker
+	DoubleEnqueued []string // slots fired twice: first attempts from different outbox rows
+	Republished    []string // slots whose first attempt's outbox row was published again
+	Early          []string // slots enqueued before their nominal time
+	Problems       []string // wrong execution ids, first attempts without an outbox row
+	Retries        int      // messages of attempts > 1
+	MaxLate        time.Duration
+	MaxLateSlot    string
+	// Lateness is the worst lateness (first arrival at the broker minus
+	// nominal) of each nominal second from lateFrom to to, in seconds with
+	// one decimal, "-" where a slot of that second never arrived: lateness
+	// that grows from the first second is the machine's capacity, lateness
+	// that starts at a fault is the fault's.
+	Lateness []string
+}
+
+// CheckQueue judges the broker side of every job's every second in
+// [from, to]: each slot enqueued, from one outbox row, not before its
+// time; the lateness counts from lateFrom.
+func (l *Ledger) CheckQueue(jobs []string, from, to, lateFrom time.Time) QueueVerdict {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	v := QueueVerdict{Problems: slices.Clone(l.problems)}
+	for _, n := range l.retries {
+		v.Retries += n
+	}
+	worst := map[int64]time.Duration{} // per nominal second; -1: a slot missing
+	for _, job := range jobs {
+		for sec := from.Unix(); sec <= to.Unix(); sec++ {
+			s := Slot{Job: job, Nominal: sec}
+			v.Slots++
+			arrivals := l.firsts[s]
+			if len(arrivals) == 0 {
+				v.NotEnqueued = append(v.NotEnqueued, s.String())
+				worst[sec] = -1
+				continue
+			}
+			rows := map[string]int{}
+			first := arrivals[0].at
+			for _, e := range arrivals {
+				rows[e.rowID]++
+				if e.at.Before(first) {
+					first = e.at
+				}
+			}
+			if len(rows) > 1 {
+				v.DoubleEnqueued = append(v.DoubleEnqueued, fmt.Sprintf("%s in %d outbox rows", s, len(rows)))
+			}
+			if len(arrivals) > len(rows) {
+				v.Republished = append(v.Republished, fmt.Sprintf("%s x%d", s, len(arrivals)))
+			}
+			nominal := time.Unix(sec, 0)
+			if first.Before(nominal) {
+				v.Early = append(v.Early, fmt.Sprintf("%s enqueued %s early", s, nominal.Sub(first)))
+			}
+			if sec < lateFrom.Unix() {
+				continue
+			}
+			late := first.Sub(nominal)
+			if late > v.MaxLate {
+				v.MaxLate, v.MaxLateSlot = late, s.String()
+			}
+			if w, ok := worst[sec]; !ok || (w >= 0 && late > w) {
+				worst[sec] = late
+			}
+		}
+	}
+	for sec := lateFrom.Unix(); sec <= to.Unix(); sec++ {
+		if w := worst[sec]; w < 0 {
+			v.Lateness = append(v.Lateness, "-")
+		} else {
+			v.Lateness = append(v.Lateness, fmt.Sprintf("%.1f", w.Seconds()))
+		}
+	}
+	for _, list := range [][]string{v.NotEnqueued, v.DoubleEnqueued, v.Republished, v.Early} {
+		slices.Sort(list)
+	}
+	return v
+}
+
+// EnqueuedSlots returns the nominal seconds (unix) of job's slots whose
+// first attempt reached the broker, in order.
+func (l *Ledger) EnqueuedSlots(job string) []int64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []int64
+	for s := range l.firsts {
+		if s.Job == job {
+			out = append(out, s.Nominal)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// OutboxRows returns, for each slot of job that reached the broker, how
+// many outbox rows its first attempt came from (more than one: fired
+// twice).
+func (l *Ledger) OutboxRows(job string) map[int64]int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := map[int64]int{}
+	for s, arrivals := range l.firsts {
+		if s.Job != job {
+			continue
+		}
+		rows := map[string]bool{}
+		for _, e := range arrivals {
+			rows[e.rowID] = true
+		}
+		out[s.Nominal] = len(rows)
+	}
+	return out
 }
