@@ -197,6 +197,9 @@ func TestOverlapBufferOne(t *testing.T) {
 	e.waitFor(s[0].ExecutionId, started, 1)
 	tp := "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 	e.dispatch(amqp091.Table{"traceparent": tp}, s[1])
+	// s[2] goes out once s[1] is decided: sent together, the pipeline may
+	// take either first, and the one it takes first is the one buffered.
+	e.waitFor(s[1].ExecutionId, eventsv1.ExecutionEventKind_EXECUTION_EVENT_KIND_BUFFERED, 0)
 	e.dispatch(nil, s[2])
 	ev := e.waitFor(s[2].ExecutionId, skipped, 0)
 	require.Contains(t, ev.Reason, s[0].ExecutionId)
