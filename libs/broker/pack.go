@@ -18,8 +18,10 @@ import (
 // it.
 const BatchHeader = "cronmesh-batch"
 
-// deliveryCountHeader is the quorum queues' count of earlier deliveries.
-const deliveryCountHeader = "x-delivery-count"
+// DeliveryCountHeader is the quorum queues' count of earlier deliveries of
+// a message; the broker's redelivered flag ([RedeliveredHeader]) covers the
+// same returns, and this is the second opinion.
+const DeliveryCountHeader = "x-delivery-count"
 
 // Pack puts msgs, bound for one destination, into one message whose body
 // is a MessageBatch holding each one's id, metadata and payload, so that
@@ -67,7 +69,7 @@ func Unpack(msg *message.Message) ([]*message.Message, error) {
 		if m.Metadata != nil {
 			inner.Metadata = m.Metadata
 		}
-		for _, k := range []string{RedeliveredHeader, deliveryCountHeader} {
+		for _, k := range []string{RedeliveredHeader, DeliveryCountHeader} {
 			if v := msg.Metadata.Get(k); v != "" {
 				inner.Metadata.Set(k, v)
 			} else {

@@ -47,7 +47,7 @@ func TestPackUnpackThroughTheBroker(t *testing.T) {
 	require.NoError(t, err)
 	for _, m := range msgs {
 		require.Equal(t, "true", m.Metadata.Get(RedeliveredHeader), m.UUID)
-		require.NotEmpty(t, m.Metadata.Get(deliveryCountHeader), m.UUID)
+		require.NotEmpty(t, m.Metadata.Get(DeliveryCountHeader), m.UUID)
 	}
 	again.Ack()
 }

@@ -911,13 +911,8 @@ func mayRepeat(req *dispatchv1.DispatchRequest, md message.Metadata) bool {
 	return req.GetAttempt() > 1 ||
 		md.Get(broker.RedeliveredHeader) != "" ||
 		md.Get(outbox.PossibleDuplicateHeader) != "" ||
-		cmp.Or(md.Get(deliveryCountHeader), "0") != "0"
+		cmp.Or(md.Get(broker.DeliveryCountHeader), "0") != "0"
 }
-
-// deliveryCountHeader is the quorum queues' count of earlier deliveries of
-// a message; the broker's redelivered flag covers the same returns, and
-// this is the second opinion.
-const deliveryCountHeader = "x-delivery-count"
 
 // completed records req's attempt as completed at now (final: its
 // execution is over; now is a dead letter's DeadTime, which a redrive
