@@ -18,6 +18,9 @@
 # Environment:
 #   BENCH_DISPATCHER_SCENARIOS  subset and order (default: throughput latency)
 #   BENCH_DISPATCHER_N          throughput requests (default 100000)
+#   BENCH_DISPATCHER_PACK       throughput requests per broker message, packed
+#                               as the trigger's relay packs a burst (default 64;
+#                               1: one request a message)
 #   BENCH_DISPATCHER_RATE       latency requests/s (default 1000)
 #   BENCH_DISPATCHER_DURATION   latency duration (default 60s)
 #   BENCH_DISPATCHER_ARGS       extra dispatcher flags, e.g. "--prefetch 16"
@@ -30,6 +33,7 @@ cd "$(dirname "$0")/../.."
 
 BENCH_DISPATCHER_SCENARIOS=${BENCH_DISPATCHER_SCENARIOS:-throughput latency}
 BENCH_DISPATCHER_N=${BENCH_DISPATCHER_N:-100000}
+BENCH_DISPATCHER_PACK=${BENCH_DISPATCHER_PACK:-64}
 BENCH_DISPATCHER_RATE=${BENCH_DISPATCHER_RATE:-1000}
 BENCH_DISPATCHER_DURATION=${BENCH_DISPATCHER_DURATION:-60s}
 BENCH_DISPATCHER_ARGS=${BENCH_DISPATCHER_ARGS:-}
@@ -55,7 +59,7 @@ for scenario in $BENCH_DISPATCHER_SCENARIOS; do
   log "scenario $scenario (waiting for the bench lock)"
   if ! flock -o /tmp/cronmesh-bench.lock timeout --signal=TERM --kill-after=30s 15m \
     bin/dispatcher-bench --scenario "$scenario" --dispatcher bin/dispatcher \
-    --dispatcher-args "$BENCH_DISPATCHER_ARGS" --n "$BENCH_DISPATCHER_N" \
+    --dispatcher-args "$BENCH_DISPATCHER_ARGS" --n "$BENCH_DISPATCHER_N" --pack "$BENCH_DISPATCHER_PACK" \
     --rate "$BENCH_DISPATCHER_RATE" --duration "$BENCH_DISPATCHER_DURATION" \
     --tag "dbench$$" --log-dir "$BENCH_OUT" --out "$REPORT"; then
     log "scenario $scenario FAILED"

@@ -59,6 +59,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 	amqp091 "github.com/rabbitmq/amqp091-go"
@@ -86,6 +87,7 @@ type options struct {
 	tag            string
 	out            string
 	n              int
+	pack           int
 	rate           int
 	duration       time.Duration
 	logDir         string
@@ -105,6 +107,7 @@ func main() {
 	fs.StringVar(&o.tag, "tag", fmt.Sprintf("b%d", os.Getpid()), "prefix of every schema and broker name of the run")
 	fs.StringVar(&o.out, "out", "", "Markdown report to append to (default stdout)")
 	fs.IntVar(&o.n, "n", 100_000, "throughput: requests")
+	fs.IntVar(&o.pack, "pack", 64, "throughput: requests per broker message, packed as the trigger's relay packs a burst (broker.Pack; 1: one request a message)")
 	fs.IntVar(&o.rate, "rate", 1000, "latency: requests per second")
 	fs.DurationVar(&o.duration, "duration", time.Minute, "latency: how long")
 	fs.StringVar(&o.logDir, "log-dir", os.TempDir(), "where the dispatcher's log goes")
@@ -467,17 +470,38 @@ func benchRequest(jobID, url, secret string, i int, body string) *dispatchv1.Dis
 // publish sends request i; stamped puts its index and publish time in the
 // body.
 func (p *publisher) publish(ctx context.Context, i int, stamped bool) error {
-	body := ""
-	if stamped {
-		body = stamp(i, time.Now())
+	return p.publishPacked(ctx, i, 1, stamped)
+}
+
+// publishPacked sends requests first to first+n-1, in one message packed
+// by broker.Pack as the trigger's relay packs a burst when n > 1.
+func (p *publisher) publishPacked(ctx context.Context, first, n int, stamped bool) error {
+	msgs := make([]*message.Message, n)
+	for k := range n {
+		i := first + k
+		body := ""
+		if stamped {
+			body = stamp(i, time.Now())
+		}
+		req := benchRequest(p.jobID, p.url, p.secret, i, body)
+		b, err := proto.Marshal(req)
+		if err != nil {
+			return err
+		}
+		msgs[k] = message.NewMessage(req.ExecutionId, b)
 	}
-	req := benchRequest(p.jobID, p.url, p.secret, i, body)
-	b, err := proto.Marshal(req)
+	msg := msgs[0]
+	if n > 1 {
+		var err error
+		if msg, err = broker.Pack(msgs); err != nil {
+			return err
+		}
+	}
+	pub, err := broker.Marshaler{}.Marshal(msg)
 	if err != nil {
 		return err
 	}
-	return p.ch.PublishWithContext(ctx, p.exchange, broker.DispatchRoutingKey("normal"), false, false,
-		amqp091.Publishing{MessageId: req.ExecutionId, Body: b, DeliveryMode: amqp091.Persistent})
+	return p.ch.PublishWithContext(ctx, p.exchange, broker.DispatchRoutingKey("normal"), false, false, pub)
 }
 
 func (p *publisher) close() {
@@ -490,19 +514,22 @@ func (e *env) throughput(ctx context.Context) (string, float64, error) {
 	if err != nil {
 		return "", 0, err
 	}
+	pack := max(e.o.pack, 1)
+	messages := 0
 	start := time.Now()
-	for i := range e.o.n {
-		if err := p.publish(ctx, i, false); err != nil {
+	for i := 0; i < e.o.n; i += pack {
+		if err := p.publishPacked(ctx, i, min(pack, e.o.n-i), false); err != nil {
 			return "", 0, err
 		}
-		if i%10_000 == 9_999 {
+		messages++
+		if messages%10_000 == 0 {
 			// Keep the unconfirmed window bounded.
-			for p.acked+p.nacked < i-20_000 {
+			for p.acked+p.nacked < messages-20_000 {
 				time.Sleep(time.Millisecond)
 			}
 		}
 	}
-	for p.acked+p.nacked < e.o.n && time.Since(start) < 5*time.Minute {
+	for p.acked+p.nacked < messages && time.Since(start) < 5*time.Minute {
 		time.Sleep(10 * time.Millisecond)
 	}
 	queued := time.Since(start)
@@ -522,7 +549,8 @@ func (e *env) throughput(ctx context.Context) (string, float64, error) {
 	arr := append([]time.Time(nil), e.target.arrivals...)
 	e.target.mu.Unlock()
 	var b strings.Builder
-	fmt.Fprintf(&b, "%d requests queued in %s (confirmed: %d, nacked: %d) before the dispatcher started.\n\n", e.o.n, queued.Round(time.Millisecond), p.acked, p.nacked)
+	fmt.Fprintf(&b, "%d requests queued in %d broker messages (up to %d a message) in %s (confirmed: %d, nacked: %d) before the dispatcher started.\n\n",
+		e.o.n, messages, pack, queued.Round(time.Millisecond), p.acked, p.nacked)
 	if len(arr) < 2 {
 		return b.String(), 0, fmt.Errorf("only %d requests reached the target", len(arr))
 	}
