@@ -2,6 +2,7 @@ package meshbench
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -52,6 +53,7 @@ func Burst(ctx context.Context, cfg Config, o BurstOptions) error {
 		return err
 	}
 	load0 := procstat.LoadAverage()
+	w0, w0Err := e.readRowWrites(ctx)
 	s0 := e.procs.Snapshot(e.tracked())
 	var waitProfiles func() []profile
 	if e.cfg.Profile {
@@ -71,6 +73,11 @@ func Burst(ctx context.Context, cfg Config, o BurstOptions) error {
 	e.target.WaitQuiet(ctx, 5*time.Second, time.Now().Add(30*time.Second))
 	end := e.procs.Snapshot(e.tracked())
 	aliveErr := e.checkAlive()
+	fired, firedErr := e.lastFired(ctx, due)
+	if err := sleep(ctx, statsFlush); err != nil {
+		return err
+	}
+	w1, w1Err := e.readRowWrites(ctx)
 	var profs []profile
 	if waitProfiles != nil {
 		profs = waitProfiles()
@@ -92,6 +99,7 @@ func Burst(ctx context.Context, cfg Config, o BurstOptions) error {
 	}
 	r.Table([]string{"measure", "value"}, [][]string{
 		{"slots / delivered / **missed**", fmt.Sprintf("%s / %s / **%s**", report.Num(res.Expected), report.Num(res.Delivered), report.Num(res.Missed))},
+		{"last slot fired (committed to the trigger's ledger and outbox) after the due second", firedText(fired, firedErr, due)},
 		{"first arrival after the due second", res.FirstArrival.Sub(due).Round(time.Millisecond).String()},
 		{"**last arrival after the due second**", fmt.Sprintf("**%s**", last.Round(time.Millisecond))},
 		{"delivery rate, first to last arrival", spanRate},
@@ -101,10 +109,18 @@ func Burst(ctx context.Context, cfg Config, o BurstOptions) error {
 	})
 	r.H(3, "CPU")
 	e.perExecution(&r, procstat.Between(s0, s1), res.Delivered, &end)
+	r.H(3, "Row writes")
+	if err := errors.Join(w0Err, w1Err); err != nil {
+		r.P("The counters could not be read: %v.", err)
+	} else {
+		rowWritesTable(&r, w0, w1, res.Delivered)
+	}
 	ceilingTable(&r, ceil, float64(res.Delivered)/max(last.Seconds(), 1))
 	r.H(3, "Targets")
 	r.Table([]string{"target", "measured", "verdict"}, [][]string{
-		{"a burst of 100,000 slots on one second delivered within 30 s", fmt.Sprintf("%s of %s, the last %s after the second", report.Num(res.Delivered), report.Num(res.Expected), last.Round(time.Millisecond)),
+		{"a burst of 100,000 slots on one second all fired within 3 s", firedText(fired, firedErr, due),
+			report.JudgeIf(o.Jobs >= targetBurstN && firedErr == nil, fired.Sub(due) <= targetBurstFired)},
+		{"a burst of 100,000 slots on one second delivered within 15 s (aim 10 s)", fmt.Sprintf("%s of %s, the last %s after the second", report.Num(res.Delivered), report.Num(res.Expected), last.Round(time.Millisecond)),
 			report.JudgeIf(o.Jobs >= targetBurstN, res.Missed == 0 && last <= targetBurst)},
 		{"zero missed, zero double-fired", fmt.Sprintf("%s missed, %s twice", report.Num(res.Missed), report.Num(res.DeliveredTwice)), report.Judge(res.Missed == 0 && res.DeliveredTwice == 0 && res.Unresolved == 0)},
 	})
@@ -117,4 +133,25 @@ func Burst(ctx context.Context, cfg Config, o BurstOptions) error {
 		return err
 	}
 	return aliveErr
+}
+
+// lastFired is when the trigger committed the last slot due at due: the
+// newest record time of its ledger rows for that nominal time (the slots
+// are in the outbox then, and published at once).
+func (e *env) lastFired(ctx context.Context, due time.Time) (time.Time, error) {
+	var at *time.Time
+	if err := e.trigger.QueryRow(ctx, `SELECT max(record_time) FROM ledger WHERE nominal_time = $1`, due).Scan(&at); err != nil {
+		return time.Time{}, fmt.Errorf("read the ledger: %w", err)
+	}
+	if at == nil {
+		return time.Time{}, errors.New("no slot in the ledger")
+	}
+	return *at, nil
+}
+
+func firedText(fired time.Time, err error, due time.Time) string {
+	if err != nil {
+		return fmt.Sprintf("unknown (%v)", err)
+	}
+	return fired.Sub(due).Round(time.Millisecond).String()
 }

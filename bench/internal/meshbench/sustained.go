@@ -2,7 +2,9 @@ package meshbench
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/cronmesh/cronmesh/bench/internal/ledger"
@@ -32,14 +34,20 @@ type SustainedOptions struct {
 	Grace time.Duration
 }
 
-// Targets of issue 8.
+// Targets of the delivery path (issue 21); the memory target is issue 8's.
 const (
-	targetRate     = 3000
-	targetDuration = 10 * time.Minute
-	targetP99      = time.Second
-	targetMemory   = 300 << 20
-	targetBurstN   = 100_000
-	targetBurst    = 30 * time.Second
+	targetRate       = 6000
+	targetDuration   = 10 * time.Minute
+	targetP99        = time.Second
+	targetMemory     = 300 << 20
+	targetBurstN     = 100_000
+	targetBurstFired = 3 * time.Second
+	targetBurst      = 15 * time.Second
+	// At targetLatenessRate, the top-of-minute seconds included.
+	targetLatenessRate = 3000
+	targetLatenessP50  = 50 * time.Millisecond
+	targetLatenessP99  = 500 * time.Millisecond
+	targetCPUPerExec   = 250 * time.Microsecond
 )
 
 // Sustained registers the mix and measures the window.
@@ -97,6 +105,7 @@ func Sustained(ctx context.Context, cfg Config, o SustainedOptions) error {
 	const fireLateness = "trigger_fire_lateness_seconds"
 	h0, _ := promhist.Scrape(ctx, triggerURLs, fireLateness) // a node that does not answer is left out
 	var backlogs []backlog
+	w0, w0Err := e.readRowWrites(ctx)
 	s0 := e.procs.Snapshot(e.tracked())
 	var waitProfiles func() []profile
 	profileAt := from
@@ -141,6 +150,10 @@ func Sustained(ctx context.Context, cfg Config, o SustainedOptions) error {
 	}
 	end := e.procs.Snapshot(e.tracked())
 	aliveErr := e.checkAlive()
+	if err := sleep(ctx, statsFlush); err != nil {
+		return err
+	}
+	w1, w1Err := e.readRowWrites(ctx)
 	var profs []profile
 	if waitProfiles != nil {
 		profs = waitProfiles()
@@ -203,19 +216,30 @@ func Sustained(ctx context.Context, cfg Config, o SustainedOptions) error {
 		r.P("The window holds %d s of CPU profiling of every service (from %s); the summaries were made after the window.", e.cfg.ProfileSecs, profileAt.UTC().Format("15:04:05"))
 	}
 	e.perExecution(&r, usage, res.ArrivedInWindow, &end)
+	r.H(3, "Row writes")
+	if err := errors.Join(w0Err, w1Err); err != nil {
+		r.P("The counters could not be read: %v.", err)
+	} else {
+		r.P("From the window's start to the end of the grace, over the %s deliveries that arrived then.", report.Num(arrivedSince(deliveries, from)))
+		rowWritesTable(&r, w0, w1, arrivedSince(deliveries, from))
+	}
 	ceilingTable(&r, ceil, rate)
 
-	p99 := report.Quantile(res.Lateness, 0.99)
+	p50, p99 := report.Quantile(res.Lateness, 0.5), report.Quantile(res.Lateness, 0.99)
 	full := o.Duration >= targetDuration
+	atLatenessRate := math.Abs(o.Rate-targetLatenessRate) <= targetLatenessRate/10
+	cpuPerExec := usage.Busy / time.Duration(max(res.ArrivedInWindow, 1))
 	r.H(3, "Targets")
 	r.Table([]string{"target", "measured", "verdict"}, [][]string{
-		{"≥ 3,000 executions/s end to end for 10 minutes (aim 5,000)", fmt.Sprintf("%.0f/s delivered during %s; %s of the window's slots not delivered by the end of the grace", rate, o.Duration, report.Num(res.Missed)), report.JudgeIf(full, rate >= targetRate && res.Missed == 0)},
+		{"≥ 6,000 executions/s end to end for 10 minutes (aim 10,000)", fmt.Sprintf("%.0f/s delivered during %s; %s of the window's slots not delivered by the end of the grace", rate, o.Duration, report.Num(res.Missed)), report.JudgeIf(full && o.Rate >= targetRate, rate >= targetRate && res.Missed == 0)},
 		{"p99 lateness < 1 s", latenessVerdictText(res, p99), report.JudgeIf(full && res.Missed == 0, p99 < targetP99)},
+		{"at 3,000/s, the top-of-minute seconds included: lateness p50 < 50 ms, p99 < 500 ms", fmt.Sprintf("p50 %s, p99 %s at %.0f/s", report.Ms(p50), report.Ms(p99), o.Rate), report.JudgeIf(atLatenessRate && res.Missed == 0, p50 < targetLatenessP50 && p99 < targetLatenessP99)},
+		{"at 3,000/s: ≤ 0.25 ms of machine CPU per execution (aim 0.2)", fmt.Sprintf("%.3f ms at %.0f/s", float64(cpuPerExec)/float64(time.Millisecond), o.Rate), report.JudgeIf(atLatenessRate, cpuPerExec <= targetCPUPerExec)},
 		{"zero missed", report.Num(res.Missed), report.Judge(res.Missed == 0)},
 		{"zero double-fired", report.Num(res.DeliveredTwice), report.Judge(res.DeliveredTwice == 0 && res.Unresolved == 0)},
 	})
 	if !full {
-		r.P("(A run shorter than 10 minutes does not judge the rate and lateness targets.)")
+		r.P("(A run shorter than 10 minutes does not judge the rate and p99 targets; the 3,000/s targets are judged at a planned rate within 10 % of 3,000/s.)")
 	}
 	if len(profs) > 0 {
 		r.H(3, "CPU profiles")
@@ -255,4 +279,15 @@ func latenessVerdictText(res ledger.Result, p99 time.Duration) string {
 		return fmt.Sprintf("p99 of the delivered slots %s; %s slots not delivered in time (lateness unbounded)", report.Ms(p99), report.Num(res.Missed))
 	}
 	return report.Ms(p99)
+}
+
+// arrivedSince counts the deliveries that arrived at or after from.
+func arrivedSince(ds []target.Delivery, from time.Time) int {
+	n := 0
+	for _, d := range ds {
+		if !d.At.Before(from) {
+			n++
+		}
+	}
+	return n
 }
