@@ -57,20 +57,6 @@ var ErrPoison = errors.New("poison message")
 // redelivery): it must be idempotent.
 type BatchHandler func(ctx context.Context, msgs []*message.Message) ([]error, error)
 
-// EachMessage is a BatchHandler that handles the messages of a batch one
-// after the other, each in its own consumer span's context, for a handler
-// with nothing to gain from batching (set MaxBatch 1 and Batches to the
-// concurrency wanted).
-func EachMessage(handle func(ctx context.Context, msg *message.Message) error) BatchHandler {
-	return func(ctx context.Context, msgs []*message.Message) ([]error, error) {
-		errs := make([]error, len(msgs))
-		for i, msg := range msgs {
-			errs[i] = handle(trace.ContextWithSpan(ctx, trace.SpanFromContext(msg.Context())), msg)
-		}
-		return errs, nil
-	}
-}
-
 // ConsumerOptions configure NewConsumer.
 type ConsumerOptions struct {
 	// Name labels logs ("history ingest", "job events").

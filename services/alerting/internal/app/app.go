@@ -44,6 +44,15 @@ const (
 	// DefaultJobsBatch job events in one transaction amortise its round
 	// trips and commit in a few tens of milliseconds.
 	DefaultJobsBatch = 128
+	// DefaultEventsBatch execution event messages are evaluated in one
+	// transaction at most: the dispatcher publishes an attempt's STARTED
+	// and its outcome in two messages, and evaluated together they write
+	// the job's row once.
+	DefaultEventsBatch = 32
+	// DefaultEventsLinger is how long a batch of execution event messages
+	// waits for more: long enough to catch the outcome of an attempt whose
+	// target answers at once, short beside the seconds an incident may take.
+	DefaultEventsLinger = 50 * time.Millisecond
 )
 
 // Config is everything the alerting service is told at start.
@@ -66,9 +75,12 @@ type Config struct {
 	// JobsExchange and JobsQueue: the registry's job events and alerting's
 	// own durable queue bound to "job.#".
 	JobsExchange, JobsQueue string
-	// Workers is how many execution event messages are evaluated
-	// concurrently.
-	Workers int
+	// Workers is how many batches of execution event messages are
+	// evaluated concurrently; EventsBatch the most messages in a batch
+	// (each held by its own subscription until its batch commits), and
+	// EventsLinger how long a batch waits for more.
+	Workers, EventsBatch int
+	EventsLinger         time.Duration
 	// JobsWorkers is how many subscriptions of the job event queue are
 	// held, each with one message in hand, and JobsBatch the most job
 	// events applied in one transaction (at most JobsWorkers).
@@ -102,7 +114,9 @@ func (c *Config) Register(fs *flag.FlagSet) {
 	fs.StringVar(&c.ExecutionsQueue, "executions-queue", DefaultExecutionsQueue, "alerting's durable queue of execution events")
 	fs.StringVar(&c.JobsExchange, "jobs-exchange", DefaultJobsExchange, "RabbitMQ topic exchange of the registry's job events")
 	fs.StringVar(&c.JobsQueue, "jobs-queue", DefaultJobsQueue, "alerting's durable queue of job events")
-	fs.IntVar(&c.Workers, "workers", 2, "execution event messages evaluated concurrently")
+	fs.IntVar(&c.Workers, "workers", 2, "batches of execution event messages evaluated concurrently")
+	fs.IntVar(&c.EventsBatch, "events-batch", DefaultEventsBatch, "most execution event messages evaluated in one transaction")
+	fs.DurationVar(&c.EventsLinger, "events-linger", DefaultEventsLinger, "how long a batch of execution event messages waits to fill")
 	fs.IntVar(&c.JobsWorkers, "jobs-workers", DefaultJobsWorkers, "subscriptions of the job event queue, each holding one message while its batch gathers")
 	fs.IntVar(&c.JobsBatch, "jobs-batch", DefaultJobsBatch, "most job events applied in one transaction (at most --jobs-workers)")
 	fs.IntVar(&c.Prefetch, "prefetch", 8, "AMQP prefetch per worker")
@@ -188,13 +202,17 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger) (_ *App, err erro
 	if err != nil {
 		return nil, err
 	}
-	workers := cmp.Or(cfg.Workers, 2)
+	eventsBatch := cmp.Or(cfg.EventsBatch, DefaultEventsBatch)
 	executions, err := broker.NewConsumer(broker.ConsumerOptions{
-		Name: "executions", Handle: broker.EachMessage(evaluator.Handle), AMQPURL: cfg.AMQPURL,
+		Name: "executions", Handle: evaluator.Handle, AMQPURL: cfg.AMQPURL,
 		Exchange: executionsExchange, Queue: executionsQueue, BindingKey: "execution.#",
 		QueueArguments: map[string]any{"x-delivery-limit": broker.NoDeliveryLimit},
-		Subscriptions:  workers, MaxBatch: 1, Batches: workers, Prefetch: cfg.Prefetch,
-		TracerProvider: svc.Telemetry.TracerProvider, Propagator: svc.Telemetry.Propagator, Logger: logger, Clock: cfg.Clock,
+		Subscriptions:  eventsBatch, MaxBatch: eventsBatch, Batches: cmp.Or(cfg.Workers, 2), Prefetch: cfg.Prefetch,
+		Linger:         cmp.Or(cfg.EventsLinger, DefaultEventsLinger),
+		TracerProvider: svc.Telemetry.TracerProvider, Propagator: svc.Telemetry.Propagator, Logger: logger,
+		// The real clock, as for the job events below: it paces only the
+		// linger and the retry backoff.
+		Clock: clock.Real{},
 	})
 	if err != nil {
 		return nil, err

@@ -1,7 +1,7 @@
 // Package evaluate turns execution event batches into incidents: it keeps
 // the rules in memory (reloaded when the API changes them and every
-// Refresh, for changes made through other replicas) and gives each broker
-// message's events to the store in one transaction.
+// Refresh, for changes made through other replicas) and gives the events
+// of each batch of broker messages to the store in one transaction.
 package evaluate
 
 import (
@@ -139,25 +139,47 @@ func (e *Evaluator) Rules(ctx context.Context) (*rules.Set, error) {
 	return set, nil
 }
 
-// Handle is the broker.BatchHandler (through broker.EachMessage) of the execution event queue.
-func (e *Evaluator) Handle(ctx context.Context, msg *message.Message) error {
-	batch := &eventsv1.ExecutionEventBatch{}
-	if err := proto.Unmarshal(msg.Payload, batch); err != nil {
-		return fmt.Errorf("%w: decode execution event batch: %v", broker.ErrPoison, err)
+// Handle is the broker.BatchHandler of the execution event queue: the
+// events of every message of the batch are evaluated in one transaction.
+// An attempt's STARTED and its outcome usually leave the dispatcher in two
+// messages a few milliseconds apart; evaluated together they move a job's
+// row once instead of twice, and a batch of messages is one transaction
+// instead of one each. A message that does not decode is poison and
+// dropped alone; a failed evaluation retries the whole batch (the store
+// counts an event once, whatever it sees again).
+func (e *Evaluator) Handle(ctx context.Context, msgs []*message.Message) ([]error, error) {
+	var errs []error
+	var events []*eventsv1.ExecutionEvent
+	byMessage := make([][]*eventsv1.ExecutionEvent, len(msgs))
+	for i, msg := range msgs {
+		batch := &eventsv1.ExecutionEventBatch{}
+		if err := proto.Unmarshal(msg.Payload, batch); err != nil {
+			if errs == nil {
+				errs = make([]error, len(msgs))
+			}
+			errs[i] = fmt.Errorf("%w: decode execution event batch: %v", broker.ErrPoison, err)
+			continue
+		}
+		events = append(events, batch.Events...)
+		byMessage[i] = batch.Events
 	}
-	e.events.Add(float64(len(batch.Events)))
+	if len(events) == 0 {
+		return errs, nil
+	}
+	e.events.Add(float64(len(events)))
 	set, err := e.Rules(ctx)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	start := time.Now()
-	res, err := e.opts.Store.ApplyExecutions(ctx, batch.Events, set, e.opts.Clock.Now())
-	e.eventSpans(ctx, batch.Events, start, err)
+	res, err := e.opts.Store.ApplyExecutions(ctx, events, set, e.opts.Clock.Now())
+	e.eventSpans(msgs, byMessage, start, err)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	trace.SpanFromContext(ctx).SetAttributes(
-		attribute.Int("cronmesh.alerting.events", len(batch.Events)),
+		attribute.Int("cronmesh.alerting.messages", len(msgs)),
+		attribute.Int("cronmesh.alerting.events", len(events)),
 		attribute.Int("cronmesh.alerting.relevant", res.Relevant),
 		attribute.Int("cronmesh.alerting.opened", res.Opened),
 		attribute.Int("cronmesh.alerting.resolved", res.Resolved),
@@ -167,7 +189,7 @@ func (e *Evaluator) Handle(ctx context.Context, msg *message.Message) error {
 	e.opened.Add(float64(res.Opened))
 	e.resolved.Add(float64(res.Resolved))
 	var newest time.Time
-	for _, ev := range batch.Events {
+	for _, ev := range events {
 		if t := ev.GetOccurTime().AsTime(); ev.GetOccurTime().IsValid() && t.After(newest) {
 			newest = t
 		}
@@ -178,5 +200,5 @@ func (e *Evaluator) Handle(ctx context.Context, msg *message.Message) error {
 	if res.Opened+res.Resolved > 0 {
 		e.opts.Queued()
 	}
-	return nil
+	return errs, nil
 }

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ThreeDotsLabs/watermill/message"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
@@ -19,10 +20,17 @@ import (
 // context the event carries; events without one get no span), a span
 // "alerting.evaluate" for its evaluation, which ran from start to now in
 // one transaction with the rest of the batch (err nil: committed). The
-// span links to the message's consumer span (from ctx), which holds the
-// transaction's SQL spans; a broker message carries events of many
-// executions, so that span cannot be in all of their traces.
-func (e *Evaluator) eventSpans(ctx context.Context, events []*eventsv1.ExecutionEvent, start time.Time, err error) {
+// span links to the consumer span of the message that carried the event
+// (its Context); a broker message carries events of many executions, so
+// that span cannot be in all of their traces. byMessage holds each
+// message's events.
+func (e *Evaluator) eventSpans(msgs []*message.Message, byMessage [][]*eventsv1.ExecutionEvent, start time.Time, err error) {
+	for i, events := range byMessage {
+		e.messageEventSpans(msgs[i].Context(), events, start, err)
+	}
+}
+
+func (e *Evaluator) messageEventSpans(ctx context.Context, events []*eventsv1.ExecutionEvent, start time.Time, err error) {
 	end := time.Now()
 	var links []trace.Link
 	if sc := trace.SpanContextFromContext(ctx); sc.IsValid() {

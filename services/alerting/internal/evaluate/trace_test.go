@@ -57,7 +57,11 @@ func TestHandleRecordsAnEvaluationSpanPerTracedEvent(t *testing.T) {
 	require.NoError(t, err)
 
 	hctx, consumer := tp.Tracer("consume").Start(t.Context(), "process cronmesh.executions", trace.WithNewRoot())
-	require.NoError(t, ev.Handle(hctx, message.NewMessage(uuid.NewString(), body)))
+	msg := message.NewMessage(uuid.NewString(), body)
+	msg.SetContext(hctx) // as broker.Consumer hands it over
+	errs, err := ev.Handle(t.Context(), []*message.Message{msg})
+	require.NoError(t, err)
+	require.Nil(t, errs)
 	consumer.End()
 
 	var got []tracetest.SpanStub
