@@ -83,41 +83,63 @@ func (c *Consumer) Ready() <-chan struct{} { return c.consumer.Ready() }
 func (c *Consumer) Run(ctx context.Context) error { return c.consumer.Run(ctx) }
 
 // apply records the outcomes of msgs: the broker.BatchHandler of the
-// consumer. A message whose outcomes are not all recorded is retried whole
-// (recording an outcome twice is harmless: the store keys it by slot).
+// consumer. Which of the batch's jobs have a pause_after_dead_letters is
+// asked once for the whole batch; only their outcomes are recorded. A
+// message whose outcomes are not all recorded is retried whole (recording
+// an outcome twice is harmless: the store keys it by slot).
 func (c *Consumer) apply(ctx context.Context, msgs []*message.Message) ([]error, error) {
 	errs := make([]error, len(msgs))
+	outcomes := make([][]store.Outcome, len(msgs))
+	var jobIDs []string
 	for i, msg := range msgs {
 		batch := &eventsv1.ExecutionEventBatch{}
 		if err := proto.Unmarshal(msg.Payload, batch); err != nil {
 			errs[i] = fmt.Errorf("%w: decode execution event batch: %w", broker.ErrPoison, err)
 			continue
 		}
-		errs[i] = c.record(ctx, batch.GetEvents())
+		for _, ev := range batch.GetEvents() {
+			var dead bool
+			switch ev.GetKind() {
+			case eventsv1.ExecutionEventKind_EXECUTION_EVENT_KIND_DEAD:
+				dead = true
+			case eventsv1.ExecutionEventKind_EXECUTION_EVENT_KIND_SUCCEEDED:
+			default:
+				continue
+			}
+			outcomes[i] = append(outcomes[i], store.Outcome{
+				Namespace: ev.GetNamespace(), JobID: ev.GetJobId(), NominalTime: ev.GetNominalTime().AsTime(), Dead: dead,
+			})
+			jobIDs = append(jobIDs, ev.GetJobId())
+		}
+	}
+	if len(jobIDs) == 0 {
+		return errs, nil
+	}
+	pausing, err := c.opts.Store.PausingJobs(ctx, jobIDs)
+	if err != nil {
+		return nil, err
+	}
+	for i, ofMessage := range outcomes {
+		for _, o := range ofMessage {
+			if !pausing[o.JobID] {
+				continue
+			}
+			if errs[i] = c.record(ctx, o); errs[i] != nil {
+				break
+			}
+		}
 	}
 	return errs, nil
 }
 
-func (c *Consumer) record(ctx context.Context, events []*eventsv1.ExecutionEvent) error {
-	for _, ev := range events {
-		var dead bool
-		switch ev.GetKind() {
-		case eventsv1.ExecutionEventKind_EXECUTION_EVENT_KIND_DEAD:
-			dead = true
-		case eventsv1.ExecutionEventKind_EXECUTION_EVENT_KIND_SUCCEEDED:
-		default:
-			continue
-		}
-		paused, err := c.opts.Store.RecordOutcome(ctx, store.Outcome{
-			Namespace: ev.GetNamespace(), JobID: ev.GetJobId(), NominalTime: ev.GetNominalTime().AsTime(), Dead: dead,
-		})
-		if err != nil {
-			return err
-		}
-		if paused {
-			c.opts.Logger.InfoContext(ctx, "paused a job after consecutive dead-lettered executions",
-				slog.String("namespace", ev.GetNamespace()), slog.String("job_id", ev.GetJobId()))
-		}
+func (c *Consumer) record(ctx context.Context, o store.Outcome) error {
+	paused, err := c.opts.Store.RecordOutcome(ctx, o)
+	if err != nil {
+		return err
+	}
+	if paused {
+		c.opts.Logger.InfoContext(ctx, "paused a job after consecutive dead-lettered executions",
+			slog.String("namespace", o.Namespace), slog.String("job_id", o.JobID))
 	}
 	return nil
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	eventsv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/events/v1"
@@ -27,6 +28,48 @@ type Outcome struct {
 	NominalTime      time.Time
 	// Dead: dead-lettered; otherwise succeeded.
 	Dead bool
+}
+
+// PausingJobs returns which of ids (job ids) name jobs with a
+// pause_after_dead_letters, in one query: the outcomes of every other job
+// change nothing, and most jobs do not have the option, so the pause on
+// failure asks this once per batch of events rather than reading each
+// event's job. Ids that are not UUIDs or name no job are not in the result.
+func (s *Store) PausingJobs(ctx context.Context, ids []string) (map[string]bool, error) {
+	valid := make([]string, 0, len(ids))
+	for _, id := range ids {
+		if _, err := uuid.Parse(id); err == nil {
+			valid = append(valid, id)
+		}
+	}
+	pausing := map[string]bool{}
+	if len(valid) == 0 {
+		return pausing, nil
+	}
+	rows, err := s.pool.Query(ctx, `SELECT id::text, spec FROM jobs WHERE id = ANY($1::uuid[])`, valid)
+	if err != nil {
+		return nil, fmt.Errorf("read jobs for pause on failure: %w", err)
+	}
+	defer rows.Close()
+	var id string
+	var spec []byte
+	var job registryv1.Job
+	for rows.Next() {
+		if err := rows.Scan(&id, &spec); err != nil {
+			return nil, fmt.Errorf("read jobs for pause on failure: %w", err)
+		}
+		job.Reset()
+		if err := proto.Unmarshal(spec, &job); err != nil {
+			return nil, fmt.Errorf("decode job %s: %w", id, err)
+		}
+		if job.GetPauseAfterDeadLetters() > 0 {
+			pausing[id] = true
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read jobs for pause on failure: %w", err)
+	}
+	return pausing, nil
 }
 
 // RecordOutcome counts o towards its job's pause on failure and pauses the
