@@ -121,6 +121,17 @@ func sampler(export bool) sdktrace.Sampler {
 	return sdktrace.ParentBased(sdktrace.NeverSample())
 }
 
+// MayRecord reports whether a span started in ctx may be recorded under
+// the samplers Setup configures, which follow the parent: false only when
+// ctx holds a valid span context that is not sampled. A hot path skips a
+// child span that nobody would record (and passes ctx's own context on
+// instead, the same trace), which costs less than a span that records
+// nothing.
+func MayRecord(ctx context.Context) bool {
+	sc := trace.SpanContextFromContext(ctx)
+	return !sc.IsValid() || sc.IsSampled()
+}
+
 // ForceFlush exports every span ended so far, waiting at most until ctx is
 // done. Useful before a short-lived command exits or before a test asserts on
 // exported spans. A Telemetry not made by Setup (a struct literal, e.g. with a

@@ -24,6 +24,7 @@ import (
 	"github.com/cronmesh/cronmesh/libs/redact"
 	"github.com/cronmesh/cronmesh/libs/slotinfo"
 	"github.com/cronmesh/cronmesh/libs/ssrfguard"
+	"github.com/cronmesh/cronmesh/libs/telemetry"
 	"github.com/cronmesh/cronmesh/libs/webhooksign"
 )
 
@@ -82,18 +83,24 @@ func (c *Client) deliverHTTP(ctx context.Context, req *dispatchv1.DispatchReques
 		return permanent("invalid body template: %v", err)
 	}
 
-	safeURL := redact.URL(u)
-	ctx, span := c.tracer.Start(ctx, method,
-		trace.WithSpanKind(trace.SpanKindClient),
-		trace.WithAttributes(
-			semconv.HTTPRequestMethodKey.String(method),
-			semconv.URLFull(safeURL),
-			semconv.ServerAddress(u.Hostname()),
-			semconv.ServerPort(port(u)),
-			attribute.String("cronmesh.execution.id", req.GetExecutionId()),
-			attribute.String("cronmesh.job.id", req.GetJobId()),
-			attribute.Int("cronmesh.attempt", int(req.GetAttempt())),
-		))
+	// The client span, unless the attempt's trace is not sampled (the
+	// usual case without export), whose spans the mesh's parent-based
+	// samplers never record: the request then carries the attempt's own
+	// context, the same trace, without a span nobody records.
+	span := trace.SpanFromContext(context.Background()) // a no-op span
+	if telemetry.MayRecord(ctx) {
+		ctx, span = c.tracer.Start(ctx, method,
+			trace.WithSpanKind(trace.SpanKindClient),
+			trace.WithAttributes(
+				semconv.HTTPRequestMethodKey.String(method),
+				semconv.URLFull(redact.URL(u)),
+				semconv.ServerAddress(u.Hostname()),
+				semconv.ServerPort(port(u)),
+				attribute.String("cronmesh.execution.id", req.GetExecutionId()),
+				attribute.String("cronmesh.job.id", req.GetJobId()),
+				attribute.Int("cronmesh.attempt", int(req.GetAttempt())),
+			))
+	}
 	defer span.End()
 	out := c.callHTTP(ctx, req, t, u, method, body, timeout)
 

@@ -457,6 +457,28 @@ func TestHTTPTraceContext(t *testing.T) {
 	}
 }
 
+// TestHTTPTraceContextNotSampled: under an unsampled attempt no client
+// span is made (nobody would record it), and the target gets the
+// attempt's own context, not sampled, in the same trace.
+func TestHTTPTraceContextNotSampled(t *testing.T) {
+	t.Parallel()
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec), sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.NeverSample())))
+	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	srv := newTarget(t, status(200))
+	c, _ := newTestClient(t, func(o *Options) { o.TracerProvider = tp })
+
+	ctx, parent := tp.Tracer("test").Start(context.Background(), "consume")
+	require.False(t, parent.SpanContext().IsSampled())
+	out := c.Deliver(ctx, httpRequest(srv.URL, nil))
+	parent.End()
+	require.Equal(t, Succeeded, out.Result, out.Reason)
+	require.Empty(t, rec.Ended(), "no span is recorded")
+	got := <-srv.reqs
+	want := fmt.Sprintf("00-%s-%s-00", parent.SpanContext().TraceID(), parent.SpanContext().SpanID())
+	require.Equal(t, want, got.header.Get("Traceparent"))
+}
+
 func TestHTTPTraceContextWithoutTracer(t *testing.T) {
 	t.Parallel()
 	// Without a TracerProvider no span is made, and the caller's span

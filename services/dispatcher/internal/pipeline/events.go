@@ -121,17 +121,8 @@ func (p *Pipeline) publishEvents(ctx context.Context, events []*eventsv1.Executi
 	}
 	msg := message.NewMessage(uuid.Must(uuid.NewV7()).String(), body)
 	key := EventRoutingKey(events[0].GetKind())
-	// A batch send: its span links every event's creation span (each in its
-	// own execution's trace) rather than joining one of them.
-	links := make([]trace.Link, 0, len(events))
-	for _, ev := range events {
-		if sc := trace.SpanContextFromContext(telemetry.ExtractMap(context.Background(), p.opts.Propagator, ev.GetTraceContext())); sc.IsValid() {
-			links = append(links, trace.Link{SpanContext: sc})
-		}
-	}
 	ctx, span := p.tracer.Start(ctx, "publish "+p.opts.ExecutionsExchange,
 		trace.WithNewRoot(),
-		trace.WithLinks(links...),
 		trace.WithSpanKind(trace.SpanKindProducer),
 		trace.WithAttributes(
 			semconv.MessagingSystemRabbitMQ,
@@ -144,6 +135,17 @@ func (p *Pipeline) publishEvents(ctx context.Context, events []*eventsv1.Executi
 			semconv.MessagingBatchMessageCount(len(events)),
 		))
 	defer span.End()
+	if span.IsRecording() {
+		// A batch send: its span links every event's creation span (each
+		// in its own execution's trace) rather than joining one of them.
+		// Read only when recorded: decoding every event's trace context
+		// for a span nobody records cost a share of the dispatcher.
+		for _, ev := range events {
+			if sc := trace.SpanContextFromContext(telemetry.ExtractMap(context.Background(), p.opts.Propagator, ev.GetTraceContext())); sc.IsValid() {
+				span.AddLink(trace.Link{SpanContext: sc})
+			}
+		}
+	}
 	broker.InjectTrace(ctx, p.opts.Propagator, msg.Metadata)
 	msg.SetContext(ctx)
 	topic := broker.Route(p.opts.ExecutionsExchange, key)
@@ -162,22 +164,29 @@ func (p *Pipeline) publishEvents(ctx context.Context, events []*eventsv1.Executi
 // emit hands ev to the event batcher, first giving it a creation span
 // "create <executions exchange>" in ctx's trace (the attempt's), whose
 // context the event carries: history and alerting continue each event's
-// own execution trace from it, whatever batch it travels in.
+// own execution trace from it, whatever batch it travels in. When ctx's
+// trace is not sampled (the usual case without export), no span is made
+// and the event carries ctx's own context: the consumers' spans stay in
+// the same trace, unrecorded as its sampling says, and two spans per
+// attempt that nobody records are not paid for.
 func (p *Pipeline) emit(ctx context.Context, ev *eventsv1.ExecutionEvent) <-chan error {
-	ctx, span := p.tracer.Start(ctx, "create "+p.opts.ExecutionsExchange,
-		trace.WithSpanKind(trace.SpanKindProducer),
-		trace.WithAttributes(
-			semconv.MessagingSystemRabbitMQ,
-			semconv.MessagingOperationTypeCreate,
-			semconv.MessagingOperationName("create"),
-			semconv.MessagingDestinationName(p.opts.ExecutionsExchange),
-			semconv.MessagingMessageID(ev.GetEventId()),
-			attribute.String("cronmesh.event.kind", KindName(ev.GetKind())),
-			attribute.String("cronmesh.execution.id", ev.GetExecutionId()),
-			attribute.Int("cronmesh.attempt", int(ev.GetAttempt())),
-		))
-	span.End()
-	if span.SpanContext().IsValid() {
+	if telemetry.MayRecord(ctx) {
+		var span trace.Span
+		ctx, span = p.tracer.Start(ctx, "create "+p.opts.ExecutionsExchange,
+			trace.WithSpanKind(trace.SpanKindProducer),
+			trace.WithAttributes(
+				semconv.MessagingSystemRabbitMQ,
+				semconv.MessagingOperationTypeCreate,
+				semconv.MessagingOperationName("create"),
+				semconv.MessagingDestinationName(p.opts.ExecutionsExchange),
+				semconv.MessagingMessageID(ev.GetEventId()),
+				attribute.String("cronmesh.event.kind", KindName(ev.GetKind())),
+				attribute.String("cronmesh.execution.id", ev.GetExecutionId()),
+				attribute.Int("cronmesh.attempt", int(ev.GetAttempt())),
+			))
+		span.End()
+	}
+	if trace.SpanContextFromContext(ctx).IsValid() {
 		ev.TraceContext = map[string]string{}
 		telemetry.InjectMap(ctx, p.opts.Propagator, ev.TraceContext)
 	}

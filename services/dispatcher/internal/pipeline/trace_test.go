@@ -108,3 +108,37 @@ func TestRetryAndEventsStayInTheExecutionsTrace(t *testing.T) {
 		require.Equal(t, traceID, ev.TraceId)
 	}
 }
+
+// TestEventsOfAnUnsampledTraceCarryTheAttemptsContext: under a trace that
+// is not sampled no creation span is made (the parent-based sampler would
+// not record it); each event still carries its attempt's trace, whose id
+// the history links to.
+func TestEventsOfAnUnsampledTraceCarryTheAttemptsContext(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	exp := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp), sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.NeverSample())))
+	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	f := &fake{fn: func(context.Context, *dispatchv1.DispatchRequest) deliver.Outcome {
+		return deliver.Outcome{Result: deliver.Succeeded, StatusCode: 200, Reason: "HTTP 200"}
+	}}
+	r := e.start(f, func(o *pipeline.Options) { o.TracerProvider = tp })
+
+	const traceID = "4bf92f3577b34da6a3ce929d0e0e4736"
+	req := request(registryv1.Priority_PRIORITY_NORMAL)
+	e.dispatch(amqp091.Table{"traceparent": "00-" + traceID + "-00f067aa0ba902b7-00"}, req)
+	e.waitFor(req.ExecutionId, succeeded, 1)
+	e.waitFor(req.ExecutionId, started, 1)
+	r.stop(t)
+
+	require.Empty(t, exp.GetSpans(), "nothing of an unsampled trace is recorded")
+	events := e.events.of(req.ExecutionId)
+	require.Len(t, events, 2)
+	for _, ev := range events {
+		sc := trace.SpanContextFromContext(propagation.TraceContext{}.Extract(context.Background(), propagation.MapCarrier(ev.TraceContext)))
+		require.True(t, sc.IsValid(), "event %s carries a trace context", ev.Kind)
+		require.Equal(t, traceID, sc.TraceID().String())
+		require.False(t, sc.IsSampled())
+		require.Equal(t, traceID, ev.TraceId)
+	}
+}
