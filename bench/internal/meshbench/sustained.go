@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/cronmesh/cronmesh/bench/internal/ledger"
+	"github.com/cronmesh/cronmesh/bench/internal/pause"
 	"github.com/cronmesh/cronmesh/bench/internal/procstat"
 	"github.com/cronmesh/cronmesh/bench/internal/report"
 	"github.com/cronmesh/cronmesh/bench/internal/target"
@@ -86,7 +87,7 @@ func Sustained(ctx context.Context, cfg Config, o SustainedOptions) error {
 	}
 	e.cfg.Log.Info("projected", "after", projected.Sub(regStart).Round(time.Millisecond), "window_in", time.Until(from).Round(time.Second))
 	window := ledger.NewWindow(plan, ids, from, to)
-	if err := sleepUntil(ctx, from); err != nil {
+	if err := pause.Until(ctx, from); err != nil {
 		return err
 	}
 	load0 := procstat.LoadAverage()
@@ -121,7 +122,7 @@ func Sustained(ctx context.Context, cfg Config, o SustainedOptions) error {
 		b := e.sampleBacklog(ctx)
 		backlogs = append(backlogs, b)
 		e.cfg.Log.Info("measuring", "delivered", e.target.Count(), "outbox", b.outbox, "dispatch_queue", b.dispatch, "left", time.Until(to).Round(time.Second))
-		if err := sleepUntil(ctx, next); err != nil {
+		if err := pause.Until(ctx, next); err != nil {
 			return err
 		}
 	}
@@ -135,7 +136,7 @@ func Sustained(ctx context.Context, cfg Config, o SustainedOptions) error {
 			drained = true
 			break
 		}
-		if err := sleep(ctx, time.Second); err != nil {
+		if err := pause.For(ctx, time.Second); err != nil {
 			return err
 		}
 	}
