@@ -15,7 +15,6 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
-	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/cronmesh/cronmesh/libs/clock"
 )
@@ -141,15 +140,7 @@ func NewConsumer(opts ConsumerOptions) (*Consumer, error) {
 	opts.Backoff = cmp.Or(opts.Backoff, DefaultBackoff)
 	opts.MaxBackoff = max(cmp.Or(opts.MaxBackoff, DefaultMaxBackoff), opts.Backoff)
 	opts.HandleTimeout = cmp.Or(opts.HandleTimeout, DefaultHandleTimeout)
-	if opts.TracerProvider == nil {
-		opts.TracerProvider = noop.NewTracerProvider()
-	}
-	if opts.Propagator == nil {
-		opts.Propagator = propagation.TraceContext{}
-	}
-	if opts.Clock == nil {
-		opts.Clock = clock.Real{}
-	}
+	opts.TracerProvider, opts.Propagator, opts.Clock = OrDefaults(opts.TracerProvider, opts.Propagator, opts.Clock)
 	return &Consumer{
 		opts:   opts,
 		tracer: opts.TracerProvider.Tracer("github.com/cronmesh/cronmesh/libs/broker"),

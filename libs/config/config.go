@@ -121,6 +121,11 @@ func (c *Common) Register(fs *flag.FlagSet, defaultListen string) {
 	c.RateLimit.Register(fs)
 }
 
+// Shared returns c. Through embedding, every service's configuration
+// answers it, which is how libs/servicemain finds the log level and the
+// shutdown timeout of a configuration it knows only as a type parameter.
+func (c Common) Shared() Common { return c }
+
 // Validate checks what the flags cannot check one by one: --tls-cert and
 // --tls-key go together, --tls-client-ca needs them, --etcd-cert and
 // --etcd-key go together, and --etcd-password needs --etcd-username. It

@@ -32,14 +32,17 @@ type Service[C any] struct {
 	Name string
 	// Register adds C's flags to fs.
 	Register func(c *C, fs *flag.FlagSet)
-	// LogLevel returns the configured log level (config.Common.LogLevel).
+	// LogLevel returns the configured log level. Nil when C embeds
+	// config.Common: its LogLevel.
 	LogLevel func(c C) string
-	// ShutdownTimeout returns the configured shutdown timeout
-	// (config.Common.ShutdownTimeout): how long Serve has to return once
-	// the signal arrived; 0 means config.DefaultShutdownTimeout.
+	// ShutdownTimeout returns the configured shutdown timeout: how long
+	// Serve has to return once the signal arrived; 0 means
+	// config.DefaultShutdownTimeout. Nil when C embeds config.Common: its
+	// ShutdownTimeout.
 	ShutdownTimeout func(c C) time.Duration
 	// Serve runs the service until ctx ends (the signal), then shuts it
-	// down and returns.
+	// down and returns. A service's app package has it as app.Serve: build
+	// the app, then run it.
 	Serve func(ctx context.Context, c C, logger *slog.Logger) error
 	// Migrate, if set, is the "migrate" subcommand: apply the database
 	// migrations and return.
@@ -84,6 +87,25 @@ func TuneGC(lookupEnv func(string) (string, bool)) {
 // service's configuration is one through the config.Common it embeds.
 type validator interface{ Validate() error }
 
+// shared is a configuration that embeds config.Common.
+type shared interface{ Shared() config.Common }
+
+// withCommonDefaults fills in s's LogLevel and ShutdownTimeout from
+// config.Common where they are nil and C embeds it.
+func withCommonDefaults[C any](s Service[C]) Service[C] {
+	var zero C
+	if _, ok := any(zero).(shared); !ok {
+		return s
+	}
+	if s.LogLevel == nil {
+		s.LogLevel = func(c C) string { return any(c).(shared).Shared().LogLevel }
+	}
+	if s.ShutdownTimeout == nil {
+		s.ShutdownTimeout = func(c C) time.Duration { return any(c).(shared).Shared().ShutdownTimeout }
+	}
+	return s
+}
+
 // Run parses args (after an optional "serve" or, when the service has one,
 // "migrate") with environment fallbacks from lookupEnv, builds the logger
 // on stderr and runs the subcommand. Flag errors come back as errors, as
@@ -91,8 +113,9 @@ type validator interface{ Validate() error }
 // (config.Common's: flags that go together); -h prints the usage and returns
 // flag.ErrHelp.
 func Run[C any](ctx context.Context, s Service[C], args []string, lookupEnv func(string) (string, bool), stderr io.Writer) error {
+	s = withCommonDefaults(s)
 	if s.Name == "" || s.Register == nil || s.LogLevel == nil || s.ShutdownTimeout == nil || s.Serve == nil {
-		return errors.New("servicemain: Service needs a Name, Register, LogLevel, ShutdownTimeout and Serve")
+		return errors.New("servicemain: Service needs a Name, Register and Serve, and a LogLevel and ShutdownTimeout unless its configuration embeds config.Common")
 	}
 	command := "serve"
 	if len(args) > 0 && (args[0] == "serve" || (args[0] == "migrate" && s.Migrate != nil)) {

@@ -140,6 +140,31 @@ func TestRunBoundsShutdown(t *testing.T) {
 	require.NoError(t, servicemain.Run(ctx, service(0), args, noEnv, &bytes.Buffer{}))
 }
 
+// TestRunReadsCommonSettings: a configuration that embeds config.Common
+// needs no LogLevel or ShutdownTimeout: Run reads them from it (the log
+// level is checked, the shutdown timeout bounds the shutdown).
+func TestRunReadsCommonSettings(t *testing.T) {
+	t.Parallel()
+	release := make(chan struct{})
+	t.Cleanup(func() { close(release) })
+	s := servicemain.Service[testConfig]{
+		Name:     "svc",
+		Register: func(c *testConfig, fs *flag.FlagSet) { c.Common.Register(fs, "127.0.0.1:9999") },
+		Serve: func(ctx context.Context, _ testConfig, _ *slog.Logger) error {
+			<-ctx.Done()
+			<-release
+			return nil
+		},
+	}
+	noEnv := func(string) (string, bool) { return "", false }
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	var stderr bytes.Buffer
+	err := servicemain.Run(ctx, s, []string{"--shutdown-timeout", "100ms", "--log-level", "error"}, noEnv, &stderr)
+	require.ErrorContains(t, err, "shutdown did not finish within 100ms")
+	require.ErrorContains(t, servicemain.Run(ctx, s, []string{"--log-level", "loud"}, noEnv, &bytes.Buffer{}), "loud")
+}
+
 // TestTuneGC changes the process's GC target, so it does not run in
 // parallel; it restores the target it found.
 func TestTuneGC(t *testing.T) {

@@ -2,12 +2,11 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"slices"
 	"time"
 
-	"github.com/cronmesh/cronmesh/bench/internal/machine"
+	"github.com/cronmesh/cronmesh/bench/internal/pause"
 	benchreport "github.com/cronmesh/cronmesh/bench/internal/report"
 	registryv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1"
 )
@@ -15,9 +14,7 @@ import (
 // runBurst: B one-time (`at`) jobs all due on the same second T; how long
 // from T until the last one reached the consumer.
 func runBurst(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet("burst", flag.ContinueOnError)
-	var c common
-	c.register(fs)
+	fs, c := flags("burst")
 	jobs := fs.Int("jobs", 100_000, "at-jobs due on the same second")
 	nodes := fs.Int("nodes", 1, "trigger nodes")
 	lead := fs.Duration("lead", 0, "how far ahead of the publish the due second is (0: 20 s + jobs / --load-rate)")
@@ -27,18 +24,14 @@ func runBurst(ctx context.Context, args []string) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	others := quietCheck(ctx, c.quietWait)
-	e, err := newEnv(ctx, c)
+	e, m, others, err := setUp(ctx, *c)
 	if err != nil {
 		return err
 	}
 	defer e.close()
-	m := machine.Describe(ctx, e.db, e.amqp)
 	ceil := e.measureCeilings(ctx)
-	for i := range *nodes {
-		if _, err := e.startNode(ctx, fmt.Sprintf("n%d", i+1)); err != nil {
-			return err
-		}
+	if err := e.startNodes(ctx, *nodes); err != nil {
+		return err
 	}
 	if *lead == 0 {
 		*lead = 20*time.Second + time.Duration(float64(*jobs) / *loadRate * float64(time.Second))
@@ -83,12 +76,12 @@ func runBurst(ctx context.Context, args []string) error {
 	}
 	// Memory just before the due second: every job is loaded then (up to
 	// the engine's load limit).
-	if err := sleepUntil(ctx, due.Add(-3*time.Second)); err != nil {
+	if err := pause.Until(ctx, due.Add(-3*time.Second)); err != nil {
 		return err
 	}
 	heapProfiles(ctx, e, fmt.Sprintf("burst-%d-before", *jobs))
 	// Profile the firing from 2 s before the due second.
-	if err := sleepUntil(ctx, due.Add(-2*time.Second)); err != nil {
+	if err := pause.Until(ctx, due.Add(-2*time.Second)); err != nil {
 		return err
 	}
 	confirmed := readConfirms(ctx, e)
@@ -110,7 +103,7 @@ func runBurst(ctx context.Context, args []string) error {
 		if err := e.checkNodes(); err != nil {
 			return err
 		}
-		if err := sleepCtx(ctx, 50*time.Millisecond); err != nil {
+		if err := pause.For(ctx, 50*time.Millisecond); err != nil {
 			return err
 		}
 	}

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"os/exec"
 	"strings"
@@ -18,9 +17,7 @@ import (
 // runs given that tag. Queue and exchange names are
 // listed with rabbitmqctl when it is available.
 func runCleanup(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet("cleanup", flag.ContinueOnError)
-	var c common
-	c.register(fs)
+	fs, c := flags("cleanup")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}

@@ -11,6 +11,7 @@ import (
 	amqp091 "github.com/rabbitmq/amqp091-go"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/cronmesh/cronmesh/bench/internal/pause"
 	dispatchv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/dispatch/v1"
 	"github.com/cronmesh/cronmesh/libs/broker"
 	"github.com/cronmesh/cronmesh/libs/execid"
@@ -173,7 +174,7 @@ func (r *recorder) waitDrained(ctx context.Context, quiet, max time.Duration) {
 	deadline := time.Now().Add(max)
 	last, since := -1, time.Now()
 	for time.Since(since) < quiet && time.Now().Before(deadline) {
-		if sleepCtx(ctx, 100*time.Millisecond) != nil {
+		if pause.For(ctx, 100*time.Millisecond) != nil {
 			return
 		}
 		if n, _ := r.received(); n != last {

@@ -25,6 +25,8 @@ import (
 	"go.etcd.io/etcd/server/v3/embed"
 
 	"github.com/cronmesh/cronmesh/bench/internal/ceiling"
+	"github.com/cronmesh/cronmesh/bench/internal/machine"
+	"github.com/cronmesh/cronmesh/bench/internal/pause"
 	"github.com/cronmesh/cronmesh/libs/broker"
 	"github.com/cronmesh/cronmesh/libs/postgres"
 	"github.com/cronmesh/cronmesh/libs/testkit/etcdtest"
@@ -56,6 +58,14 @@ type common struct {
 	quietWait    time.Duration
 	tag          string
 	ceiling      time.Duration
+}
+
+// flags begins a scenario's flag set with the flags every scenario has.
+func flags(name string) (*flag.FlagSet, *common) {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	c := &common{}
+	c.register(fs)
+	return fs, c
 }
 
 func (c *common) register(fs *flag.FlagSet) {
@@ -128,6 +138,28 @@ func (n *node) alive() bool {
 	default:
 		return true
 	}
+}
+
+// setUp begins a scenario: it notes what else runs on the machine (waiting
+// up to c.quietWait for it to be quiet), creates the run's environment and
+// describes the machine. The caller closes the env.
+func setUp(ctx context.Context, c common) (*env, machine.Machine, string, error) {
+	others := quietCheck(ctx, c.quietWait)
+	e, err := newEnv(ctx, c)
+	if err != nil {
+		return nil, machine.Machine{}, "", err
+	}
+	return e, machine.Describe(ctx, e.db, e.amqp), others, nil
+}
+
+// startNodes starts the nodes n1 to nN.
+func (e *env) startNodes(ctx context.Context, n int) error {
+	for i := range n {
+		if _, err := e.startNode(ctx, fmt.Sprintf("n%d", i+1)); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // newEnv creates the run's names, starts etcd and connects to PostgreSQL and
@@ -386,24 +418,6 @@ func logf(format string, args ...any) {
 	fmt.Fprintf(os.Stderr, "trigger-bench: %s %s\n", time.Now().Format("15:04:05.000"), fmt.Sprintf(format, args...))
 }
 
-// sleepCtx waits d or until ctx is done.
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	if d <= 0 {
-		return ctx.Err()
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
-}
-
-// sleepUntil waits until the wall clock reaches at.
-func sleepUntil(ctx context.Context, at time.Time) error { return sleepCtx(ctx, time.Until(at)) }
-
 // countProjected is the number of jobs the trigger holds with a next slot.
 func (e *env) countProjected(ctx context.Context) (int, error) {
 	var n int
@@ -431,7 +445,7 @@ func (e *env) waitProjected(ctx context.Context, n int, timeout time.Duration) (
 			logf("projected %d of %d jobs", got, n)
 			last, lastLog = got, time.Now()
 		}
-		if err := sleepCtx(ctx, 100*time.Millisecond); err != nil {
+		if err := pause.For(ctx, 100*time.Millisecond); err != nil {
 			return time.Time{}, err
 		}
 	}
@@ -447,7 +461,7 @@ func waitQuiet(ctx context.Context, max time.Duration) string {
 			return others
 		}
 		logf("waiting for other benchmarks to finish: %s", others)
-		if sleepCtx(ctx, 30*time.Second) != nil {
+		if pause.For(ctx, 30*time.Second) != nil {
 			return others
 		}
 	}

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"strconv"
 	"strings"
@@ -10,7 +9,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/cronmesh/cronmesh/bench/internal/machine"
+	"github.com/cronmesh/cronmesh/bench/internal/pause"
 	benchreport "github.com/cronmesh/cronmesh/bench/internal/report"
 	registryv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1"
 	"github.com/cronmesh/cronmesh/libs/ring"
@@ -19,9 +18,7 @@ import (
 // runFailover: N nodes fire every-second jobs; one is SIGKILLed; how late
 // are the slots of the partitions it owned.
 func runFailover(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet("failover", flag.ContinueOnError)
-	var c common
-	c.register(fs)
+	fs, c := flags("failover")
 	jobs := fs.Int("jobs", 1000, "every-second jobs")
 	nodes := fs.Int("nodes", 2, "trigger nodes")
 	warmup := fs.Duration("warmup", 5*time.Second, "firing before the window starts")
@@ -35,17 +32,13 @@ func runFailover(ctx context.Context, args []string) error {
 	if *nodes < 2 {
 		return fmt.Errorf("failover needs at least 2 nodes")
 	}
-	others := quietCheck(ctx, c.quietWait)
-	e, err := newEnv(ctx, c)
+	e, m, others, err := setUp(ctx, *c)
 	if err != nil {
 		return err
 	}
 	defer e.close()
-	m := machine.Describe(ctx, e.db, e.amqp)
-	for i := range *nodes {
-		if _, err := e.startNode(ctx, fmt.Sprintf("n%d", i+1)); err != nil {
-			return err
-		}
+	if err := e.startNodes(ctx, *nodes); err != nil {
+		return err
 	}
 	ids := newIDs(*jobs)
 	rec := newRecorder(ids, time.Now().Truncate(time.Second), int((5*time.Minute+*warmup+*killAfter+*after)/time.Second))
@@ -71,7 +64,7 @@ func runFailover(ctx context.Context, args []string) error {
 	killAt := from.Add(*killAfter).Truncate(time.Second).Add(*killOffset)
 	to := killAt.Add(*after).Truncate(time.Second)
 	logf("window %s – %s, kill at %s", from.Format("15:04:05"), to.Format("15:04:05"), killAt.Format("15:04:05.000"))
-	if err := sleepUntil(ctx, killAt.Add(-time.Second)); err != nil {
+	if err := pause.Until(ctx, killAt.Add(-time.Second)); err != nil {
 		return err
 	}
 	// Who owns (and so fires and publishes) what, just before the kill.
@@ -102,7 +95,7 @@ func runFailover(ctx context.Context, args []string) error {
 			deadJobs++
 		}
 	}
-	if err := sleepUntil(ctx, killAt); err != nil {
+	if err := pause.Until(ctx, killAt); err != nil {
 		return err
 	}
 	killed, err := e.killNode(victim)
@@ -112,7 +105,7 @@ func runFailover(ctx context.Context, args []string) error {
 	logf("SIGKILLed %s (pid %d) owning %d partitions, %d jobs", victim.id, victim.pid(), len(dead), deadJobs)
 	takeover := make(chan time.Duration, 1)
 	go func() { takeover <- waitTakeover(ctx, e, dead, victim.id, killed, 30*time.Second) }()
-	if err := sleepUntil(ctx, to.Add(6*time.Second)); err != nil {
+	if err := pause.Until(ctx, to.Add(6*time.Second)); err != nil {
 		return err
 	}
 	took := <-takeover
@@ -223,7 +216,7 @@ func waitTakeover(ctx context.Context, e *env, dead map[int]bool, victim string,
 				return time.Since(killed)
 			}
 		}
-		if sleepCtx(ctx, 20*time.Millisecond) != nil {
+		if pause.For(ctx, 20*time.Millisecond) != nil {
 			return 0
 		}
 	}

@@ -2,22 +2,13 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
-	"sync"
-	"sync/atomic"
 	"time"
 
-	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgtype"
-	"google.golang.org/protobuf/proto"
-
-	"github.com/cronmesh/cronmesh/bench/internal/machine"
+	"github.com/cronmesh/cronmesh/bench/internal/heldjobs"
+	"github.com/cronmesh/cronmesh/bench/internal/pause"
 	benchreport "github.com/cronmesh/cronmesh/bench/internal/report"
 	registryv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1"
-	"github.com/cronmesh/cronmesh/libs/jobspec"
-	"github.com/cronmesh/cronmesh/libs/ring"
 )
 
 // runMemory: millions of scheduled jobs that do not fire during the run
@@ -25,9 +16,7 @@ import (
 // thousand every-second jobs projected from events; one node runs over them
 // and its memory is sampled.
 func runMemory(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet("memory", flag.ContinueOnError)
-	var c common
-	c.register(fs)
+	fs, c := flags("memory")
 	total := fs.Int("jobs", 5_000_000, "scheduled jobs in the trigger's table (including --firing)")
 	firing := fs.Int("firing", 2000, "of those, every-second jobs created through job events, firing during the run")
 	duration := fs.Duration("duration", 60*time.Second, "how long the node runs once every job is in")
@@ -38,13 +27,11 @@ func runMemory(ctx context.Context, args []string) error {
 	if *firing > *total {
 		return fmt.Errorf("--firing %d exceeds --jobs %d", *firing, *total)
 	}
-	others := quietCheck(ctx, c.quietWait)
-	e, err := newEnv(ctx, c)
+	e, m, others, err := setUp(ctx, *c)
 	if err != nil {
 		return err
 	}
 	defer e.close()
-	m := machine.Describe(ctx, e.db, e.amqp)
 
 	// The node migrates its schema when it starts: started once and
 	// stopped, it leaves the tables the COPY below fills.
@@ -102,12 +89,12 @@ func runMemory(ctx context.Context, args []string) error {
 	to := projected.Add(*duration)
 	var waitProfile func()
 	if c.profileDir != "" {
-		if err := sleepUntil(ctx, from.Add(c.profileAfter)); err != nil {
+		if err := pause.Until(ctx, from.Add(c.profileAfter)); err != nil {
 			return err
 		}
 		waitProfile = profileNodes(ctx, e, "memory", c.profileSecs)
 	}
-	if err := sleepUntil(ctx, to); err != nil {
+	if err := pause.Until(ctx, to); err != nil {
 		return err
 	}
 	if waitProfile != nil {
@@ -120,7 +107,7 @@ func runMemory(ctx context.Context, args []string) error {
 	sysMem, _ := e.sampler.lastMetric("trigger n1", "go_memstats_sys_bytes")
 	heapAlloc, _ := e.sampler.lastMetric("trigger n1", "go_memstats_heap_alloc_bytes")
 	nodeErr := e.checkNodes()
-	if err := sleepCtx(ctx, 6*time.Second); err != nil {
+	if err := pause.For(ctx, 6*time.Second); err != nil {
 		return err
 	}
 	stopConsume()
@@ -172,84 +159,14 @@ func runMemory(ctx context.Context, args []string) error {
 // store their CREATED events, and returns how many distinct schedules they
 // use.
 func copyJobs(ctx context.Context, e *env, n, workers int) (int, error) {
-	zones := []string{"UTC", "Europe/Berlin", "America/New_York", "Asia/Tokyo"}
-	created := time.Now().UTC()
-	type combo struct {
-		cron, tz string
-		next     time.Time
-	}
-	var combos []combo
-	for _, tz := range zones {
-		for minute := 0; minute < 24*60; minute += 1 {
-			expr := fmt.Sprintf("%d %d * * *", minute%60, minute/60)
-			sched, errs := jobspec.Schedule(cronSchedule(expr, tz), created)
-			if errs != nil {
-				return 0, fmt.Errorf("schedule %q %s: %v", expr, tz, errs[0])
-			}
-			next, ok := sched.Next(created)
-			if !ok || next.Sub(created) < 2*time.Hour {
-				continue // would fire during the run
-			}
-			combos = append(combos, combo{cron: expr, tz: tz, next: next.UTC().Truncate(time.Microsecond)})
-		}
-	}
-	var done atomic.Int64
-	stop := make(chan struct{})
-	defer close(stop)
-	go func() {
-		for {
-			select {
-			case <-stop:
-				return
-			case <-time.After(10 * time.Second):
-				logf("COPY: %d of %d rows", done.Load(), n)
-			}
-		}
-	}()
-	chunk := (n + workers - 1) / workers
-	var wg sync.WaitGroup
-	errs := make(chan error, workers)
-	for w := range workers {
-		lo, hi := w*chunk, min((w+1)*chunk, n)
-		if lo >= hi {
-			continue
-		}
-		wg.Go(func() {
-			i := lo
-			now := time.Now().UTC().Truncate(time.Microsecond)
-			src := pgx.CopyFromFunc(func() ([]any, error) {
-				if i >= hi {
-					return nil, nil
-				}
-				co := combos[i%len(combos)]
-				id := uuid.Must(uuid.NewV7())
-				job := newJob(id.String(), i, cronSchedule(co.cron, co.tz), created)
-				// store.encodeSpec: without etag, update time and description.
-				job.Etag, job.UpdateTime, job.Description = "", nil, ""
-				spec, err := proto.Marshal(job)
-				if err != nil {
-					return nil, err
-				}
-				i++
-				if i%10_000 == 0 {
-					done.Add(10_000)
-				}
-				return []any{
-					pgtype.UUID{Bytes: id, Valid: true}, benchNamespace, int32(ring.Partition(id.String(), e.c.partitions)),
-					int64(1), false, false, spec, co.next, now,
-				}, nil
-			})
-			_, err := e.db.CopyFrom(ctx, pgx.Identifier{"jobs"},
-				[]string{"job_id", "namespace", "partition", "version", "deleted", "paused", "spec", "next_fire_at", "update_time"}, src)
-			if err != nil {
-				errs <- fmt.Errorf("COPY rows %d-%d: %w", lo, hi, err)
-			}
-		})
-	}
-	wg.Wait()
-	close(errs)
-	if err := <-errs; err != nil {
-		return 0, err
-	}
-	return len(combos), nil
+	return heldjobs.Copy(ctx, e.db, heldjobs.Options{
+		Jobs: n, Streams: workers, Namespace: benchNamespace, Partitions: e.c.partitions,
+		Job: func(id string, i int, schedule *registryv1.Schedule, created time.Time) *registryv1.Job {
+			job := newJob(id, i, schedule, created)
+			// store.encodeSpec: without etag, update time and description.
+			job.Etag, job.UpdateTime, job.Description = "", nil, ""
+			return job
+		},
+		Progress: func(done, total int) { logf("COPY: %d of %d rows", done, total) },
+	})
 }

@@ -2,11 +2,9 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"time"
 
-	"github.com/cronmesh/cronmesh/bench/internal/machine"
 	benchreport "github.com/cronmesh/cronmesh/bench/internal/report"
 	registryv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1"
 )
@@ -20,9 +18,7 @@ import (
 // The jobs fire once a year (at midnight on 1 January), so no firing
 // competes with the projection.
 func runProjection(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet("projection", flag.ContinueOnError)
-	var c common
-	c.register(fs)
+	fs, c := flags("projection")
 	jobs := fs.Int("jobs", 200_000, "CREATED job events to publish")
 	nodes := fs.Int("nodes", 1, "trigger nodes")
 	publishers := fs.Int("publishers", 8, "parallel AMQP channels publishing the job events")
@@ -31,21 +27,11 @@ func runProjection(ctx context.Context, args []string) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	others := quietCheck(ctx, c.quietWait)
-	e, err := newEnv(ctx, c)
+	e, m, others, err := setUp(ctx, *c)
 	if err != nil {
 		return err
 	}
 	defer e.close()
-	m := machine.Describe(ctx, e.db, e.amqp)
-	startNodes := func() error {
-		for i := range *nodes {
-			if _, err := e.startNode(ctx, fmt.Sprintf("n%d", i+1)); err != nil {
-				return err
-			}
-		}
-		return nil
-	}
 	if *backlog {
 		// A node declares the queue (with the arguments it expects) and
 		// the schema, then stops: the events wait in the queue.
@@ -55,7 +41,7 @@ func runProjection(ctx context.Context, args []string) error {
 		}
 		e.stopNode(n)
 		n.killed = true // stopped on purpose
-	} else if err := startNodes(); err != nil {
+	} else if err := e.startNodes(ctx, *nodes); err != nil {
 		return err
 	}
 	created := time.Now()
@@ -82,7 +68,7 @@ func runProjection(ctx context.Context, args []string) error {
 	logf("published in %s", published.Sub(start).Round(time.Millisecond))
 	from := start
 	if *backlog {
-		if err := startNodes(); err != nil {
+		if err := e.startNodes(ctx, *nodes); err != nil {
 			return err
 		}
 		// The nodes start one after the other: from the first launch.

@@ -2,14 +2,13 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"slices"
 	"time"
 
 	"google.golang.org/protobuf/types/known/durationpb"
 
-	"github.com/cronmesh/cronmesh/bench/internal/machine"
+	"github.com/cronmesh/cronmesh/bench/internal/pause"
 	benchreport "github.com/cronmesh/cronmesh/bench/internal/report"
 	registryv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1"
 	"github.com/cronmesh/cronmesh/libs/jobspec"
@@ -28,9 +27,7 @@ const (
 // runSustained: J every-second jobs, so J slots are due every second; after
 // a warm-up, every slot of a window of D seconds is checked at the consumer.
 func runSustained(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet("sustained", flag.ContinueOnError)
-	var c common
-	c.register(fs)
+	fs, c := flags("sustained")
 	jobs := fs.Int("jobs", 5000, "every-second jobs (slots due per second)")
 	nodes := fs.Int("nodes", 1, "trigger nodes")
 	duration := fs.Duration("duration", 60*time.Second, "measured window")
@@ -41,19 +38,14 @@ func runSustained(ctx context.Context, args []string) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	others := quietCheck(ctx, c.quietWait)
-	e, err := newEnv(ctx, c)
+	e, m, others, err := setUp(ctx, *c)
 	if err != nil {
 		return err
 	}
 	defer e.close()
-	m := machine.Describe(ctx, e.db, e.amqp)
 	ceil := e.measureCeilings(ctx)
-
-	for i := range *nodes {
-		if _, err := e.startNode(ctx, fmt.Sprintf("n%d", i+1)); err != nil {
-			return err
-		}
+	if err := e.startNodes(ctx, *nodes); err != nil {
+		return err
 	}
 	ids := newIDs(*jobs)
 	// Track nominal seconds from now to well past the window.
@@ -101,25 +93,25 @@ func runSustained(ctx context.Context, args []string) error {
 		return fmt.Errorf("projection too slow: the window leaves the tracked range")
 	}
 	logf("warming up; measuring slots %s – %s", from.Format("15:04:05"), to.Format("15:04:05"))
-	if err := sleepUntil(ctx, from); err != nil {
+	if err := pause.Until(ctx, from); err != nil {
 		return err
 	}
 	confirmed := readConfirms(ctx, e)
 	othersAtStart := otherBenchmarks()
 	var waitProfile func()
 	if c.profileDir != "" {
-		if err := sleepCtx(ctx, c.profileAfter); err != nil {
+		if err := pause.For(ctx, c.profileAfter); err != nil {
 			return err
 		}
 		waitProfile = profileNodes(ctx, e, fmt.Sprintf("sustained-%d", *jobs), c.profileSecs)
 	}
-	if err := sleepUntil(ctx, to); err != nil {
+	if err := pause.Until(ctx, to); err != nil {
 		return err
 	}
 	confirmed.end(ctx, e)
 	othersAtEnd := otherBenchmarks()
 	// Slots of the window's last seconds still arrive: give them 10 s.
-	if err := sleepCtx(ctx, 10*time.Second); err != nil {
+	if err := pause.For(ctx, 10*time.Second); err != nil {
 		return err
 	}
 	if waitProfile != nil {

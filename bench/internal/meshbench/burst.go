@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/cronmesh/cronmesh/bench/internal/ledger"
+	"github.com/cronmesh/cronmesh/bench/internal/pause"
 	"github.com/cronmesh/cronmesh/bench/internal/procstat"
 	"github.com/cronmesh/cronmesh/bench/internal/report"
 	"github.com/cronmesh/cronmesh/bench/internal/workload"
@@ -49,7 +50,7 @@ func Burst(ctx context.Context, cfg Config, o BurstOptions) error {
 		return err
 	}
 	e.cfg.Log.Info("projected", "after", projected.Sub(regStart).Round(time.Millisecond), "due_in", time.Until(due).Round(time.Second))
-	if err := sleepUntil(ctx, due.Add(-time.Second)); err != nil {
+	if err := pause.Until(ctx, due.Add(-time.Second)); err != nil {
 		return err
 	}
 	load0 := procstat.LoadAverage()
@@ -64,7 +65,7 @@ func Burst(ctx context.Context, cfg Config, o BurstOptions) error {
 		if err := e.checkAlive(); err != nil {
 			return err
 		}
-		if err := sleep(ctx, 200*time.Millisecond); err != nil {
+		if err := pause.For(ctx, 200*time.Millisecond); err != nil {
 			return err
 		}
 	}
@@ -74,7 +75,7 @@ func Burst(ctx context.Context, cfg Config, o BurstOptions) error {
 	end := e.procs.Snapshot(e.tracked())
 	aliveErr := e.checkAlive()
 	fired, firedErr := e.lastFired(ctx, due)
-	if err := sleep(ctx, statsFlush); err != nil {
+	if err := pause.For(ctx, statsFlush); err != nil {
 		return err
 	}
 	w1, w1Err := e.readRowWrites(ctx)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/cronmesh/cronmesh/bench/internal/ledger"
+	"github.com/cronmesh/cronmesh/bench/internal/pause"
 	"github.com/cronmesh/cronmesh/bench/internal/procstat"
 	"github.com/cronmesh/cronmesh/bench/internal/report"
 	"github.com/cronmesh/cronmesh/bench/internal/target"
@@ -127,7 +128,7 @@ func Capacity(ctx context.Context, cfg Config, o CapacityOptions) error {
 		return err
 	}
 	e.cfg.Log.Info("projected", "after", projected.Sub(regStart).Round(time.Millisecond), "ramp_in", time.Until(first).Round(time.Second))
-	if err := sleepUntil(ctx, first); err != nil {
+	if err := pause.Until(ctx, first); err != nil {
 		return err
 	}
 	load0 := procstat.LoadAverage()
@@ -137,7 +138,7 @@ func Capacity(ctx context.Context, cfg Config, o CapacityOptions) error {
 	seen, done := e.target.Count(), 0
 	for i := range steps {
 		st := &steps[i]
-		if err := sleepUntil(ctx, st.to); err != nil {
+		if err := pause.Until(ctx, st.to); err != nil {
 			return err
 		}
 		st.end = e.procs.Snapshot(e.tracked())
@@ -152,7 +153,7 @@ func Capacity(ctx context.Context, cfg Config, o CapacityOptions) error {
 		// runs: from the nominal times the deliveries carry, a pass over
 		// the step's new deliveries, not the ledger's inversion of
 		// execution ids (run after the ramp).
-		if err := sleepUntil(ctx, st.to.Add(o.Settle)); err != nil {
+		if err := pause.Until(ctx, st.to.Add(o.Settle)); err != nil {
 			return err
 		}
 		st.p99, st.bounded = quickP99(e.target.Since(fromIndex), plan, stepJobs[i], st.from, st.to, st.to.Add(o.Settle))

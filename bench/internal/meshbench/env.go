@@ -20,6 +20,7 @@ import (
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
 	"github.com/cronmesh/cronmesh/bench/internal/machine"
+	"github.com/cronmesh/cronmesh/bench/internal/pause"
 	"github.com/cronmesh/cronmesh/bench/internal/procstat"
 	"github.com/cronmesh/cronmesh/bench/internal/target"
 	"github.com/cronmesh/cronmesh/bench/internal/workload"
@@ -201,7 +202,7 @@ func (e *env) startEtcd(ctx context.Context, bin, addr, logDir string) error {
 		if time.Now().After(deadline) {
 			return fmt.Errorf("devetcd not listening on %s after 30 s", addr)
 		}
-		if err := sleep(ctx, 100*time.Millisecond); err != nil {
+		if err := pause.For(ctx, 100*time.Millisecond); err != nil {
 			return err
 		}
 	}
@@ -343,7 +344,7 @@ func (e *env) waitProjected(ctx context.Context, n int, deadline time.Time) (tim
 			e.cfg.Log.Info("waiting for the trigger's projection", "projected", got, "of", n)
 			lastLog = time.Now()
 		}
-		if err := sleep(ctx, 250*time.Millisecond); err != nil {
+		if err := pause.For(ctx, 250*time.Millisecond); err != nil {
 			return time.Time{}, err
 		}
 	}
@@ -386,19 +387,3 @@ func (e *env) close() {
 		_ = os.RemoveAll(filepath.Dir(e.dir))
 	}
 }
-
-func sleep(ctx context.Context, d time.Duration) error {
-	if d <= 0 {
-		return ctx.Err()
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
-}
-
-func sleepUntil(ctx context.Context, at time.Time) error { return sleep(ctx, time.Until(at)) }

@@ -4,23 +4,18 @@ import (
 	"context"
 	"fmt"
 	"strings"
-	"sync"
 	"time"
 
-	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgtype"
-	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/cronmesh/cronmesh/bench/internal/heldjobs"
 	"github.com/cronmesh/cronmesh/bench/internal/ledger"
+	"github.com/cronmesh/cronmesh/bench/internal/pause"
 	"github.com/cronmesh/cronmesh/bench/internal/procstat"
 	"github.com/cronmesh/cronmesh/bench/internal/report"
 	"github.com/cronmesh/cronmesh/bench/internal/workload"
 	registryv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1"
-	"github.com/cronmesh/cronmesh/libs/jobspec"
 	"github.com/cronmesh/cronmesh/libs/meshrun"
-	"github.com/cronmesh/cronmesh/libs/ring"
 )
 
 // MemoryOptions size the memory scenario.
@@ -95,16 +90,16 @@ func Memory(ctx context.Context, cfg Config, o MemoryOptions) error {
 	to := from.Add(o.Duration)
 	e.cfg.Log.Info("running", "from", from.Format("15:04:05"), "to", to.Format("15:04:05"))
 	window := ledger.NewWindow(plan, ids, from, to)
-	if err := sleepUntil(ctx, from); err != nil {
+	if err := pause.Until(ctx, from); err != nil {
 		return err
 	}
 	s0 := e.procs.Snapshot(e.tracked())
-	if err := sleepUntil(ctx, to); err != nil {
+	if err := pause.Until(ctx, to); err != nil {
 		return err
 	}
 	s1 := e.procs.Snapshot(e.tracked())
 	for time.Now().Before(to.Add(30*time.Second)) && window.Observe(e.target) < window.Expected() {
-		if err := sleep(ctx, time.Second); err != nil {
+		if err := pause.For(ctx, time.Second); err != nil {
 			return err
 		}
 	}
@@ -147,71 +142,18 @@ func Memory(ctx context.Context, cfg Config, o MemoryOptions) error {
 // copyJobs writes n daily-cron jobs into the trigger's jobs table as its
 // projection stores CREATED events, in two COPY streams.
 func copyJobs(ctx context.Context, e *env, n, partitions int) error {
-	zones := []string{"UTC", "Europe/Berlin", "America/New_York", "Asia/Tokyo"}
-	created := time.Now().UTC()
-	type combo struct {
-		cron, tz string
-		next     time.Time
-	}
-	var combos []combo
-	for _, tz := range zones {
-		for minute := range 24 * 60 {
-			expr := fmt.Sprintf("%d %d * * *", minute%60, minute/60)
-			sched := &registryv1.Schedule{Kind: &registryv1.Schedule_Cron{Cron: expr}, TimeZone: tz}
-			s, errs := jobspec.Schedule(sched, created)
-			if errs != nil {
-				return fmt.Errorf("schedule %q %s: %v", expr, tz, errs[0])
-			}
-			next, ok := s.Next(created)
-			if !ok || next.Sub(created) < 2*time.Hour {
-				continue // would fire during the run
-			}
-			combos = append(combos, combo{cron: expr, tz: tz, next: next.UTC().Truncate(time.Microsecond)})
-		}
-	}
-	const streams = 2
-	chunk := (n + streams - 1) / streams
-	var wg sync.WaitGroup
-	errs := make(chan error, streams)
 	targetURL := strings.TrimRight(e.target.URL, "/") + "/never"
-	for w := range streams {
-		lo, hi := w*chunk, min((w+1)*chunk, n)
-		if lo >= hi {
-			continue
-		}
-		wg.Go(func() {
-			i := lo
-			now := time.Now().UTC().Truncate(time.Microsecond)
-			src := pgx.CopyFromFunc(func() ([]any, error) {
-				if i >= hi {
-					return nil, nil
-				}
-				co := combos[i%len(combos)]
-				id := uuid.Must(uuid.NewV7())
-				job := &registryv1.Job{
-					Id: id.String(), Namespace: namespace, DisplayName: fmt.Sprintf("held %d", i),
-					Labels:     map[string]string{"bench": "mesh", "kind": "held"},
-					Schedule:   &registryv1.Schedule{Kind: &registryv1.Schedule_Cron{Cron: co.cron}, TimeZone: co.tz},
-					Target:     &registryv1.Target{Kind: &registryv1.Target_Http{Http: &registryv1.HttpTarget{Method: "POST", Url: targetURL, SigningSecret: "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"}}},
-					CreateTime: timestamppb.New(created), Version: 1,
-				}
-				spec, err := proto.Marshal(job)
-				if err != nil {
-					return nil, err
-				}
-				i++
-				return []any{
-					pgtype.UUID{Bytes: id, Valid: true}, namespace, int32(ring.Partition(id.String(), partitions)),
-					int64(1), false, false, spec, co.next, now,
-				}, nil
-			})
-			if _, err := e.trigger.CopyFrom(ctx, pgx.Identifier{"jobs"},
-				[]string{"job_id", "namespace", "partition", "version", "deleted", "paused", "spec", "next_fire_at", "update_time"}, src); err != nil {
-				errs <- fmt.Errorf("COPY rows %d-%d: %w", lo, hi, err)
+	_, err := heldjobs.Copy(ctx, e.trigger, heldjobs.Options{
+		Jobs: n, Streams: 2, Namespace: namespace, Partitions: partitions,
+		Job: func(id string, i int, schedule *registryv1.Schedule, created time.Time) *registryv1.Job {
+			return &registryv1.Job{
+				Id: id, Namespace: namespace, DisplayName: fmt.Sprintf("held %d", i),
+				Labels:     map[string]string{"bench": "mesh", "kind": "held"},
+				Schedule:   schedule,
+				Target:     &registryv1.Target{Kind: &registryv1.Target_Http{Http: &registryv1.HttpTarget{Method: "POST", Url: targetURL, SigningSecret: "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"}}},
+				CreateTime: timestamppb.New(created), Version: 1,
 			}
-		})
-	}
-	wg.Wait()
-	close(errs)
-	return <-errs
+		},
+	})
+	return err
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/cronmesh/cronmesh/bench/internal/ledger"
+	"github.com/cronmesh/cronmesh/bench/internal/pause"
 	"github.com/cronmesh/cronmesh/bench/internal/procstat"
 	"github.com/cronmesh/cronmesh/bench/internal/report"
 	"github.com/cronmesh/cronmesh/bench/internal/target"
@@ -94,7 +95,7 @@ func Sustained(ctx context.Context, cfg Config, o SustainedOptions) error {
 	}
 	e.cfg.Log.Info("projected", "after", projected.Sub(regStart).Round(time.Millisecond), "window_in", time.Until(from).Round(time.Second))
 	window := ledger.NewWindow(plan, ids, from, to)
-	if err := sleepUntil(ctx, from); err != nil {
+	if err := pause.Until(ctx, from); err != nil {
 		return err
 	}
 	load0 := procstat.LoadAverage()
@@ -130,7 +131,7 @@ func Sustained(ctx context.Context, cfg Config, o SustainedOptions) error {
 		b := e.sampleBacklog(ctx)
 		backlogs = append(backlogs, b)
 		e.cfg.Log.Info("measuring", "delivered", e.target.Count(), "outbox", b.outbox, "dispatch_queue", b.dispatch, "left", time.Until(to).Round(time.Second))
-		if err := sleepUntil(ctx, next); err != nil {
+		if err := pause.Until(ctx, next); err != nil {
 			return err
 		}
 	}
@@ -144,13 +145,13 @@ func Sustained(ctx context.Context, cfg Config, o SustainedOptions) error {
 			drained = true
 			break
 		}
-		if err := sleep(ctx, time.Second); err != nil {
+		if err := pause.For(ctx, time.Second); err != nil {
 			return err
 		}
 	}
 	end := e.procs.Snapshot(e.tracked())
 	aliveErr := e.checkAlive()
-	if err := sleep(ctx, statsFlush); err != nil {
+	if err := pause.For(ctx, statsFlush); err != nil {
 		return err
 	}
 	w1, w1Err := e.readRowWrites(ctx)

@@ -1,8 +1,6 @@
 package amqptest
 
 import (
-	"net"
-	"net/url"
 	"testing"
 
 	"github.com/cronmesh/cronmesh/libs/testkit/proxytest"
@@ -22,17 +20,8 @@ type Proxy struct {
 // unless down is true. t.Cleanup stops it and closes every connection.
 func NewProxy(t testing.TB, down bool) *Proxy {
 	t.Helper()
-	u, err := url.Parse(URL())
-	if err != nil {
-		t.Fatalf("amqptest: parse %s: %v", URLEnv, err)
-	}
-	target := u.Host
-	if u.Port() == "" {
-		target = net.JoinHostPort(u.Hostname(), "5672")
-	}
-	p := proxytest.New(t, target, down)
-	u.Host = p.Addr()
-	return &Proxy{Proxy: p, url: u.String()}
+	p, u := proxytest.NewURL(t, URL(), "5672", down)
+	return &Proxy{Proxy: p, url: u}
 }
 
 // URL is the AMQP URL (credentials and vhost of [URL]) that goes through the

@@ -1,8 +1,6 @@
 package pgtest
 
 import (
-	"net"
-	"net/url"
 	"testing"
 
 	"github.com/cronmesh/cronmesh/libs/testkit/proxytest"
@@ -21,17 +19,8 @@ type Proxy struct {
 // unless down is true. t.Cleanup stops it and closes every connection.
 func NewProxy(t testing.TB, down bool) *Proxy {
 	t.Helper()
-	u, err := url.Parse(URL())
-	if err != nil {
-		t.Fatalf("pgtest: parse %s: %v", URLEnv, err)
-	}
-	target := u.Host
-	if u.Port() == "" {
-		target = net.JoinHostPort(u.Hostname(), "5432")
-	}
-	p := proxytest.New(t, target, down)
-	u.Host = p.Addr()
-	return &Proxy{Proxy: p, url: u.String()}
+	p, u := proxytest.NewURL(t, URL(), "5432", down)
+	return &Proxy{Proxy: p, url: u}
 }
 
 // URL is the database URL (user, database and parameters of [URL]) that

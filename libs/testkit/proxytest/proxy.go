@@ -3,6 +3,7 @@ package proxytest
 import (
 	"errors"
 	"net"
+	"net/url"
 	"sync"
 	"testing"
 )
@@ -43,6 +44,24 @@ func New(t testing.TB, target string, down bool) *Proxy {
 		p.wg.Wait()
 	})
 	return p
+}
+
+// NewURL starts a proxy, as New does, to the host of rawURL (on
+// defaultPort when rawURL names none) and returns it with rawURL pointed
+// at it: the same credentials, path and parameters, through the proxy.
+func NewURL(t testing.TB, rawURL, defaultPort string, down bool) (*Proxy, string) {
+	t.Helper()
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		t.Fatalf("proxytest: parse the server's URL: %v", err)
+	}
+	target := u.Host
+	if u.Port() == "" {
+		target = net.JoinHostPort(u.Hostname(), defaultPort)
+	}
+	p := New(t, target, down)
+	u.Host = p.Addr()
+	return p, u.String()
 }
 
 // Addr is the proxy's host:port, for clients.

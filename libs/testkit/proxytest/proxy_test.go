@@ -80,3 +80,18 @@ func TestProxy(t *testing.T) {
 	require.Error(t, err)
 	require.False(t, errors.Is(err, os.ErrDeadlineExceeded), "refused, not silent: %v", err)
 }
+
+// TestNewURL: the URL through the proxy keeps the credentials, path and
+// parameters, and reaches the server, on the default port when the URL
+// names none.
+func TestNewURL(t *testing.T) {
+	t.Parallel()
+	server := echoServer(t)
+	_, port, err := net.SplitHostPort(server)
+	require.NoError(t, err)
+	for _, raw := range []string{"amqp://u:pw@" + server + "/vhost?x=1", "amqp://u:pw@127.0.0.1/vhost?x=1"} {
+		p, through := proxytest.NewURL(t, raw, port, false)
+		require.Equal(t, "amqp://u:pw@"+p.Addr()+"/vhost?x=1", through)
+		require.NoError(t, roundTrip(dial(t, p), 5*time.Second))
+	}
+}

@@ -272,6 +272,16 @@ func (a *App) Pool() *pgxpool.Pool { return a.svc.Pool }
 // consumer is subscribed.
 func (a *App) Run(ctx context.Context) error { return a.svc.Run(ctx) }
 
+// Serve builds the app from cfg and runs it until ctx is done: the binary's
+// serve command (libs/servicemain).
+func Serve(ctx context.Context, cfg Config, logger *slog.Logger) error {
+	a, err := New(ctx, cfg, logger)
+	if err != nil {
+		return err
+	}
+	return a.Run(ctx)
+}
+
 // Ready is closed once the server listens and every consumer is subscribed.
 func (a *App) Ready() <-chan struct{} { return a.svc.Ready() }
 

@@ -18,7 +18,6 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
-	"go.opentelemetry.io/otel/trace/noop"
 	"google.golang.org/protobuf/proto"
 
 	eventsv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/events/v1"
@@ -79,18 +78,10 @@ func New(opts Options) (*Evaluator, error) {
 	if opts.Store == nil {
 		return nil, errors.New("evaluate: Store is required")
 	}
-	if opts.Clock == nil {
-		opts.Clock = clock.Real{}
-	}
+	opts.TracerProvider, opts.Propagator, opts.Clock = broker.OrDefaults(opts.TracerProvider, opts.Propagator, opts.Clock)
 	opts.Refresh = cmp.Or(opts.Refresh, DefaultRefresh)
 	if opts.Queued == nil {
 		opts.Queued = func() {}
-	}
-	if opts.TracerProvider == nil {
-		opts.TracerProvider = noop.NewTracerProvider()
-	}
-	if opts.Propagator == nil {
-		opts.Propagator = propagation.TraceContext{}
 	}
 	e := &Evaluator{
 		opts: opts, logger: cmp.Or(opts.Logger, slog.New(slog.DiscardHandler)), stale: true,

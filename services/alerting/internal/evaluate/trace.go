@@ -7,13 +7,10 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/codes"
-	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
 
 	eventsv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/events/v1"
 	"github.com/cronmesh/cronmesh/libs/broker"
-	"github.com/cronmesh/cronmesh/libs/telemetry"
 )
 
 // eventSpans records, in each event's own execution trace (from the trace
@@ -25,46 +22,29 @@ import (
 // that span cannot be in all of their traces. byMessage holds each
 // message's events.
 func (e *Evaluator) eventSpans(msgs []*message.Message, byMessage [][]*eventsv1.ExecutionEvent, start time.Time, err error) {
+	end := time.Now()
 	for i, events := range byMessage {
-		e.messageEventSpans(msgs[i].Context(), events, start, err)
+		e.messageEventSpans(msgs[i].Context(), events, start, end, err)
 	}
 }
 
-func (e *Evaluator) messageEventSpans(ctx context.Context, events []*eventsv1.ExecutionEvent, start time.Time, err error) {
-	end := time.Now()
-	var links []trace.Link
+func (e *Evaluator) messageEventSpans(ctx context.Context, events []*eventsv1.ExecutionEvent, start, end time.Time, err error) {
+	spans := broker.EventSpans{Tracer: e.tracer, Name: "alerting.evaluate", Start: start, End: end, Err: err, Failed: "evaluation failed; the message is redelivered"}
 	if sc := trace.SpanContextFromContext(ctx); sc.IsValid() {
-		links = []trace.Link{{SpanContext: sc}}
+		spans.Links = []trace.Link{{SpanContext: sc}}
 	}
 	for _, ev := range events {
-		if len(ev.GetTraceContext()) == 0 {
+		parent, ok := broker.EventParent(context.Background(), e.opts.Propagator, ev.GetTraceContext())
+		if !ok {
 			continue
 		}
-		parent := telemetry.ExtractMap(context.Background(), e.opts.Propagator, ev.GetTraceContext())
-		if !trace.SpanContextFromContext(parent).IsValid() {
-			continue
-		}
-		_, span := e.tracer.Start(parent, "alerting.evaluate",
-			trace.WithSpanKind(trace.SpanKindConsumer),
-			trace.WithTimestamp(start),
-			trace.WithLinks(links...))
-		if !span.IsRecording() {
-			// Unsampled (the usual case without export): the span only
-			// carries ids, so its attributes would be built for nothing.
-			span.End()
-			continue
-		}
-		span.SetAttributes(append(broker.ProcessAttributes(e.opts.Exchange, e.opts.Queue, ev.GetEventId()),
-			attribute.String("cronmesh.execution.id", ev.GetExecutionId()),
-			attribute.String("cronmesh.job.id", ev.GetJobId()),
-			attribute.String("cronmesh.event.kind", strings.ToLower(strings.TrimPrefix(ev.GetKind().String(), "EXECUTION_EVENT_KIND_"))),
-			attribute.Int("cronmesh.attempt", int(ev.GetAttempt())),
-		)...)
-		if err != nil {
-			span.RecordError(err)
-			span.SetAttributes(semconv.ErrorTypeOther)
-			span.SetStatus(codes.Error, "evaluation failed; the message is redelivered")
-		}
-		span.End(trace.WithTimestamp(end))
+		spans.Record(parent, func() []attribute.KeyValue {
+			return append(broker.ProcessAttributes(e.opts.Exchange, e.opts.Queue, ev.GetEventId()),
+				attribute.String("cronmesh.execution.id", ev.GetExecutionId()),
+				attribute.String("cronmesh.job.id", ev.GetJobId()),
+				attribute.String("cronmesh.event.kind", strings.ToLower(strings.TrimPrefix(ev.GetKind().String(), "EXECUTION_EVENT_KIND_"))),
+				attribute.Int("cronmesh.attempt", int(ev.GetAttempt())),
+			)
+		})
 	}
 }

@@ -10,26 +10,14 @@
 package main
 
 import (
-	"context"
-	"log/slog"
-	"time"
-
 	"github.com/cronmesh/cronmesh/libs/servicemain"
 	"github.com/cronmesh/cronmesh/services/console/internal/app"
 )
 
 func main() {
 	servicemain.Main(servicemain.Service[app.Config]{
-		Name:            "console",
-		Register:        (*app.Config).Register,
-		LogLevel:        func(c app.Config) string { return c.LogLevel },
-		ShutdownTimeout: func(c app.Config) time.Duration { return c.ShutdownTimeout },
-		Serve: func(ctx context.Context, c app.Config, logger *slog.Logger) error {
-			a, err := app.New(ctx, c, logger)
-			if err != nil {
-				return err
-			}
-			return a.Run(ctx)
-		},
+		Name:     "console",
+		Register: (*app.Config).Register,
+		Serve:    app.Serve,
 	})
 }

@@ -148,6 +148,16 @@ func countStatus(next http.Handler, calls *prometheus.CounterVec) http.Handler {
 	})
 }
 
+// Serve builds the app from cfg and runs it until ctx is done: the binary's
+// serve command (libs/servicemain).
+func Serve(ctx context.Context, cfg Config, logger *slog.Logger) error {
+	a, err := New(ctx, cfg, logger)
+	if err != nil {
+		return err
+	}
+	return a.Run(ctx)
+}
+
 // statusRecorder remembers the status a handler answered; Unwrap keeps
 // http.ResponseController's flushes and deadlines working through it.
 type statusRecorder struct {

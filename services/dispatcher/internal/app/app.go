@@ -406,3 +406,13 @@ func (a *App) janitor(ctx context.Context) error {
 		}
 	}
 }
+
+// Serve builds the app from cfg and runs it until ctx is done: the binary's
+// serve command (libs/servicemain).
+func Serve(ctx context.Context, cfg Config, logger *slog.Logger) error {
+	a, err := New(ctx, cfg, logger)
+	if err != nil {
+		return err
+	}
+	return a.Run(ctx)
+}

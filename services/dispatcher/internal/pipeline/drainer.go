@@ -13,7 +13,6 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
-	"go.opentelemetry.io/otel/trace/noop"
 	"google.golang.org/protobuf/proto"
 
 	dispatcherv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/dispatcher/v1"
@@ -105,15 +104,7 @@ func NewDrainer(opts DrainerOptions) (*Drainer, error) {
 	opts.StoreTimeout = cmp.Or(opts.StoreTimeout, DefaultStoreTimeout)
 	opts.Backoff = cmp.Or(opts.Backoff, DefaultBackoff)
 	opts.MaxBackoff = max(cmp.Or(opts.MaxBackoff, DefaultMaxBackoff), opts.Backoff)
-	if opts.TracerProvider == nil {
-		opts.TracerProvider = noop.NewTracerProvider()
-	}
-	if opts.Propagator == nil {
-		opts.Propagator = propagation.TraceContext{}
-	}
-	if opts.Clock == nil {
-		opts.Clock = clock.Real{}
-	}
+	opts.TracerProvider, opts.Propagator, opts.Clock = broker.OrDefaults(opts.TracerProvider, opts.Propagator, opts.Clock)
 	d := &Drainer{
 		opts:   opts,
 		logger: cmp.Or(opts.Logger, slog.New(slog.DiscardHandler)),

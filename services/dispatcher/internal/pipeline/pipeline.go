@@ -19,7 +19,6 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
-	"go.opentelemetry.io/otel/trace/noop"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -274,15 +273,7 @@ func New(opts Options) (*Pipeline, error) {
 	opts.UnrecordedCapacity = cmp.Or(opts.UnrecordedCapacity, DefaultUnrecordedCapacity)
 	opts.RecordRetryInterval = cmp.Or(opts.RecordRetryInterval, DefaultRecordRetryInterval)
 	opts.OverlapSweepInterval = cmp.Or(opts.OverlapSweepInterval, DefaultOverlapSweepInterval)
-	if opts.TracerProvider == nil {
-		opts.TracerProvider = noop.NewTracerProvider()
-	}
-	if opts.Propagator == nil {
-		opts.Propagator = propagation.TraceContext{}
-	}
-	if opts.Clock == nil {
-		opts.Clock = clock.Real{}
-	}
+	opts.TracerProvider, opts.Propagator, opts.Clock = broker.OrDefaults(opts.TracerProvider, opts.Propagator, opts.Clock)
 	p := &Pipeline{
 		opts:    opts,
 		tracer:  opts.TracerProvider.Tracer(tracerName),

@@ -9,27 +9,15 @@
 package main
 
 import (
-	"context"
-	"log/slog"
-	"time"
-
 	"github.com/cronmesh/cronmesh/libs/servicemain"
 	"github.com/cronmesh/cronmesh/services/history/internal/app"
 )
 
 func main() {
 	servicemain.Main(servicemain.Service[app.Config]{
-		Name:            "history",
-		Register:        (*app.Config).Register,
-		LogLevel:        func(c app.Config) string { return c.LogLevel },
-		ShutdownTimeout: func(c app.Config) time.Duration { return c.ShutdownTimeout },
-		Serve: func(ctx context.Context, c app.Config, logger *slog.Logger) error {
-			a, err := app.New(ctx, c, logger)
-			if err != nil {
-				return err
-			}
-			return a.Run(ctx)
-		},
-		Migrate: app.Migrate,
+		Name:     "history",
+		Register: (*app.Config).Register,
+		Serve:    app.Serve,
+		Migrate:  app.Migrate,
 	})
 }

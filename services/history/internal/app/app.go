@@ -213,6 +213,16 @@ func (a *App) maintain(ctx context.Context) error {
 	return nil
 }
 
+// Serve builds the app from cfg and runs it until ctx is done: the binary's
+// serve command (libs/servicemain).
+func Serve(ctx context.Context, cfg Config, logger *slog.Logger) error {
+	a, err := New(ctx, cfg, logger)
+	if err != nil {
+		return err
+	}
+	return a.Run(ctx)
+}
+
 // maintainLoop runs maintain every MaintainInterval on the clock until ctx
 // is done; a failure is logged and tried again next time (the days ahead
 // leave room).

@@ -21,7 +21,6 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
-	"go.opentelemetry.io/otel/trace/noop"
 	"google.golang.org/protobuf/proto"
 
 	eventsv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/events/v1"
@@ -118,15 +117,7 @@ func New(opts Options) (*Consumer, error) {
 	opts.Linger = cmp.Or(opts.Linger, DefaultLinger)
 	opts.Backoff = cmp.Or(opts.Backoff, DefaultBackoff)
 	opts.MaxBackoff = max(cmp.Or(opts.MaxBackoff, DefaultMaxBackoff), opts.Backoff)
-	if opts.Clock == nil {
-		opts.Clock = clock.Real{}
-	}
-	if opts.TracerProvider == nil {
-		opts.TracerProvider = noop.NewTracerProvider()
-	}
-	if opts.Propagator == nil {
-		opts.Propagator = propagation.TraceContext{}
-	}
+	opts.TracerProvider, opts.Propagator, opts.Clock = broker.OrDefaults(opts.TracerProvider, opts.Propagator, opts.Clock)
 	c := &Consumer{
 		opts:   opts,
 		tracer: opts.TracerProvider.Tracer(tracerName),

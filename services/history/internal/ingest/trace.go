@@ -6,13 +6,11 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/codes"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
 
 	eventsv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/events/v1"
 	"github.com/cronmesh/cronmesh/libs/broker"
-	"github.com/cronmesh/cronmesh/libs/telemetry"
 )
 
 // tracedEvent is an event that carries its execution's trace context.
@@ -26,11 +24,8 @@ type tracedEvent struct {
 
 // tracedEvent reads pb's trace context; false when it has none.
 func (c *Consumer) tracedEvent(ctx context.Context, pb *eventsv1.ExecutionEvent) (tracedEvent, bool) {
-	if len(pb.GetTraceContext()) == 0 {
-		return tracedEvent{}, false
-	}
-	parent := telemetry.ExtractMap(context.WithoutCancel(ctx), c.opts.Propagator, pb.GetTraceContext())
-	if !trace.SpanContextFromContext(parent).IsValid() {
+	parent, ok := broker.EventParent(context.WithoutCancel(ctx), c.opts.Propagator, pb.GetTraceContext())
+	if !ok {
 		return tracedEvent{}, false
 	}
 	return tracedEvent{
@@ -46,34 +41,22 @@ func (c *Consumer) tracedEvent(ctx context.Context, pb *eventsv1.ExecutionEvent)
 // each event's span links to: the execution's trace shows when its event
 // was written and where to find the statement.
 func (c *Consumer) eventSpans(batch []inHand, batchSpan trace.Span, start time.Time, err error) {
-	end := time.Now()
-	link := trace.Link{SpanContext: batchSpan.SpanContext()}
+	spans := broker.EventSpans{
+		Tracer: c.tracer, Name: "history.write", Start: start, End: time.Now(),
+		Links: []trace.Link{{SpanContext: batchSpan.SpanContext()}}, Err: err, Failed: "not written; requeued",
+	}
 	for _, h := range batch {
 		for _, ev := range h.traced {
-			_, span := c.tracer.Start(ev.parent, "history.write",
-				trace.WithSpanKind(trace.SpanKindConsumer),
-				trace.WithTimestamp(start),
-				trace.WithLinks(link))
-			if !span.IsRecording() {
-				// Unsampled (the usual case without export): the span only
-				// carries ids, so its attributes would be built for nothing.
-				span.End()
-				continue
-			}
-			span.SetAttributes(append(broker.ProcessAttributes(c.opts.Exchange, c.opts.Queue, ev.eventID),
-				semconv.DBSystemNamePostgreSQL,
-				semconv.DBOperationName("INSERT"),
-				semconv.DBCollectionName("executions"),
-				attribute.String("cronmesh.execution.id", ev.executionID),
-				attribute.String("cronmesh.event.kind", ev.kind),
-				attribute.Int("cronmesh.attempt", ev.attempt),
-			)...)
-			if err != nil {
-				span.RecordError(err)
-				span.SetAttributes(semconv.ErrorTypeOther)
-				span.SetStatus(codes.Error, "not written; requeued")
-			}
-			span.End(trace.WithTimestamp(end))
+			spans.Record(ev.parent, func() []attribute.KeyValue {
+				return append(broker.ProcessAttributes(c.opts.Exchange, c.opts.Queue, ev.eventID),
+					semconv.DBSystemNamePostgreSQL,
+					semconv.DBOperationName("INSERT"),
+					semconv.DBCollectionName("executions"),
+					attribute.String("cronmesh.execution.id", ev.executionID),
+					attribute.String("cronmesh.event.kind", ev.kind),
+					attribute.Int("cronmesh.attempt", ev.attempt),
+				)
+			})
 		}
 	}
 }

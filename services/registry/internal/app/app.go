@@ -311,3 +311,13 @@ func (a *App) Pool() *pgxpool.Pool { return a.svc.Pool }
 // the connections close and spans are flushed. The registry is ready as
 // soon as it listens: the broker may be down.
 func (a *App) Run(ctx context.Context) error { return a.svc.Run(ctx) }
+
+// Serve builds the app from cfg and runs it until ctx is done: the binary's
+// serve command (libs/servicemain).
+func Serve(ctx context.Context, cfg Config, logger *slog.Logger) error {
+	a, err := New(ctx, cfg, logger)
+	if err != nil {
+		return err
+	}
+	return a.Run(ctx)
+}

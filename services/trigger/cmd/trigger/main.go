@@ -9,9 +9,6 @@
 package main
 
 import (
-	"context"
-	"log/slog"
-	"time"
 	_ "time/tzdata" // time zones must resolve the same on every host.
 
 	"github.com/cronmesh/cronmesh/libs/servicemain"
@@ -20,16 +17,8 @@ import (
 
 func main() {
 	servicemain.Main(servicemain.Service[app.Config]{
-		Name:            "trigger",
-		Register:        (*app.Config).Register,
-		LogLevel:        func(c app.Config) string { return c.LogLevel },
-		ShutdownTimeout: func(c app.Config) time.Duration { return c.ShutdownTimeout },
-		Serve: func(ctx context.Context, c app.Config, logger *slog.Logger) error {
-			a, err := app.New(ctx, c, logger)
-			if err != nil {
-				return err
-			}
-			return a.Run(ctx)
-		},
+		Name:     "trigger",
+		Register: (*app.Config).Register,
+		Serve:    app.Serve,
 	})
 }

@@ -184,15 +184,7 @@ func New(opts Options) (*Consumer, error) {
 	opts.Linger = cmp.Or(opts.Linger, DefaultLinger)
 	opts.Backoff = cmp.Or(opts.Backoff, DefaultBackoff)
 	opts.MaxBackoff = max(cmp.Or(opts.MaxBackoff, DefaultMaxBackoff), opts.Backoff)
-	if opts.TracerProvider == nil {
-		opts.TracerProvider = noop.NewTracerProvider()
-	}
-	if opts.Propagator == nil {
-		opts.Propagator = propagation.TraceContext{}
-	}
-	if opts.Clock == nil {
-		opts.Clock = clock.Real{}
-	}
+	opts.TracerProvider, opts.Propagator, opts.Clock = broker.OrDefaults(opts.TracerProvider, opts.Propagator, opts.Clock)
 	c := &Consumer{
 		opts:    opts,
 		tracer:  opts.TracerProvider.Tracer(tracerName),

@@ -1,11 +1,10 @@
 import { create, type MessageInitShape } from "@bufbuild/protobuf";
-import { Alert, Anchor, Badge, Button, Group, Modal, MultiSelect, NumberInput, PasswordInput, SegmentedControl, Select, Stack, Switch, Table, Tabs, Text, Textarea, TextInput, Title } from "@mantine/core";
+import { Alert, Badge, Button, Group, Modal, MultiSelect, NumberInput, PasswordInput, SegmentedControl, Select, Stack, Switch, Table, Tabs, Text, Textarea, TextInput, Title } from "@mantine/core";
 import { ChannelSchema, IncidentKind, IncidentState, RuleSchema, SmtpSecurity, type Channel, type Rule } from "@cronmesh/client/alerting/v1/alert_service_pb";
 import { useMutation, useQuery, useQueryClient } from "@tanstack/react-query";
-import { useState, type FormEvent } from "react";
-import { Link } from "react-router";
-import { canEdit, errorText, fieldViolations } from "../api";
-import { ErrorAlert, Pager, usePager } from "../components";
+import { useState } from "react";
+import { canEdit, fieldViolations } from "../api";
+import { ApiForm, DataTable, ErrorAlert, JobLink, Pager, RowActions, RowButton, usePage } from "../components";
 import { enumLabel, formatDuration, labelsText, parseDuration, parseLabels, when } from "../format";
 import { useSession } from "../session";
 
@@ -18,13 +17,8 @@ const stateColor: Record<number, string> = {
 function Incidents() {
   const { clients, identity } = useSession();
   const queryClient = useQueryClient();
-  const pager = usePager();
   const [state, setState] = useState(String(IncidentState.OPEN));
-  const q = useQuery({
-    queryKey: ["incidents", { state, token: pager.token }],
-    queryFn: () => clients.alerting.listIncidents({ state: Number(state), pageSize: 50, pageToken: pager.token }),
-    refetchInterval: 5_000,
-  });
+  const { pager, q } = usePage("incidents", { state }, (pageToken) => clients.alerting.listIncidents({ state: Number(state), pageSize: 50, pageToken }), 5_000);
   const ack = useMutation({
     mutationFn: (id: string) => clients.alerting.acknowledgeIncident({ id }),
     onSuccess: () => queryClient.invalidateQueries({ queryKey: ["incidents"] }),
@@ -54,52 +48,38 @@ function Incidents() {
         only on what happens afterwards: a new streak of failures, a new dead letter or missed slot.
       </Text>
       <ErrorAlert error={q.error ?? ack.error ?? resolve.error} />
-      <Table striped aria-label="Incidents">
-        <Table.Thead>
-          <Table.Tr>
-            <Table.Th>Opened</Table.Th>
-            <Table.Th>State</Table.Th>
-            <Table.Th>Kind</Table.Th>
-            <Table.Th>Job</Table.Th>
-            <Table.Th>Summary</Table.Th>
-            <Table.Th>Actions</Table.Th>
+      <DataTable striped label="Incidents" columns={["Opened", "State", "Kind", "Job", "Summary", "Actions"]}>
+        {(q.data?.incidents ?? []).map((i) => (
+          <Table.Tr key={i.id}>
+            <Table.Td>{when(i.openTime)}</Table.Td>
+            <Table.Td>
+              <Badge color={stateColor[i.state] ?? "gray.8"} variant="filled">
+                {enumLabel(IncidentState, i.state)}
+              </Badge>
+            </Table.Td>
+            <Table.Td>{enumLabel(IncidentKind, i.kind)}</Table.Td>
+            <Table.Td>
+              <JobLink id={i.jobId} name={i.jobDisplayName} />
+            </Table.Td>
+            <Table.Td>{i.summary}</Table.Td>
+            <Table.Td>
+              {canEdit(identity.role) && i.state !== IncidentState.RESOLVED && (
+                <Group gap="xs">
+                  {i.state === IncidentState.OPEN && (
+                    <RowButton label={`Acknowledge the incident of ${i.jobDisplayName || i.jobId}`} onClick={() => ack.mutate(i.id)}>
+                      Acknowledge
+                    </RowButton>
+                  )}
+                  <RowButton label={`Resolve the incident of ${i.jobDisplayName || i.jobId}`} onClick={() => resolve.mutate(i.id)}>
+                    Resolve
+                  </RowButton>
+                </Group>
+              )}
+              {i.state === IncidentState.RESOLVED && <Text size="xs">{i.resolveReason}</Text>}
+            </Table.Td>
           </Table.Tr>
-        </Table.Thead>
-        <Table.Tbody>
-          {(q.data?.incidents ?? []).map((i) => (
-            <Table.Tr key={i.id}>
-              <Table.Td>{when(i.openTime)}</Table.Td>
-              <Table.Td>
-                <Badge color={stateColor[i.state] ?? "gray.8"} variant="filled">
-                  {enumLabel(IncidentState, i.state)}
-                </Badge>
-              </Table.Td>
-              <Table.Td>{enumLabel(IncidentKind, i.kind)}</Table.Td>
-              <Table.Td>
-                <Anchor component={Link} to={`/jobs/${i.jobId}`}>
-                  {i.jobDisplayName || i.jobId}
-                </Anchor>
-              </Table.Td>
-              <Table.Td>{i.summary}</Table.Td>
-              <Table.Td>
-                {canEdit(identity.role) && i.state !== IncidentState.RESOLVED && (
-                  <Group gap="xs">
-                    {i.state === IncidentState.OPEN && (
-                      <Button size="compact-xs" variant="default" onClick={() => ack.mutate(i.id)} aria-label={`Acknowledge the incident of ${i.jobDisplayName || i.jobId}`}>
-                        Acknowledge
-                      </Button>
-                    )}
-                    <Button size="compact-xs" variant="default" onClick={() => resolve.mutate(i.id)} aria-label={`Resolve the incident of ${i.jobDisplayName || i.jobId}`}>
-                      Resolve
-                    </Button>
-                  </Group>
-                )}
-                {i.state === IncidentState.RESOLVED && <Text size="xs">{i.resolveReason}</Text>}
-              </Table.Td>
-            </Table.Tr>
-          ))}
-        </Table.Tbody>
-      </Table>
+        ))}
+      </DataTable>
       {q.isSuccess && q.data.incidents.length === 0 && <Text>No incident.</Text>}
       <Pager pager={pager} nextToken={q.data?.nextPageToken} />
     </Stack>
@@ -147,56 +127,39 @@ function RuleForm({ rule, channels, onDone }: { rule?: Rule; channels: Channel[]
     },
   });
   const v = m.error ? fieldViolations(m.error) : new Map<string, string>();
-  const submit = (e: FormEvent) => {
-    e.preventDefault();
-    m.mutate();
-  };
   return (
-    <form onSubmit={submit} aria-label={rule ? "Edit rule" : "New rule"}>
-      <Stack>
-        <TextInput label="Name" value={name} onChange={(e) => setName(e.currentTarget.value)} error={v.get("rule.display_name")} />
-        <TextInput label="Job ids" description="comma separated; empty: every job the labels select" value={jobIds} onChange={(e) => setJobIds(e.currentTarget.value)} error={v.get("rule.selector.job_ids")} />
-        <TextInput label="Job labels" description="key=value, comma separated" value={labels} onChange={(e) => setLabels(e.currentTarget.value)} error={v.get("rule.selector.labels") ?? v.get("rule.selector")} />
-        <Select
-          label="Condition"
-          allowDeselect={false}
-          value={condition}
-          onChange={(x) => setCondition((x ?? "consecutiveFailures") as Condition)}
-          data={[
-            { value: "consecutiveFailures", label: "Consecutive failures" },
-            { value: "missedSchedule", label: "Missed schedule" },
-            { value: "deadLettered", label: "Dead lettered" },
-            { value: "noSuccessWithin", label: "No success within" },
-          ]}
-          error={v.get("rule.condition")}
-        />
-        {condition === "consecutiveFailures" && <NumberInput label="Failures" min={1} value={count} onChange={(x) => setCount(typeof x === "number" ? x : "")} error={v.get("rule.consecutive_failures.count")} />}
-        {(condition === "missedSchedule" || condition === "noSuccessWithin") && (
-          <TextInput label={condition === "missedSchedule" ? "Tolerance" : "Within"} description="e.g. 5m" value={span} onChange={(e) => setSpan(e.currentTarget.value)} error={v.get("rule.missed_schedule.tolerance") ?? v.get("rule.no_success_within.duration")} />
-        )}
-        <MultiSelect label="Channels" data={channels.map((ch) => ({ value: ch.id, label: ch.displayName || ch.id }))} value={channelIds} onChange={setChannelIds} error={v.get("rule.channel_ids")} />
-        <Switch label="Disabled" checked={disabled} onChange={(e) => setDisabled(e.currentTarget.checked)} />
-        {m.isError && (
-          <Alert color="red" role="alert" title="Not saved">
-            {v.size ? [...v].map(([f, d]) => `${f}: ${d}`).join("; ") : errorText(m.error)}
-          </Alert>
-        )}
-        <Group justify="flex-end">
-          <Button type="submit" loading={m.isPending}>
-            Save rule
-          </Button>
-        </Group>
-      </Stack>
-    </form>
+    <ApiForm label={rule ? "Edit rule" : "New rule"} onSubmit={() => m.mutate()} error={m.error} violations={[...v]} pending={m.isPending} submit="Save rule">
+      <TextInput label="Name" value={name} onChange={(e) => setName(e.currentTarget.value)} error={v.get("rule.display_name")} />
+      <TextInput label="Job ids" description="comma separated; empty: every job the labels select" value={jobIds} onChange={(e) => setJobIds(e.currentTarget.value)} error={v.get("rule.selector.job_ids")} />
+      <TextInput label="Job labels" description="key=value, comma separated" value={labels} onChange={(e) => setLabels(e.currentTarget.value)} error={v.get("rule.selector.labels") ?? v.get("rule.selector")} />
+      <Select
+        label="Condition"
+        allowDeselect={false}
+        value={condition}
+        onChange={(x) => setCondition((x ?? "consecutiveFailures") as Condition)}
+        data={[
+          { value: "consecutiveFailures", label: "Consecutive failures" },
+          { value: "missedSchedule", label: "Missed schedule" },
+          { value: "deadLettered", label: "Dead lettered" },
+          { value: "noSuccessWithin", label: "No success within" },
+        ]}
+        error={v.get("rule.condition")}
+      />
+      {condition === "consecutiveFailures" && <NumberInput label="Failures" min={1} value={count} onChange={(x) => setCount(typeof x === "number" ? x : "")} error={v.get("rule.consecutive_failures.count")} />}
+      {(condition === "missedSchedule" || condition === "noSuccessWithin") && (
+        <TextInput label={condition === "missedSchedule" ? "Tolerance" : "Within"} description="e.g. 5m" value={span} onChange={(e) => setSpan(e.currentTarget.value)} error={v.get("rule.missed_schedule.tolerance") ?? v.get("rule.no_success_within.duration")} />
+      )}
+      <MultiSelect label="Channels" data={channels.map((ch) => ({ value: ch.id, label: ch.displayName || ch.id }))} value={channelIds} onChange={setChannelIds} error={v.get("rule.channel_ids")} />
+      <Switch label="Disabled" checked={disabled} onChange={(e) => setDisabled(e.currentTarget.checked)} />
+    </ApiForm>
   );
 }
 
 function Rules() {
   const { clients, identity } = useSession();
   const queryClient = useQueryClient();
-  const pager = usePager();
   const [editing, setEditing] = useState<Rule | "new">();
-  const q = useQuery({ queryKey: ["rules", pager.token], queryFn: () => clients.alerting.listRules({ pageSize: 100, pageToken: pager.token }) });
+  const { pager, q } = usePage("rules", {}, (pageToken) => clients.alerting.listRules({ pageSize: 100, pageToken }));
   const channels = useQuery({ queryKey: ["channels", "all"], queryFn: () => clients.alerting.listChannels({ pageSize: 1000 }) });
   const del = useMutation({ mutationFn: (id: string) => clients.alerting.deleteRule({ id }), onSuccess: () => queryClient.invalidateQueries({ queryKey: ["rules"] }) });
   const editor = canEdit(identity.role);
@@ -209,41 +172,27 @@ function Rules() {
         </Group>
       )}
       <ErrorAlert error={q.error ?? del.error} />
-      <Table striped aria-label="Alert rules">
-        <Table.Thead>
-          <Table.Tr>
-            <Table.Th>Name</Table.Th>
-            <Table.Th>Condition</Table.Th>
-            <Table.Th>Jobs</Table.Th>
-            <Table.Th>Channels</Table.Th>
-            <Table.Th>State</Table.Th>
-            {editor && <Table.Th>Actions</Table.Th>}
+      <DataTable striped label="Alert rules" columns={["Name", "Condition", "Jobs", "Channels", "State", editor && "Actions"]}>
+        {(q.data?.rules ?? []).map((r) => (
+          <Table.Tr key={r.id}>
+            <Table.Td>{r.displayName || r.id}</Table.Td>
+            <Table.Td>{r.condition.case?.replace(/[A-Z]/g, (c) => ` ${c.toLowerCase()}`) ?? "—"}</Table.Td>
+            <Table.Td>{[r.selector?.jobIds.join(", "), labelsText(r.selector?.labels ?? {})].filter(Boolean).join("; ") || "every job"}</Table.Td>
+            <Table.Td>{r.channelIds.map((id) => names.get(id) ?? id).join(", ")}</Table.Td>
+            <Table.Td>{r.disabled ? "disabled" : "enabled"}</Table.Td>
+            {editor && (
+              <RowActions>
+                <RowButton label={`Edit rule ${r.displayName || r.id}`} onClick={() => setEditing(r)}>
+                  Edit
+                </RowButton>
+                <RowButton label={`Delete rule ${r.displayName || r.id}`} confirm="Delete this rule?" onClick={() => del.mutate(r.id)}>
+                  Delete
+                </RowButton>
+              </RowActions>
+            )}
           </Table.Tr>
-        </Table.Thead>
-        <Table.Tbody>
-          {(q.data?.rules ?? []).map((r) => (
-            <Table.Tr key={r.id}>
-              <Table.Td>{r.displayName || r.id}</Table.Td>
-              <Table.Td>{r.condition.case?.replace(/[A-Z]/g, (c) => ` ${c.toLowerCase()}`) ?? "—"}</Table.Td>
-              <Table.Td>{[r.selector?.jobIds.join(", "), labelsText(r.selector?.labels ?? {})].filter(Boolean).join("; ") || "every job"}</Table.Td>
-              <Table.Td>{r.channelIds.map((id) => names.get(id) ?? id).join(", ")}</Table.Td>
-              <Table.Td>{r.disabled ? "disabled" : "enabled"}</Table.Td>
-              {editor && (
-                <Table.Td>
-                  <Group gap={4} wrap="nowrap">
-                    <Button size="compact-xs" variant="default" onClick={() => setEditing(r)} aria-label={`Edit rule ${r.displayName || r.id}`}>
-                      Edit
-                    </Button>
-                    <Button size="compact-xs" variant="outline" color="red.9" aria-label={`Delete rule ${r.displayName || r.id}`} onClick={() => window.confirm("Delete this rule?") && del.mutate(r.id)}>
-                      Delete
-                    </Button>
-                  </Group>
-                </Table.Td>
-              )}
-            </Table.Tr>
-          ))}
-        </Table.Tbody>
-      </Table>
+        ))}
+      </DataTable>
       <Pager pager={pager} nextToken={q.data?.nextPageToken} />
       <Modal opened={!!editing} onClose={() => setEditing(undefined)} title={editing === "new" ? "New rule" : "Edit rule"} size="lg">
         {editing && <RuleForm rule={editing === "new" ? undefined : editing} channels={channels.data?.channels ?? []} onDone={() => setEditing(undefined)} />}
@@ -333,10 +282,6 @@ function ChannelForm({ channel, onDone }: { channel?: Channel; onDone: () => voi
       return i === undefined ? [] : [`${recipients[Number(i)] ?? `address ${Number(i) + 1}`}: ${d}`];
     })
     .join("; ");
-  const submit = (e: FormEvent) => {
-    e.preventDefault();
-    m.mutate();
-  };
   const changeSecurity = (x: string | null) => {
     const next = x ?? String(SmtpSecurity.STARTTLS);
     // Follow the usual port of the security unless one was typed.
@@ -344,76 +289,63 @@ function ChannelForm({ channel, onDone }: { channel?: Channel; onDone: () => voi
     setSecurity(next);
   };
   return (
-    <form onSubmit={submit} aria-label={channel ? "Edit channel" : "New channel"}>
-      <Stack>
-        {!channel && (
-          <SegmentedControl
-            aria-label="Channel kind"
-            value={kind}
-            onChange={(x) => setKind(x as Kind)}
-            data={[
-              { value: "webhook", label: "Webhook" },
-              { value: "email", label: "Email" },
-            ]}
+    <ApiForm label={channel ? "Edit channel" : "New channel"} onSubmit={() => m.mutate()} error={m.error} violations={[...v]} pending={m.isPending} submit="Save channel">
+      {!channel && (
+        <SegmentedControl
+          aria-label="Channel kind"
+          value={kind}
+          onChange={(x) => setKind(x as Kind)}
+          data={[
+            { value: "webhook", label: "Webhook" },
+            { value: "email", label: "Email" },
+          ]}
+        />
+      )}
+      <TextInput label="Name" value={name} onChange={(e) => setName(e.currentTarget.value)} error={v.get("channel.display_name")} />
+      {kind === "webhook" && (
+        <>
+          <TextInput label="Webhook URL" value={url} onChange={(e) => setUrl(e.currentTarget.value)} error={v.get("channel.webhook.url")} />
+          <TextInput
+            label="Signing secret"
+            description={webhook?.hasSigningSecret ? "set; leave empty to keep it" : "whsec_ and the base64 of 24 to 64 bytes; the receiver checks each notification with it"}
+            value={secret}
+            onChange={(e) => setSecret(e.currentTarget.value)}
+            error={v.get("channel.webhook.signing_secret")}
+            autoComplete="off"
           />
-        )}
-        <TextInput label="Name" value={name} onChange={(e) => setName(e.currentTarget.value)} error={v.get("channel.display_name")} />
-        {kind === "webhook" && (
-          <>
-            <TextInput label="Webhook URL" value={url} onChange={(e) => setUrl(e.currentTarget.value)} error={v.get("channel.webhook.url")} />
-            <TextInput
-              label="Signing secret"
-              description={webhook?.hasSigningSecret ? "set; leave empty to keep it" : "whsec_ and the base64 of 24 to 64 bytes; the receiver checks each notification with it"}
-              value={secret}
-              onChange={(e) => setSecret(e.currentTarget.value)}
-              error={v.get("channel.webhook.signing_secret")}
-              autoComplete="off"
+        </>
+      )}
+      {kind === "email" && (
+        <>
+          <Group grow align="flex-start">
+            <TextInput label="SMTP host" value={host} onChange={(e) => setHost(e.currentTarget.value)} error={v.get("channel.email.host")} />
+            <NumberInput label="Port" min={1} max={65535} value={port} onChange={(x) => setPort(typeof x === "number" ? x : "")} error={v.get("channel.email.port")} />
+          </Group>
+          <Select label="Security" allowDeselect={false} value={security} onChange={changeSecurity} data={securityOptions.map(({ value, label }) => ({ value, label }))} error={v.get("channel.email.security")} />
+          <Group grow align="flex-start">
+            <TextInput label="Username" description="empty: no authentication" value={username} onChange={(e) => setUsername(e.currentTarget.value)} error={v.get("channel.email.username")} autoComplete="off" />
+            <PasswordInput
+              label="Password"
+              description={email?.hasPassword ? "stored; leave empty to keep it" : "sent only to the SMTP server, never shown again"}
+              value={password}
+              onChange={(e) => setPassword(e.currentTarget.value)}
+              error={v.get("channel.email.password")}
+              autoComplete="new-password"
             />
-          </>
-        )}
-        {kind === "email" && (
-          <>
-            <Group grow align="flex-start">
-              <TextInput label="SMTP host" value={host} onChange={(e) => setHost(e.currentTarget.value)} error={v.get("channel.email.host")} />
-              <NumberInput label="Port" min={1} max={65535} value={port} onChange={(x) => setPort(typeof x === "number" ? x : "")} error={v.get("channel.email.port")} />
-            </Group>
-            <Select label="Security" allowDeselect={false} value={security} onChange={changeSecurity} data={securityOptions.map(({ value, label }) => ({ value, label }))} error={v.get("channel.email.security")} />
-            <Group grow align="flex-start">
-              <TextInput label="Username" description="empty: no authentication" value={username} onChange={(e) => setUsername(e.currentTarget.value)} error={v.get("channel.email.username")} autoComplete="off" />
-              <PasswordInput
-                label="Password"
-                description={email?.hasPassword ? "stored; leave empty to keep it" : "sent only to the SMTP server, never shown again"}
-                value={password}
-                onChange={(e) => setPassword(e.currentTarget.value)}
-                error={v.get("channel.email.password")}
-                autoComplete="new-password"
-              />
-            </Group>
-            <TextInput label="From" description="the sender address" value={from} onChange={(e) => setFrom(e.currentTarget.value)} error={v.get("channel.email.from")} />
-            <Textarea label="Recipients" description="1 to 50 addresses, one a line or comma separated" autosize minRows={2} value={to} onChange={(e) => setTo(e.currentTarget.value)} error={toErrors || undefined} />
-          </>
-        )}
-        {m.isError && (
-          <Alert color="red" role="alert" title="Not saved">
-            {v.size ? [...v].map(([f, d]) => `${f}: ${d}`).join("; ") : errorText(m.error)}
-          </Alert>
-        )}
-        <Group justify="flex-end">
-          <Button type="submit" loading={m.isPending}>
-            Save channel
-          </Button>
-        </Group>
-      </Stack>
-    </form>
+          </Group>
+          <TextInput label="From" description="the sender address" value={from} onChange={(e) => setFrom(e.currentTarget.value)} error={v.get("channel.email.from")} />
+          <Textarea label="Recipients" description="1 to 50 addresses, one a line or comma separated" autosize minRows={2} value={to} onChange={(e) => setTo(e.currentTarget.value)} error={toErrors || undefined} />
+        </>
+      )}
+    </ApiForm>
   );
 }
 
 function Channels() {
   const { clients, identity } = useSession();
   const queryClient = useQueryClient();
-  const pager = usePager();
   const [editing, setEditing] = useState<Channel | "new">();
-  const q = useQuery({ queryKey: ["channels", pager.token], queryFn: () => clients.alerting.listChannels({ pageSize: 100, pageToken: pager.token }) });
+  const { pager, q } = usePage("channels", {}, (pageToken) => clients.alerting.listChannels({ pageSize: 100, pageToken }));
   const test = useMutation({ mutationFn: (id: string) => clients.alerting.testChannel({ id }) });
   const del = useMutation({ mutationFn: (id: string) => clients.alerting.deleteChannel({ id }), onSuccess: () => queryClient.invalidateQueries({ queryKey: ["channels"] }) });
   const editor = canEdit(identity.role);
@@ -442,42 +374,30 @@ function Channels() {
           {test.data.delivered ? "Delivered." : `Not delivered: ${test.data.error}`}
         </Alert>
       )}
-      <Table striped aria-label="Alert channels">
-        <Table.Thead>
-          <Table.Tr>
-            <Table.Th>Name</Table.Th>
-            <Table.Th>Kind</Table.Th>
-            <Table.Th>Destination</Table.Th>
-            {editor && <Table.Th>Actions</Table.Th>}
+      <DataTable striped label="Alert channels" columns={["Name", "Kind", "Destination", editor && "Actions"]}>
+        {(q.data?.channels ?? []).map((c) => (
+          <Table.Tr key={c.id}>
+            <Table.Td>{c.displayName || c.id}</Table.Td>
+            <Table.Td>{c.kind.case ?? "—"}</Table.Td>
+            <Table.Td>{channelSummary(c)}</Table.Td>
+            {editor && (
+              <RowActions>
+                <RowButton label={`Test channel ${c.displayName || c.id}`} loading={test.isPending && test.variables === c.id} onClick={() => test.mutate(c.id)}>
+                  Test
+                </RowButton>
+                {c.kind.case !== undefined && (
+                  <RowButton label={`Edit channel ${c.displayName || c.id}`} onClick={() => edit(c)}>
+                    Edit
+                  </RowButton>
+                )}
+                <RowButton label={`Delete channel ${c.displayName || c.id}`} confirm="Delete this channel?" onClick={() => del.mutate(c.id)}>
+                  Delete
+                </RowButton>
+              </RowActions>
+            )}
           </Table.Tr>
-        </Table.Thead>
-        <Table.Tbody>
-          {(q.data?.channels ?? []).map((c) => (
-            <Table.Tr key={c.id}>
-              <Table.Td>{c.displayName || c.id}</Table.Td>
-              <Table.Td>{c.kind.case ?? "—"}</Table.Td>
-              <Table.Td>{channelSummary(c)}</Table.Td>
-              {editor && (
-                <Table.Td>
-                  <Group gap={4} wrap="nowrap">
-                    <Button size="compact-xs" variant="default" onClick={() => test.mutate(c.id)} loading={test.isPending && test.variables === c.id} aria-label={`Test channel ${c.displayName || c.id}`}>
-                      Test
-                    </Button>
-                    {c.kind.case !== undefined && (
-                      <Button size="compact-xs" variant="default" onClick={() => edit(c)} aria-label={`Edit channel ${c.displayName || c.id}`}>
-                        Edit
-                      </Button>
-                    )}
-                    <Button size="compact-xs" variant="outline" color="red.9" aria-label={`Delete channel ${c.displayName || c.id}`} onClick={() => window.confirm("Delete this channel?") && del.mutate(c.id)}>
-                      Delete
-                    </Button>
-                  </Group>
-                </Table.Td>
-              )}
-            </Table.Tr>
-          ))}
-        </Table.Tbody>
-      </Table>
+        ))}
+      </DataTable>
       <Pager pager={pager} nextToken={q.data?.nextPageToken} />
       <Modal opened={!!editing} onClose={() => setEditing(undefined)} title={editing === "new" ? "New channel" : "Edit channel"} size="lg">
         {editing && <ChannelForm channel={editing === "new" ? undefined : editing} onDone={() => setEditing(undefined)} />}

@@ -1,12 +1,11 @@
 import { create } from "@bufbuild/protobuf";
-import { Alert, Anchor, Button, Code, Group, Modal, Select, Stack, Switch, Table, Text, Textarea, TextInput, Title } from "@mantine/core";
+import { Code, Modal, Select, Stack, Switch, Table, Text, Textarea, TextInput, Title } from "@mantine/core";
 import type { DeadLetter } from "@cronmesh/client/dispatcher/v1/dispatch_service_pb";
 import { TargetSchema } from "@cronmesh/client/registry/v1/job_pb";
-import { useMutation, useQuery, useQueryClient } from "@tanstack/react-query";
-import { useState, type FormEvent } from "react";
-import { Link } from "react-router";
-import { canEdit, errorText, fieldViolations } from "../api";
-import { ErrorAlert, Pager, usePager } from "../components";
+import { useMutation, useQueryClient } from "@tanstack/react-query";
+import { useState } from "react";
+import { canEdit, fieldViolations } from "../api";
+import { ApiForm, DataTable, ErrorAlert, JobLink, Pager, RowActions, RowButton, SlotLink, usePage } from "../components";
 import { labelsText, parseLabels, when } from "../format";
 import { useSession } from "../session";
 
@@ -36,51 +35,30 @@ function Redrive({ letter, onDone }: { letter: DeadLetter; onDone: () => void })
   });
   const violations = m.error ? fieldViolations(m.error) : new Map<string, string>();
   const v = (suffix: string) => violations.get(`target_override.http.${suffix}`);
-  const submit = (e: FormEvent) => {
-    e.preventDefault();
-    m.mutate();
-  };
   return (
-    <form onSubmit={submit} aria-label="Redrive">
-      <Stack>
-        <Text size="sm">
-          Current target: {http ? `${http.method || "POST"} ${http.url}` : current?.case === "amqp" ? `AMQP ${current.value.exchange}` : "—"}
-        </Text>
-        <Switch label="Override the target for this redrive" checked={override} onChange={(e) => setOverride(e.currentTarget.checked)} disabled={!http} />
-        {override && (
-          <>
-            <Select label="Method" data={["GET", "POST", "PUT", "PATCH", "DELETE"]} value={method} onChange={(x) => setMethod(x ?? "POST")} allowDeselect={false} error={v("method")} />
-            <TextInput label="URL" value={url} onChange={(e) => setUrl(e.currentTarget.value)} error={v("url")} />
-            <TextInput label="Headers" description="Name=value, separated by commas" value={headers} onChange={(e) => setHeaders(e.currentTarget.value)} error={v("headers")} />
-            <Textarea label="Body" value={body} onChange={(e) => setBody(e.currentTarget.value)} autosize minRows={2} error={v("body")} />
-          </>
-        )}
-        {m.isError && (
-          <Alert color="red" role="alert" title="Not redriven">
-            {violations.size ? [...violations].map(([f, d]) => `${f}: ${d}`).join("; ") : errorText(m.error)}
-          </Alert>
-        )}
-        <Group justify="flex-end">
-          <Button type="submit" loading={m.isPending}>
-            Redrive
-          </Button>
-        </Group>
-      </Stack>
-    </form>
+    <ApiForm label="Redrive" onSubmit={() => m.mutate()} failed="Not redriven" error={m.error} violations={[...violations]} pending={m.isPending} submit="Redrive">
+      <Text size="sm">
+        Current target: {http ? `${http.method || "POST"} ${http.url}` : current?.case === "amqp" ? `AMQP ${current.value.exchange}` : "—"}
+      </Text>
+      <Switch label="Override the target for this redrive" checked={override} onChange={(e) => setOverride(e.currentTarget.checked)} disabled={!http} />
+      {override && (
+        <>
+          <Select label="Method" data={["GET", "POST", "PUT", "PATCH", "DELETE"]} value={method} onChange={(x) => setMethod(x ?? "POST")} allowDeselect={false} error={v("method")} />
+          <TextInput label="URL" value={url} onChange={(e) => setUrl(e.currentTarget.value)} error={v("url")} />
+          <TextInput label="Headers" description="Name=value, separated by commas" value={headers} onChange={(e) => setHeaders(e.currentTarget.value)} error={v("headers")} />
+          <Textarea label="Body" value={body} onChange={(e) => setBody(e.currentTarget.value)} autosize minRows={2} error={v("body")} />
+        </>
+      )}
+    </ApiForm>
   );
 }
 
 export function DeadLetters() {
   const { clients, identity } = useSession();
   const queryClient = useQueryClient();
-  const pager = usePager();
   const [jobId, setJobId] = useState("");
   const [redriving, setRedriving] = useState<DeadLetter>();
-  const q = useQuery({
-    queryKey: ["dead-letters", { jobId, token: pager.token }],
-    queryFn: () => clients.dispatcher.listDeadLetters({ jobId: jobId.trim(), pageSize: 50, pageToken: pager.token }),
-    refetchInterval: 5_000,
-  });
+  const { pager, q } = usePage("dead-letters", { jobId }, (pageToken) => clients.dispatcher.listDeadLetters({ jobId: jobId.trim(), pageSize: 50, pageToken }), 5_000);
   const purge = useMutation({
     mutationFn: (id: string) => clients.dispatcher.purgeDeadLetter({ id }),
     onSuccess: () => queryClient.invalidateQueries({ queryKey: ["dead-letters"] }),
@@ -100,59 +78,38 @@ export function DeadLetters() {
         }}
       />
       <ErrorAlert error={q.error ?? purge.error} />
-      <Table striped aria-label="Dead letters">
-        <Table.Thead>
-          <Table.Tr>
-            <Table.Th>Died</Table.Th>
-            <Table.Th>Job</Table.Th>
-            <Table.Th>Slot</Table.Th>
-            <Table.Th>Attempts</Table.Th>
-            <Table.Th>Reason</Table.Th>
-            <Table.Th>Response</Table.Th>
-            {editor && <Table.Th>Actions</Table.Th>}
+      <DataTable striped label="Dead letters" columns={["Died", "Job", "Slot", "Attempts", "Reason", "Response", editor && "Actions"]}>
+        {(q.data?.deadLetters ?? []).map((d) => (
+          <Table.Tr key={d.id}>
+            <Table.Td>{when(d.deadTime)}</Table.Td>
+            <Table.Td>
+              <JobLink id={d.jobId} name={d.request?.jobDisplayName} />
+            </Table.Td>
+            <Table.Td>
+              <SlotLink executionId={d.executionId} nominalTime={d.nominalTime} />
+            </Table.Td>
+            <Table.Td>{d.attempt}</Table.Td>
+            <Table.Td>{d.reason}</Table.Td>
+            <Table.Td>
+              {d.responseStatus || "—"} {d.responseExcerpt && <Code>{d.responseExcerpt.slice(0, 120)}</Code>}
+            </Table.Td>
+            {editor && (
+              <RowActions>
+                <RowButton label={`Redrive the dead letter of ${d.request?.jobDisplayName || d.jobId} at ${when(d.nominalTime)}`} onClick={() => setRedriving(d)}>
+                  Redrive
+                </RowButton>
+                <RowButton
+                  label={`Purge the dead letter of ${d.request?.jobDisplayName || d.jobId} at ${when(d.nominalTime)}`}
+                  confirm="Purge this dead letter? It will not be delivered."
+                  onClick={() => purge.mutate(d.id)}
+                >
+                  Purge
+                </RowButton>
+              </RowActions>
+            )}
           </Table.Tr>
-        </Table.Thead>
-        <Table.Tbody>
-          {(q.data?.deadLetters ?? []).map((d) => (
-            <Table.Tr key={d.id}>
-              <Table.Td>{when(d.deadTime)}</Table.Td>
-              <Table.Td>
-                <Anchor component={Link} to={`/jobs/${d.jobId}`}>
-                  {d.request?.jobDisplayName || d.jobId}
-                </Anchor>
-              </Table.Td>
-              <Table.Td>
-                <Anchor component={Link} to={`/executions/${d.executionId}`}>
-                  {when(d.nominalTime)}
-                </Anchor>
-              </Table.Td>
-              <Table.Td>{d.attempt}</Table.Td>
-              <Table.Td>{d.reason}</Table.Td>
-              <Table.Td>
-                {d.responseStatus || "—"} {d.responseExcerpt && <Code>{d.responseExcerpt.slice(0, 120)}</Code>}
-              </Table.Td>
-              {editor && (
-                <Table.Td>
-                  <Group gap={4} wrap="nowrap">
-                    <Button size="compact-xs" variant="default" onClick={() => setRedriving(d)} aria-label={`Redrive the dead letter of ${d.request?.jobDisplayName || d.jobId} at ${when(d.nominalTime)}`}>
-                      Redrive
-                    </Button>
-                    <Button
-                      size="compact-xs"
-                      variant="outline"
-                      color="red.9"
-                      aria-label={`Purge the dead letter of ${d.request?.jobDisplayName || d.jobId} at ${when(d.nominalTime)}`}
-                      onClick={() => window.confirm("Purge this dead letter? It will not be delivered.") && purge.mutate(d.id)}
-                    >
-                      Purge
-                    </Button>
-                  </Group>
-                </Table.Td>
-              )}
-            </Table.Tr>
-          ))}
-        </Table.Tbody>
-      </Table>
+        ))}
+      </DataTable>
       {q.isSuccess && q.data.deadLetters.length === 0 && <Text>No dead letter.</Text>}
       <Pager pager={pager} nextToken={q.data?.nextPageToken} />
       <Modal opened={!!redriving} onClose={() => setRedriving(undefined)} title="Redrive a dead letter" size="lg">

@@ -1,14 +1,14 @@
-import { Anchor, Badge, Button, Card, Group, Modal, NumberInput, SimpleGrid, Stack, Table, Tabs, Text, TextInput, Title } from "@mantine/core";
+import { Badge, Button, Card, Group, Modal, NumberInput, SimpleGrid, Stack, Table, Tabs, Text, TextInput, Title } from "@mantine/core";
 import { TriggerKind } from "@cronmesh/client/dispatch/v1/dispatch_request_pb";
 import type { Job } from "@cronmesh/client/registry/v1/job_pb";
 import { SlotState } from "@cronmesh/client/trigger/v1/trigger_service_pb";
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import { useMutation, useQuery, useQueryClient } from "@tanstack/react-query";
 import { useState, type FormEvent } from "react";
-import { Link, useNavigate, useParams } from "react-router";
+import { useNavigate, useParams } from "react-router";
 import { canEdit } from "../api";
-import { ErrorAlert, Pager, StatusBadge, usePager } from "../components";
-import { duration, enumLabel, fromLocalInput, labelsText, offset, when } from "../format";
+import { DataTable, ErrorAlert, ExecutionCells, Pager, SlotLink, usePage } from "../components";
+import { enumLabel, fromLocalInput, labelsText, offset, when } from "../format";
 import { useSession } from "../session";
 import { JobForm } from "./JobForm";
 import { scheduleText } from "./Jobs";
@@ -27,69 +27,36 @@ function Preview({ job }: { job: Job }) {
       </Title>
       <Text size="sm">Time zone {tz}; the offset column changes where daylight saving time starts or ends.</Text>
       <ErrorAlert error={q.error} />
-      <Table>
-        <Table.Thead>
-          <Table.Tr>
-            <Table.Th>In {tz}</Table.Th>
-            <Table.Th>Offset</Table.Th>
-            <Table.Th>In this browser</Table.Th>
+      <DataTable columns={[`In ${tz}`, "Offset", "In this browser"]}>
+        {(q.data?.times ?? []).map((t, i) => (
+          <Table.Tr key={i}>
+            <Table.Td>{when(t, tz)}</Table.Td>
+            <Table.Td>{offset(t, tz)}</Table.Td>
+            <Table.Td>{when(t)}</Table.Td>
           </Table.Tr>
-        </Table.Thead>
-        <Table.Tbody>
-          {(q.data?.times ?? []).map((t, i) => (
-            <Table.Tr key={i}>
-              <Table.Td>{when(t, tz)}</Table.Td>
-              <Table.Td>{offset(t, tz)}</Table.Td>
-              <Table.Td>{when(t)}</Table.Td>
-            </Table.Tr>
-          ))}
-        </Table.Tbody>
-      </Table>
+        ))}
+      </DataTable>
     </Card>
   );
 }
 
 function JobExecutions({ jobId }: { jobId: string }) {
   const { clients } = useSession();
-  const pager = usePager();
-  const q = useQuery({
-    queryKey: ["executions", { jobId, token: pager.token }],
-    queryFn: () => clients.history.listExecutions({ jobId, pageSize: 20, pageToken: pager.token }),
-    refetchInterval: 3_000,
-  });
+  const { pager, q } = usePage("executions", { jobId }, (pageToken) => clients.history.listExecutions({ jobId, pageSize: 20, pageToken }), 3_000);
   return (
     <Stack>
       <ErrorAlert error={q.error} />
-      <Table aria-label="Executions of the job">
-        <Table.Thead>
-          <Table.Tr>
-            <Table.Th>Slot</Table.Th>
-            <Table.Th>Status</Table.Th>
-            <Table.Th>Trigger</Table.Th>
-            <Table.Th>Attempt</Table.Th>
-            <Table.Th>Duration</Table.Th>
-            <Table.Th>Response</Table.Th>
+      <DataTable label="Executions of the job" columns={["Slot", "Status", "Trigger", "Attempt", "Duration", "Response"]}>
+        {(q.data?.executions ?? []).map((e) => (
+          <Table.Tr key={e.executionId}>
+            <Table.Td>
+              <SlotLink executionId={e.executionId} nominalTime={e.nominalTime} />
+            </Table.Td>
+            <ExecutionCells e={e} />
+            <Table.Td>{e.responseStatus || "—"}</Table.Td>
           </Table.Tr>
-        </Table.Thead>
-        <Table.Tbody>
-          {(q.data?.executions ?? []).map((e) => (
-            <Table.Tr key={e.executionId}>
-              <Table.Td>
-                <Anchor component={Link} to={`/executions/${e.executionId}`}>
-                  {when(e.nominalTime)}
-                </Anchor>
-              </Table.Td>
-              <Table.Td>
-                <StatusBadge status={e.status} />
-              </Table.Td>
-              <Table.Td>{enumLabel(TriggerKind, e.triggerKind)}</Table.Td>
-              <Table.Td>{e.attempt}</Table.Td>
-              <Table.Td>{duration(e.duration)}</Table.Td>
-              <Table.Td>{e.responseStatus || "—"}</Table.Td>
-            </Table.Tr>
-          ))}
-        </Table.Tbody>
-      </Table>
+        ))}
+      </DataTable>
       {q.isSuccess && q.data.executions.length === 0 && <Text>No execution yet.</Text>}
       <Pager pager={pager} nextToken={q.data?.nextPageToken} />
     </Stack>
@@ -98,37 +65,21 @@ function JobExecutions({ jobId }: { jobId: string }) {
 
 function Slots({ jobId }: { jobId: string }) {
   const { clients } = useSession();
-  const pager = usePager();
-  const q = useQuery({
-    queryKey: ["slots", { jobId, token: pager.token }],
-    queryFn: () => clients.trigger.listSlots({ jobId, pageSize: 20, pageToken: pager.token }),
-    refetchInterval: 5_000,
-  });
+  const { pager, q } = usePage("slots", { jobId }, (pageToken) => clients.trigger.listSlots({ jobId, pageSize: 20, pageToken }), 5_000);
   return (
     <Stack>
       <ErrorAlert error={q.error} />
-      <Table aria-label="Slots of the job">
-        <Table.Thead>
-          <Table.Tr>
-            <Table.Th>Slot</Table.Th>
-            <Table.Th>State</Table.Th>
-            <Table.Th>Trigger</Table.Th>
-            <Table.Th>Recorded</Table.Th>
-            <Table.Th>Epoch</Table.Th>
+      <DataTable label="Slots of the job" columns={["Slot", "State", "Trigger", "Recorded", "Epoch"]}>
+        {(q.data?.slots ?? []).map((s) => (
+          <Table.Tr key={s.executionId}>
+            <Table.Td>{when(s.nominalTime)}</Table.Td>
+            <Table.Td>{enumLabel(SlotState, s.state)}</Table.Td>
+            <Table.Td>{enumLabel(TriggerKind, s.triggerKind)}</Table.Td>
+            <Table.Td>{when(s.recordTime)}</Table.Td>
+            <Table.Td>{String(s.epoch)}</Table.Td>
           </Table.Tr>
-        </Table.Thead>
-        <Table.Tbody>
-          {(q.data?.slots ?? []).map((s) => (
-            <Table.Tr key={s.executionId}>
-              <Table.Td>{when(s.nominalTime)}</Table.Td>
-              <Table.Td>{enumLabel(SlotState, s.state)}</Table.Td>
-              <Table.Td>{enumLabel(TriggerKind, s.triggerKind)}</Table.Td>
-              <Table.Td>{when(s.recordTime)}</Table.Td>
-              <Table.Td>{String(s.epoch)}</Table.Td>
-            </Table.Tr>
-          ))}
-        </Table.Tbody>
-      </Table>
+        ))}
+      </DataTable>
       <Pager pager={pager} nextToken={q.data?.nextPageToken} />
     </Stack>
   );

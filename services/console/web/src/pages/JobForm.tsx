@@ -1,12 +1,13 @@
 // The create and edit form of a job. The API checks the job: its
 // google.rpc.BadRequest field violations show on the fields they name.
 import { create } from "@bufbuild/protobuf";
-import { Alert, Button, Group, NumberInput, SegmentedControl, Select, Stack, Switch, Textarea, TextInput } from "@mantine/core";
+import { Alert, Group, NumberInput, SegmentedControl, Select, Switch, Textarea, TextInput } from "@mantine/core";
 import { FieldMaskSchema } from "@bufbuild/protobuf/wkt";
 import { JobSchema, type Job } from "@cronmesh/client/registry/v1/job_pb";
 import { useMutation, useQueryClient } from "@tanstack/react-query";
-import { useState, type FormEvent } from "react";
-import { errorText, fieldViolations } from "../api";
+import { useState } from "react";
+import { fieldViolations } from "../api";
+import { ApiForm } from "../components";
 import { formatDuration, labelsText, parseDuration, parseLabels } from "../format";
 import { useSession } from "../session";
 
@@ -117,8 +118,7 @@ export function JobForm({ job, onDone }: { job?: Job; onDone: (job: Job) => void
     onError: (err) => setViolations(fieldViolations(err)),
   });
 
-  const submit = (e: FormEvent) => {
-    e.preventDefault();
+  const submit = () => {
     setViolations(new Map());
     setLocalError(undefined);
     try {
@@ -134,51 +134,39 @@ export function JobForm({ job, onDone }: { job?: Job; onDone: (job: Job) => void
   const unplaced = [...violations].filter(([field]) => !Object.values(paths).some((ps) => ps.some((p) => field === p || field.startsWith(`${p}.`) || field.startsWith(`${p}[`))));
 
   return (
-    <form onSubmit={submit} noValidate aria-label={job ? "Edit job" : "New job"}>
-      <Stack>
-        <TextInput label="Name" value={f.displayName} onChange={(e) => set("displayName", e.currentTarget.value)} error={err("displayName")} />
-        <Textarea label="Description" value={f.description} onChange={(e) => set("description", e.currentTarget.value)} error={err("description")} autosize minRows={1} />
-        <TextInput label="Labels" description="key=value, separated by commas" value={f.labels} onChange={(e) => set("labels", e.currentTarget.value)} error={err("labels")} />
-        <SegmentedControl
-          aria-label="Schedule kind"
-          value={f.kind}
-          onChange={(v) => set("kind", v as Fields["kind"])}
-          data={[
-            { value: "cron", label: "Cron" },
-            { value: "interval", label: "Every" },
-          ]}
-        />
-        {f.kind === "cron" ? (
-          <TextInput label="Cron expression" description="5 fields, or 6 with seconds first: */5 * * * *" value={f.cron} onChange={(e) => set("cron", e.currentTarget.value)} error={err("cron")} />
-        ) : (
-          <TextInput label="Every" description="90s, 5m, 1h" value={f.every} onChange={(e) => set("every", e.currentTarget.value)} error={err("every")} />
-        )}
-        <TextInput label="Time zone" description="IANA name, e.g. Europe/Paris; empty: UTC" value={f.timeZone} onChange={(e) => set("timeZone", e.currentTarget.value)} error={err("timeZone")} />
-        <Group grow>
-          <Select label="Method" data={["GET", "POST", "PUT", "PATCH", "DELETE"]} value={f.method} onChange={(v) => set("method", v ?? "POST")} error={err("method")} allowDeselect={false} />
-          <TextInput label="Timeout" description="e.g. 10s" value={f.timeout} onChange={(e) => set("timeout", e.currentTarget.value)} error={err("timeout")} />
-          <NumberInput label="Retries" min={0} value={f.maxRetries} onChange={(v) => set("maxRetries", typeof v === "number" ? v : "")} error={err("maxRetries")} />
-        </Group>
-        <TextInput label="Target URL" value={f.url} onChange={(e) => set("url", e.currentTarget.value)} error={err("url")} />
-        <TextInput label="Headers" description="Name=value, separated by commas" value={f.headers} onChange={(e) => set("headers", e.currentTarget.value)} error={err("headers")} />
-        <Textarea label="Body" value={f.body} onChange={(e) => set("body", e.currentTarget.value)} error={err("body")} autosize minRows={2} />
-        {!job && <Switch label="Create paused" checked={f.paused} onChange={(e) => set("paused", e.currentTarget.checked)} />}
-        {localError && (
-          <Alert color="red" role="alert">
-            {localError}
-          </Alert>
-        )}
-        {save.isError && (
-          <Alert color="red" role="alert" title="Not saved">
-            {unplaced.length ? unplaced.map(([field, d]) => `${field}: ${d}`).join("; ") : errorText(save.error)}
-          </Alert>
-        )}
-        <Group justify="flex-end">
-          <Button type="submit" loading={save.isPending}>
-            {job ? "Save" : "Create job"}
-          </Button>
-        </Group>
-      </Stack>
-    </form>
+    <ApiForm label={job ? "Edit job" : "New job"} onSubmit={submit} noValidate error={save.error} violations={unplaced} pending={save.isPending} submit={job ? "Save" : "Create job"}>
+      <TextInput label="Name" value={f.displayName} onChange={(e) => set("displayName", e.currentTarget.value)} error={err("displayName")} />
+      <Textarea label="Description" value={f.description} onChange={(e) => set("description", e.currentTarget.value)} error={err("description")} autosize minRows={1} />
+      <TextInput label="Labels" description="key=value, separated by commas" value={f.labels} onChange={(e) => set("labels", e.currentTarget.value)} error={err("labels")} />
+      <SegmentedControl
+        aria-label="Schedule kind"
+        value={f.kind}
+        onChange={(v) => set("kind", v as Fields["kind"])}
+        data={[
+          { value: "cron", label: "Cron" },
+          { value: "interval", label: "Every" },
+        ]}
+      />
+      {f.kind === "cron" ? (
+        <TextInput label="Cron expression" description="5 fields, or 6 with seconds first: */5 * * * *" value={f.cron} onChange={(e) => set("cron", e.currentTarget.value)} error={err("cron")} />
+      ) : (
+        <TextInput label="Every" description="90s, 5m, 1h" value={f.every} onChange={(e) => set("every", e.currentTarget.value)} error={err("every")} />
+      )}
+      <TextInput label="Time zone" description="IANA name, e.g. Europe/Paris; empty: UTC" value={f.timeZone} onChange={(e) => set("timeZone", e.currentTarget.value)} error={err("timeZone")} />
+      <Group grow>
+        <Select label="Method" data={["GET", "POST", "PUT", "PATCH", "DELETE"]} value={f.method} onChange={(v) => set("method", v ?? "POST")} error={err("method")} allowDeselect={false} />
+        <TextInput label="Timeout" description="e.g. 10s" value={f.timeout} onChange={(e) => set("timeout", e.currentTarget.value)} error={err("timeout")} />
+        <NumberInput label="Retries" min={0} value={f.maxRetries} onChange={(v) => set("maxRetries", typeof v === "number" ? v : "")} error={err("maxRetries")} />
+      </Group>
+      <TextInput label="Target URL" value={f.url} onChange={(e) => set("url", e.currentTarget.value)} error={err("url")} />
+      <TextInput label="Headers" description="Name=value, separated by commas" value={f.headers} onChange={(e) => set("headers", e.currentTarget.value)} error={err("headers")} />
+      <Textarea label="Body" value={f.body} onChange={(e) => set("body", e.currentTarget.value)} error={err("body")} autosize minRows={2} />
+      {!job && <Switch label="Create paused" checked={f.paused} onChange={(e) => set("paused", e.currentTarget.checked)} />}
+      {localError && (
+        <Alert color="red" role="alert">
+          {localError}
+        </Alert>
+      )}
+    </ApiForm>
   );
 }

@@ -1,11 +1,11 @@
-import { Anchor, Badge, Button, Group, Modal, SegmentedControl, Stack, Table, Text, TextInput, Title, Tooltip } from "@mantine/core";
+import { Badge, Button, Group, Modal, SegmentedControl, Stack, Table, Text, TextInput, Title, Tooltip } from "@mantine/core";
 import type { Job } from "@cronmesh/client/registry/v1/job_pb";
 import { useDebouncedValue } from "@mantine/hooks";
 import { useMutation, useQuery, useQueryClient } from "@tanstack/react-query";
 import { useState } from "react";
-import { Link, useNavigate } from "react-router";
+import { useNavigate } from "react-router";
 import { canEdit } from "../api";
-import { ErrorAlert, Pager, StatusBadge, usePager } from "../components";
+import { DataTable, ErrorAlert, JobLink, Pager, StatusBadge, usePage } from "../components";
 import { labelsText, parseLabels, when } from "../format";
 import { useSession } from "../session";
 import { JobForm } from "./JobForm";
@@ -107,7 +107,6 @@ function Actions({ job }: { job: Job }) {
 export function Jobs() {
   const { clients, identity } = useSession();
   const navigate = useNavigate();
-  const pager = usePager();
   const [search, setSearch] = useState("");
   // The registry searches the names (ListJobs name_contains): a call per
   // pause in typing, not per key.
@@ -115,18 +114,19 @@ export function Jobs() {
   const [labels, setLabels] = useState("");
   const [paused, setPaused] = useState("all");
   const [creating, setCreating] = useState(false);
-  const q = useQuery({
-    queryKey: ["jobs", { token: pager.token, labels, paused, nameContains }],
-    queryFn: () =>
+  const { pager, q } = usePage(
+    "jobs",
+    { labels, paused, nameContains },
+    (pageToken) =>
       clients.jobs.listJobs({
         pageSize,
-        pageToken: pager.token,
+        pageToken,
         labels: parseLabels(labels),
         paused: paused === "all" ? undefined : paused === "paused",
         nameContains,
       }),
-    refetchInterval: 5_000,
-  });
+    5_000,
+  );
   const jobs = q.data?.jobs ?? [];
   const editor = canEdit(identity.role);
   return (
@@ -170,53 +170,39 @@ export function Jobs() {
         />
       </Group>
       <ErrorAlert error={q.error} />
-      <Table striped highlightOnHover>
-        <Table.Thead>
-          <Table.Tr>
-            <Table.Th>Name</Table.Th>
-            <Table.Th>Schedule</Table.Th>
-            <Table.Th>Labels</Table.Th>
-            <Table.Th>Next run</Table.Th>
-            <Table.Th>Last status</Table.Th>
-            {editor && <Table.Th>Actions</Table.Th>}
-          </Table.Tr>
-        </Table.Thead>
-        <Table.Tbody>
-          {jobs.map((job) => (
-            <Table.Tr key={job.id}>
-              <Table.Td>
-                <Anchor component={Link} to={`/jobs/${job.id}`}>
-                  {job.displayName || job.id}
-                </Anchor>
-                {job.paused && (
-                  <Tooltip label={job.pauseReason || "paused"}>
-                    <Badge ml="xs" color="gray.8" variant="filled">
-                      paused
-                    </Badge>
-                  </Tooltip>
-                )}
-              </Table.Td>
-              <Table.Td>
-                <Text size="sm">{scheduleText(job)}</Text>
-              </Table.Td>
-              <Table.Td>
-                <Text size="sm">{labelsText(job.labels)}</Text>
-              </Table.Td>
-              <Table.Td>
-                <NextRun job={job} />
-              </Table.Td>
-              <Table.Td>
-                <Outcomes job={job} />
-              </Table.Td>
-              {editor && (
-                <Table.Td>
-                  <Actions job={job} />
-                </Table.Td>
+      <DataTable striped highlightOnHover columns={["Name", "Schedule", "Labels", "Next run", "Last status", editor && "Actions"]}>
+        {jobs.map((job) => (
+          <Table.Tr key={job.id}>
+            <Table.Td>
+              <JobLink id={job.id} name={job.displayName} />
+              {job.paused && (
+                <Tooltip label={job.pauseReason || "paused"}>
+                  <Badge ml="xs" color="gray.8" variant="filled">
+                    paused
+                  </Badge>
+                </Tooltip>
               )}
-            </Table.Tr>
-          ))}
-        </Table.Tbody>
-      </Table>
+            </Table.Td>
+            <Table.Td>
+              <Text size="sm">{scheduleText(job)}</Text>
+            </Table.Td>
+            <Table.Td>
+              <Text size="sm">{labelsText(job.labels)}</Text>
+            </Table.Td>
+            <Table.Td>
+              <NextRun job={job} />
+            </Table.Td>
+            <Table.Td>
+              <Outcomes job={job} />
+            </Table.Td>
+            {editor && (
+              <Table.Td>
+                <Actions job={job} />
+              </Table.Td>
+            )}
+          </Table.Tr>
+        ))}
+      </DataTable>
       {q.isSuccess && jobs.length === 0 && (
         // A name search reads the namespace 10,000 jobs a call: an empty
         // page with a next token means only that this part had no match.

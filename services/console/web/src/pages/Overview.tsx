@@ -8,7 +8,7 @@ import { ExecutionStatus, type Execution } from "@cronmesh/client/history/v1/his
 import { IncidentState } from "@cronmesh/client/alerting/v1/alert_service_pb";
 import { useQuery } from "@tanstack/react-query";
 import type { Clients } from "../api";
-import { ErrorAlert } from "../components";
+import { DataTable, ErrorAlert } from "../components";
 import { percentile, toDate } from "../format";
 import { useSession } from "../session";
 
@@ -104,38 +104,26 @@ export function Overview() {
         </Title>
         <Minutes list={hour.data?.list ?? []} />
       </Card>
-      <Table aria-label="Summary">
-        <Table.Thead>
-          <Table.Tr>
-            <Table.Th>Window</Table.Th>
-            <Table.Th>Executions / min</Table.Th>
-            <Table.Th>Success rate</Table.Th>
-            <Table.Th>Missed</Table.Th>
-            <Table.Th>Lateness p50 / p95 / p99</Table.Th>
-            <Table.Th>New dead letters</Table.Th>
-          </Table.Tr>
-        </Table.Thead>
-        <Table.Tbody>
-          {rows.map((r) => {
-            const s = r.q.data ? summarize(r.q.data.list, r.minutes) : undefined;
-            return (
-              <Table.Tr key={r.name}>
-                <Table.Td>
-                  <Group gap={4}>
-                    {r.name}
-                    {r.q.data?.capped && <Text size="xs">(first {cap} executions)</Text>}
-                  </Group>
-                </Table.Td>
-                <Table.Td>{s ? s.perMinute.toFixed(1) : "—"}</Table.Td>
-                <Table.Td>{s?.success === undefined ? "—" : `${s.success.toFixed(1)} %`}</Table.Td>
-                <Table.Td>{s ? s.missed : "—"}</Table.Td>
-                <Table.Td>{s ? `${ms(s.p50)} / ${ms(s.p95)} / ${ms(s.p99)}` : "—"}</Table.Td>
-                <Table.Td>{r.dead}</Table.Td>
-              </Table.Tr>
-            );
-          })}
-        </Table.Tbody>
-      </Table>
+      <DataTable label="Summary" columns={["Window", "Executions / min", "Success rate", "Missed", "Lateness p50 / p95 / p99", "New dead letters"]}>
+        {rows.map((r) => {
+          const s = r.q.data ? summarize(r.q.data.list, r.minutes) : undefined;
+          return (
+            <Table.Tr key={r.name}>
+              <Table.Td>
+                <Group gap={4}>
+                  {r.name}
+                  {r.q.data?.capped && <Text size="xs">(first {cap} executions)</Text>}
+                </Group>
+              </Table.Td>
+              <Table.Td>{s ? s.perMinute.toFixed(1) : "—"}</Table.Td>
+              <Table.Td>{s?.success === undefined ? "—" : `${s.success.toFixed(1)} %`}</Table.Td>
+              <Table.Td>{s ? s.missed : "—"}</Table.Td>
+              <Table.Td>{s ? `${ms(s.p50)} / ${ms(s.p95)} / ${ms(s.p99)}` : "—"}</Table.Td>
+              <Table.Td>{r.dead}</Table.Td>
+            </Table.Tr>
+          );
+        })}
+      </DataTable>
     </Stack>
   );
 }
