@@ -372,7 +372,8 @@ type pending struct {
 // execution's lock, so two batches cannot deadlock. Replicas of the
 // previous version (during a rolling upgrade) also upsert the execution
 // row before its attempts in one transaction, so they are serialised the
-// same way. The transaction is READ COMMITTED, which steps 1 and 2 rely on.
+// same way (but they move no attempt: see ADR 0020). The transaction is
+// READ COMMITTED, which steps 1 and 2 rely on.
 func (s *Store) Ingest(ctx context.Context, events []Event, now time.Time) (IngestResult, error) {
 	var res IngestResult
 	cutoff := s.Cutoff(now)
@@ -424,8 +425,8 @@ func (s *Store) Ingest(ctx context.Context, events []Event, now time.Time) (Inge
 }
 
 // writeBatch is the statements of Ingest; keys are the batch's executions
-// in key order. It changes batch's attempts (a retry of the transaction
-// starts again from the events).
+// in key order. It adds the attempts it moves to batch's (which lives for
+// one call of Ingest: a batch retried is merged again from its events).
 func writeBatch(ctx context.Context, tx pgx.Tx, keys []execKey, batch map[execKey]*pending) error {
 	execs := make([]row, len(keys))
 	for i, k := range keys {
