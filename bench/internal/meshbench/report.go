@@ -64,7 +64,7 @@ func (e *env) perExecution(d *report.Doc, u procstat.Usage, executions int, end 
 // ceilingTable reports the ceilings and the measured rate as a ratio.
 func ceilingTable(d *report.Doc, c ceiling.Machine, rate float64) {
 	d.H(3, "Machine ceiling (measured in this run, before the mesh started)")
-	d.P("%s", c.Markdown(rate, "executions/s", "An execution costs the mesh at least one such message (trigger → dispatcher) plus execution events to history and alerting (more messages), and several rows (ledger, outbox, jobs, the dispatcher's completion, history's executions and attempts), all on the same two cores: the ratios are upper bounds of what is left."))
+	d.P("%s", c.Markdown(rate, "executions/s", "An execution costs the mesh at least one such message (trigger → dispatcher) plus execution events to history and alerting (more messages), and several rows (ledger, outbox, jobs, the dispatcher's completion, history's execution row), all on the same two cores: the ratios are upper bounds of what is left."))
 }
 
 // lateRow is a name, a count and p50/p99/max of sorted lateness.

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -185,10 +186,20 @@ func timePtr(t time.Time) *time.Time {
 	return &t
 }
 
+// canonicalID is id in PostgreSQL's text form of a uuid (lower case, with
+// dashes), so that the batch merges the events of one execution however
+// their ids are spelt, and matches the ids the database returns.
+func canonicalID(id string) string {
+	if u, err := uuid.Parse(id); err == nil {
+		return u.String()
+	}
+	return id
+}
+
 func rowOf(e *Event) row {
 	return row{
 		nominal:        e.NominalTime.UTC().Truncate(time.Microsecond),
-		id:             e.ExecutionID,
+		id:             canonicalID(e.ExecutionID),
 		namespace:      e.Namespace,
 		jobID:          e.JobID,
 		displayName:    e.JobDisplayName,
@@ -237,8 +248,10 @@ func orStr(a, b string) string {
 // merge is the state after both rows' events: the winner's state, with the
 // fields it lacks filled from the other where they describe the same thing
 // (the attempt's response and timing only from the same attempt). It is the
-// Go twin of the ON CONFLICT clause of upsertSQL; a batch merges its own
-// events first because one INSERT cannot update a row twice.
+// Go twin of the ON CONFLICT clauses of upsertExecutionsSQL and
+// upsertAttemptsSQL; a batch merges its own events first because one
+// INSERT cannot update a row twice, and an execution whose latest attempt
+// a batch replaces is merged here (see Ingest).
 func merge(a, b row) row {
 	w, l := a, b
 	if wins(&b, &a) {
@@ -278,27 +291,93 @@ type IngestResult struct {
 	Expired int
 }
 
+// execKey identifies an execution: its slot's nominal time, in
+// microseconds as stored, and its canonical id.
 type execKey struct {
-	nominal time.Time
+	nominal int64
 	id      string
 }
 
-type attemptKey struct {
-	execKey
-	attempt int32
+func keyOf(r *row) execKey { return execKey{r.nominal.UnixMicro(), r.id} }
+
+func compareKeys(a, b execKey) int {
+	return cmp2(cmp.Compare(a.nominal, b.nominal), strings.Compare(a.id, b.id))
 }
 
-// Ingest records events in one transaction: each execution's row and each
-// attempt's row is inserted or merged. It is idempotent (an event applied
-// twice changes nothing the second time) and the result does not depend on
-// the order of events, within the batch or across batches. Events older
-// than the retention at now are counted and ignored; partitions missing for
-// the others are created first. The events must be valid (Validate).
+// pending is what a batch holds of one execution: all its events merged
+// (the execution row's share), and each attempt's events merged.
+type pending struct {
+	exec     row
+	attempts map[int32]row
+}
+
+// Ingest records events in one transaction. It is idempotent (an event
+// applied twice changes nothing the second time) and the result does not
+// depend on the order of events, within the batch or across batches.
+// Events older than the retention at now are counted and ignored;
+// partitions missing for the others are created first. The events must be
+// valid (Validate).
+//
+// # Where an attempt is stored
+//
+// The execution row holds the whole state of the execution's latest
+// attempt (its status, timing, response, reason and retry delay), so the
+// attempts table holds only the attempts that are no longer the latest:
+// the common execution of one attempt is one row, inserted by its STARTED
+// event and updated once by its outcome. An attempt moves to the attempts
+// table when an event of a later attempt replaces it on the execution row,
+// and an event of an attempt older than the row's is merged into the
+// attempts table directly. Readers (Get) add the latest attempt from the
+// execution row. Rows written before migration 0003 also have an attempts
+// row for the latest attempt; readers merge it into the one they make, and
+// when a later attempt replaces it, the moved state is merged into it.
+//
+// # Statements
+//
+// The batch's events of one execution are merged in Go first (one
+// statement cannot update a row twice), then written with unnest arrays,
+// every execution in key order:
+//
+//  1. upsertExecutionsSQL inserts the executions that have no row and
+//     merges into the others (in SQL, the twin of merge) unless the batch
+//     brings a later attempt than the row's: that one must move to the
+//     attempts table first, and RETURNING cannot show the values it had.
+//     ON CONFLICT DO UPDATE locks every conflicting row, updated or not,
+//     so after it this transaction holds the row of every execution in
+//     the batch (as an insert of its own or as a row lock). It returns the
+//     rows it wrote, with their attempt. A row whose merge would change
+//     nothing (a redelivered event) is not rewritten.
+//  2. The rows it did not write (a later attempt, an event of another
+//     namespace, nothing to change) are read; the statement's snapshot,
+//     taken after the locks were granted, sees the version locked, and no
+//     one can change it before this transaction ends. merge makes their
+//     new state in Go, and rewriteExecutionsSQL writes those that changed;
+//     the attempt a later one replaced joins the attempts to write.
+//  3. upsertAttemptsSQL merges the attempts older than their execution's
+//     latest: the batch's events of them and the replaced attempts.
+//
+// # Why concurrent writers lose nothing
+//
+// Several replicas ingest at once, and redeliveries put the events of one
+// execution in batches of different replicas. Every transaction that
+// writes an execution's attempts holds that execution's row first (step 1,
+// an upsert in key order), and keeps it to its commit: the row serialises
+// the writers of an execution. A writer that finds it locked waits in step
+// 1 until the holder commits, then works from the committed state (an
+// upsert re-reads the newest version of a row it waited for; the read of
+// step 2 takes a snapshot after that), so the attempt the holder moved to
+// the attempts table is there and the one it put on the row is the one
+// the waiter replaces or merges into. The rows are locked in one sorted
+// sweep per transaction and attempts rows are only written under their
+// execution's lock, so two batches cannot deadlock. Replicas of the
+// previous version (during a rolling upgrade) also upsert the execution
+// row before its attempts in one transaction, so they are serialised the
+// same way (but they move no attempt: see ADR 0020). The transaction is
+// READ COMMITTED, which steps 1 and 2 rely on.
 func (s *Store) Ingest(ctx context.Context, events []Event, now time.Time) (IngestResult, error) {
 	var res IngestResult
 	cutoff := s.Cutoff(now)
-	execs := map[execKey]row{}
-	attempts := map[attemptKey]row{}
+	batch := map[execKey]*pending{}
 	days := map[time.Time]bool{}
 	for i := range events {
 		e := &events[i]
@@ -307,52 +386,217 @@ func (s *Store) Ingest(ctx context.Context, events []Event, now time.Time) (Inge
 			continue
 		}
 		r := rowOf(e)
-		k := execKey{r.nominal, r.id}
-		if old, ok := execs[k]; ok {
-			execs[k] = merge(old, r)
+		k := keyOf(&r)
+		p := batch[k]
+		if p == nil {
+			p = &pending{exec: r, attempts: map[int32]row{}}
+			batch[k] = p
 		} else {
-			execs[k] = r
+			p.exec = merge(p.exec, r)
 		}
 		if !e.Kind.attemptless() {
-			ak := attemptKey{k, r.attempt}
-			if old, ok := attempts[ak]; ok {
-				attempts[ak] = merge(old, r)
+			if old, ok := p.attempts[r.attempt]; ok {
+				p.attempts[r.attempt] = merge(old, r)
 			} else {
-				attempts[ak] = r
+				p.attempts[r.attempt] = r
 			}
 		}
 		days[day(r.nominal)] = true
 		res.Written++
 	}
-	if len(execs) == 0 {
+	if len(batch) == 0 {
 		return res, nil
 	}
 	if err := s.ensureDays(ctx, sortedDays(days)); err != nil {
 		return IngestResult{}, err
 	}
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		// Rows in key order: concurrent batches that touch the same
-		// executions lock them in the same order and cannot deadlock.
-		er := sortedRows(execs, func(a, b execKey) int {
-			return cmp2(a.nominal.Compare(b.nominal), strings.Compare(a.id, b.id))
-		})
-		if _, err := tx.Exec(ctx, upsertExecutionsSQL, execArgs(er)...); err != nil {
-			return fmt.Errorf("upsert %d executions: %w", len(er), err)
-		}
-		if len(attempts) > 0 {
-			ar := sortedRows(attempts, func(a, b attemptKey) int {
-				return cmp2(cmp2(a.nominal.Compare(b.nominal), strings.Compare(a.id, b.id)), int(a.attempt-b.attempt))
-			})
-			if _, err := tx.Exec(ctx, upsertAttemptsSQL, attemptArgs(ar)...); err != nil {
-				return fmt.Errorf("upsert %d attempts: %w", len(ar), err)
-			}
-		}
-		return nil
+	keys := make([]execKey, 0, len(batch))
+	for k := range batch {
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, compareKeys)
+	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, func(tx pgx.Tx) error {
+		return writeBatch(ctx, tx, keys, batch)
 	})
 	if err != nil {
 		return IngestResult{}, err
 	}
 	return res, nil
+}
+
+// writeBatch is the statements of Ingest; keys are the batch's executions
+// in key order. It adds the attempts it moves to batch's (which lives for
+// one call of Ingest: a batch retried is merged again from its events).
+func writeBatch(ctx context.Context, tx pgx.Tx, keys []execKey, batch map[execKey]*pending) error {
+	execs := make([]row, len(keys))
+	for i, k := range keys {
+		execs[i] = batch[k].exec
+	}
+	// latest is each execution's latest attempt after the batch; an
+	// execution without one (another namespace's) writes nothing more.
+	latest := make(map[execKey]int32, len(keys))
+	rows, err := tx.Query(ctx, upsertExecutionsSQL, execArgs(execs)...)
+	if err != nil {
+		return fmt.Errorf("upsert %d executions: %w", len(execs), err)
+	}
+	var (
+		nominal time.Time
+		id      string
+		attempt int32
+	)
+	_, err = pgx.ForEachRow(rows, []any{&nominal, &id, &attempt}, func() error {
+		latest[execKey{nominal.UnixMicro(), id}] = attempt
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("upsert %d executions: %w", len(execs), err)
+	}
+
+	var locked []execKey
+	for _, k := range keys {
+		if _, ok := latest[k]; !ok {
+			locked = append(locked, k)
+		}
+	}
+	if len(locked) > 0 {
+		stored, err := readExecutions(ctx, tx, locked)
+		if err != nil {
+			return err
+		}
+		var rewrite []row
+		for _, k := range locked {
+			p := batch[k]
+			old, ok := stored[k]
+			if !ok || old.namespace != p.exec.namespace {
+				// Another namespace's execution: its events change
+				// nothing. (Gone: its day was dropped meanwhile.)
+				continue
+			}
+			n := merge(old, p.exec)
+			if !n.equal(&old) {
+				rewrite = append(rewrite, n)
+			}
+			latest[k] = n.attempt
+			if old.attempt > 0 && n.attempt > old.attempt {
+				// The row's attempt is no longer the latest: it moves to
+				// the attempts table, with the batch's events of it.
+				moved := old
+				if b, ok := p.attempts[old.attempt]; ok {
+					moved = merge(moved, b)
+				}
+				p.attempts[old.attempt] = moved
+			}
+		}
+		if len(rewrite) > 0 {
+			if _, err := tx.Exec(ctx, rewriteExecutionsSQL, execArgs(rewrite)...); err != nil {
+				return fmt.Errorf("rewrite %d executions: %w", len(rewrite), err)
+			}
+		}
+	}
+
+	var older []row
+	for _, k := range keys {
+		l, ok := latest[k]
+		if !ok {
+			continue
+		}
+		p := batch[k]
+		for a, r := range p.attempts {
+			if a < l {
+				older = append(older, r)
+			}
+		}
+	}
+	if len(older) == 0 {
+		return nil
+	}
+	slices.SortFunc(older, func(a, b row) int {
+		return cmp2(compareKeys(keyOf(&a), keyOf(&b)), cmp.Compare(a.attempt, b.attempt))
+	})
+	if _, err := tx.Exec(ctx, upsertAttemptsSQL, attemptArgs(older)...); err != nil {
+		return fmt.Errorf("upsert %d attempts: %w", len(older), err)
+	}
+	return nil
+}
+
+// readExecutionsSQL reads the rows of the given keys. The lateral join
+// makes it an index probe of the key per execution, whatever the planner
+// thinks of the array's size.
+const readExecutionsSQL = `
+SELECT t.nominal_time, t.execution_id::text, t.namespace, t.job_id, t.job_display_name, t.trigger_kind,
+	t.status, t.attempt, t.rank, t.fire_time, t.start_time, t.duration_us, t.response_status,
+	t.response_excerpt, t.reason, t.trace_id, t.update_time, t.rerun_of_execution_id, t.overridden_fields,
+	t.retry_delay_us
+FROM unnest($1::timestamptz[], $2::uuid[]) AS k(nominal_time, execution_id)
+CROSS JOIN LATERAL (
+	SELECT * FROM executions e WHERE e.nominal_time = k.nominal_time AND e.execution_id = k.execution_id
+) t`
+
+func readExecutions(ctx context.Context, tx pgx.Tx, keys []execKey) (map[execKey]row, error) {
+	nominals := make([]time.Time, len(keys))
+	ids := make([]string, len(keys))
+	for i, k := range keys {
+		nominals[i], ids[i] = time.UnixMicro(k.nominal).UTC(), k.id
+	}
+	rows, err := tx.Query(ctx, readExecutionsSQL, nominals, ids)
+	if err != nil {
+		return nil, fmt.Errorf("read %d executions: %w", len(keys), err)
+	}
+	out := make(map[execKey]row, len(keys))
+	var (
+		r           row
+		status      int16
+		fire, start *time.Time
+	)
+	_, err = pgx.ForEachRow(rows, []any{&r.nominal, &r.id, &r.namespace, &r.jobID, &r.displayName, &r.triggerKind,
+		&status, &r.attempt, &r.rank, &fire, &start, &r.durationUS, &r.responseStatus,
+		&r.excerpt, &r.reason, &r.traceID, &r.updateTime, &r.rerunOf, &r.overridden, &r.retryDelayUS}, func() error {
+		c := r
+		c.nominal, c.updateTime = c.nominal.UTC(), c.updateTime.UTC()
+		c.status = Status(status)
+		c.fireTime, c.startTime = utcPtr(fire), utcPtr(start)
+		out[keyOf(&c)] = c
+		// pgx may scan the next row into the values these point at.
+		r.durationUS, r.retryDelayUS, fire, start = nil, nil, nil, nil
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read %d executions: %w", len(keys), err)
+	}
+	return out, nil
+}
+
+func utcPtr(t *time.Time) *time.Time {
+	if t == nil {
+		return nil
+	}
+	u := t.UTC()
+	return &u
+}
+
+func eqPtr[T comparable](a, b *T) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return *a == *b
+}
+
+func eqTime(a, b *time.Time) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return a.Equal(*b)
+}
+
+// equal reports whether r and o have the same columns.
+func (r *row) equal(o *row) bool {
+	return r.nominal.Equal(o.nominal) && r.id == o.id && r.namespace == o.namespace && r.jobID == o.jobID &&
+		r.displayName == o.displayName && r.triggerKind == o.triggerKind && r.status == o.status &&
+		r.attempt == o.attempt && r.rank == o.rank && eqTime(r.fireTime, o.fireTime) &&
+		eqTime(r.startTime, o.startTime) && eqPtr(r.durationUS, o.durationUS) &&
+		r.responseStatus == o.responseStatus && r.excerpt == o.excerpt && r.reason == o.reason &&
+		r.traceID == o.traceID && eqPtr(r.retryDelayUS, o.retryDelayUS) && r.updateTime.Equal(o.updateTime) &&
+		r.rerunOf == o.rerunOf && r.overridden == o.overridden
 }
 
 func cmp2(a, b int) int {
@@ -368,19 +612,6 @@ func sortedDays(m map[time.Time]bool) []time.Time {
 		out = append(out, d)
 	}
 	slices.SortFunc(out, time.Time.Compare)
-	return out
-}
-
-func sortedRows[K comparable](m map[K]row, compare func(a, b K) int) []row {
-	keys := make([]K, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.SortFunc(keys, compare)
-	out := make([]row, len(keys))
-	for i, k := range keys {
-		out[i] = m[k]
-	}
 	return out
 }
 
@@ -406,16 +637,17 @@ func execArgs(rows []row) []any {
 		updateTime  = make([]time.Time, n)
 		rerunOf     = make([]string, n)
 		overridden  = make([]string, n)
+		retryDelay  = make([]*int64, n)
 	)
 	for i, r := range rows {
 		nominal[i], id[i], namespace[i], jobID[i], displayName[i] = r.nominal, r.id, r.namespace, r.jobID, r.displayName
 		triggerKind[i], status[i], attempt[i], rank[i] = r.triggerKind, int16(r.status), r.attempt, r.rank
 		fireTime[i], startTime[i], duration[i], respStatus[i] = r.fireTime, r.startTime, r.durationUS, r.responseStatus
 		excerpt[i], reason[i], traceID[i], updateTime[i] = r.excerpt, r.reason, r.traceID, r.updateTime
-		rerunOf[i], overridden[i] = r.rerunOf, r.overridden
+		rerunOf[i], overridden[i], retryDelay[i] = r.rerunOf, r.overridden, r.retryDelayUS
 	}
 	return []any{nominal, id, namespace, jobID, displayName, triggerKind, status, attempt, rank,
-		fireTime, startTime, duration, respStatus, excerpt, reason, traceID, updateTime, rerunOf, overridden}
+		fireTime, startTime, duration, respStatus, excerpt, reason, traceID, updateTime, rerunOf, overridden, retryDelay}
 }
 
 func attemptArgs(rows []row) []any {
@@ -450,14 +682,17 @@ const (
 	sameSQL = "excluded.attempt = t.attempt"
 )
 
+// assignment is one column's new value in an ON CONFLICT DO UPDATE.
+type assignment struct{ col, expr string }
+
 // pick is the winner's value of a column.
-func pick(col string) string {
-	return fmt.Sprintf("%[1]s = CASE WHEN %[2]s THEN excluded.%[1]s ELSE t.%[1]s END", col, winsSQL)
+func pick(col string) assignment {
+	return assignment{col, fmt.Sprintf("CASE WHEN %s THEN excluded.%s ELSE t.%[2]s END", winsSQL, col)}
 }
 
 // fill is the winner's value of a column, or the other's when the winner's
 // is empty (nullIf: the empty value of the column's type) and same holds.
-func fill(col, empty, same string) string {
+func fill(col, empty, same string) assignment {
 	nw, od := "excluded."+col, "t."+col
 	if empty != "" {
 		nw = fmt.Sprintf("NULLIF(%s, %s)", nw, empty)
@@ -471,41 +706,83 @@ func fill(col, empty, same string) string {
 	}
 	winner := fmt.Sprintf("CASE WHEN %s THEN %s ELSE excluded.%s END", same, c(nw, od), col)
 	stays := fmt.Sprintf("CASE WHEN %s THEN %s ELSE t.%s END", same, c(od, nw), col)
-	return fmt.Sprintf("%s = CASE WHEN %s THEN %s ELSE %s END", col, winsSQL, winner, stays)
+	return assignment{col, fmt.Sprintf("CASE WHEN %s THEN %s ELSE %s END", winsSQL, winner, stays)}
 }
 
-var upsertExecutionsSQL = `
+// doUpdate is "DO UPDATE SET" the assignments, where cond holds and the
+// assignments change the row: a merge that changes nothing (a redelivered
+// event) writes no row version, though it locks the row all the same.
+func doUpdate(cond string, as ...assignment) string {
+	set := make([]string, len(as))
+	cols := make([]string, len(as))
+	exprs := make([]string, len(as))
+	for i, a := range as {
+		set[i] = a.col + " = " + a.expr
+		cols[i] = "t." + a.col
+		exprs[i] = a.expr
+	}
+	where := fmt.Sprintf("(%s)\n\tIS DISTINCT FROM (%s)", strings.Join(cols, ", "), strings.Join(exprs, ",\n\t"))
+	if cond != "" {
+		where = cond + "\n\tAND " + where
+	}
+	return "DO UPDATE SET\n\t" + strings.Join(set, ",\n\t") + "\nWHERE " + where
+}
+
+const insertExecutionsSQL = `
 INSERT INTO executions AS t (nominal_time, execution_id, namespace, job_id, job_display_name, trigger_kind,
 	status, attempt, rank, fire_time, start_time, duration_us, response_status, response_excerpt, reason,
-	trace_id, update_time, rerun_of_execution_id, overridden_fields)
+	trace_id, update_time, rerun_of_execution_id, overridden_fields, retry_delay_us)
 SELECT * FROM unnest($1::timestamptz[], $2::uuid[], $3::text[], $4::text[], $5::text[], $6::smallint[],
 	$7::smallint[], $8::integer[], $9::smallint[], $10::timestamptz[], $11::timestamptz[], $12::bigint[],
-	$13::integer[], $14::text[], $15::text[], $16::text[], $17::timestamptz[], $18::text[], $19::text[])
-ON CONFLICT (nominal_time, execution_id) DO UPDATE SET
-	` + strings.Join([]string{
+	$13::integer[], $14::text[], $15::text[], $16::text[], $17::timestamptz[], $18::text[], $19::text[],
+	$20::bigint[])
+ON CONFLICT (nominal_time, execution_id) `
+
+// upsertExecutionsSQL is step 1 of Ingest: insert, or merge unless the
+// event brings a later attempt than the row's first one (which must move),
+// or belongs to another namespace. It returns the rows it wrote.
+var upsertExecutionsSQL = insertExecutionsSQL + doUpdate(
+	"t.namespace = excluded.namespace AND (excluded.attempt <= t.attempt OR t.attempt = 0)",
 	pick("status"), pick("attempt"), pick("rank"),
 	fill("job_display_name", "''", "true"),
 	fill("trace_id", "''", "true"),
 	fill("rerun_of_execution_id", "''", "true"),
 	fill("overridden_fields", "''", "true"),
 	fill("fire_time", "", "true"),
-	"trigger_kind = CASE WHEN t.trigger_kind = 0 THEN excluded.trigger_kind ELSE t.trigger_kind END",
+	assignment{"trigger_kind", "CASE WHEN t.trigger_kind = 0 THEN excluded.trigger_kind ELSE t.trigger_kind END"},
 	fill("start_time", "", sameSQL),
 	fill("duration_us", "", sameSQL),
 	fill("response_status", "0", sameSQL),
 	fill("response_excerpt", "''", sameSQL),
 	fill("reason", "''", sameSQL),
-	"update_time = greatest(t.update_time, excluded.update_time)",
-}, ",\n\t") + `
-WHERE t.namespace = excluded.namespace`
+	fill("retry_delay_us", "", sameSQL),
+	assignment{"update_time", "greatest(t.update_time, excluded.update_time)"},
+) + `
+RETURNING nominal_time, execution_id::text, attempt`
 
+// rewriteExecutionsSQL is step 2's write: the rows are locked and the
+// values are their merged state, so it overwrites them. (An upsert rather
+// than UPDATE ... FROM so that it is an index probe per row whatever the
+// plan.)
+var rewriteExecutionsSQL = insertExecutionsSQL + `DO UPDATE SET
+	` + strings.Join(func() []string {
+	var out []string
+	for _, c := range []string{"job_id", "job_display_name", "trigger_kind", "status", "attempt", "rank",
+		"fire_time", "start_time", "duration_us", "response_status", "response_excerpt", "reason", "trace_id",
+		"update_time", "rerun_of_execution_id", "overridden_fields", "retry_delay_us"} {
+		out = append(out, c+" = excluded."+c)
+	}
+	return out
+}(), ",\n\t")
+
+// upsertAttemptsSQL merges attempts that are no longer their execution's
+// latest.
 var upsertAttemptsSQL = `
 INSERT INTO attempts AS t (nominal_time, execution_id, attempt, status, rank, start_time, duration_us,
 	response_status, response_excerpt, reason, retry_delay_us, update_time)
 SELECT * FROM unnest($1::timestamptz[], $2::uuid[], $3::integer[], $4::smallint[], $5::smallint[],
 	$6::timestamptz[], $7::bigint[], $8::integer[], $9::text[], $10::text[], $11::bigint[], $12::timestamptz[])
-ON CONFLICT (nominal_time, execution_id, attempt) DO UPDATE SET
-	` + strings.Join([]string{
+ON CONFLICT (nominal_time, execution_id, attempt) ` + doUpdate("",
 	pick("status"), pick("rank"),
 	fill("start_time", "", "true"),
 	fill("duration_us", "", "true"),
@@ -513,5 +790,5 @@ ON CONFLICT (nominal_time, execution_id, attempt) DO UPDATE SET
 	fill("response_excerpt", "''", "true"),
 	fill("reason", "''", "true"),
 	fill("retry_delay_us", "", "true"),
-	"update_time = greatest(t.update_time, excluded.update_time)",
-}, ",\n\t")
+	assignment{"update_time", "greatest(t.update_time, excluded.update_time)"},
+)

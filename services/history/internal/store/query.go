@@ -86,6 +86,11 @@ const executionColumns = `nominal_time, execution_id::text, job_id, job_display_
 	rerun_of_execution_id, overridden_fields`
 
 func scanExecution(rows pgx.CollectableRow) (*historyv1.Execution, error) {
+	return scanExecutionAnd(rows)
+}
+
+// scanExecutionAnd scans executionColumns and then extra.
+func scanExecutionAnd(rows pgx.CollectableRow, extra ...any) (*historyv1.Execution, error) {
 	var (
 		e                   historyv1.Execution
 		nominal, update     time.Time
@@ -94,9 +99,10 @@ func scanExecution(rows pgx.CollectableRow) (*historyv1.Execution, error) {
 		triggerKind, status int16
 		overridden          string
 	)
-	if err := rows.Scan(&nominal, &e.ExecutionId, &e.JobId, &e.JobDisplayName, &triggerKind, &status, &e.Attempt,
+	dst := append([]any{&nominal, &e.ExecutionId, &e.JobId, &e.JobDisplayName, &triggerKind, &status, &e.Attempt,
 		&fire, &start, &duration, &e.ResponseStatus, &e.ResponseExcerpt, &e.Reason, &e.TraceId, &update,
-		&e.RerunOfExecutionId, &overridden); err != nil {
+		&e.RerunOfExecutionId, &overridden}, extra...)
+	if err := rows.Scan(dst...); err != nil {
 		return nil, err
 	}
 	if overridden != "" {
@@ -191,15 +197,23 @@ func (s *Store) List(ctx context.Context, f ListFilter) ([]*historyv1.Execution,
 // Get returns the execution of namespace with id and its attempts, oldest
 // first; ErrNotFound when there is none (or it belongs to another
 // namespace).
+//
+// The latest attempt is the execution row's (see Ingest): the attempts
+// table holds the earlier ones. An execution written before migration 0003
+// also has an attempts row for its latest attempt, merged into the one made
+// from the execution row so that it is listed once.
 func (s *Store) Get(ctx context.Context, namespace, id string) (*historyv1.Execution, []*historyv1.Attempt, error) {
 	if uuid.Validate(id) != nil {
 		return nil, nil, ErrNotFound // no execution has a malformed id
 	}
-	rows, err := s.pool.Query(ctx, "SELECT "+executionColumns+" FROM executions WHERE execution_id = $1 AND namespace = $2", id, namespace)
+	var retryDelay *int64
+	rows, err := s.pool.Query(ctx, "SELECT "+executionColumns+", retry_delay_us FROM executions WHERE execution_id = $1 AND namespace = $2", id, namespace)
 	if err != nil {
 		return nil, nil, fmt.Errorf("get execution: %w", err)
 	}
-	execs, err := pgx.CollectRows(rows, scanExecution)
+	execs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (*historyv1.Execution, error) {
+		return scanExecutionAnd(r, &retryDelay)
+	})
 	if err != nil {
 		return nil, nil, fmt.Errorf("get execution: %w", err)
 	}
@@ -207,9 +221,12 @@ func (s *Store) Get(ctx context.Context, namespace, id string) (*historyv1.Execu
 		return nil, nil, ErrNotFound
 	}
 	e := execs[0]
+	// Attempts beyond the row's are not listed: the versions before 0003
+	// wrote the attempts row of an event whose namespace did not match.
 	rows, err = s.pool.Query(ctx, `
 		SELECT attempt, status, start_time, duration_us, response_status, response_excerpt, reason, retry_delay_us
-		FROM attempts WHERE nominal_time = $1 AND execution_id = $2 ORDER BY attempt`, e.GetNominalTime().AsTime(), id)
+		FROM attempts WHERE nominal_time = $1 AND execution_id = $2 AND attempt <= $3 ORDER BY attempt`,
+		e.GetNominalTime().AsTime(), id, e.GetAttempt())
 	if err != nil {
 		return nil, nil, fmt.Errorf("get attempts: %w", err)
 	}
@@ -238,7 +255,63 @@ func (s *Store) Get(ctx context.Context, namespace, id string) (*historyv1.Execu
 	if err != nil {
 		return nil, nil, fmt.Errorf("get attempts: %w", err)
 	}
-	return e, attempts, nil
+	if e.GetAttempt() < 1 {
+		// A missed, skipped or buffered slot: no attempt was made.
+		return e, attempts, nil
+	}
+	latest := latestAttempt(e, retryDelay)
+	if n := len(attempts); n > 0 && attempts[n-1].GetAttempt() == latest.GetAttempt() {
+		// Written before 0003: the same attempt, merged the same way, and
+		// the retry delay the execution row did not have then.
+		fillAttempt(latest, attempts[n-1])
+		attempts = attempts[:n-1]
+	}
+	return e, append(attempts, latest), nil
+}
+
+// latestAttempt is the attempt the execution row holds (its own copies of
+// the times, so the response shares no message between the two).
+func latestAttempt(e *historyv1.Execution, retryDelayUS *int64) *historyv1.Attempt {
+	a := &historyv1.Attempt{
+		Attempt:         e.GetAttempt(),
+		Status:          e.GetStatus(),
+		ResponseStatus:  e.GetResponseStatus(),
+		ResponseExcerpt: e.GetResponseExcerpt(),
+		Reason:          e.GetReason(),
+	}
+	if e.StartTime != nil {
+		a.StartTime = timestamppb.New(e.GetStartTime().AsTime())
+	}
+	if e.Duration != nil {
+		a.Duration = durationpb.New(e.GetDuration().AsDuration())
+	}
+	if retryDelayUS != nil {
+		a.RetryDelay = durationpb.New(time.Duration(*retryDelayUS) * time.Microsecond)
+	}
+	return a
+}
+
+// fillAttempt fills what a lacks from b, an older record of the same
+// attempt.
+func fillAttempt(a, b *historyv1.Attempt) {
+	if a.StartTime == nil {
+		a.StartTime = b.GetStartTime()
+	}
+	if a.Duration == nil {
+		a.Duration = b.GetDuration()
+	}
+	if a.ResponseStatus == 0 {
+		a.ResponseStatus = b.GetResponseStatus()
+	}
+	if a.ResponseExcerpt == "" {
+		a.ResponseExcerpt = b.GetResponseExcerpt()
+	}
+	if a.Reason == "" {
+		a.Reason = b.GetReason()
+	}
+	if a.RetryDelay == nil {
+		a.RetryDelay = b.GetRetryDelay()
+	}
 }
 
 // Stats summarises a job's executions with nominal time in [start, end).

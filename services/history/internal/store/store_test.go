@@ -275,10 +275,11 @@ func TestNamespaceIsolation(t *testing.T) {
 	forged.Namespace, forged.Attempt, forged.ResponseExcerpt = "beta", 9, "forged"
 	_, err = s.Ingest(ctx, []store.Event{forged}, now)
 	require.NoError(t, err)
-	got, _, err := s.Get(ctx, "alpha", evs[0].ExecutionID)
+	got, attempts, err := s.Get(ctx, "alpha", evs[0].ExecutionID)
 	require.NoError(t, err)
 	assert.EqualValues(t, 2, got.GetAttempt())
 	assert.Equal(t, "ok: 42 rows", got.GetResponseExcerpt())
+	assert.Len(t, attempts, 2, "nor its attempts")
 	list, _, err = s.List(ctx, store.ListFilter{Namespace: "alpha", Limit: 10})
 	require.NoError(t, err)
 	assert.Len(t, list, 1)

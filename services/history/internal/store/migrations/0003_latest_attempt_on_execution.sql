@@ -1,0 +1,12 @@
+-- The execution row holds the whole state of its latest attempt, so the
+-- common execution of one attempt is one row (one insert at STARTED, one
+-- update at its outcome) and attempts keeps only the attempts that a later
+-- one replaced (see Store.Ingest). The row lacked the retry delay of a
+-- failed attempt with a retry scheduled. A nullable column without a
+-- default rewrites nothing.
+--
+-- Rows written before this migration have an attempts row for their latest
+-- attempt too; they are not rewritten (that would be every row of the
+-- retention): readers merge that row into the attempt they make from the
+-- execution row, and it fills the retry delay the execution row lacks.
+ALTER TABLE executions ADD COLUMN retry_delay_us bigint;
