@@ -73,6 +73,17 @@ func TestPossibleDuplicateOnRowsFromBeforeTheLock(t *testing.T) {
 
 func TestPossibleDuplicateAfterAFailedCycle(t *testing.T) {
 	t.Parallel()
+	// grouped: the three messages share a row, which the failure cuts
+	// after its first message's publish.
+	for _, grouped := range []bool{false, true} {
+		t.Run(map[bool]string{false: "rows", true: "grouped"}[grouped], func(t *testing.T) {
+			t.Parallel()
+			testPossibleDuplicateAfterAFailedCycle(t, grouped)
+		})
+	}
+}
+
+func testPossibleDuplicateAfterAFailedCycle(t *testing.T, grouped bool) {
 	pool := testPool(t)
 	top := newTopology(t)
 	// Call 1 (the first after the warm-up row) reaches the broker but its
@@ -84,7 +95,10 @@ func TestPossibleDuplicateAfterAFailedCycle(t *testing.T) {
 	warmUp(t, r, pool, top.queue)
 
 	msgs := seqMessages("failed", 1, 3) // one aggregate: one lane, in order
-	write(t, pool, msgs...)
+	writeWith(grouped)(t, pool, msgs...)
+	if grouped {
+		require.Equal(t, 1, countRows(t, pool))
+	}
 	r.Notify()
 	waitEmpty(t, pool, 10*time.Second)
 	got := amqptest.Drain(t, top.queue)
@@ -100,7 +114,7 @@ func TestPossibleDuplicateAfterAFailedCycle(t *testing.T) {
 	require.Equal(t, msgs[0].MessageID, got[1].MessageId)
 
 	later := seqMessages("later", 2, 2)
-	write(t, pool, later...)
+	writeWith(grouped)(t, pool, later...)
 	r.Notify()
 	waitEmpty(t, pool, 10*time.Second)
 	with, without := flagged(amqptest.Drain(t, top.queue))
@@ -180,4 +194,61 @@ func TestPossibleDuplicateWhenPublishedLongAfterTheRead(t *testing.T) {
 	require.Nil(t, got[0].Headers[PossibleDuplicateHeader])
 	require.Equal(t, "true", got[1].Headers[PossibleDuplicateHeader])
 	require.Equal(t, "true", got[2].Headers[PossibleDuplicateHeader])
+}
+
+// TestPossibleDuplicateOnAGroupedRowRepublishedAfterACrash: a relay that
+// crashed between the broker's confirms of a grouped row's messages and
+// the row's DELETE (the DELETE fails here, and the relay stops) leaves the
+// row, and the partition's next owner publishes it again whole: every
+// message flagged, under the same row headers. The first publishes were
+// not flagged.
+func TestPossibleDuplicateOnAGroupedRowRepublishedAfterACrash(t *testing.T) {
+	t.Parallel()
+	pool := partitionedPool(t)
+	top := newTopology(t)
+	pub := newPublisher(t, amqptest.URL(), top.exchange)
+	// A long backoff: after its failed DELETE the first relay waits
+	// rather than publish the row again itself.
+	first, _ := newRelay(t, RelayOptions{Pool: pool, Publisher: pub, Ownership: newOwnership(map[int]int64{1: 1}),
+		Backoff: time.Hour, MaxBackoff: time.Hour})
+	stopFirst := runRelay(t, first)
+	warm := Message{AggregateID: "warm-up", RoutingKey: "job.updated", MessageID: "warm-up", Partition: 1}
+	writeGrouped(t, pool, warm)
+	first.Notify()
+	waitEmpty(t, pool, 10*time.Second)
+	require.Len(t, amqptest.Drain(t, top.queue), 1)
+
+	_, err := pool.Exec(t.Context(), `
+		CREATE FUNCTION crash_before_delete() RETURNS trigger LANGUAGE plpgsql AS
+			$$ BEGIN RAISE EXCEPTION 'the relay crashed before its DELETE'; END $$;
+		CREATE TRIGGER crash_before_delete BEFORE DELETE ON outbox
+			FOR EACH STATEMENT EXECUTE FUNCTION crash_before_delete()`)
+	require.NoError(t, err)
+	msgs := seqMessages("crash", 5, 4)
+	for i := range msgs {
+		msgs[i].Partition = 1
+	}
+	writeGrouped(t, pool, msgs...)
+	require.Equal(t, 1, countRows(t, pool))
+	first.Notify()
+	firstPublish := amqptest.Consume(t, top.queue, len(msgs), 10*time.Second)
+	stopFirst()
+	with, without := flagged(firstPublish)
+	require.Empty(t, with)
+	require.ElementsMatch(t, messageIDs(msgs), without, "first publishes")
+	require.Equal(t, 1, countRows(t, pool), "the row outlived its confirms")
+
+	_, err = pool.Exec(t.Context(), `DROP TRIGGER crash_before_delete ON outbox`)
+	require.NoError(t, err)
+	next, reg := newRelay(t, RelayOptions{Pool: pool, Publisher: pub, Ownership: newOwnership(map[int]int64{1: 2})})
+	runRelay(t, next)
+	waitEmpty(t, pool, 10*time.Second)
+	again := amqptest.Drain(t, top.queue)
+	with, without = flagged(again)
+	require.Empty(t, without)
+	require.ElementsMatch(t, messageIDs(msgs), with, "every message of the row again, flagged")
+	require.Equal(t, float64(len(msgs)), metric(t, reg, "outbox_possible_duplicates_total"))
+	all := append(firstPublish, again...)
+	requireRepublishesFlagged(t, all)
+	require.Equal(t, len(msgs), checkOrder(t, msgs, all))
 }

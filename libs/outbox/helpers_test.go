@@ -99,6 +99,74 @@ func write(t testing.TB, pool *pgxpool.Pool, msgs ...Message) {
 	require.NoError(t, tx.Commit(ctx))
 }
 
+// writeGrouped commits msgs with WriteGrouped in one transaction.
+func writeGrouped(t testing.TB, pool *pgxpool.Pool, msgs ...Message) {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }() // a no-op after the commit
+	require.NoError(t, WriteGrouped(ctx, tx, msgs...))
+	require.NoError(t, tx.Commit(ctx))
+}
+
+// writeWith is write or writeGrouped.
+func writeWith(grouped bool) func(testing.TB, *pgxpool.Pool, ...Message) {
+	if grouped {
+		return writeGrouped
+	}
+	return write
+}
+
+// unpackDeliveries returns the messages of deliveries, a packed batch's
+// (broker.Pack) one by one, as deliveries carrying their message id,
+// body and headers, in order.
+func unpackDeliveries(t testing.TB, got []amqp091.Delivery) []amqp091.Delivery {
+	t.Helper()
+	var out []amqp091.Delivery
+	for _, d := range got {
+		msg, err := broker.Marshaler{}.Unmarshal(d)
+		require.NoError(t, err)
+		if !broker.IsBatch(msg) {
+			out = append(out, d)
+			continue
+		}
+		inner, err := broker.Unpack(msg)
+		require.NoError(t, err)
+		for _, m := range inner {
+			headers := amqp091.Table{}
+			for k, v := range m.Metadata {
+				headers[k] = v
+			}
+			out = append(out, amqp091.Delivery{MessageId: m.UUID, Body: m.Payload, Headers: headers, RoutingKey: d.RoutingKey, Exchange: d.Exchange})
+		}
+	}
+	return out
+}
+
+// requireRepublishesFlagged asserts that every delivery of a message id
+// after its first carries PossibleDuplicateHeader and the same
+// RowIDHeader, and that distinct message ids have distinct row headers.
+func requireRepublishesFlagged(t testing.TB, got []amqp091.Delivery) {
+	t.Helper()
+	rowOf := map[string]any{}
+	idOf := map[any]string{}
+	for _, d := range got {
+		rowID := d.Headers[RowIDHeader]
+		require.NotEmpty(t, rowID, "message %s names its outbox row", d.MessageId)
+		if first, ok := rowOf[d.MessageId]; ok {
+			require.Equal(t, "true", d.Headers[PossibleDuplicateHeader], "message %s published again without the flag", d.MessageId)
+			require.Equal(t, first, rowID, "message %s published again under another row header", d.MessageId)
+			continue
+		}
+		rowOf[d.MessageId] = rowID
+		if other, ok := idOf[rowID]; ok {
+			t.Fatalf("messages %s and %s share the row header %v", other, d.MessageId, rowID)
+		}
+		idOf[rowID] = d.MessageId
+	}
+}
+
 func countRows(t testing.TB, pool *pgxpool.Pool) int {
 	t.Helper()
 	var n int

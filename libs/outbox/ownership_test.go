@@ -3,6 +3,7 @@ package outbox
 import (
 	"fmt"
 	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -157,6 +158,15 @@ func TestRelaysWithOwnershipPublishEachTheirOwnPartitions(t *testing.T) {
 
 func TestRelayWithOwnershipPublishesOnlyWhileItHolds(t *testing.T) {
 	t.Parallel()
+	for _, grouped := range []bool{false, true} {
+		t.Run(map[bool]string{false: "rows", true: "grouped"}[grouped], func(t *testing.T) {
+			t.Parallel()
+			testRelayWithOwnershipPublishesOnlyWhileItHolds(t, grouped)
+		})
+	}
+}
+
+func testRelayWithOwnershipPublishesOnlyWhileItHolds(t *testing.T, grouped bool) {
 	pool := partitionedPool(t)
 	top := newTopology(t)
 	pub := &fakePublisher{next: newPublisher(t, amqptest.URL(), top.exchange)}
@@ -172,10 +182,14 @@ func TestRelayWithOwnershipPublishesOnlyWhileItHolds(t *testing.T) {
 	for i := range msgs {
 		msgs[i].Partition = 3
 	}
-	write(t, pool, msgs...)
+	writeWith(grouped)(t, pool, msgs...)
+	rows := len(msgs)
+	if grouped {
+		rows = 1
+	}
 	r.Notify()
 	require.Never(t, func() bool { return pub.calls.Load() > 0 }, 300*time.Millisecond, 20*time.Millisecond)
-	require.Equal(t, len(msgs), countRows(t, pool), "the rows wait for an owner that holds the partition")
+	require.Equal(t, rows, countRows(t, pool), "the rows wait for an owner that holds the partition")
 
 	owner.lapsed.Store(false)
 	r.Notify()
@@ -223,4 +237,63 @@ func TestRelayWithOwnershipDrainsOnePartitionsBacklogWithoutWaiting(t *testing.T
 	r.Notify()
 	waitEmpty(t, pool, 20*time.Second)
 	require.Zero(t, checkOrder(t, msgs, amqptest.Drain(t, top.queue)))
+}
+
+// lapsingOwnership is fakeOwnership whose Holds stops holding after
+// holds calls that did.
+type lapsingOwnership struct {
+	*fakeOwnership
+	holds atomic.Int64
+}
+
+func (l *lapsingOwnership) Holds(p int, epoch int64) bool {
+	return l.fakeOwnership.Holds(p, epoch) && l.holds.Add(-1) >= 0
+}
+
+// TestRelayWithOwnershipStopsWithinAGroupedRowWhenItLosesThePartition:
+// the ownership is checked before every chunk of 64 messages, whatever
+// rows they come from, so a relay that loses its partition while a
+// grouped row straddles two chunks publishes no more; the rows it
+// confirmed in full are deleted, the one it confirmed in part is not, and
+// the partition's next owner publishes it whole, every message flagged.
+func TestRelayWithOwnershipStopsWithinAGroupedRowWhenItLosesThePartition(t *testing.T) {
+	t.Parallel()
+	pool := partitionedPool(t)
+	top := newTopology(t)
+	pub := newPublisher(t, amqptest.URL(), top.exchange)
+	inPartition := func(msgs []Message) []Message {
+		for i := range msgs {
+			msgs[i].Partition = 3
+		}
+		return msgs
+	}
+	// Rows of 10, 64 and 40 messages: the first chunk is the first row and
+	// 54 messages of the second.
+	small, full, rest := inPartition(seqMessages("small", 10, 1)), inPartition(seqMessages("full", 64, 1)), inPartition(seqMessages("rest", 40, 1))
+	writeGrouped(t, pool, small...)
+	writeGrouped(t, pool, append(slices.Clone(full), rest...)...)
+	require.Equal(t, 3, countRows(t, pool))
+
+	owner := &lapsingOwnership{fakeOwnership: newOwnership(map[int]int64{3: 1})}
+	owner.holds.Store(1)
+	r, reg := newRelay(t, RelayOptions{Pool: pool, Publisher: pub, Ownership: owner})
+	stop := runRelay(t, r)
+	require.Eventually(t, func() bool { return countRows(t, pool) == 2 }, 10*time.Second, 10*time.Millisecond, "the first row is deleted")
+	require.Never(t, func() bool { return countRows(t, pool) < 2 }, 300*time.Millisecond, 20*time.Millisecond,
+		"the second row, published in part, and the third wait")
+	stop()
+	require.Equal(t, float64(64), metric(t, reg, "outbox_published_total"), "one chunk")
+	firstOwner := amqptest.Drain(t, top.queue)
+	require.Len(t, firstOwner, 64)
+
+	next, _ := newRelay(t, RelayOptions{Pool: pool, Publisher: pub, Ownership: newOwnership(map[int]int64{3: 2})})
+	runRelay(t, next)
+	waitEmpty(t, pool, 10*time.Second)
+	nextOwner := amqptest.Drain(t, top.queue)
+	with, without := flagged(nextOwner)
+	require.Empty(t, without)
+	require.ElementsMatch(t, messageIDs(append(slices.Clone(full), rest...)), with, "the rows the first owner left, whole, flagged")
+	all := append(firstOwner, nextOwner...)
+	requireRepublishesFlagged(t, all)
+	require.Equal(t, 54, checkOrder(t, append(append(slices.Clone(small), full...), rest...), all), "the second row's first 54 messages twice")
 }

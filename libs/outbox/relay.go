@@ -46,35 +46,40 @@ type RelayOptions struct {
 	// connection must be a real session: a transaction-pooling PgBouncer
 	// in between would break the session-level lock.
 	Pool *pgxpool.Pool
-	// Publisher publishes each row with its routing key as the Watermill
-	// topic, one message per call, and must return only after the broker
-	// confirmed the message: for example a broker.Publisher built from
-	// broker.TopicPublisherConfig. Required. It must be safe for concurrent
-	// use; it is not closed by the relay.
+	// Publisher publishes each message with its row's routing key as the
+	// Watermill topic, one message per call, and must return only after
+	// the broker confirmed the message: for example a broker.Publisher
+	// built from broker.TopicPublisherConfig. Required. It must be safe
+	// for concurrent use; it is not closed by the relay.
 	Publisher message.Publisher
 	// Logger receives lock changes and errors; nil discards them.
 	Logger *slog.Logger
-	// Metrics, if non-nil, registers outbox_published_total,
-	// outbox_publish_errors_total, outbox_pending (rows seen by the last
-	// poll of any shard, at most BatchSize), outbox_lag_seconds (age of the
+	// Metrics, if non-nil, registers outbox_published_total (messages,
+	// each of a grouped row counted), outbox_publish_errors_total,
+	// outbox_pending (rows seen by the last poll of any shard, at most
+	// BatchSize; a grouped row counts one), outbox_lag_seconds (age of the
 	// oldest row seen by the last poll of any shard, 0 when none),
 	// outbox_leader (1 while this relay holds the lock; always 0 with
 	// Ownership, whose owner shows the partitions it owns) and
 	// outbox_possible_duplicates_total (publishes with
 	// [PossibleDuplicateHeader]) and the histogram
-	// outbox_due_to_confirm_seconds (for rows written with a
+	// outbox_due_to_confirm_seconds (for messages written with a
 	// [Message.DueAt] only: the broker's confirm, read on Now, minus
 	// DueAt). Labels such as
 	// the service name are the caller's business: wrap with
 	// prometheus.WrapRegistererWith.
 	Metrics prometheus.Registerer
-	// BatchSize is the number of rows read per poll. Default 1000.
+	// BatchSize is the number of rows read per poll. A grouped row of
+	// [WriteGrouped] counts one, so a poll may carry up to
+	// MaxGroupMessages times as many messages. Default 1000.
 	BatchSize int
 	// Lanes is the number of concurrent publishers. Rows are assigned to a
 	// lane by a hash of their aggregate id, so one aggregate always uses one
-	// lane. The publisher should allow at least as many concurrent publishes
-	// (the channel pool size of a watermill-amqp publisher). With Shards,
-	// each shard has Lanes/Shards lanes (at least one). Default 16.
+	// lane (and the rows of [WriteGrouped], whose aggregate is their
+	// partition's, one lane per partition). The publisher should allow at
+	// least as many concurrent publishes (the channel pool size of a
+	// watermill-amqp publisher). With Shards, each shard has Lanes/Shards
+	// lanes (at least one). Default 16.
 	Lanes int
 	// PollInterval is how long an idle relay waits before polling again;
 	// [Relay.Notify] cuts the wait short. Default 200ms.
@@ -117,13 +122,13 @@ type RelayOptions struct {
 	// one that publishes it, so [Relay.Notify] reaches it. The table needs
 	// [PartitionSchema].
 	Ownership Ownership
-	// TracerProvider, when set, gives every row whose headers carry a W3C
-	// trace context a producer span "publish <destination>" in that trace,
-	// from the send to the broker's confirm, with the OpenTelemetry
+	// TracerProvider, when set, gives every message whose headers carry a
+	// W3C trace context a producer span "publish <destination>" in that
+	// trace, from the send to the broker's confirm, with the OpenTelemetry
 	// messaging attributes; the message then carries the publish span's
-	// context, so its consumer's span follows the publish. Rows without a
-	// trace context get no span (a root span per untraced row would be
-	// noise). Nil: no spans.
+	// context, so its consumer's span follows the publish. Messages
+	// without a trace context get no span (a root span per untraced
+	// message would be noise). Nil: no spans.
 	TracerProvider trace.TracerProvider
 	// Propagator reads and writes the trace context of the headers.
 	// Default propagation.TraceContext.
@@ -135,41 +140,47 @@ type RelayOptions struct {
 	Destination func(topic string) (exchange, routingKey string)
 	// Now is the clock that times the broker's confirms for
 	// outbox_due_to_confirm_seconds. It is read once per confirmed chunk
-	// (up to 64 rows of a lane, pipelined), when the publisher returns, so
-	// a row confirmed early in its chunk counts as confirmed with the
-	// chunk's last. Pass the clock the due times were taken from (the
-	// trigger's is corrected to PostgreSQL's): the histogram then measures
-	// lateness on one clock. Default time.Now.
+	// (up to 64 messages of a lane, pipelined), when the publisher
+	// returns, so a message confirmed early in its chunk counts as
+	// confirmed with the chunk's last. Pass the clock the due times were
+	// taken from (the trigger's is corrected to PostgreSQL's): the
+	// histogram then measures lateness on one clock. Default time.Now.
 	Now func() time.Time
-	// Pack, when set, says which topics' rows may share a broker message:
-	// consecutive rows of one lane's chunk (up to 64) bound for such a
-	// topic are published as one message made by broker.Pack, which the
-	// consumer takes apart with broker.Unpack. Each row keeps its message
-	// id, headers and trace span. It needs a Publisher that pipelines
-	// ([InOrderPublisher]). Nil: one message per row.
+	// Pack, when set, says which topics' messages may share a broker
+	// message: consecutive messages of one lane's chunk (up to 64, of one
+	// row or of several) bound for such a topic are published as one
+	// message made by broker.Pack, which the consumer takes apart with
+	// broker.Unpack. Each message keeps its message id, headers and trace
+	// span. It needs a Publisher that pipelines ([InOrderPublisher]). Nil:
+	// one broker message per outbox message.
 	Pack func(topic string) bool
 	// DrainTimeout bounds the draining when Run stops or loses the lock:
 	// how long publishes already in flight may still wait for their
 	// confirms, and then how long the DELETE of confirmed rows may take
-	// (so a stop takes up to twice this). A row whose confirm or DELETE
-	// did not make it is published again by the next relay. Default
-	// DefaultDrainTimeout; a service sets it to fit its shutdown timeout.
+	// (so a stop takes up to twice this). A row not every message of which
+	// was confirmed, or whose DELETE did not make it, is published again,
+	// whole, by the next relay. Default DefaultDrainTimeout; a service sets
+	// it to fit its shutdown timeout.
 	DrainTimeout time.Duration
 }
 
-// RowIDHeader is the message header holding the outbox row's id. Every
-// publish of one row carries the same id, and distinct rows distinct ids:
-// a consumer (or a test) can tell a row published twice (the relay lost
-// its leadership or crashed between the broker's confirm and the row's
-// delete) from two rows written for the same thing, which the message id
-// alone cannot when it is derived from the content.
+// RowIDHeader is the message header naming the message's place in the
+// outbox: the row's id, followed, for a message of a grouped row of
+// [WriteGrouped], by "/" and its index in the row ("1234/5"). Every
+// publish of one message carries the same value, and distinct messages
+// distinct values: a consumer (or a test) can tell a message published
+// twice (the relay lost its leadership or crashed between the broker's
+// confirm and the row's delete) from two messages written for the same
+// thing, which the message id alone cannot when it is derived from the
+// content.
 const RowIDHeader = "cronmesh-outbox-row"
 
 // PossibleDuplicateHeader is set to "true" on a message the relay cannot
 // rule out having been published before, like MQTT's DUP flag. A consumer
 // that deduplicates by looking up what it already handled needs the
 // look-up only for these (and for the broker's redeliveries); a message
-// without it is a first publish of its row. The relay sets it on a row
+// without it is a first publish. The relay sets it on every message of a
+// row (a grouped row's messages share their row's fate)
 //   - whose publish this relay attempted in a cycle that did not confirm
 //     and delete every row it read (any row up to that cycle's highest id);
 //   - created before this relay began publishing its partition (with
@@ -309,13 +320,15 @@ func (r *Relay) Notify() {
 // Run first takes the advisory lock, waiting while another relay holds it
 // (with Ownership there is no lock: it publishes the partitions it owns).
 // As leader it repeats a cycle: read up to BatchSize rows ORDER BY id, split
-// them into lanes by hash(aggregate_id) % Lanes, publish each lane's rows
-// in order (pipelined in chunks of 64 when the Publisher is an
-// [InOrderPublisher], else one confirmed publish at a time) with the lanes
-// running concurrently, then delete the confirmed rows with one DELETE. A
+// them into lanes by hash(aggregate_id) % Lanes, publish each lane's
+// messages in order (a grouped row's one after the other; pipelined in
+// chunks of 64 when the Publisher is an [InOrderPublisher], else one
+// confirmed publish at a time) with the lanes running concurrently, then
+// delete the rows whose every message was confirmed with one DELETE. A
 // lane whose publish fails stops for the rest of the cycle, keeping only
-// its confirmed prefix, so later rows of its aggregates are not published
-// ahead of the failed one (they may be published twice); other lanes finish,
+// its confirmed prefix, so later messages of its aggregates are not
+// published ahead of the failed one (they may be published twice, and so
+// is the confirmed part of a row the failure cut); other lanes finish,
 // confirmed rows are still deleted, and the relay backs off before the next
 // cycle, which starts again from the lowest remaining id. If the lock
 // connection dies, publishing stops at once (between chunks) and Run goes
@@ -574,11 +587,43 @@ type row struct {
 	headers     map[string]string
 	createdAt   time.Time
 	partition   int // only with Ownership
-	// dueAt is the row's Message.DueAt, taken out of its headers; zero
-	// when it has none.
-	dueAt time.Time
-	// possibleDuplicate: see PossibleDuplicateHeader.
+	// possibleDuplicate: see PossibleDuplicateHeader. It is said of every
+	// message of the row.
 	possibleDuplicate bool
+}
+
+// item is one message of a lane as the relay publishes it: a row's only
+// message or one of a grouped row's.
+type item struct {
+	row *row
+	// index is the message's place in its grouped row; -1 for a row of
+	// one message.
+	index int
+	// last: the row's last message, whose confirm completes the row.
+	last bool
+	storedMessage
+}
+
+// expand returns the messages of a lane's rows in order. A grouped row
+// that cannot be decoded ends the list before it, with the error: the
+// lane stops there as at a failed publish.
+func expand(lane []row) ([]item, error) {
+	items := make([]item, 0, len(lane))
+	for i := range lane {
+		rw := &lane[i]
+		msgs, err := storedMessages(rw.messageID, rw.payload, rw.headers)
+		if err != nil {
+			return items, fmt.Errorf("row %d (aggregate %q, routing key %q): %w", rw.id, rw.aggregateID, rw.routingKey, err)
+		}
+		if _, grouped := rw.headers[GroupHeader]; !grouped {
+			items = append(items, item{row: rw, index: -1, last: true, storedMessage: msgs[0]})
+			continue
+		}
+		for j, m := range msgs {
+			items = append(items, item{row: rw, index: j, last: j == len(msgs)-1, storedMessage: m})
+		}
+	}
+	return items, nil
 }
 
 // selectSQL reads the oldest rows. now() comes along for the lag metric so
@@ -697,7 +742,6 @@ func (r *Relay) fetch(ctx context.Context, epochs map[int]int64) (_ []row, full 
 		if err := rs.Scan(dest...); err != nil {
 			return nil, false, time.Time{}, fmt.Errorf("outbox: scan row: %w", err)
 		}
-		rw.dueAt = takeDueAt(rw.headers)
 		rows = append(rows, rw)
 		if r.ownership != nil {
 			perOwned[rw.partition]++
@@ -712,8 +756,8 @@ func (r *Relay) fetch(ctx context.Context, epochs map[int]int64) (_ []row, full 
 
 // takeDueAt removes [DueAtHeader] from headers and returns the due time
 // it held: zero when there was none or it was not a decimal int64 (a row
-// written by something other than [Write]), which costs the row its
-// observation but never its publish.
+// written by something other than [Write] or [WriteGrouped]), which costs
+// the message its observation but never its publish.
 func takeDueAt(headers map[string]string) time.Time {
 	v, ok := headers[DueAtHeader]
 	if !ok {
@@ -807,47 +851,51 @@ func (r *Relay) publish(ctx context.Context, rows []row, epochs map[int]int64, r
 // (broker.Publisher does): publish msgs[i] to topics[i] in order, without
 // waiting for each confirm, and report how many leading messages were
 // confirmed. The relay uses it when its Publisher has it, which turns a
-// lane's cost from one broker round trip per row into about one per chunk.
+// lane's cost from one broker round trip per message into about one per
+// chunk.
 type InOrderPublisher interface {
 	PublishInOrder(topics []string, msgs []*message.Message) (confirmed int, err error)
 }
 
-// chunkSize bounds the rows a lane publishes per pipelined call, so that a
-// relay that loses a partition (checked between chunks) stops within one
-// chunk's confirms.
+// chunkSize bounds the messages a lane publishes per pipelined call, so
+// that a relay that loses a partition (checked between chunks) stops
+// within one chunk's confirms.
 const chunkSize = 64
 
-// publishLane publishes one lane's rows in id order, stopping at the first
-// failure so that no row overtakes an earlier row of its aggregate, and
-// before the next chunk once ctx is done or the ownership of one of the
-// chunk's partitions is in doubt. Each publish runs under pubCtx. readAt
-// is when the rows were read.
+// publishLane publishes one lane's rows in id order, each grouped row's
+// messages in their order, stopping at the first failure so that no
+// message overtakes an earlier one of its aggregate, and before the next
+// chunk once ctx is done or the ownership of one of the chunk's partitions
+// is in doubt. It returns the ids of the rows every message of which was
+// confirmed: a row confirmed in part is published again whole. Each
+// publish runs under pubCtx. readAt is when the rows were read.
 func (r *Relay) publishLane(ctx, pubCtx context.Context, lane []row, epochs map[int]int64, readAt time.Time) ([]int64, error) {
 	ids := make([]int64, 0, len(lane))
+	items, expandErr := expand(lane)
 	batch, pipelined := r.pub.(InOrderPublisher)
 	step := 1
 	if pipelined {
 		step = chunkSize
 	}
-	for start := 0; start < len(lane); start += step {
+	for start := 0; start < len(items); start += step {
 		if ctx.Err() != nil {
 			return ids, nil // stopping, not failing: the rest stays for later
 		}
-		chunk := lane[start:min(start+step, len(lane))]
+		chunk := items[start:min(start+step, len(items))]
 		if !r.holds(chunk, epochs) {
 			return ids, nil // another relay may own a partition by now
 		}
 		topics := make([]string, len(chunk))
 		msgs := make([]*message.Message, len(chunk))
 		stale := time.Since(readAt) > staleAfter
-		for i, rw := range chunk {
-			topics[i] = rw.routingKey
-			msgs[i] = message.NewMessage(rw.messageID, rw.payload)
-			if len(rw.headers) > 0 {
-				msgs[i].Metadata = rw.headers
+		for i, it := range chunk {
+			topics[i] = it.row.routingKey
+			msgs[i] = message.NewMessage(it.id, it.payload)
+			if len(it.headers) > 0 {
+				msgs[i].Metadata = it.headers
 			}
-			msgs[i].Metadata.Set(RowIDHeader, strconv.FormatInt(rw.id, 10))
-			if rw.possibleDuplicate || stale {
+			msgs[i].Metadata.Set(RowIDHeader, rowIDHeader(it.row.id, it.index))
+			if it.row.possibleDuplicate || stale {
 				msgs[i].Metadata.Set(PossibleDuplicateHeader, "true")
 				r.m.possibleDuplicates.Inc()
 			} else {
@@ -867,8 +915,10 @@ func (r *Relay) publishLane(ctx, pubCtx context.Context, lane []row, epochs map[
 		}
 		spans.end(confirmed, err)
 		r.observeConfirmed(chunk[:confirmed])
-		for _, rw := range chunk[:confirmed] {
-			ids = append(ids, rw.id)
+		for _, it := range chunk[:confirmed] {
+			if it.last {
+				ids = append(ids, it.row.id)
+			}
 		}
 		r.m.published.Add(float64(confirmed))
 		if err != nil {
@@ -876,10 +926,14 @@ func (r *Relay) publishLane(ctx, pubCtx context.Context, lane []row, epochs map[
 				return ids, nil
 			}
 			r.m.errors.Inc()
-			rw := chunk[confirmed]
-			return ids, fmt.Errorf("outbox: publish row %d (aggregate %q, routing key %q): %w",
-				rw.id, rw.aggregateID, rw.routingKey, err)
+			it := chunk[confirmed]
+			return ids, fmt.Errorf("outbox: publish row %d (aggregate %q, routing key %q, message %q): %w",
+				it.row.id, it.row.aggregateID, it.row.routingKey, it.id, err)
 		}
+	}
+	if expandErr != nil && ctx.Err() == nil {
+		r.m.errors.Inc()
+		return ids, fmt.Errorf("outbox: cannot publish %w", expandErr)
 	}
 	return ids, nil
 }
@@ -926,40 +980,41 @@ func sum(xs []int) int {
 	return total
 }
 
-// observeConfirmed observes how late the broker confirmed the rows of
+// observeConfirmed observes how late the broker confirmed the messages of
 // confirmed that have a due time, just after it did. The clock is read
 // once, and only when one of them has a due time. A confirm before the
 // due time (the clock corrected backwards, or a due time in the future)
 // observes 0.
-func (r *Relay) observeConfirmed(confirmed []row) {
+func (r *Relay) observeConfirmed(confirmed []item) {
 	var now time.Time
-	for _, rw := range confirmed {
-		if rw.dueAt.IsZero() {
+	for _, it := range confirmed {
+		if it.dueAt.IsZero() {
 			continue
 		}
 		if now.IsZero() {
 			now = r.now()
 		}
-		r.m.dueToConfirm.Observe(max(now.Sub(rw.dueAt).Seconds(), 0))
+		r.m.dueToConfirm.Observe(max(now.Sub(it.dueAt).Seconds(), 0))
 	}
 }
 
-// holds reports whether the relay still owns the partitions of every row
-// of chunk at the epochs it read them under; always true without
+// holds reports whether the relay still owns the partitions of every
+// message of chunk at the epochs it read them under; always true without
 // Ownership.
-func (r *Relay) holds(chunk []row, epochs map[int]int64) bool {
+func (r *Relay) holds(chunk []item, epochs map[int]int64) bool {
 	if r.ownership == nil {
 		return true
 	}
 	checked := -1
-	for _, rw := range chunk {
-		if rw.partition == checked {
+	for _, it := range chunk {
+		p := it.row.partition
+		if p == checked {
 			continue
 		}
-		if !r.ownership.Holds(rw.partition, epochs[rw.partition]) {
+		if !r.ownership.Holds(p, epochs[p]) {
 			return false
 		}
-		checked = rw.partition
+		checked = p
 	}
 	return true
 }
@@ -1011,8 +1066,8 @@ type metrics struct {
 	leader    prometheus.Gauge
 	// possibleDuplicates counts publishes with PossibleDuplicateHeader.
 	possibleDuplicates prometheus.Counter
-	// dueToConfirm observes, for rows with a due time, its confirm's
-	// lateness.
+	// dueToConfirm observes, for messages with a due time, their
+	// confirm's lateness.
 	dueToConfirm prometheus.Histogram
 }
 
@@ -1022,11 +1077,11 @@ func newMetrics(reg prometheus.Registerer) (metrics, error) {
 	m := metrics{
 		published: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "outbox_published_total",
-			Help: "Outbox rows published and confirmed by the broker.",
+			Help: "Outbox messages published and confirmed by the broker (each message of a grouped row counts).",
 		}),
 		errors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "outbox_publish_errors_total",
-			Help: "Failed publishes of outbox rows (each stops its lane for the cycle).",
+			Help: "Failed publishes of outbox messages, and grouped rows that could not be decoded (each stops its lane for the cycle).",
 		}),
 		pending: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "outbox_pending",
@@ -1046,7 +1101,7 @@ func newMetrics(reg prometheus.Registerer) (metrics, error) {
 		}),
 		dueToConfirm: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "outbox_due_to_confirm_seconds",
-			Help: "Broker confirm time minus the row's due time, for rows written with a due time only (a row published twice counts twice).",
+			Help: "Broker confirm time minus the message's due time, for messages written with a due time only (a message published twice counts twice).",
 			// Fine around 100 ms, so that "p99 under 100 ms" (the
 			// trigger's aim, nominal to broker-confirmed) is read off
 			// the 0.1 bucket exactly; up to a minute for backlogs.

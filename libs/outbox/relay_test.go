@@ -1,7 +1,9 @@
 package outbox
 
 import (
+	"slices"
 	"strings"
+	"sync"
 
 	"context"
 	"crypto/rand"
@@ -118,27 +120,41 @@ func TestRelayPreservesOrderPerAggregate(t *testing.T) {
 		name      string
 		batchSize int
 		lanes     int
+		// grouped: written by WriteGrouped over 4 partitions, each
+		// transaction's rows holding up to 25 messages (with ownership:
+		// shards reading the partitions).
+		grouped, owned bool
 	}{
-		{"default lanes, several batches", 128, 0},
-		{"one lane", 1000, 1},
-		{"more lanes than aggregates", 0, 64},
+		{name: "default lanes, several batches", batchSize: 128},
+		{name: "one lane", batchSize: 1000, lanes: 1},
+		{name: "more lanes than aggregates", lanes: 64},
+		{name: "grouped rows, several batches", batchSize: 8, grouped: true},
+		{name: "grouped rows, owned partitions in shards", batchSize: 8, grouped: true, owned: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			pool := testPool(t)
+			opts := RelayOptions{BatchSize: tt.batchSize, Lanes: tt.lanes}
+			if tt.grouped {
+				pool = partitionedPool(t)
+			}
+			if tt.owned {
+				opts.Ownership, opts.Shards = newOwnership(map[int]int64{0: 1, 1: 1, 2: 1, 3: 1}), 2
+			}
 			top := newTopology(t)
-			r, _ := newRelay(t, RelayOptions{
-				Pool: pool, Publisher: newPublisher(t, amqptest.URL(), top.exchange),
-				BatchSize: tt.batchSize, Lanes: tt.lanes,
-			})
+			opts.Pool, opts.Publisher = pool, newPublisher(t, amqptest.URL(), top.exchange)
+			r, _ := newRelay(t, opts)
 			// 20 aggregates x 50 messages, interleaved, written by 10
 			// transactions of 100 while the relay runs, so batches cut
 			// across transactions and aggregates.
 			msgs := seqMessages("ord", 20, 50)
+			if tt.grouped {
+				partitioned(msgs, 4)
+			}
 			runRelay(t, r)
 			for i := 0; i < len(msgs); i += 100 {
-				write(t, pool, msgs[i:i+100]...)
+				writeWith(tt.grouped)(t, pool, msgs[i:i+100]...)
 				r.Notify()
 			}
 			got := amqptest.Consume(t, top.queue, len(msgs), 30*time.Second)
@@ -217,9 +233,25 @@ func TestRelayRetriesFailedPublishes(t *testing.T) {
 		name string
 		fail func(call int64) (fail, afterPublish bool)
 		// dups reports whether duplicates are allowed: a failure after
-		// the broker took the message (a lost confirm) republishes it.
+		// the broker took the message (a lost confirm) republishes it,
+		// and so does one within a grouped row (its confirmed messages
+		// go again with the rest).
 		dups bool
+		// grouped: written by WriteGrouped over 4 partitions.
+		grouped bool
 	}{
+		{
+			name:    "grouped rows, scattered failures stop lanes mid-row",
+			fail:    func(call int64) (bool, bool) { return call < 400 && call%37 == 5, false },
+			dups:    true,
+			grouped: true,
+		},
+		{
+			name:    "grouped rows, failures after the broker took the message",
+			fail:    func(call int64) (bool, bool) { return call < 400 && call%29 == 3, true },
+			dups:    true,
+			grouped: true,
+		},
 		{
 			name: "first 5 publishes fail",
 			fail: func(call int64) (bool, bool) { return call < 5, false },
@@ -238,18 +270,27 @@ func TestRelayRetriesFailedPublishes(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			pool := testPool(t)
+			msgs := seqMessages("retry", 20, 15)
+			if tt.grouped {
+				pool = partitionedPool(t)
+				partitioned(msgs, 4)
+			}
 			top := newTopology(t)
 			pub := &fakePublisher{next: newPublisher(t, amqptest.URL(), top.exchange), fail: tt.fail}
 			r, reg := newRelay(t, RelayOptions{Pool: pool, Publisher: pub, BatchSize: 100})
 
-			msgs := seqMessages("retry", 20, 15)
-			write(t, pool, msgs...)
+			for i := 0; i < len(msgs); i += 50 {
+				writeWith(tt.grouped)(t, pool, msgs[i:i+50]...)
+			}
 			stop := runRelay(t, r)
 			waitEmpty(t, pool, 30*time.Second)
 			stop()
 
 			got := amqptest.Drain(t, top.queue)
 			dups := checkOrder(t, msgs, got)
+			if tt.grouped {
+				requireRepublishesFlagged(t, got)
+			}
 			if !tt.dups {
 				require.Zero(t, dups)
 				require.Len(t, got, len(msgs))
@@ -436,9 +477,13 @@ func TestRelayMeasuresDueToConfirm(t *testing.T) {
 		// pipelined: the publisher is an InOrderPublisher (one chunk for
 		// the lane); otherwise each row is its own confirmed publish.
 		pipelined bool
+		// grouped: the messages share a row of WriteGrouped.
+		grouped bool
 	}{
 		{name: "pipelined", pipelined: true},
 		{name: "one publish at a time"},
+		{name: "grouped, pipelined", pipelined: true, grouped: true},
+		{name: "grouped, one publish at a time", grouped: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -463,7 +508,7 @@ func TestRelayMeasuresDueToConfirm(t *testing.T) {
 				return Message{AggregateID: "job-1", RoutingKey: "dispatch.normal", MessageID: id, DueAt: due,
 					Headers: map[string]string{"x-tenant": "t1"}}
 			}
-			write(t, pool,
+			writeWith(tt.grouped)(t, pool,
 				msg("late-40ms", confirmed.Add(-40*time.Millisecond)),
 				msg("no-due", time.Time{}),
 				msg("late-3s", confirmed.Add(-3*time.Second)),
@@ -474,6 +519,9 @@ func TestRelayMeasuresDueToConfirm(t *testing.T) {
 			_, err := pool.Exec(t.Context(), `INSERT INTO outbox (aggregate_id, routing_key, message_id, payload, headers)
 				VALUES ('job-1', 'dispatch.normal', 'malformed', '', jsonb_build_object($1::text, 'soon', 'x-tenant', 't1'))`, DueAtHeader)
 			require.NoError(t, err)
+			if tt.grouped {
+				require.Equal(t, 2, countRows(t, pool), "the four messages in one row, and the malformed one")
+			}
 
 			stop := runRelay(t, r)
 			// A row is deleted after its confirm was observed.
@@ -549,4 +597,209 @@ func TestRelayPacksRowsOfAPackableTopic(t *testing.T) {
 	require.Positive(t, batches)
 	require.Less(t, brokerMessages, len(packable)/10, "packed: far fewer broker messages than rows")
 	require.Zero(t, checkOrder(t, append(packable, alone...), unpacked), "no row published twice")
+}
+
+// TestRelayPublishesGroupedRows: the messages of grouped rows (beside
+// rows of one message, as other services write them) are each published
+// once, in order per aggregate, with their own id, headers, row header
+// and due time, and counted as messages; the rows are deleted.
+func TestRelayPublishesGroupedRows(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name            string
+		pipelined, pack bool
+	}{
+		{name: "packed", pipelined: true, pack: true},
+		{name: "pipelined", pipelined: true},
+		{name: "one publish at a time"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			pool := partitionedPool(t)
+			top := newTopology(t)
+			var pub message.Publisher = newPublisher(t, amqptest.URL(), top.exchange)
+			if !tt.pipelined {
+				pub = &fakePublisher{next: pub}
+			}
+			opts := RelayOptions{
+				Pool: pool, Publisher: pub, Shards: 2, Lanes: 4,
+				Ownership: newOwnership(map[int]int64{0: 1, 1: 1, 2: 1, 3: 1}),
+			}
+			if tt.pack {
+				opts.Pack = func(topic string) bool { return strings.HasPrefix(topic, "dispatch.") }
+			}
+			r, reg := newRelay(t, opts)
+
+			// 30 aggregates x 10 messages over 4 partitions, written by 5
+			// transactions, each with a row of every partition; and 12
+			// rows of one message each, as another service writes them.
+			const traceparent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+			grouped := partitioned(seqMessages("grp", 30, 10), 4)
+			due := time.Now()
+			for i := range grouped {
+				grouped[i].RoutingKey = "dispatch.normal"
+				grouped[i].Headers = map[string]string{"traceparent": traceparent, "x-tenant": "t1"}
+				grouped[i].DueAt = due
+			}
+			single := partitioned(seqMessages("single", 4, 3), 4)
+			for i := 0; i < len(grouped); i += 60 {
+				writeGrouped(t, pool, grouped[i:i+60]...)
+			}
+			write(t, pool, single...)
+			require.Equal(t, 5*4+len(single), countRows(t, pool), "a row per transaction and partition")
+			pending, err := PendingMessages(t.Context(), pool)
+			require.NoError(t, err)
+			require.EqualValues(t, len(grouped)+len(single), pending)
+
+			stop := runRelay(t, r)
+			r.Notify()
+			waitEmpty(t, pool, 30*time.Second)
+			stop()
+
+			got := unpackDeliveries(t, amqptest.Drain(t, top.queue))
+			require.Zero(t, checkOrder(t, append(slices.Clone(grouped), single...), got), "every message once, in order per aggregate")
+			requireRepublishesFlagged(t, got)
+			for _, d := range got {
+				require.NotContains(t, d.Headers, DueAtHeader)
+				require.NotContains(t, d.Headers, GroupHeader)
+				rowID, _ := d.Headers[RowIDHeader].(string)
+				if strings.HasPrefix(d.MessageId, "grp-") {
+					require.Equal(t, traceparent, d.Headers["traceparent"], "message %s keeps its trace context", d.MessageId)
+					require.Equal(t, "t1", d.Headers["x-tenant"])
+					require.Contains(t, rowID, "/", "message %s of a grouped row: row/index", d.MessageId)
+				} else {
+					require.NotContains(t, rowID, "/", "a row of one message keeps its bare id")
+				}
+			}
+			require.Equal(t, float64(len(grouped)+len(single)), metric(t, reg, "outbox_published_total"), "messages, not rows")
+			count, _, _ := dueHistogram(t, reg)
+			require.EqualValues(t, len(grouped), count, "each grouped message's due time observed once")
+		})
+	}
+}
+
+// controlledPublisher is an InOrderPublisher whose calls the test
+// controls: call n (from 0) confirms the first confirm(n) messages and
+// fails after them (-1: confirms all), after waiting for the channel
+// gate(n) returns, if any, to close.
+type controlledPublisher struct {
+	next    *broker.Publisher
+	confirm func(call int64) int
+	gate    func(call int64) <-chan struct{}
+	calls   atomic.Int64
+	// returned receives the number of every call that returned.
+	returned chan int64
+}
+
+func (p *controlledPublisher) Publish(topic string, msgs ...*message.Message) error {
+	panic("the relay pipelines through PublishInOrder")
+}
+
+func (p *controlledPublisher) PublishInOrder(topics []string, msgs []*message.Message) (int, error) {
+	call := p.calls.Add(1) - 1
+	defer func() { p.returned <- call }()
+	if p.gate != nil {
+		if ch := p.gate(call); ch != nil {
+			<-ch
+		}
+	}
+	n := len(msgs)
+	if p.confirm != nil {
+		if c := p.confirm(call); c >= 0 {
+			n = c
+		}
+	}
+	confirmed, err := p.next.PublishInOrder(topics[:n], msgs[:n])
+	if err != nil || n == len(msgs) {
+		return confirmed, err
+	}
+	return confirmed, errInjected
+}
+
+func (p *controlledPublisher) Close() error { return nil }
+
+// TestRelayDeletesAGroupedRowOnlyOnceEveryMessageIsConfirmed: a row whose
+// publish failed after part of its messages were confirmed stays, and is
+// published again whole, every message flagged, before it is deleted;
+// the rows after it in its lane wait.
+func TestRelayDeletesAGroupedRowOnlyOnceEveryMessageIsConfirmed(t *testing.T) {
+	t.Parallel()
+	pool := partitionedPool(t)
+	top := newTopology(t)
+	release := make(chan struct{})
+	releaseOnce := sync.OnceFunc(func() { close(release) })
+	pub := &controlledPublisher{
+		next: newPublisher(t, amqptest.URL(), top.exchange),
+		// The warm-up goes through; then the first chunk of the grouped
+		// rows has 10 of its messages confirmed and fails; the retry
+		// waits for the test.
+		confirm:  func(call int64) int { return map[bool]int{true: 10, false: -1}[call == 1] },
+		gate:     func(call int64) <-chan struct{} { return map[bool]chan struct{}{true: release}[call == 2] },
+		returned: make(chan int64, 100),
+	}
+	r, reg := newRelay(t, RelayOptions{Pool: pool, Publisher: pub, Ownership: newOwnership(map[int]int64{1: 1})})
+	runRelay(t, r)
+	t.Cleanup(releaseOnce) // registered after runRelay's stop, so it runs before it
+	writeGrouped(t, pool, Message{AggregateID: "warm-up", RoutingKey: "job.updated", MessageID: "warm-up", Partition: 1})
+	r.Notify()
+	waitEmpty(t, pool, 10*time.Second)
+	require.Len(t, amqptest.Drain(t, top.queue), 1)
+
+	// A row of 40, then a row of 20 in the same partition: one lane, one
+	// chunk of 60, 10 of which are confirmed.
+	first := seqMessages("first", 40, 1)
+	second := seqMessages("second", 20, 1)
+	for _, msgs := range [][]Message{first, second} {
+		for i := range msgs {
+			msgs[i].Partition = 1
+		}
+		writeGrouped(t, pool, msgs...)
+	}
+	require.Equal(t, 2, countRows(t, pool))
+	r.Notify()
+	require.EqualValues(t, 0, <-pub.returned, "the warm-up's call")
+	require.EqualValues(t, 1, <-pub.returned, "the failed call")
+	require.Eventually(t, func() bool { return pub.calls.Load() == 3 }, 10*time.Second, time.Millisecond, "the retry")
+	// The retry is held, so the failed cycle is over: it deleted nothing.
+	require.Equal(t, 2, countRows(t, pool), "a row confirmed in part is not deleted, nor are the rows after it")
+	require.Equal(t, float64(1+10), metric(t, reg, "outbox_published_total"), "the warm-up and the confirmed messages")
+	releaseOnce()
+	waitEmpty(t, pool, 10*time.Second)
+
+	got := amqptest.Drain(t, top.queue)
+	require.Len(t, got, 10+40+20, "the first row's 10 confirmed messages again, with the rest")
+	requireRepublishesFlagged(t, got)
+	with, without := flagged(got)
+	require.ElementsMatch(t, messageIDs(first[:10]), without, "first publishes")
+	require.ElementsMatch(t, messageIDs(append(slices.Clone(first), second...)), with, "the whole cycle again, flagged")
+	require.Equal(t, 10, checkOrder(t, append(slices.Clone(first), second...), got))
+}
+
+// TestRelayStopsAtAnUndecodableGroupedRow: a grouped row whose payload is
+// not a MessageBatch stops its lane like a failed publish: the rows before
+// it are published, the ones after it in its lane wait, and the relay
+// reports it.
+func TestRelayStopsAtAnUndecodableGroupedRow(t *testing.T) {
+	t.Parallel()
+	pool := testPool(t)
+	top := newTopology(t)
+	r, reg := newRelay(t, RelayOptions{Pool: pool, Publisher: newPublisher(t, amqptest.URL(), top.exchange)})
+	before, after := seqMessages("before", 3, 1), seqMessages("after", 3, 1)
+	writeGrouped(t, pool, before...)
+	_, err := pool.Exec(t.Context(), `INSERT INTO outbox (aggregate_id, routing_key, message_id, payload, headers)
+		VALUES ($1, 'job.updated', 'broken', '\xffff', jsonb_build_object($2::text, '2'))`, PartitionAggregate(0), GroupHeader)
+	require.NoError(t, err)
+	writeGrouped(t, pool, after...)
+	runRelay(t, r)
+	require.Eventually(t, func() bool { return metric(t, reg, "outbox_publish_errors_total") >= 2 }, 10*time.Second, 10*time.Millisecond,
+		"every cycle stops at it")
+	require.Equal(t, 2, countRows(t, pool), "the broken row and the row after it")
+	require.Zero(t, checkOrder(t, before, amqptest.Drain(t, top.queue)))
+
+	_, err = pool.Exec(t.Context(), `DELETE FROM outbox WHERE message_id = 'broken'`)
+	require.NoError(t, err)
+	r.Notify()
+	waitEmpty(t, pool, 10*time.Second)
+	require.Zero(t, checkOrder(t, after, amqptest.Drain(t, top.queue)))
 }

@@ -22,6 +22,17 @@ import (
 // no span and keeps its headers.
 func TestRelayPublishSpans(t *testing.T) {
 	t.Parallel()
+	// grouped: the two messages share a row of WriteGrouped, and keep
+	// their own trace contexts.
+	for _, grouped := range []bool{false, true} {
+		t.Run(map[bool]string{false: "rows", true: "grouped"}[grouped], func(t *testing.T) {
+			t.Parallel()
+			testRelayPublishSpans(t, grouped)
+		})
+	}
+}
+
+func testRelayPublishSpans(t *testing.T, grouped bool) {
 	pool := testPool(t)
 	top := newTopology(t)
 	exp := tracetest.NewInMemoryExporter()
@@ -36,10 +47,13 @@ func TestRelayPublishSpans(t *testing.T) {
 	parent.End()
 	headers := map[string]string{"x-tenant": "t1"}
 	propagation.TraceContext{}.Inject(ctx, propagation.MapCarrier(headers))
-	write(t, pool,
+	writeWith(grouped)(t, pool,
 		Message{AggregateID: "job-1", RoutingKey: "dispatch.normal", MessageID: "exec-1", Payload: []byte("abc"), Headers: headers},
 		Message{AggregateID: "job-2", RoutingKey: "dispatch.normal", MessageID: "exec-2", Headers: map[string]string{"x-tenant": "t2"}},
 	)
+	if grouped {
+		require.Equal(t, 1, countRows(t, pool))
+	}
 	stop := runRelay(t, r)
 	r.Notify()
 	waitEmpty(t, pool, 10*time.Second)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/cronmesh/cronmesh/bench/internal/report"
 	"github.com/cronmesh/cronmesh/libs/broker"
+	"github.com/cronmesh/cronmesh/libs/outbox"
 	"github.com/cronmesh/cronmesh/libs/promhist"
 )
 
@@ -24,7 +25,10 @@ type backlog struct {
 // sampleBacklog reads both; -1 when a count could not be read.
 func (e *env) sampleBacklog(ctx context.Context) backlog {
 	b := backlog{at: time.Now(), outbox: -1, dispatch: -1}
-	_ = e.trigger.QueryRow(ctx, `SELECT count(*) FROM outbox`).Scan(&b.outbox)
+	// Slots, not rows: a grouped row holds many (outbox.WriteGrouped).
+	if n, err := outbox.PendingMessages(ctx, e.trigger); err == nil {
+		b.outbox = int(n)
+	}
 	ch, err := e.amqp.Channel()
 	if err != nil {
 		return b

@@ -11,8 +11,9 @@
 // The rules Check enforces (Verdict.Err):
 //   - every expected slot was delivered to the target at least once;
 //   - no slot was fired twice: its first attempt reached the dispatch
-//     exchange from one outbox row only (the relay's outbox.RowIDHeader;
-//     the message id, derived from the slot, cannot tell). The trigger's
+//     exchange from one outbox message only (the relay's
+//     outbox.RowIDHeader, the row and the message's place in it; the
+//     message id, derived from the slot, cannot tell). The trigger's
 //     outbox relay publishes at least once, so a crash or a freeze between
 //     the broker's confirm and the relay's delete publishes the same row
 //     again: that republish is counted (Verdict.Republished) and reported,

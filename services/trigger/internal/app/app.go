@@ -76,7 +76,9 @@ type Config struct {
 	ExecutionsExchange string
 	OutboxLanes        int
 	OutboxShards       int
-	Lookahead          time.Duration
+	// OutboxRowPerMessage: see store.Options.OneRowPerMessage (ADR 0019).
+	OutboxRowPerMessage bool
+	Lookahead           time.Duration
 	// Commits is the number of firing transactions in flight at once.
 	Commits int
 	// GroupWait: see firing.Options.GroupWait.
@@ -114,6 +116,7 @@ func (c *Config) Register(fs *flag.FlagSet) {
 	fs.StringVar(&c.ExecutionsExchange, "executions-exchange", "cronmesh.executions", "exchange of execution lifecycle events (execution.missed)")
 	fs.IntVar(&c.OutboxLanes, "outbox-lanes", 64, "messages the outbox relay publishes concurrently (order per job is kept)")
 	fs.IntVar(&c.OutboxShards, "outbox-shards", DefaultOutboxShards, "read-publish-delete loops of the outbox relay, each publishing its share of the node's partitions")
+	fs.BoolVar(&c.OutboxRowPerMessage, "outbox-row-per-message", false, "write an outbox row per message instead of one per partition and routing key of a commit: while a cluster is upgraded from a version whose relays cannot read grouped rows, and before a downgrade to one (ADR 0019)")
 	fs.DurationVar(&c.Lookahead, "lookahead", 5*time.Second, "how far ahead slots are loaded into memory")
 	fs.IntVar(&c.Commits, "commits", firing.DefaultCommits, "firing transactions in flight at once (each on its own PostgreSQL connection)")
 	fs.DurationVar(&c.GroupWait, "group-wait", firing.DefaultGroupWait, "how long slots due while a commit is in flight wait for it before another commit starts for them")
@@ -227,6 +230,7 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger) (_ *App, err erro
 		Notify:             func() { relay.Notify() },
 		Clock:              nodeClock,
 		MaxBackfills:       quota.New(store.BackfillQuota, cfg.MaxBackfills, refusals),
+		OneRowPerMessage:   cfg.OutboxRowPerMessage,
 	})
 	if err != nil {
 		return nil, err
@@ -286,8 +290,9 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger) (_ *App, err erro
 		// bound by that latency (measured: 3,600 messages/s with one).
 		Shards:    cfg.OutboxShards,
 		Ownership: rng,
-		// Each fired slot's row carries its execution's trace context: the
-		// publish is a span of that trace.
+		// Each fired slot's message (many share an outbox row: ADR 0019)
+		// carries its execution's trace context: the publish is a span of
+		// that trace.
 		TracerProvider: tel.TracerProvider,
 		Propagator:     tel.Propagator,
 		Destination:    broker.SplitRoute,

@@ -643,7 +643,7 @@ func (s *Store) fireRuns(ctx context.Context, tx pgx.Tx, b *batch, runs []int, s
 	if len(msgs) == 0 {
 		return false, nil
 	}
-	if err := outbox.Write(ctx, tx, msgs...); err != nil {
+	if err := s.writeOutbox(ctx, tx, msgs...); err != nil {
 		return false, err
 	}
 	return true, nil

@@ -16,7 +16,6 @@ import (
 	eventsv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/events/v1"
 	registryv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1"
 	"github.com/cronmesh/cronmesh/libs/execid"
-	"github.com/cronmesh/cronmesh/libs/outbox"
 	"github.com/cronmesh/cronmesh/libs/ring"
 	"github.com/cronmesh/cronmesh/services/trigger/internal/firing"
 	"github.com/cronmesh/cronmesh/services/trigger/internal/store"
@@ -259,7 +258,7 @@ func TestApplyRunRequested(t *testing.T) {
 	require.Equal(t, rerunOf, req.RerunOfExecutionId, "the history learns which execution the run re-runs")
 	require.Equal(t, []string{"target", "body"}, req.OverriddenFields, "and what the run overrode")
 	require.Equal(t, "whsec_c2VjcmV0c2VjcmV0c2VjcmV0c2VjcmV0", req.Target.GetHttp().GetSigningSecret())
-	require.NotContains(t, rows[0].Headers, outbox.DueAtHeader, "a run-now is not the firing promise")
+	require.True(t, rows[0].DueAt.IsZero(), "a run-now is not the firing promise")
 	require.Len(t, e.notified, 1)
 
 	// The job row is untouched by a run request.

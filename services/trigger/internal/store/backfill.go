@@ -192,7 +192,7 @@ func (s *Store) backfillBatch(ctx context.Context, id uuid.UUID, slots []time.Ti
 			msgs = append(msgs, msg)
 		}
 		fired = len(msgs)
-		return outbox.Write(ctx, tx, msgs...)
+		return s.writeOutbox(ctx, tx, msgs...)
 	})
 	if err != nil {
 		return 0, fmt.Errorf("backfill job %s: %w", id, err)

@@ -12,7 +12,6 @@ import (
 	registryv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1"
 	"github.com/cronmesh/cronmesh/libs/clock"
 	"github.com/cronmesh/cronmesh/libs/execid"
-	"github.com/cronmesh/cronmesh/libs/outbox"
 	"github.com/cronmesh/cronmesh/services/trigger/internal/firing"
 	"github.com/cronmesh/cronmesh/services/trigger/internal/store"
 )
@@ -68,13 +67,14 @@ func TestBackfill(t *testing.T) {
 	}
 	rows := e.outbox(t)
 	require.Len(t, rows, 241)
+	require.Equal(t, 2+2+1, e.count(t, `SELECT count(*) FROM outbox`), "transactions of 100, 100 and 41 slots: rows of up to 64")
 	req := &dispatchv1.DispatchRequest{}
 	require.NoError(t, proto.Unmarshal(rows[0].Payload, req))
 	require.Equal(t, dispatchv1.TriggerKind_TRIGGER_KIND_BACKFILL, req.TriggerKind)
 	require.Equal(t, ts("2030-03-10T02:00:00Z"), req.NominalTime.AsTime())
 	require.Equal(t, execid.For(job.Id, req.NominalTime.AsTime()), rows[0].MessageID)
 	require.Equal(t, testDispatch+"|dispatch.high", rows[0].RoutingKey)
-	require.NotContains(t, rows[0].Headers, outbox.DueAtHeader, "a backfill is not the firing promise")
+	require.True(t, rows[0].DueAt.IsZero(), "a backfill is not the firing promise")
 
 	// An overlapping range fires only what the ledger lacks; skipped slots
 	// cost no rate.

@@ -158,7 +158,13 @@ type decodedJob struct {
 //     slots, one ExecutionEventBatch per job (up to 500 MISSED events
 //     each; many events in one message is the budget rule of the design)
 //     routed "execution.missed". Headers carry ctx's trace context (the
-//     engine's firing span).
+//     engine's firing span). The messages are written grouped
+//     (outbox.WriteGrouped, ADR 0019; Options.OneRowPerMessage turns it
+//     off): one outbox row per partition and routing key, up to 64
+//     messages a row, so a commit of a thousand slots inserts (and the
+//     relay later deletes) about a row per partition of this node rather
+//     than a thousand; each message is still published as its own, in
+//     order per job.
 //
 // On any error nothing is committed and the error is returned; the result
 // is then empty. Notify is called after a commit that wrote messages.
@@ -244,7 +250,7 @@ func (s *Store) Commit(ctx context.Context, fences []firing.Fence, advances []fi
 			return err
 		}
 		wrote = len(msgs) > 0
-		return outbox.Write(ctx, tx, msgs...)
+		return s.writeOutbox(ctx, tx, msgs...)
 	})
 	if err != nil {
 		return firing.CommitResult{}, fmt.Errorf("commit %d advances: %w", len(advances), err)

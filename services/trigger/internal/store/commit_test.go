@@ -2,8 +2,8 @@ package store_test
 
 import (
 	"context"
+	"fmt"
 	"slices"
-	"strconv"
 	"testing"
 	"time"
 
@@ -21,7 +21,7 @@ import (
 	registryv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1"
 	"github.com/cronmesh/cronmesh/libs/execid"
 	"github.com/cronmesh/cronmesh/libs/jobspec"
-	"github.com/cronmesh/cronmesh/libs/outbox"
+	"github.com/cronmesh/cronmesh/libs/ring"
 	"github.com/cronmesh/cronmesh/services/trigger/internal/firing"
 	"github.com/cronmesh/cronmesh/services/trigger/internal/store"
 )
@@ -129,6 +129,64 @@ func (e *env) setup(t testing.TB, mods ...func(*registryv1.Job)) (*registryv1.Jo
 	job := newJob(ts("2030-03-10T10:01:30Z"), mods...)
 	e.apply(t, created(job), store.Upserted)
 	return job, e.due(t, job)
+}
+
+// A commit writes its messages grouped: one outbox row per partition and
+// routing key (priority), each message once, each job's in slot order.
+func TestCommitGroupsOutboxRowsByPartitionAndRoutingKey(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	var advances []firing.Advance
+	for i := range 40 {
+		_, d := e.setup(t, func(j *registryv1.Job) {
+			j.Priority = []registryv1.Priority{registryv1.Priority_PRIORITY_HIGH, registryv1.Priority_PRIORITY_LOW}[i%2]
+		})
+		slots := []firing.Slot{{Nominal: d.NextFire, Kind: firing.KindScheduled}}
+		if i%5 == 0 { // a few jobs catch up on three slots
+			slots = []firing.Slot{
+				{Nominal: d.NextFire, Kind: firing.KindCatchUp},
+				{Nominal: d.NextFire.Add(5 * time.Minute), Kind: firing.KindCatchUp},
+				{Nominal: d.NextFire.Add(10 * time.Minute), Kind: firing.KindScheduled},
+			}
+		}
+		advances = append(advances, firing.Advance{Due: d, Slots: slots, To: slots[len(slots)-1].Nominal.Add(5 * time.Minute)})
+	}
+	res, err := e.store.Commit(t.Context(), fences(1), advances, ts("2030-03-10T10:15:00Z"))
+	require.NoError(t, err)
+	require.Len(t, res.Advanced, 40)
+
+	msgs := e.outbox(t)
+	require.Len(t, msgs, 40+8*2, "a message per slot")
+	pairs := map[string]bool{}
+	nominals := map[string][]time.Time{}
+	for _, m := range msgs {
+		pairs[fmt.Sprint(ring.Partition(m.AggregateID, testPartitions), m.RoutingKey)] = true
+		req := &dispatchv1.DispatchRequest{}
+		require.NoError(t, proto.Unmarshal(m.Payload, req))
+		nominals[m.AggregateID] = append(nominals[m.AggregateID], req.NominalTime.AsTime())
+	}
+	require.Equal(t, len(pairs), e.count(t, `SELECT count(*) FROM outbox`), "a row per partition and priority")
+	require.Less(t, len(pairs), len(msgs))
+	for job, ns := range nominals {
+		require.True(t, slices.IsSortedFunc(ns, time.Time.Compare), "job %s: messages in slot order", job)
+	}
+}
+
+// With OneRowPerMessage, every message is a row of its own, ordered by
+// its job, as before grouped rows.
+func TestCommitOneRowPerMessage(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, func(o *store.Options) { o.OneRowPerMessage = true })
+	var advances []firing.Advance
+	for range 10 {
+		_, d := e.setup(t)
+		advances = append(advances, firing.Advance{Due: d, Slots: []firing.Slot{{Nominal: d.NextFire, Kind: firing.KindScheduled}}, To: d.NextFire.Add(5 * time.Minute)})
+	}
+	_, err := e.store.Commit(t.Context(), fences(1), advances, ts("2030-03-10T10:05:00Z"))
+	require.NoError(t, err)
+	require.Len(t, e.outbox(t), 10)
+	require.Equal(t, 10, e.count(t, `SELECT count(*) FROM outbox`))
+	require.Zero(t, e.count(t, `SELECT count(*) FROM outbox WHERE aggregate_id LIKE 'partition:%'`), "aggregates are the jobs")
 }
 
 func TestCommitAdvances(t *testing.T) {
@@ -519,10 +577,10 @@ func TestCommitDueAtFiringTime(t *testing.T) {
 	rows := e.outbox(t)
 	require.Len(t, rows, 3)
 	require.Equal(t, testExecutions+"|execution.missed", rows[0].RoutingKey)
-	require.NotContains(t, rows[0].Headers, outbox.DueAtHeader, "missed slots are not dispatched")
+	require.True(t, rows[0].DueAt.IsZero(), "missed slots are not dispatched")
 	for i, row := range rows[1:] {
 		firingTime := slots[1+i].Nominal.Add(spread)
-		require.Equal(t, strconv.FormatInt(firingTime.UnixNano(), 10), row.Headers[outbox.DueAtHeader], "slot %d", 1+i)
+		require.Equal(t, firingTime.UnixNano(), row.DueAt.UnixNano(), "slot %d", 1+i)
 	}
 }
 

@@ -10,7 +10,10 @@
 // (routes made by broker.Route, so one relay feeds both exchanges). A slot
 // is therefore published if and only if its ledger row committed, and at
 // most once, since every ledger insert is ON CONFLICT DO NOTHING on the
-// (job_id, nominal_time) primary key.
+// (job_id, nominal_time) primary key. The messages of one transaction are
+// written with outbox.WriteGrouped: one outbox row per partition and
+// routing key holds up to 64 of them (ADR 0019), which the relay
+// publishes one by one.
 //
 // [Store] implements firing.Store for the engine ([Store.DueJobs],
 // [Store.Commit]) and serves the TriggerService API ([Store.ListSlots],

@@ -2,8 +2,7 @@ package store_test
 
 import (
 	"context"
-	"encoding/json"
-	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -15,9 +14,11 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	dispatchv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/dispatch/v1"
 	eventsv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/events/v1"
 	registryv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1"
 	"github.com/cronmesh/cronmesh/libs/migrate"
+	"github.com/cronmesh/cronmesh/libs/outbox"
 	"github.com/cronmesh/cronmesh/libs/ring"
 	"github.com/cronmesh/cronmesh/libs/testkit/pgtest"
 	"github.com/cronmesh/cronmesh/services/trigger/internal/firing"
@@ -197,36 +198,70 @@ func (e *env) ledger(t testing.TB, jobID string) []ledgerRow {
 	return out
 }
 
-// outboxRow is an outbox row as the tests read it.
+// outboxRow is an outbox message as the tests read it.
 type outboxRow struct {
+	// AggregateID is the job the message is of (read from its payload:
+	// the rows of outbox.WriteGrouped have their partition's aggregate).
 	AggregateID string
 	RoutingKey  string
 	MessageID   string
 	Payload     []byte
 	Headers     map[string]string
+	DueAt       time.Time
 }
 
-// outbox returns the outbox rows in id order, after asserting that every
-// row is in its job's partition: the node owning that partition is the one
-// whose relay publishes it.
+// outbox returns the outbox's messages, row after row in id order and
+// each row's in order, after asserting that every message is in its
+// job's partition (the node owning that partition is the one whose relay
+// publishes it) and every row has its partition's aggregate (or, a row of
+// outbox.Write, its job's).
 func (e *env) outbox(t testing.TB) []outboxRow {
 	t.Helper()
 	rows, err := e.pool.Query(t.Context(), `SELECT aggregate_id, routing_key, message_id, payload, headers, partition FROM outbox ORDER BY id`)
 	require.NoError(t, err)
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (outboxRow, error) {
-		var o outboxRow
-		var headers []byte
-		var partition int
-		if err := r.Scan(&o.AggregateID, &o.RoutingKey, &o.MessageID, &o.Payload, &headers, &partition); err != nil {
-			return o, err
-		}
-		if want := ring.Partition(o.AggregateID, testPartitions); partition != want {
-			return o, fmt.Errorf("outbox row %s of job %s is in partition %d, not its job's %d", o.MessageID, o.AggregateID, partition, want)
-		}
-		return o, json.Unmarshal(headers, &o.Headers)
+	stored, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (outbox.Row, error) {
+		var o outbox.Row
+		err := r.Scan(&o.AggregateID, &o.RoutingKey, &o.MessageID, &o.Payload, &o.Headers, &o.Partition)
+		return o, err
 	})
 	require.NoError(t, err)
+	var out []outboxRow
+	for _, row := range stored {
+		msgs, err := row.Messages()
+		require.NoError(t, err)
+		if row.AggregateID != outbox.PartitionAggregate(row.Partition) {
+			// Written by outbox.Write (Options.OneRowPerMessage): the
+			// message's own job.
+			require.Len(t, msgs, 1)
+			require.Equal(t, jobOf(t, msgs[0]), row.AggregateID, "row of %s", row.MessageID)
+		}
+		for _, m := range msgs {
+			o := outboxRow{RoutingKey: m.RoutingKey, MessageID: m.MessageID, Payload: m.Payload, Headers: m.Headers, DueAt: m.DueAt}
+			if o.Headers == nil {
+				o.Headers = map[string]string{}
+			}
+			o.AggregateID = jobOf(t, m)
+			require.Equal(t, ring.Partition(o.AggregateID, testPartitions), row.Partition,
+				"outbox message %s of job %s is in partition %d", o.MessageID, o.AggregateID, row.Partition)
+			out = append(out, o)
+		}
+	}
 	return out
+}
+
+// jobOf reads the job id of an outbox message from its payload: a
+// DispatchRequest or an ExecutionEventBatch.
+func jobOf(t testing.TB, m outbox.Message) string {
+	t.Helper()
+	if strings.HasSuffix(m.RoutingKey, "|execution.missed") {
+		batch := &eventsv1.ExecutionEventBatch{}
+		require.NoError(t, proto.Unmarshal(m.Payload, batch))
+		require.NotEmpty(t, batch.Events)
+		return batch.Events[0].JobId
+	}
+	req := &dispatchv1.DispatchRequest{}
+	require.NoError(t, proto.Unmarshal(m.Payload, req))
+	return req.JobId
 }
 
 func (e *env) count(t testing.TB, query string, args ...any) int {

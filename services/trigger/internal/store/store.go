@@ -70,6 +70,10 @@ const outboxShardsDDL = "CREATE INDEX IF NOT EXISTS outbox_shard_8 ON outbox (((
 // job, so that the node owning the partition publishes it.
 const outboxPartitionsMigration = 5
 
+// outboxGroupedMigration suits the outbox to the grouped rows Commit
+// writes (outbox.GroupSchema).
+const outboxGroupedMigration = 8
+
 // Migrations returns the migrations of the trigger schema: its own SQL
 // files and the outbox table.
 func Migrations() ([]migrate.Migration, error) {
@@ -86,6 +90,7 @@ func Migrations() ([]migrate.Migration, error) {
 		migrate.New(outboxMigration+1, "outbox_shards", outboxShardsDDL),
 		migrate.New(outboxPartitionsMigration, "outbox_partitions",
 			outbox.PartitionSchema()+"DROP INDEX IF EXISTS outbox_shard_8;\n"),
+		migrate.New(outboxGroupedMigration, "outbox_grouped", outbox.GroupSchema()),
 	), nil
 }
 
@@ -123,6 +128,12 @@ type Options struct {
 	// MaxBackfills caps the backfills running at once in each namespace,
 	// across every node of the cluster. Nil: no cap.
 	MaxBackfills *quota.Quota
+	// OneRowPerMessage writes every outbox message as a row of its own
+	// (outbox.Write), as versions before ADR 0019 did, instead of grouped
+	// rows (outbox.WriteGrouped): for the rolling upgrade of a cluster
+	// some of whose nodes run a relay that cannot read grouped rows, and
+	// before a downgrade to such a version. Default false: grouped.
+	OneRowPerMessage bool
 }
 
 // Store is the trigger's persistence. Safe for concurrent use.
@@ -137,6 +148,9 @@ type Store struct {
 	notify       func()
 	clock        clock.Clock
 	maxBackfills *quota.Quota
+	// writeOutbox is outbox.WriteGrouped, or outbox.Write with
+	// Options.OneRowPerMessage.
+	writeOutbox func(ctx context.Context, tx pgx.Tx, msgs ...outbox.Message) error
 	// locations caches time zones for the projection's next-fire
 	// computations (see jobspec.Locations).
 	locations jobspec.Locations
@@ -168,7 +182,11 @@ func New(opts Options) (*Store, error) {
 		notify:       opts.Notify,
 		clock:        opts.Clock,
 		maxBackfills: opts.MaxBackfills,
+		writeOutbox:  outbox.WriteGrouped,
 		claimed:      make(map[int]int64),
+	}
+	if opts.OneRowPerMessage {
+		s.writeOutbox = outbox.Write
 	}
 	if s.propagator == nil {
 		s.propagator = propagation.TraceContext{}

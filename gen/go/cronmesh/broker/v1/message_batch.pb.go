@@ -29,6 +29,13 @@ const (
 // message; a consumer that reads it handles each message of the batch as
 // if it had arrived alone, and acknowledges the broker message once every
 // one of them is settled. See libs/broker's Pack and Unpack.
+//
+// The trigger's outbox stores messages in the same form before they are
+// published: a grouped outbox row (libs/outbox's WriteGrouped) holds the
+// messages of one partition and routing key as a MessageBatch, each
+// message's due time among its metadata, and the relay publishes them one
+// by one (packing them again into a fresh batch), never the stored batch
+// itself.
 type MessageBatch struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Messages      []*BatchedMessage      `protobuf:"bytes,1,rep,name=messages,proto3" json:"messages,omitempty"`

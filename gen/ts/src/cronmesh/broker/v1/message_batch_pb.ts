@@ -22,6 +22,13 @@ export const file_cronmesh_broker_v1_message_batch: GenFile = /*@__PURE__*/
  * if it had arrived alone, and acknowledges the broker message once every
  * one of them is settled. See libs/broker's Pack and Unpack.
  *
+ * The trigger's outbox stores messages in the same form before they are
+ * published: a grouped outbox row (libs/outbox's WriteGrouped) holds the
+ * messages of one partition and routing key as a MessageBatch, each
+ * message's due time among its metadata, and the relay publishes them one
+ * by one (packing them again into a fresh batch), never the stored batch
+ * itself.
+ *
  * @generated from message cronmesh.broker.v1.MessageBatch
  */
 export type MessageBatch = Message<"cronmesh.broker.v1.MessageBatch"> & {
