@@ -33,14 +33,22 @@ func messageIDs(msgs []Message) []string {
 	return ids
 }
 
-// warmUp has r publish one row, then waits past its tenure's margin (at
-// most 200ms), so that rows written afterwards are first publishes.
+// testLockCheck is the relays' LockCheckInterval in these tests. Twice it
+// is the margin after the lock was taken during which a former leader may
+// still publish (rows from before it are flagged); it also bounds the lock
+// connection's ping, and shorter, a ping slower than it on a loaded
+// machine drops the lock: the rows after it are then read in a new tenure,
+// flagged, which the tests would take for a fault.
+const testLockCheck = 500 * time.Millisecond
+
+// warmUp has r publish one row, then waits past its tenure's margin, so
+// that rows written afterwards are first publishes.
 func warmUp(t *testing.T, r *Relay, pool *pgxpool.Pool, queue string) {
 	t.Helper()
 	write(t, pool, Message{AggregateID: "warm-up", RoutingKey: "job.updated", MessageID: "warm-up"})
 	r.Notify()
 	waitEmpty(t, pool, 10*time.Second)
-	time.Sleep(200 * time.Millisecond)
+	time.Sleep(2*testLockCheck + 100*time.Millisecond) // past the margin
 	require.Len(t, amqptest.Drain(t, queue), 1)
 }
 
@@ -48,9 +56,7 @@ func TestPossibleDuplicateOnRowsFromBeforeTheLock(t *testing.T) {
 	t.Parallel()
 	pool := testPool(t)
 	top := newTopology(t)
-	// LockCheckInterval sets the margin after the lock was taken (twice
-	// it) during which a former leader may still publish.
-	r, reg := newRelay(t, RelayOptions{Pool: pool, Publisher: newPublisher(t, amqptest.URL(), top.exchange), LockCheckInterval: 100 * time.Millisecond})
+	r, reg := newRelay(t, RelayOptions{Pool: pool, Publisher: newPublisher(t, amqptest.URL(), top.exchange), LockCheckInterval: testLockCheck})
 
 	before := seqMessages("before", 4, 3)
 	write(t, pool, before...)
@@ -60,7 +66,7 @@ func TestPossibleDuplicateOnRowsFromBeforeTheLock(t *testing.T) {
 	require.ElementsMatch(t, messageIDs(before), with, "a former leader (or this relay before a restart) may have published them")
 	require.Empty(t, without)
 
-	time.Sleep(250 * time.Millisecond) // past the margin
+	time.Sleep(2*testLockCheck + 100*time.Millisecond) // past the margin
 	after := seqMessages("after", 4, 3)
 	write(t, pool, after...)
 	r.Notify()
@@ -90,7 +96,7 @@ func testPossibleDuplicateAfterAFailedCycle(t *testing.T, grouped bool) {
 	// confirm is lost.
 	pub := &fakePublisher{next: newPublisher(t, amqptest.URL(), top.exchange),
 		fail: func(call int64) (bool, bool) { return call == 1, true }}
-	r, _ := newRelay(t, RelayOptions{Pool: pool, Publisher: pub, LockCheckInterval: 50 * time.Millisecond})
+	r, _ := newRelay(t, RelayOptions{Pool: pool, Publisher: pub, LockCheckInterval: testLockCheck})
 	runRelay(t, r)
 	warmUp(t, r, pool, top.queue)
 
@@ -178,7 +184,7 @@ func TestPossibleDuplicateWhenPublishedLongAfterTheRead(t *testing.T) {
 	pool := testPool(t)
 	top := newTopology(t)
 	pub := &slowFirstPublisher{fakePublisher{next: newPublisher(t, amqptest.URL(), top.exchange)}}
-	r, _ := newRelay(t, RelayOptions{Pool: pool, Publisher: pub, LockCheckInterval: 50 * time.Millisecond})
+	r, _ := newRelay(t, RelayOptions{Pool: pool, Publisher: pub, LockCheckInterval: testLockCheck})
 	runRelay(t, r)
 	warmUp(t, r, pool, top.queue)
 
