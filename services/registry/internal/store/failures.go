@@ -8,7 +8,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	eventsv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/events/v1"
@@ -51,18 +51,18 @@ func (s *Store) PausingJobs(ctx context.Context, ids []string) (map[string]bool,
 		return nil, fmt.Errorf("read jobs for pause on failure: %w", err)
 	}
 	defer rows.Close()
+	field := (&registryv1.Job{}).ProtoReflect().Descriptor().Fields().ByName("pause_after_dead_letters").Number()
 	var id string
 	var spec []byte
-	var job registryv1.Job
 	for rows.Next() {
 		if err := rows.Scan(&id, &spec); err != nil {
 			return nil, fmt.Errorf("read jobs for pause on failure: %w", err)
 		}
-		job.Reset()
-		if err := proto.Unmarshal(spec, &job); err != nil {
+		n, err := int32Field(spec, field)
+		if err != nil {
 			return nil, fmt.Errorf("decode job %s: %w", id, err)
 		}
-		if job.GetPauseAfterDeadLetters() > 0 {
+		if n > 0 {
 			pausing[id] = true
 		}
 	}
@@ -70,6 +70,36 @@ func (s *Store) PausingJobs(ctx context.Context, ids []string) (map[string]bool,
 		return nil, fmt.Errorf("read jobs for pause on failure: %w", err)
 	}
 	return pausing, nil
+}
+
+// int32Field reads the int32 field number of the protobuf message b (0
+// when absent; the last occurrence wins, as in a full decode) without
+// decoding the rest: a job's spec holds its target, headers and schedule,
+// and decoding all of it for one number was most of the pause on
+// failure's CPU.
+func int32Field(b []byte, number protowire.Number) (int32, error) {
+	var v int32
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return 0, protowire.ParseError(n)
+		}
+		b = b[n:]
+		if num == number && typ == protowire.VarintType {
+			x, m := protowire.ConsumeVarint(b)
+			if m < 0 {
+				return 0, protowire.ParseError(m)
+			}
+			v, b = int32(x), b[m:]
+			continue
+		}
+		m := protowire.ConsumeFieldValue(num, typ, b)
+		if m < 0 {
+			return 0, protowire.ParseError(m)
+		}
+		b = b[m:]
+	}
+	return v, nil
 }
 
 // RecordOutcome counts o towards its job's pause on failure and pauses the
