@@ -40,6 +40,43 @@ func newStore(t *testing.T, now time.Time) *store.Store {
 	return s
 }
 
+// names are an exchange and a queue of the test's own, deleted at its end.
+func names(t *testing.T) (exchange, queue string) {
+	exchange, queue = amqptest.UniqueName(t, "executions"), amqptest.UniqueName(t, "history")
+	t.Cleanup(func() {
+		ch := amqptest.Channel(t)
+		_, _ = ch.QueueDelete(queue, false, false, false)
+		_ = ch.ExchangeDelete(exchange, false, false)
+	})
+	return exchange, queue
+}
+
+// run runs c until stop, which returns what Run returned; it returns once c
+// is ready.
+func run(t *testing.T, c *ingest.Consumer) (stop func() error) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	select {
+	case <-c.Ready():
+	case err := <-done:
+		t.Fatalf("consumer stopped: %v", err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("consumer not ready")
+	}
+	return func() error {
+		cancel()
+		select {
+		case err := <-done:
+			return err
+		case <-time.After(30 * time.Second):
+			t.Fatal("consumer did not stop")
+			return nil
+		}
+	}
+}
+
 func publish(t *testing.T, ch *amqp091.Channel, exchange string, body []byte) {
 	t.Helper()
 	require.NoError(t, ch.PublishWithContext(t.Context(), exchange, "execution.started", false, false,
@@ -59,29 +96,15 @@ func TestConsumerIngestsDuplicatesAndReorderedBatches(t *testing.T) {
 	// database are real; nothing waits for time to pass.
 	now := time.Now().UTC()
 	st := newStore(t, now)
-	exchange, queue := amqptest.UniqueName(t, "executions"), amqptest.UniqueName(t, "history")
+	exchange, queue := names(t)
 	ch := amqptest.Channel(t)
-	t.Cleanup(func() {
-		ch := amqptest.Channel(t)
-		_, _ = ch.QueueDelete(queue, false, false, false)
-		_ = ch.ExchangeDelete(exchange, false, false)
-	})
 
 	reg := prometheus.NewRegistry()
 	c, err := ingest.New(ingest.Options{
 		AMQPURL: amqptest.URL(), Store: st, Exchange: exchange, Queue: queue, Workers: 4, Metrics: reg,
 	})
 	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(t.Context())
-	done := make(chan error, 1)
-	go func() { done <- c.Run(ctx) }()
-	select {
-	case <-c.Ready():
-	case err := <-done:
-		t.Fatalf("consumer stopped: %v", err)
-	case <-time.After(30 * time.Second):
-		t.Fatal("consumer not ready")
-	}
+	stop := run(t, c)
 
 	job := uuid.NewString()
 	nA, nB := now.Add(-time.Hour).Truncate(time.Second), now.Add(-2*time.Hour).Truncate(time.Second)
@@ -152,13 +175,7 @@ func TestConsumerIngestsDuplicatesAndReorderedBatches(t *testing.T) {
 	assert.Equal(t, "trigger was down", missed.GetReason())
 	assert.Equal(t, historyv1.ExecutionStatus_EXECUTION_STATUS_MISSED, missed.GetStatus())
 
-	cancel()
-	select {
-	case err := <-done:
-		require.NoError(t, err)
-	case <-time.After(30 * time.Second):
-		t.Fatal("consumer did not stop")
-	}
+	require.NoError(t, stop())
 }
 
 func mustCounter(t *testing.T, reg *prometheus.Registry, name string) prometheus.Collector {
