@@ -19,7 +19,6 @@ import (
 	eventsv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/events/v1"
 	historyv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/history/v1"
 	"github.com/cronmesh/cronmesh/libs/execid"
-	"github.com/cronmesh/cronmesh/libs/migrate"
 	"github.com/cronmesh/cronmesh/libs/testkit/amqptest"
 	"github.com/cronmesh/cronmesh/libs/testkit/pgtest"
 	"github.com/cronmesh/cronmesh/services/history/internal/ingest"
@@ -28,11 +27,7 @@ import (
 
 func newStore(t *testing.T, now time.Time) *store.Store {
 	t.Helper()
-	pool, schema := pgtest.New(t)
-	migrations, err := store.Migrations()
-	require.NoError(t, err)
-	_, err = migrate.ApplyAll(t.Context(), pool, schema, migrations)
-	require.NoError(t, err)
+	pool, schema := pgtest.Migrated(t, store.Migrations)
 	s, err := store.New(store.Options{Pool: pool, Schema: schema})
 	require.NoError(t, err)
 	_, err = s.Maintain(t.Context(), now)
