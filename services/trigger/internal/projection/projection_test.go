@@ -165,22 +165,7 @@ func (h *harness) publishEvent(t *testing.T, ctx context.Context, ev *eventsv1.J
 	t.Helper()
 	payload, err := proto.Marshal(ev)
 	require.NoError(t, err)
-	h.publish(t, ctx, "job."+kindName(ev.Kind), ev.EventId, payload)
-}
-
-func kindName(k eventsv1.JobEventKind) string {
-	switch k {
-	case eventsv1.JobEventKind_JOB_EVENT_KIND_CREATED:
-		return "created"
-	case eventsv1.JobEventKind_JOB_EVENT_KIND_UPDATED:
-		return "updated"
-	case eventsv1.JobEventKind_JOB_EVENT_KIND_PAUSED:
-		return "paused"
-	case eventsv1.JobEventKind_JOB_EVENT_KIND_RUN_REQUESTED:
-		return "run_requested"
-	default:
-		return "other"
-	}
+	h.publish(t, ctx, broker.JobRoutingKey(ev.Kind), ev.EventId, payload)
 }
 
 // metric returns the value of a counter (with labels) or the sample count
