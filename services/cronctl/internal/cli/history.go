@@ -159,21 +159,18 @@ func historyListSetup(fs *flag.FlagSet) func(context.Context, *session, []string
 		if req.EndTime, err = parseTimeArg("until", *until, now); err != nil {
 			return err
 		}
-		var items []proto.Message
-		for {
+		items, next, err := collectPages(*all, req.PageToken, func(token string) ([]proto.Message, string, error) {
+			req.PageToken = token
 			resp, err := s.history.ListExecutions(ctx, connect.NewRequest(req))
 			if err != nil {
-				return err
+				return nil, "", err
 			}
-			for _, e := range resp.Msg.GetExecutions() {
-				items = append(items, e)
-			}
-			req.PageToken = resp.Msg.GetNextPageToken()
-			if !*all || req.PageToken == "" {
-				break
-			}
+			return messages(resp.Msg.GetExecutions()), resp.Msg.GetNextPageToken(), nil
+		})
+		if err != nil {
+			return err
 		}
-		return s.out.List(items, req.PageToken, []string{"ID", "JOB", "NAME", "NOMINAL TIME", "STATUS", "ATTEMPT", "DURATION", "HTTP", "REASON"}, func(m proto.Message) []string {
+		return s.out.List(items, next, []string{"ID", "JOB", "NAME", "NOMINAL TIME", "STATUS", "ATTEMPT", "DURATION", "HTTP", "REASON"}, func(m proto.Message) []string {
 			e := m.(*historyv1.Execution)
 			return []string{
 				e.GetExecutionId(), e.GetJobId(), orDash(e.GetJobDisplayName()), timeText(e.GetNominalTime()), statusText(e.GetStatus()),
