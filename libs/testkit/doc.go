@@ -15,6 +15,6 @@
 //     the test's end, and the checks every app shares;
 //   - rpctest: an h2c client, the bearer key, both wire protocols and
 //     assertions on Connect codes and field violations;
-//   - otlptest, smtptest, tlstest: an OTLP collector, an SMTP server and
-//     certificates for tests.
+//   - otlptest, smtptest, tlstest: an OTLP collector, an SMTP server, and
+//     certificates and a TLS front for a test server.
 package testkit

@@ -51,31 +51,27 @@ var triggerNames = map[string]dispatchv1.TriggerKind{
 // parseStatuses reads --status values: each a status name or a
 // comma-separated list of them, case-insensitive.
 func parseStatuses(values []string) ([]historyv1.ExecutionStatus, error) {
-	var out []historyv1.ExecutionStatus
-	for _, v := range values {
-		for name := range strings.SplitSeq(v, ",") {
-			name = strings.ToLower(strings.TrimSpace(name))
-			s, ok := statusNames[name]
-			if !ok {
-				return nil, usagef("--status %q: want running, succeeded, retrying, failed, dead, cancelled, missed, skipped or buffered", name)
-			}
-			out = append(out, s)
-		}
-	}
-	return out, nil
+	return parseNames(values, statusNames, "--status %q: want running, succeeded, retrying, failed, dead, cancelled, missed, skipped or buffered")
 }
 
 // parseTriggers reads --trigger values like parseStatuses.
 func parseTriggers(values []string) ([]dispatchv1.TriggerKind, error) {
-	var out []dispatchv1.TriggerKind
+	return parseNames(values, triggerNames, "--trigger %q: want scheduled, manual, backfill or catch-up")
+}
+
+// parseNames reads flag values, each a name of names or a comma-separated
+// list of them, case-insensitive; an unknown name is a usage error, unknown
+// saying which (its %q).
+func parseNames[T any](values []string, names map[string]T, unknown string) ([]T, error) {
+	var out []T
 	for _, v := range values {
 		for name := range strings.SplitSeq(v, ",") {
 			name = strings.ToLower(strings.TrimSpace(name))
-			k, ok := triggerNames[name]
+			x, ok := names[name]
 			if !ok {
-				return nil, usagef("--trigger %q: want scheduled, manual, backfill or catch-up", name)
+				return nil, usagef(unknown, name)
 			}
-			out = append(out, k)
+			out = append(out, x)
 		}
 	}
 	return out, nil
