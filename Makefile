@@ -51,6 +51,16 @@ $(TOOLS_STAMP): tools/go.mod tools/go.sum
 	cd tools && GOWORK=off GOBIN=$(BIN) go install tool
 	rm -f $(BIN)/.tools-* && touch $@
 
+# buf and grpcurl alone, at the versions tools/go.mod pins: what `make dev`
+# installs, since its banner and the README's tour call bin/buf curl and
+# bin/grpcurl against the mesh. The rest of `tools` (helm, the protoc
+# plugins, the npm packages) serves generate, lint and the tests only.
+TOOL_PKG_buf     := github.com/bufbuild/buf/cmd/buf
+TOOL_PKG_grpcurl := github.com/fullstorydev/grpcurl/cmd/grpcurl
+$(BIN)/buf $(BIN)/grpcurl: tools/go.mod tools/go.sum
+	cd tools && GOWORK=off GOBIN=$(BIN) go install $(TOOL_PKG_$(notdir $@))
+	touch $@
+
 $(LINT_STAMP): tools/lint/go.mod tools/lint/go.sum
 	@echo "installing pinned golangci-lint into $(BIN)"
 	cd tools/lint && GOWORK=off GOBIN=$(BIN) go install tool
@@ -158,7 +168,7 @@ bench: tools services build ## Run the benchmarks (see docs/benchmarks.md).
 	deploy/local/bench-alerting.sh
 
 .PHONY: dev
-dev: tools services build ## Run the whole mesh locally with an echo target and a demo job (prints endpoints and a development API key).
+dev: services build $(BIN)/buf $(BIN)/grpcurl ## Run the whole mesh locally with an echo target and a demo job (prints endpoints and a development API key); installs only buf and grpcurl, which its banner and the tour call.
 	deploy/local/dev.sh
 
 .PHONY: chaos

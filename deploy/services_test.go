@@ -121,14 +121,16 @@ func flagSet(t *testing.T, svc string) *flag.FlagSet {
 	// them, or only the refresh interval (the registry).
 	src, err := os.ReadFile(appSource(svc))
 	require.NoError(t, err)
+	// service.RegisterFlags registers both, as libs/service does.
 	var keys keyring.Config
+	all := bytes.Contains(src, []byte("service.RegisterFlags(fs, "))
 	switch {
-	case bytes.Contains(src, []byte("c.Keys.Register(fs)")):
+	case all || bytes.Contains(src, []byte("c.Keys.Register(fs)")):
 		keys.Register(fs)
 	case bytes.Contains(src, []byte("c.Keys.RegisterRefresh(fs)")):
 		keys.RegisterRefresh(fs)
 	}
-	if bytes.Contains(src, []byte("keyring.RegisterAPIKeys(fs, ")) {
+	if all || bytes.Contains(src, []byte("keyring.RegisterAPIKeys(fs, ")) {
 		keyring.RegisterAPIKeys(fs, new(config.StringList))
 	}
 	for name, method := range ownFlags(t, svc) {

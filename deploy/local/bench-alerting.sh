@@ -26,20 +26,12 @@ BENCH_ALERTING_ARGS=${BENCH_ALERTING_ARGS:-}
 PG_URL=${CRONMESH_POSTGRES_URL:-postgres://postgres@127.0.0.1:5432/cronmesh?sslmode=disable}
 AMQP_URL=${CRONMESH_AMQP_URL:-amqp://guest:guest@127.0.0.1:5672/}
 
-log() { printf 'bench-alerting: %s\n' "$*" >&2; }
-die() { log "$*"; exit 1; }
+BENCH_NAME=bench-alerting
+# shellcheck source=deploy/local/bench-lib.sh
+. deploy/local/bench-lib.sh
 
-port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
-if [ -z "${BENCH_PORT:-}" ]; then
-  for p in $(seq 18500 18599); do
-    if port_free "$p"; then BENCH_PORT=$p; break; fi
-  done
-  [ -n "${BENCH_PORT:-}" ] || die "no free port in 18500-18599"
-fi
-
-log "building bin/alerting and bin/alerting-bench"
-go build -o bin/alerting ./services/alerting/cmd/alerting
-go build -o bin/alerting-bench ./bench/cmd/alerting
+pick_port 18500 18599
+build_bench alerting
 
 mkdir -p "$BENCH_OUT"
 REPORT=$BENCH_OUT/alerting.md

@@ -25,23 +25,15 @@ fi
 EXECUTIONS=${BENCH_HISTORY_EXECUTIONS:-10000000}
 EVENTS=${BENCH_HISTORY_EVENTS:-1000000}
 BENCH_OUT=${BENCH_OUT:-bin/bench/$(date -u +%Y%m%dT%H%M%SZ)}
-log() { printf 'bench-history: %s\n' "$*" >&2; }
-die() { log "$*"; exit 1; }
+BENCH_NAME=bench-history
+# shellcheck source=deploy/local/bench-lib.sh
+. deploy/local/bench-lib.sh
 
 avail=$(df -BG --output=avail /work 2>/dev/null | tail -1 | tr -dc 0-9 || echo 0)
 [ "${avail:-0}" -ge 15 ] || die "less than 15 GB free on /work (${avail} GB): the load needs several GB"
 
-port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
-if [ -z "${BENCH_PORT:-}" ]; then
-  for p in $(seq 18400 18499); do
-    if port_free "$p"; then BENCH_PORT=$p; break; fi
-  done
-  [ -n "${BENCH_PORT:-}" ] || die "no free port in 18400-18499"
-fi
-
-log "building bin/history and bin/history-bench"
-go build -o bin/history ./services/history/cmd/history
-go build -o bin/history-bench ./bench/cmd/history
+pick_port 18400 18499
+build_bench history
 
 mkdir -p "$BENCH_OUT"
 REPORT=$BENCH_OUT/history.md

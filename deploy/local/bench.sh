@@ -34,20 +34,12 @@ BENCH_OUT=${BENCH_OUT:-bin/bench/$(date -u +%Y%m%dT%H%M%SZ)}
 BENCH_WAIT_QUIET=${BENCH_WAIT_QUIET:-60s}
 BENCH_ARGS=${BENCH_ARGS:-}
 
-log() { printf 'bench: %s\n' "$*" >&2; }
-die() { log "$*"; exit 1; }
+BENCH_NAME=bench
+# shellcheck source=deploy/local/bench-lib.sh
+. deploy/local/bench-lib.sh
 
-port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
-if [ -z "${BENCH_PORT:-}" ]; then
-  for p in $(seq 18100 18199); do
-    if port_free "$p"; then BENCH_PORT=$p; break; fi
-  done
-  [ -n "${BENCH_PORT:-}" ] || die "no free port in 18100-18199"
-fi
-
-log "building bin/registry and bin/registry-bench"
-go build -o bin/registry ./services/registry/cmd/registry
-go build -o bin/registry-bench ./bench/cmd/registry
+pick_port 18100 18199
+build_bench registry
 
 mkdir -p "$BENCH_OUT"
 REPORT=$BENCH_OUT/report.md

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs the whole cronmesh mesh on this machine (`make dev`, which first
-# installs the tools, starts PostgreSQL and RabbitMQ and builds bin/): an
+# starts PostgreSQL and RabbitMQ, builds bin/ and installs bin/buf and
+# bin/grpcurl, which the banner below and the README's tour call): an
 # embedded etcd, the registry, three trigger nodes, the dispatcher, history,
 # alerting, the web console and devecho, a webhook target that logs what it receives. It
 # creates a demo job that POSTs to devecho every 5 seconds (idempotently:

@@ -2,12 +2,8 @@ package broker
 
 import (
 	"context"
-	"crypto/tls"
-	"io"
-	"net"
 	"net/url"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -26,36 +22,9 @@ func tlsFront(t *testing.T, files tlsconfig.Server) string {
 	t.Helper()
 	cfg, err := files.Config()
 	require.NoError(t, err)
-	ln, err := tls.Listen("tcp", "127.0.0.1:0", cfg)
-	require.NoError(t, err)
 	broker, err := url.Parse(amqptest.URL())
 	require.NoError(t, err)
-	var wg sync.WaitGroup
-	t.Cleanup(func() {
-		ln.Close()
-		wg.Wait()
-	})
-	wg.Go(func() {
-		for {
-			client, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			wg.Go(func() {
-				defer client.Close()
-				upstream, err := net.Dial("tcp", broker.Host)
-				if err != nil {
-					return
-				}
-				defer upstream.Close()
-				done := make(chan struct{}, 2)
-				go func() { _, _ = io.Copy(upstream, client); done <- struct{}{} }()
-				go func() { _, _ = io.Copy(client, upstream); done <- struct{}{} }()
-				<-done
-			})
-		}
-	})
-	return ln.Addr().String()
+	return tlstest.Front(t, cfg, broker.Host, nil)
 }
 
 // amqpsURL is the test broker's URL over amqps at addr, naming caFile as

@@ -50,11 +50,7 @@ func TopicPublisherConfig(amqpURL, exchange string, channelPoolSize int) amqp.Co
 	return amqp.Config{
 		Connection: connectionConfig(amqpURL),
 		Marshaler:  Marshaler{},
-		Exchange: amqp.ExchangeConfig{
-			GenerateName: amqp.GenerateExchangeNameConstant(exchange),
-			Type:         "topic",
-			Durable:      true,
-		},
+		Exchange:   topicExchange(exchange),
 		Publish: amqp.PublishConfig{
 			GenerateRoutingKey: func(topic string) string { return topic },
 			ConfirmDelivery:    true,
@@ -89,11 +85,7 @@ func TopicSubscriberConfig(amqpURL, exchange, queue, bindingKey string, prefetch
 	return amqp.Config{
 		Connection: connectionConfig(amqpURL),
 		Marshaler:  Marshaler{},
-		Exchange: amqp.ExchangeConfig{
-			GenerateName: amqp.GenerateExchangeNameConstant(exchange),
-			Type:         "topic",
-			Durable:      true,
-		},
+		Exchange:   topicExchange(exchange),
 		Queue: amqp.QueueConfig{
 			GenerateName: amqp.GenerateQueueNameConstant(queue),
 			Durable:      true,
@@ -108,6 +100,16 @@ func TopicSubscriberConfig(amqpURL, exchange, queue, bindingKey string, prefetch
 			Qos: amqp.QosConfig{PrefetchCount: prefetch},
 		},
 		TopologyBuilder: &amqp.DefaultTopologyBuilder{},
+	}
+}
+
+// topicExchange is the durable topic exchange named exchange, as
+// publishers and subscribers declare it.
+func topicExchange(exchange string) amqp.ExchangeConfig {
+	return amqp.ExchangeConfig{
+		GenerateName: amqp.GenerateExchangeNameConstant(exchange),
+		Type:         "topic",
+		Durable:      true,
 	}
 }
 

@@ -1,12 +1,10 @@
 package postgres_test
 
 import (
-	"crypto/tls"
 	"encoding/binary"
 	"io"
 	"net"
 	"net/url"
-	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -28,47 +26,16 @@ func tlsFront(t *testing.T, files tlsconfig.Server) string {
 	t.Helper()
 	cfg, err := files.Config()
 	require.NoError(t, err)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
 	server, err := url.Parse(pgtest.URL())
 	require.NoError(t, err)
-	var wg sync.WaitGroup
-	t.Cleanup(func() {
-		ln.Close()
-		wg.Wait()
-	})
-	wg.Go(func() {
-		for {
-			conn, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			wg.Go(func() {
-				defer conn.Close()
-				var req [8]byte
-				if _, err := io.ReadFull(conn, req[:]); err != nil || binary.BigEndian.Uint32(req[4:]) != sslRequestCode {
-					return // only TLS clients here
-				}
-				if _, err := conn.Write([]byte{'S'}); err != nil {
-					return
-				}
-				client := tls.Server(conn, cfg)
-				if client.Handshake() != nil {
-					return
-				}
-				upstream, err := net.Dial("tcp", server.Host)
-				if err != nil {
-					return
-				}
-				defer upstream.Close()
-				done := make(chan struct{}, 2)
-				go func() { _, _ = io.Copy(upstream, client); done <- struct{}{} }()
-				go func() { _, _ = io.Copy(client, upstream); done <- struct{}{} }()
-				<-done
-			})
+	return tlstest.Front(t, cfg, server.Host, func(conn net.Conn) bool {
+		var req [8]byte
+		if _, err := io.ReadFull(conn, req[:]); err != nil || binary.BigEndian.Uint32(req[4:]) != sslRequestCode {
+			return false // only TLS clients here
 		}
+		_, err := conn.Write([]byte{'S'})
+		return err == nil
 	})
-	return ln.Addr().String()
 }
 
 // frontURL is the test database's URL through the front at addr, with

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -237,15 +238,34 @@ func (r *Ring) putMember(s *session, v view) error {
 	return nil
 }
 
+// commitEach commits, in one transaction bounded by opTimeout, the nested
+// transaction txn builds for the owner key of each partition of chunk, and
+// returns their results in chunk's order with the revision.
+func (r *Ring) commitEach(s *session, chunk []int, txn func(key string) clientv3.Op) ([]*etcdserverpb.TxnResponse, int64, error) {
+	ops := make([]clientv3.Op, len(chunk))
+	for i, p := range chunk {
+		ops[i] = txn(r.partitionKey(p))
+	}
+	ctx, cancel := context.WithTimeout(s.ctx, opTimeout)
+	resp, err := r.client.Txn(ctx).Then(ops...).Commit()
+	cancel()
+	if err != nil {
+		return nil, 0, err
+	}
+	subs := make([]*etcdserverpb.TxnResponse, len(chunk))
+	for i := range chunk {
+		subs[i] = resp.Responses[i].GetResponseTxn()
+	}
+	return subs, resp.Header.Revision, nil
+}
+
 // release deletes the owner keys of ps that are still ours at the epoch v
 // knows, batchSize partitions per transaction (one nested transaction each,
 // so one partition's compare failing does not stop the others).
 func (r *Ring) release(s *session, v view, ps []int) error {
 	for chunk := range slices.Chunk(ps, batchSize) {
-		ops := make([]clientv3.Op, len(chunk))
-		for i, p := range chunk {
-			key := r.partitionKey(p)
-			ops[i] = clientv3.OpTxn(
+		subs, rev, err := r.commitEach(s, chunk, func(key string) clientv3.Op {
+			return clientv3.OpTxn(
 				[]clientv3.Cmp{
 					clientv3.Compare(clientv3.Value(key), "=", r.nodeID),
 					clientv3.Compare(clientv3.CreateRevision(key), "=", v[key].createRev),
@@ -253,17 +273,13 @@ func (r *Ring) release(s *session, v view, ps []int) error {
 				[]clientv3.Op{clientv3.OpDelete(key)},
 				[]clientv3.Op{clientv3.OpGet(key)},
 			)
-		}
-		ctx, cancel := context.WithTimeout(s.ctx, opTimeout)
-		resp, err := r.client.Txn(ctx).Then(ops...).Commit()
-		cancel()
+		})
 		if err != nil {
 			return fmt.Errorf("release partitions: %w", err)
 		}
-		rev := resp.Header.Revision
 		for i, p := range chunk {
 			key := r.partitionKey(p)
-			sub := resp.Responses[i].GetResponseTxn()
+			sub := subs[i]
 			if kvs := sub.GetResponses()[0].GetResponseRange().GetKvs(); !sub.GetSucceeded() && len(kvs) > 0 {
 				v.apply(key, kvOf(kvs[0]))
 			} else {
@@ -280,25 +296,19 @@ func (r *Ring) release(s *session, v view, ps []int) error {
 func (r *Ring) acquire(s *session, v view, held map[int]int64, ps []int) error {
 	lease := int64(s.lease)
 	for chunk := range slices.Chunk(ps, batchSize) {
-		ops := make([]clientv3.Op, len(chunk))
-		for i, p := range chunk {
-			key := r.partitionKey(p)
-			ops[i] = clientv3.OpTxn(
+		subs, rev, err := r.commitEach(s, chunk, func(key string) clientv3.Op {
+			return clientv3.OpTxn(
 				[]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(key), "=", 0)},
 				[]clientv3.Op{clientv3.OpPut(key, r.nodeID, clientv3.WithLease(s.lease))},
 				[]clientv3.Op{clientv3.OpGet(key)},
 			)
-		}
-		ctx, cancel := context.WithTimeout(s.ctx, opTimeout)
-		resp, err := r.client.Txn(ctx).Then(ops...).Commit()
-		cancel()
+		})
 		if err != nil {
 			return fmt.Errorf("acquire partitions: %w", err)
 		}
-		rev := resp.Header.Revision
 		for i, p := range chunk {
 			key := r.partitionKey(p)
-			sub := resp.Responses[i].GetResponseTxn()
+			sub := subs[i]
 			if sub.GetSucceeded() {
 				held[p] = rev
 				v.apply(key, kv{present: true, value: r.nodeID, createRev: rev, modRev: rev, lease: lease})

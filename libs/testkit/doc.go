@@ -11,8 +11,10 @@
 //     (libs/meshrun), torn down and cleaned up after the test;
 //   - ledger: the independent record of every slot of every-second jobs
 //     that the end-to-end and fault-injection suites judge the mesh by;
+//   - apptest: a service's app run in its own package's tests, stopped at
+//     the test's end, and the checks every app shares;
 //   - rpctest: an h2c client, the bearer key, both wire protocols and
 //     assertions on Connect codes and field violations;
-//   - otlptest, smtptest, tlstest: an OTLP collector, an SMTP server and
-//     certificates for tests.
+//   - otlptest, smtptest, tlstest: an OTLP collector, an SMTP server, and
+//     certificates and a TLS front for a test server.
 package testkit

@@ -132,6 +132,14 @@ func (b *Binaries) Remove() {
 	}
 }
 
+// Main is the TestMain of a package that shares b among its tests: it runs
+// them, removes the binaries and exits with the tests' status.
+func (b *Binaries) Main(m *testing.M) {
+	code := m.Run()
+	b.Remove()
+	os.Exit(code)
+}
+
 // Options are meshrun.Options without what meshtest fills in (binaries,
 // servers, name, log directory).
 type Options struct {

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/cronmesh/cronmesh/libs/migrate"
 	"github.com/cronmesh/cronmesh/libs/postgres"
 )
 
@@ -76,6 +77,22 @@ func New(t testing.TB) (*pgxpool.Pool, string) {
 		t.Fatalf("pgtest: %v", err)
 	}
 	t.Cleanup(pool.Close)
+	return pool, schema
+}
+
+// Migrated is New with the migrations that migrations returns (a service
+// store's Migrations) applied to the schema; it fails the test when they
+// cannot be read or applied.
+func Migrated(t testing.TB, migrations func() ([]migrate.Migration, error)) (*pgxpool.Pool, string) {
+	t.Helper()
+	pool, schema := New(t)
+	ms, err := migrations()
+	if err != nil {
+		t.Fatalf("pgtest: migrations: %v", err)
+	}
+	if _, err := migrate.ApplyAll(context.Background(), pool, schema, ms); err != nil {
+		t.Fatalf("pgtest: apply the migrations: %v", err)
+	}
 	return pool, schema
 }
 

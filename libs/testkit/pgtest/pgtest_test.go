@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/cronmesh/cronmesh/libs/migrate"
 	"github.com/cronmesh/cronmesh/libs/testkit/pgtest"
 )
 
@@ -47,6 +48,18 @@ func TestNew(t *testing.T) {
 		"SELECT table_schema FROM information_schema.tables WHERE table_name = 'widgets' AND table_schema = $1", schema,
 	).Scan(&tableSchema))
 	require.Equal(t, schema, tableSchema)
+}
+
+// TestMigrated: the schema New makes holds what the migrations create.
+func TestMigrated(t *testing.T) {
+	t.Parallel()
+	pool, schema := pgtest.Migrated(t, func() ([]migrate.Migration, error) {
+		return []migrate.Migration{migrate.New(1, "widgets", "CREATE TABLE widgets (id int PRIMARY KEY)")}, nil
+	})
+	require.True(t, strings.HasPrefix(schema, pgtest.SchemaPrefix))
+	var n int
+	require.NoError(t, pool.QueryRow(t.Context(), "SELECT count(*) FROM widgets").Scan(&n))
+	require.Zero(t, n)
 }
 
 func TestSchemasAreUnique(t *testing.T) {

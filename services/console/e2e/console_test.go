@@ -23,15 +23,11 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	alertingv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/alerting/v1"
-	"github.com/cronmesh/cronmesh/gen/go/cronmesh/alerting/v1/alertingv1connect"
 	auditv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/audit/v1"
 	"github.com/cronmesh/cronmesh/gen/go/cronmesh/audit/v1/auditv1connect"
 	dispatcherv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/dispatcher/v1"
-	"github.com/cronmesh/cronmesh/gen/go/cronmesh/dispatcher/v1/dispatcherv1connect"
 	historyv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/history/v1"
-	"github.com/cronmesh/cronmesh/gen/go/cronmesh/history/v1/historyv1connect"
 	registryv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1"
-	"github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1/registryv1connect"
 	"github.com/cronmesh/cronmesh/libs/apikey"
 	"github.com/cronmesh/cronmesh/libs/meshrun"
 	"github.com/cronmesh/cronmesh/libs/testkit/meshtest"
@@ -179,11 +175,8 @@ func TestConsoleInABrowser(t *testing.T) {
 
 	ctx := context.Background()
 	auth := rpctest.Bearer(keyAlpha)
-	jobs := registryv1connect.NewJobServiceClient(http.DefaultClient, mesh.Registry.URL, auth)
-	alerting := alertingv1connect.NewAlertServiceClient(http.DefaultClient, mesh.Alerting.URL, auth)
-	dispatcher := dispatcherv1connect.NewDispatchServiceClient(http.DefaultClient, mesh.Dispatcher.URL, auth)
-	history := historyv1connect.NewHistoryServiceClient(http.DefaultClient, mesh.History.URL, auth)
-	keys := registryv1connect.NewKeyServiceClient(http.DefaultClient, mesh.Registry.URL, auth)
+	clients := meshtest.NewClients(mesh, keyAlpha)
+	jobs, alerting, dispatcher, history, keys := clients.Jobs, clients.Alerts, clients.Dispatch, clients.History, clients.Keys
 
 	// What the browser finds when it arrives: an alert rule on dead
 	// letters, and a job that fails once, without retries, into one.

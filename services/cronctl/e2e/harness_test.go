@@ -21,11 +21,7 @@ import (
 // service.
 var bins = &meshtest.Binaries{}
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	bins.Remove()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { bins.Main(m) }
 
 // stack is a registry, a trigger node, a dispatcher, the history and the
 // alerting service on loopback against real PostgreSQL (a schema each),

@@ -16,7 +16,6 @@
 package chaos_test
 
 import (
-	"os"
 	"testing"
 
 	"github.com/cronmesh/cronmesh/libs/testkit/meshtest"
@@ -25,8 +24,4 @@ import (
 // bins are the mesh's binaries, built once for every test of the package.
 var bins = &meshtest.Binaries{}
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	bins.Remove()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { bins.Main(m) }

@@ -28,11 +28,9 @@ import (
 	dispatcherv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/dispatcher/v1"
 	"github.com/cronmesh/cronmesh/gen/go/cronmesh/dispatcher/v1/dispatcherv1connect"
 	historyv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/history/v1"
-	"github.com/cronmesh/cronmesh/gen/go/cronmesh/history/v1/historyv1connect"
 	registryv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1"
 	"github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1/registryv1connect"
 	triggerv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/trigger/v1"
-	"github.com/cronmesh/cronmesh/gen/go/cronmesh/trigger/v1/triggerv1connect"
 	"github.com/cronmesh/cronmesh/libs/apikey"
 	"github.com/cronmesh/cronmesh/libs/meshrun"
 	"github.com/cronmesh/cronmesh/libs/testkit/meshtest"
@@ -581,18 +579,4 @@ func (a *tenantA) requireUntouched(t *testing.T, mesh *meshrun.Mesh) {
 	require.Equal(t, a.managedKeyID, keys.Msg.GetKeys()[0].GetId())
 	require.Nil(t, keys.Msg.GetKeys()[0].GetRevokeTime(), "A's key is not revoked")
 	require.True(t, proto.Equal(keys.Msg.GetKeys()[0].GetCreateTime(), keys.Msg.GetKeys()[0].GetRotateTime()), "A's key is not rotated")
-}
-
-// newClients returns a client of each public API authenticated with key.
-func newClients(mesh *meshrun.Mesh, key string) *scenario {
-	auth := rpctest.Bearer(key)
-	return &scenario{
-		mesh:     mesh,
-		jobs:     registryv1connect.NewJobServiceClient(http.DefaultClient, mesh.Registry.URL, auth),
-		keys:     registryv1connect.NewKeyServiceClient(http.DefaultClient, mesh.Registry.URL, auth),
-		dispatch: dispatcherv1connect.NewDispatchServiceClient(http.DefaultClient, mesh.Dispatcher.URL, auth),
-		history:  historyv1connect.NewHistoryServiceClient(http.DefaultClient, mesh.History.URL, auth),
-		alerts:   alertingv1connect.NewAlertServiceClient(http.DefaultClient, mesh.Alerting.URL, auth),
-		trigger:  triggerv1connect.NewTriggerServiceClient(http.DefaultClient, mesh.Triggers[0].URL, auth),
-	}
 }

@@ -4,7 +4,6 @@
 package e2e_test
 
 import (
-	"os"
 	"testing"
 
 	"github.com/cronmesh/cronmesh/libs/testkit/meshtest"
@@ -13,8 +12,4 @@ import (
 // bins are the mesh's binaries, built once for every test of the package.
 var bins = &meshtest.Binaries{}
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	bins.Remove()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { bins.Main(m) }

@@ -11,11 +11,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	historyv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/history/v1"
-	"github.com/cronmesh/cronmesh/gen/go/cronmesh/history/v1/historyv1connect"
 	registryv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1"
-	"github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1/registryv1connect"
 	"github.com/cronmesh/cronmesh/libs/testkit/meshtest"
-	"github.com/cronmesh/cronmesh/libs/testkit/rpctest"
 )
 
 const meshKey = "mesh-key-0123456789abcdef"
@@ -38,8 +35,8 @@ func TestMeshFiresDeliversAndRecords(t *testing.T) {
 
 	mesh := meshtest.Start(t, bins, meshtest.Options{APIKeys: map[string]string{"mesh": meshKey}})
 	ctx := t.Context()
-	jobs := registryv1connect.NewJobServiceClient(http.DefaultClient, mesh.Registry.URL, rpctest.Bearer(meshKey))
-	history := historyv1connect.NewHistoryServiceClient(http.DefaultClient, mesh.History.URL, rpctest.Bearer(meshKey))
+	clients := meshtest.NewClients(mesh, meshKey)
+	jobs, history := clients.Jobs, clients.History
 
 	created, err := jobs.CreateJob(ctx, connect.NewRequest(&registryv1.CreateJobRequest{Job: &registryv1.Job{
 		DisplayName: "every second",

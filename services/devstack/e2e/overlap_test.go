@@ -12,15 +12,10 @@ import (
 	"github.com/stretchr/testify/require"
 	"google.golang.org/protobuf/types/known/durationpb"
 
-	"github.com/cronmesh/cronmesh/gen/go/cronmesh/dispatcher/v1/dispatcherv1connect"
 	historyv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/history/v1"
-	"github.com/cronmesh/cronmesh/gen/go/cronmesh/history/v1/historyv1connect"
 	registryv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1"
-	"github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1/registryv1connect"
 	triggerv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/trigger/v1"
-	"github.com/cronmesh/cronmesh/gen/go/cronmesh/trigger/v1/triggerv1connect"
 	"github.com/cronmesh/cronmesh/libs/testkit/meshtest"
-	"github.com/cronmesh/cronmesh/libs/testkit/rpctest"
 )
 
 // slowTarget answers every request 200 after `hold` (or when the caller
@@ -102,14 +97,7 @@ type overlapSuite struct {
 // slots run, and nothing stays blocked.
 func TestOverlapPolicies(t *testing.T) {
 	mesh := meshtest.Start(t, bins, meshtest.Options{APIKeys: map[string]string{"scenarios": scenarioKey}})
-	auth := rpctest.Bearer(scenarioKey)
-	s := &overlapSuite{scenario{
-		mesh:     mesh,
-		jobs:     registryv1connect.NewJobServiceClient(http.DefaultClient, mesh.Registry.URL, auth),
-		dispatch: dispatcherv1connect.NewDispatchServiceClient(http.DefaultClient, mesh.Dispatcher.URL, auth),
-		history:  historyv1connect.NewHistoryServiceClient(http.DefaultClient, mesh.History.URL, auth),
-		trigger:  triggerv1connect.NewTriggerServiceClient(http.DefaultClient, mesh.Triggers[0].URL, auth),
-	}}
+	s := &overlapSuite{*newClients(mesh, scenarioKey)}
 	t.Run("Policies", func(t *testing.T) {
 		t.Run("Skip", func(t *testing.T) { t.Parallel(); s.skip(t) })
 		t.Run("BufferOne", func(t *testing.T) { t.Parallel(); s.bufferOne(t) })

@@ -30,7 +30,6 @@ import (
 	"github.com/cronmesh/cronmesh/gen/go/cronmesh/trigger/v1/triggerv1connect"
 	"github.com/cronmesh/cronmesh/libs/meshrun"
 	"github.com/cronmesh/cronmesh/libs/testkit/meshtest"
-	"github.com/cronmesh/cronmesh/libs/testkit/rpctest"
 	"github.com/cronmesh/cronmesh/libs/testkit/smtptest"
 	"github.com/cronmesh/cronmesh/libs/webhooksign"
 )
@@ -49,6 +48,13 @@ type scenario struct {
 	keys     registryv1connect.KeyServiceClient
 }
 
+// newClients returns a scenario on mesh with a client of each public API
+// authenticated with key.
+func newClients(mesh *meshrun.Mesh, key string) *scenario {
+	c := meshtest.NewClients(mesh, key)
+	return &scenario{mesh: mesh, jobs: c.Jobs, keys: c.Keys, dispatch: c.Dispatch, history: c.History, alerts: c.Alerts, trigger: c.Trigger}
+}
+
 // TestScenarios runs the end-to-end scenarios against one mesh of
 // real processes, each scenario with its own jobs and targets, in parallel.
 // Timing is asserted only from below (a retry no earlier than its backoff);
@@ -60,15 +66,7 @@ func TestScenarios(t *testing.T) {
 		// 2 s) fall exactly on a tier, so its retries are not stretched.
 		RetryTiers: []time.Duration{time.Second, 2 * time.Second, 4 * time.Second},
 	})
-	auth := rpctest.Bearer(scenarioKey)
-	s := &scenario{
-		mesh:     mesh,
-		jobs:     registryv1connect.NewJobServiceClient(http.DefaultClient, mesh.Registry.URL, auth),
-		dispatch: dispatcherv1connect.NewDispatchServiceClient(http.DefaultClient, mesh.Dispatcher.URL, auth),
-		history:  historyv1connect.NewHistoryServiceClient(http.DefaultClient, mesh.History.URL, auth),
-		alerts:   alertingv1connect.NewAlertServiceClient(http.DefaultClient, mesh.Alerting.URL, auth),
-		trigger:  triggerv1connect.NewTriggerServiceClient(http.DefaultClient, mesh.Triggers[0].URL, auth),
-	}
+	s := newClients(mesh, scenarioKey)
 	// The subtests share the mesh; the mesh's cleanup waits for all of them.
 	t.Run("SignedDeliveryPauseRunNow", func(t *testing.T) { t.Parallel(); s.signedDeliveryPauseRunNow(t) })
 	t.Run("RetriesDeadLetterAlertRedrive", func(t *testing.T) { t.Parallel(); s.retriesDeadLetterAlertRedrive(t) })

@@ -5,7 +5,6 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"strconv"
 	"sync"
 	"testing"
@@ -30,11 +29,7 @@ import (
 // a real dispatcher with its broker connection.
 var bins = &meshtest.Binaries{}
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	bins.Remove()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { bins.Main(m) }
 
 const apiKey = "e2e-key-0123456789abcdef"
 

@@ -3,7 +3,6 @@ package e2e_test
 import (
 	"context"
 	"fmt"
-	"os"
 	"strconv"
 	"sync"
 	"testing"
@@ -33,11 +32,7 @@ import (
 // process with its etcd session and connections.
 var bins = &meshtest.Binaries{}
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	bins.Remove()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { bins.Main(m) }
 
 const apiKey = "e2e-key-0123456789abcdef"
 

@@ -124,12 +124,8 @@ func (h *Handler) ListRules(ctx context.Context, req *connect.Request[alertingv1
 	if err != nil {
 		return nil, h.toConnect(ctx, "ListRules", err)
 	}
-	resp := &alertingv1.ListRulesResponse{Rules: list}
-	if len(list) > size {
-		resp.Rules = list[:size]
-		resp.NextPageToken = token(list[size-1].Id)
-	}
-	return connect.NewResponse(resp), nil
+	items, next := pageOf(list, size)
+	return connect.NewResponse(&alertingv1.ListRulesResponse{Rules: items, NextPageToken: next}), nil
 }
 
 // UpdateRule implements AlertService.UpdateRule.
@@ -211,12 +207,8 @@ func (h *Handler) ListChannels(ctx context.Context, req *connect.Request[alertin
 	if err != nil {
 		return nil, h.toConnect(ctx, "ListChannels", err)
 	}
-	resp := &alertingv1.ListChannelsResponse{Channels: list}
-	if len(list) > size {
-		resp.Channels = list[:size]
-		resp.NextPageToken = token(list[size-1].Id)
-	}
-	return connect.NewResponse(resp), nil
+	items, next := pageOf(list, size)
+	return connect.NewResponse(&alertingv1.ListChannelsResponse{Channels: items, NextPageToken: next}), nil
 }
 
 // UpdateChannel implements AlertService.UpdateChannel.
@@ -299,12 +291,8 @@ func (h *Handler) ListIncidents(ctx context.Context, req *connect.Request[alerti
 	if err != nil {
 		return nil, h.toConnect(ctx, "ListIncidents", err)
 	}
-	resp := &alertingv1.ListIncidentsResponse{Incidents: list}
-	if len(list) > size {
-		resp.Incidents = list[:size]
-		resp.NextPageToken = token(list[size-1].Id)
-	}
-	return connect.NewResponse(resp), nil
+	items, next := pageOf(list, size)
+	return connect.NewResponse(&alertingv1.ListIncidentsResponse{Incidents: items, NextPageToken: next}), nil
 }
 
 // GetIncident implements AlertService.GetIncident.
@@ -386,6 +374,15 @@ func page(size int32, tok string) (int, uuid.UUID, error) {
 		size = DefaultPageSize
 	}
 	return int(size), id, nil
+}
+
+// pageOf cuts list, read with one item more than size, to a page, and
+// returns it with the next page's token ("" after the last page).
+func pageOf[T interface{ GetId() string }](list []T, size int) ([]T, string) {
+	if len(list) <= size {
+		return list, ""
+	}
+	return list[:size], token(list[size-1].GetId())
 }
 
 func token(id string) string { return base64.RawURLEncoding.EncodeToString([]byte(id)) }

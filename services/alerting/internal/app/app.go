@@ -102,11 +102,7 @@ type Config struct {
 
 // Register adds the alerting flags to fs.
 func (c *Config) Register(fs *flag.FlagSet) {
-	// This API's requests are small: see server.SmallAPIMaxRequestBytes.
-	c.Limits.MaxRequestBytes = server.SmallAPIMaxRequestBytes
-	c.Common.Register(fs, DefaultListen)
-	keyring.RegisterAPIKeys(fs, &c.APIKeys)
-	c.Keys.Register(fs)
+	service.RegisterFlags(fs, &c.Common, DefaultListen, &c.APIKeys, &c.Keys)
 	fs.StringVar(&c.Schema, "schema", DefaultSchema, "PostgreSQL schema of the alerting tables")
 	fs.DurationVar(&c.SendTimeout, "send-timeout", notify.DefaultTimeout, "bound on one notification delivery attempt (webhook request or SMTP session)")
 	fs.Var(&c.AllowNetworks, "allow-networks", "comma-separated CIDRs that webhook channels and SMTP hosts may resolve to although loopback, private or link-local (e.g. 127.0.0.0/8,::1/128 for development)")

@@ -28,6 +28,7 @@ import (
 	"github.com/cronmesh/cronmesh/libs/clock"
 	"github.com/cronmesh/cronmesh/libs/config"
 	"github.com/cronmesh/cronmesh/libs/testkit/amqptest"
+	"github.com/cronmesh/cronmesh/libs/testkit/apptest"
 	"github.com/cronmesh/cronmesh/libs/testkit/pgtest"
 	"github.com/cronmesh/cronmesh/libs/testkit/rpctest"
 	"github.com/cronmesh/cronmesh/libs/webhooksign"
@@ -91,26 +92,13 @@ func startAlerting(t *testing.T, opts ...option) *alerting {
 		o(&cfg)
 	}
 	logger := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	ctx, cancel := context.WithCancel(context.Background())
-	a, err := app.New(ctx, cfg, logger)
-	require.NoError(t, err)
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx) }()
-	select {
-	case <-a.Server().Ready():
-	case err := <-done:
-		t.Fatalf("alerting stopped before serving: %v", err)
-	}
+	a, baseURL := apptest.Start(t, "alerting", func(ctx context.Context) (*app.App, error) { return app.New(ctx, cfg, logger) })
 	select {
 	case <-a.Ready():
 	case <-time.After(30 * time.Second):
 		t.Fatal("alerting did not subscribe to its queues")
 	}
-	t.Cleanup(func() {
-		cancel()
-		require.NoError(t, <-done)
-	})
-	return &alerting{app: a, cfg: cfg, baseURL: "http://" + a.Server().Addr()}
+	return &alerting{app: a, cfg: cfg, baseURL: baseURL}
 }
 
 func (a *alerting) client(key string, opts ...connect.ClientOption) alertingv1connect.AlertServiceClient {

@@ -7,7 +7,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/cronmesh/cronmesh/libs/migrate"
 	"github.com/cronmesh/cronmesh/libs/testkit/pgtest"
 	"github.com/cronmesh/cronmesh/services/alerting/internal/store"
 )
@@ -17,16 +16,12 @@ import (
 // failures after it stay however old.
 func TestPruneKeepsTheRunningFailureCount(t *testing.T) {
 	t.Parallel()
-	pool, schema := pgtest.New(t)
+	pool, _ := pgtest.Migrated(t, store.Migrations)
 	ctx := context.Background()
-	migrations, err := store.Migrations()
-	require.NoError(t, err)
-	_, err = migrate.ApplyAll(ctx, pool, schema, migrations)
-	require.NoError(t, err)
 	s := store.New(store.Options{Pool: pool})
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	old, recent := t0, t0.Add(10*24*time.Hour)
-	_, err = pool.Exec(ctx, `INSERT INTO jobs (id, namespace, version, create_time, last_success_nominal) VALUES ('j', 'ns', 1, $1, $2)`, t0, t0.Add(time.Hour))
+	_, err := pool.Exec(ctx, `INSERT INTO jobs (id, namespace, version, create_time, last_success_nominal) VALUES ('j', 'ns', 1, $1, $2)`, t0, t0.Add(time.Hour))
 	require.NoError(t, err)
 	for _, r := range []struct {
 		id      string

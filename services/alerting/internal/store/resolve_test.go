@@ -10,7 +10,6 @@ import (
 
 	alertingv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/alerting/v1"
 	eventsv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/events/v1"
-	"github.com/cronmesh/cronmesh/libs/migrate"
 	"github.com/cronmesh/cronmesh/libs/testkit/pgtest"
 	"github.com/cronmesh/cronmesh/services/alerting/internal/rules"
 	"github.com/cronmesh/cronmesh/services/alerting/internal/store"
@@ -23,17 +22,13 @@ import (
 // namespace's incident is not found.
 func TestResolveNoSuccessByHand(t *testing.T) {
 	t.Parallel()
-	pool, schema := pgtest.New(t)
-	migrations, err := store.Migrations()
-	require.NoError(t, err)
-	_, err = migrate.ApplyAll(context.Background(), pool, schema, migrations)
-	require.NoError(t, err)
+	pool, _ := pgtest.Migrated(t, store.Migrations)
 	t0 := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 	now := t0
 	s := store.New(store.Options{Pool: pool, Now: func() time.Time { return now }})
 	ctx := context.Background()
 
-	_, err = s.ApplyJobEvents(ctx, []*eventsv1.JobEvent{jobEvent("j", 1, eventsv1.JobEventKind_JOB_EVENT_KIND_CREATED, t0, time.Minute)}, t0)
+	_, err := s.ApplyJobEvents(ctx, []*eventsv1.JobEvent{jobEvent("j", 1, eventsv1.JobEventKind_JOB_EVENT_KIND_CREATED, t0, time.Minute)}, t0)
 	require.NoError(t, err)
 	set := rules.NewSet([]*rules.Rule{{ID: uuid.NewString(), Namespace: "ns", Kind: rules.NoSuccess, Within: time.Hour, CreateTime: t0}})
 	open := func() []*alertingv1.Incident {

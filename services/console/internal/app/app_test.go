@@ -26,6 +26,7 @@ import (
 	"github.com/cronmesh/cronmesh/libs/config"
 	"github.com/cronmesh/cronmesh/libs/rpcclient"
 	"github.com/cronmesh/cronmesh/libs/server"
+	"github.com/cronmesh/cronmesh/libs/testkit/apptest"
 	"github.com/cronmesh/cronmesh/libs/tlsconfig"
 	"github.com/cronmesh/cronmesh/services/console/internal/app"
 	"github.com/cronmesh/cronmesh/services/console/internal/assets"
@@ -127,21 +128,10 @@ func startConsole(t *testing.T, files fstest.MapFS) *console {
 		TriggerURL:    "http://127.0.0.1:1",
 		DispatcherURL: app.DefaultDispatcherURL, AlertingURL: app.DefaultAlertingURL,
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	a, err := app.New(ctx, cfg, slog.New(slog.DiscardHandler), app.WithAssets(files))
-	require.NoError(t, err)
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		require.NoError(t, <-done)
+	_, url := apptest.Start(t, "console", func(ctx context.Context) (*app.App, error) {
+		return app.New(ctx, cfg, slog.New(slog.DiscardHandler), app.WithAssets(files))
 	})
-	select {
-	case <-a.Server().Ready():
-	case err := <-done:
-		t.Fatal(err)
-	}
-	return &console{url: "http://" + a.Server().Addr()}
+	return &console{url: url}
 }
 
 func h2cClient(t *testing.T) *http.Client {

@@ -225,43 +225,6 @@ func printRule(s *session, r *alertingv1.Rule) error {
 }
 
 // pageFlags are the paging flags of the alerting lists.
-type pageFlags struct {
-	size  int
-	token string
-	all   bool
-}
-
-func (p *pageFlags) register(fs *flag.FlagSet) {
-	fs.IntVar(&p.size, "page-size", 0, "per page (default 50, at most 1000)")
-	fs.StringVar(&p.token, "page-token", "", "the next page, from a previous list")
-	fs.BoolVar(&p.all, "all", false, "follow every page")
-}
-
-// collect calls page with each page token until the last page (or once
-// without --all) and returns the items and the next page's token.
-func (p *pageFlags) collect(page func(token string) ([]proto.Message, string, error)) ([]proto.Message, string, error) {
-	var items []proto.Message
-	token := p.token
-	for {
-		got, next, err := page(token)
-		if err != nil {
-			return nil, "", err
-		}
-		items, token = append(items, got...), next
-		if !p.all || token == "" {
-			return items, token, nil
-		}
-	}
-}
-
-func messages[T proto.Message](list []T) []proto.Message {
-	out := make([]proto.Message, len(list))
-	for i, m := range list {
-		out[i] = m
-	}
-	return out
-}
-
 func rulesListSetup(fs *flag.FlagSet) func(context.Context, *session, []string) error {
 	var p pageFlags
 	p.register(fs)

@@ -51,31 +51,27 @@ var triggerNames = map[string]dispatchv1.TriggerKind{
 // parseStatuses reads --status values: each a status name or a
 // comma-separated list of them, case-insensitive.
 func parseStatuses(values []string) ([]historyv1.ExecutionStatus, error) {
-	var out []historyv1.ExecutionStatus
-	for _, v := range values {
-		for name := range strings.SplitSeq(v, ",") {
-			name = strings.ToLower(strings.TrimSpace(name))
-			s, ok := statusNames[name]
-			if !ok {
-				return nil, usagef("--status %q: want running, succeeded, retrying, failed, dead, cancelled, missed, skipped or buffered", name)
-			}
-			out = append(out, s)
-		}
-	}
-	return out, nil
+	return parseNames(values, statusNames, "--status %q: want running, succeeded, retrying, failed, dead, cancelled, missed, skipped or buffered")
 }
 
 // parseTriggers reads --trigger values like parseStatuses.
 func parseTriggers(values []string) ([]dispatchv1.TriggerKind, error) {
-	var out []dispatchv1.TriggerKind
+	return parseNames(values, triggerNames, "--trigger %q: want scheduled, manual, backfill or catch-up")
+}
+
+// parseNames reads flag values, each a name of names or a comma-separated
+// list of them, case-insensitive; an unknown name is a usage error, unknown
+// saying which (its %q).
+func parseNames[T any](values []string, names map[string]T, unknown string) ([]T, error) {
+	var out []T
 	for _, v := range values {
 		for name := range strings.SplitSeq(v, ",") {
 			name = strings.ToLower(strings.TrimSpace(name))
-			k, ok := triggerNames[name]
+			x, ok := names[name]
 			if !ok {
-				return nil, usagef("--trigger %q: want scheduled, manual, backfill or catch-up", name)
+				return nil, usagef(unknown, name)
 			}
-			out = append(out, k)
+			out = append(out, x)
 		}
 	}
 	return out, nil
@@ -159,21 +155,18 @@ func historyListSetup(fs *flag.FlagSet) func(context.Context, *session, []string
 		if req.EndTime, err = parseTimeArg("until", *until, now); err != nil {
 			return err
 		}
-		var items []proto.Message
-		for {
+		items, next, err := collectPages(*all, req.PageToken, func(token string) ([]proto.Message, string, error) {
+			req.PageToken = token
 			resp, err := s.history.ListExecutions(ctx, connect.NewRequest(req))
 			if err != nil {
-				return err
+				return nil, "", err
 			}
-			for _, e := range resp.Msg.GetExecutions() {
-				items = append(items, e)
-			}
-			req.PageToken = resp.Msg.GetNextPageToken()
-			if !*all || req.PageToken == "" {
-				break
-			}
+			return messages(resp.Msg.GetExecutions()), resp.Msg.GetNextPageToken(), nil
+		})
+		if err != nil {
+			return err
 		}
-		return s.out.List(items, req.PageToken, []string{"ID", "JOB", "NAME", "NOMINAL TIME", "STATUS", "ATTEMPT", "DURATION", "HTTP", "REASON"}, func(m proto.Message) []string {
+		return s.out.List(items, next, []string{"ID", "JOB", "NAME", "NOMINAL TIME", "STATUS", "ATTEMPT", "DURATION", "HTTP", "REASON"}, func(m proto.Message) []string {
 			e := m.(*historyv1.Execution)
 			return []string{
 				e.GetExecutionId(), e.GetJobId(), orDash(e.GetJobDisplayName()), timeText(e.GetNominalTime()), statusText(e.GetStatus()),

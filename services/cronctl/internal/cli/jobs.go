@@ -95,21 +95,18 @@ func jobsListSetup(fs *flag.FlagSet) func(context.Context, *session, []string) e
 			}
 			req.Paused = &p
 		}
-		var items []proto.Message
-		for {
+		items, next, err := collectPages(*all, req.PageToken, func(token string) ([]proto.Message, string, error) {
+			req.PageToken = token
 			resp, err := s.jobs.ListJobs(ctx, connect.NewRequest(req))
 			if err != nil {
-				return err
+				return nil, "", err
 			}
-			for _, j := range resp.Msg.GetJobs() {
-				items = append(items, j)
-			}
-			req.PageToken = resp.Msg.GetNextPageToken()
-			if !*all || req.PageToken == "" {
-				break
-			}
+			return messages(resp.Msg.GetJobs()), resp.Msg.GetNextPageToken(), nil
+		})
+		if err != nil {
+			return err
 		}
-		return s.out.List(items, req.PageToken, []string{"ID", "NAME", "SCHEDULE", "TARGET", "PAUSED", "VERSION"}, func(m proto.Message) []string {
+		return s.out.List(items, next, []string{"ID", "NAME", "SCHEDULE", "TARGET", "PAUSED", "VERSION"}, func(m proto.Message) []string {
 			j := m.(*registryv1.Job)
 			return []string{j.GetId(), j.GetDisplayName(), scheduleText(j.GetSchedule()), targetText(j.GetTarget()), strconv.FormatBool(j.GetPaused()), strconv.FormatInt(j.GetVersion(), 10)}
 		})

@@ -59,21 +59,18 @@ func keysListSetup(fs *flag.FlagSet) func(context.Context, *session, []string) e
 			return err
 		}
 		req := &registryv1.ListKeysRequest{PageSize: int32(*pageSize), PageToken: *pageToken, ShowRevoked: *revoked}
-		var items []proto.Message
-		for {
+		items, next, err := collectPages(*all, req.PageToken, func(token string) ([]proto.Message, string, error) {
+			req.PageToken = token
 			resp, err := s.keys.ListKeys(ctx, connect.NewRequest(req))
 			if err != nil {
-				return err
+				return nil, "", err
 			}
-			for _, k := range resp.Msg.GetKeys() {
-				items = append(items, k)
-			}
-			req.PageToken = resp.Msg.GetNextPageToken()
-			if !*all || req.PageToken == "" {
-				break
-			}
+			return messages(resp.Msg.GetKeys()), resp.Msg.GetNextPageToken(), nil
+		})
+		if err != nil {
+			return err
 		}
-		return s.out.List(items, req.PageToken, []string{"ID", "NAME", "ROLE", "CREATED", "ROTATED", "PREVIOUS SECRET UNTIL", "REVOKED"}, func(m proto.Message) []string {
+		return s.out.List(items, next, []string{"ID", "NAME", "ROLE", "CREATED", "ROTATED", "PREVIOUS SECRET UNTIL", "REVOKED"}, func(m proto.Message) []string {
 			k := m.(*registryv1.Key)
 			return []string{k.GetId(), k.GetName(), roleText(k.GetRole()), timeText(k.GetCreateTime()), timeText(k.GetRotateTime()),
 				timeText(k.GetPreviousSecretExpireTime()), timeText(k.GetRevokeTime())}

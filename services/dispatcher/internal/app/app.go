@@ -96,11 +96,7 @@ type Config struct {
 
 // Register adds the dispatcher's flags to fs.
 func (c *Config) Register(fs *flag.FlagSet) {
-	// This API's requests are small: see server.SmallAPIMaxRequestBytes.
-	c.Limits.MaxRequestBytes = server.SmallAPIMaxRequestBytes
-	c.Common.Register(fs, DefaultListen)
-	keyring.RegisterAPIKeys(fs, &c.APIKeys)
-	c.Keys.Register(fs)
+	service.RegisterFlags(fs, &c.Common, DefaultListen, &c.APIKeys, &c.Keys)
 	fs.StringVar(&c.Schema, "schema", DefaultSchema, "PostgreSQL schema of the dispatcher's tables")
 	fs.StringVar(&c.DispatchExchange, "dispatch-exchange", pipeline.DefaultDispatchExchange, "exchange of dispatch requests")
 	fs.StringVar(&c.DispatchQueue, "dispatch-queue", pipeline.DefaultDispatchQueue, "prefix of the per-priority dispatch queues (<prefix>.high, .normal, .low)")

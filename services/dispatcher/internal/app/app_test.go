@@ -6,7 +6,6 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
-	"net/http"
 	"os"
 	"strings"
 	"sync"
@@ -33,6 +32,7 @@ import (
 	"github.com/cronmesh/cronmesh/libs/execid"
 	"github.com/cronmesh/cronmesh/libs/targetcheck"
 	"github.com/cronmesh/cronmesh/libs/testkit/amqptest"
+	"github.com/cronmesh/cronmesh/libs/testkit/apptest"
 	"github.com/cronmesh/cronmesh/libs/testkit/pgtest"
 	"github.com/cronmesh/cronmesh/libs/testkit/rpctest"
 	"github.com/cronmesh/cronmesh/services/dispatcher/internal/app"
@@ -141,29 +141,8 @@ func startDispatcher(t *testing.T, options ...dispatcherOption) *dispatcher {
 		}
 	})
 	logger := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	ctx, cancel := context.WithCancel(context.Background())
-	a, err := app.New(ctx, cfg, logger, appOpts...)
-	require.NoError(t, err)
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		require.NoError(t, <-done)
-	})
-	select {
-	case <-a.Server().Ready():
-	case err := <-done:
-		t.Fatalf("dispatcher stopped before serving: %v", err)
-	}
-	d.baseURL = "http://" + a.Server().Addr()
-	require.Eventually(t, func() bool {
-		resp, err := http.Get(d.baseURL + "/readyz")
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
-	}, 30*time.Second, 20*time.Millisecond, "the dispatcher never subscribed")
+	_, d.baseURL = apptest.Start(t, "dispatcher", func(ctx context.Context) (*app.App, error) { return app.New(ctx, cfg, logger, appOpts...) })
+	apptest.WaitReady(t, d.baseURL, "the dispatcher never subscribed")
 	return d
 }
 

@@ -108,18 +108,12 @@ func NewDrainer(opts DrainerOptions) (*Drainer, error) {
 	d := &Drainer{
 		opts:   opts,
 		logger: cmp.Or(opts.Logger, slog.New(slog.DiscardHandler)),
-		stored: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "dead_letters_stored_total",
-			Help: "Dead letters inserted into the dead-letter store (redelivered duplicates not counted).",
-		}),
-		storeErrors: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "dead_letter_store_errors_total",
-			Help: "Dead-letter inserts that failed (the dead letters were requeued).",
-		}),
-		poison: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "dead_letter_poison_total",
-			Help: "Messages on the dead-letter queue that are not valid dead letters, acknowledged and dropped.",
-		}),
+		stored: counter("dead_letters_stored_total",
+			"Dead letters inserted into the dead-letter store (redelivered duplicates not counted)."),
+		storeErrors: counter("dead_letter_store_errors_total",
+			"Dead-letter inserts that failed (the dead letters were requeued)."),
+		poison: counter("dead_letter_poison_total",
+			"Messages on the dead-letter queue that are not valid dead letters, acknowledged and dropped."),
 	}
 	var err error
 	d.consumer, err = broker.NewConsumer(broker.ConsumerOptions{

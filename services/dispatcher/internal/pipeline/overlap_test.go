@@ -121,19 +121,27 @@ func overlapOpts(e *env, cancels bool) func(*pipeline.Options) {
 	}
 }
 
+// startHeld starts a pipeline whose target holds the first of n slots of
+// a job with policy (cancels: the pipeline aborts attempts in flight), and
+// returns once that first slot's attempt has started.
+func startHeld(t *testing.T, n int, policy registryv1.OverlapPolicy, cancels bool) (*env, *gates, *running, []*dispatchv1.DispatchRequest) {
+	t.Helper()
+	e := newEnv(t)
+	g := newGates()
+	r := e.start(g, overlapOpts(e, cancels))
+	s := slots(n, policy)
+	g.hold(s[0].ExecutionId)
+	e.dispatch(nil, s[0])
+	e.waitFor(s[0].ExecutionId, started, 1)
+	return e, g, r, s
+}
+
 // TestOverlapSkip: while an execution of a SKIP job is in flight, the next
 // is not delivered and is recorded SKIPPED naming it (once, though
 // redelivered); once it ends, the next slot runs.
 func TestOverlapSkip(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	g := newGates()
-	r := e.start(g, overlapOpts(e, false))
-	s := slots(3, registryv1.OverlapPolicy_OVERLAP_POLICY_SKIP)
-	g.hold(s[0].ExecutionId)
-
-	e.dispatch(nil, s[0])
-	e.waitFor(s[0].ExecutionId, started, 1)
+	e, g, r, s := startHeld(t, 3, registryv1.OverlapPolicy_OVERLAP_POLICY_SKIP, false)
 	e.dispatch(nil, s[1])
 	ev := e.waitFor(s[1].ExecutionId, skipped, 0)
 	require.Equal(t, "skipped: execution "+s[0].ExecutionId+" of this job is still in progress", ev.Reason)
@@ -187,14 +195,7 @@ func TestOverlapSkipWhileRetryPending(t *testing.T) {
 // after it (in its own trace); a third finds it waiting and is skipped.
 func TestOverlapBufferOne(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	g := newGates()
-	r := e.start(g, overlapOpts(e, false))
-	s := slots(4, registryv1.OverlapPolicy_OVERLAP_POLICY_BUFFER_ONE)
-	g.hold(s[0].ExecutionId)
-
-	e.dispatch(nil, s[0])
-	e.waitFor(s[0].ExecutionId, started, 1)
+	e, g, r, s := startHeld(t, 4, registryv1.OverlapPolicy_OVERLAP_POLICY_BUFFER_ONE, false)
 	tp := "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 	e.dispatch(amqp091.Table{"traceparent": tp}, s[1])
 	// s[2] goes out once s[1] is decided: sent together, the pipeline may
@@ -261,14 +262,7 @@ func TestOverlapBufferOnePublishedAfterCrash(t *testing.T) {
 // retry) and runs; so does one whose predecessor waits for a retry.
 func TestOverlapCancelOther(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	g := newGates()
-	r := e.start(g, overlapOpts(e, true))
-	s := slots(3, registryv1.OverlapPolicy_OVERLAP_POLICY_CANCEL_OTHER)
-	g.hold(s[0].ExecutionId)
-
-	e.dispatch(nil, s[0])
-	e.waitFor(s[0].ExecutionId, started, 1)
+	e, g, r, s := startHeld(t, 3, registryv1.OverlapPolicy_OVERLAP_POLICY_CANCEL_OTHER, true)
 	e.dispatch(nil, s[1])
 	ev := e.waitFor(s[0].ExecutionId, cancelled, 1)
 	require.Equal(t, "cancelled by overlap policy: execution "+s[1].ExecutionId+"; the attempt in flight was aborted", ev.Reason)

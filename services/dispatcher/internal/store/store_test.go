@@ -11,7 +11,6 @@ import (
 
 	dispatchv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/dispatch/v1"
 	registryv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1"
-	"github.com/cronmesh/cronmesh/libs/migrate"
 	"github.com/cronmesh/cronmesh/libs/testkit/pgtest"
 	"github.com/cronmesh/cronmesh/services/dispatcher/internal/store"
 )
@@ -20,11 +19,7 @@ const secret = "whsec_c2VjcmV0c2VjcmV0c2VjcmV0c2VjcmV0"
 
 func newStore(t testing.TB) *store.Store {
 	t.Helper()
-	pool, schema := pgtest.New(t)
-	migrations, err := store.Migrations()
-	require.NoError(t, err)
-	_, err = migrate.ApplyAll(t.Context(), pool, schema, migrations)
-	require.NoError(t, err)
+	pool, _ := pgtest.Migrated(t, store.Migrations)
 	s, err := store.New(store.Options{Pool: pool})
 	require.NoError(t, err)
 	return s

@@ -61,11 +61,7 @@ type Config struct {
 
 // Register adds the history service's flags to fs.
 func (c *Config) Register(fs *flag.FlagSet) {
-	// This API's requests are small: see server.SmallAPIMaxRequestBytes.
-	c.Limits.MaxRequestBytes = server.SmallAPIMaxRequestBytes
-	c.Common.Register(fs, DefaultListen)
-	keyring.RegisterAPIKeys(fs, &c.APIKeys)
-	c.Keys.Register(fs)
+	service.RegisterFlags(fs, &c.Common, DefaultListen, &c.APIKeys, &c.Keys)
 	fs.StringVar(&c.Schema, "schema", DefaultSchema, "PostgreSQL schema of the history's tables")
 	fs.StringVar(&c.ExecutionsExchange, "executions-exchange", ingest.DefaultExchange, "exchange of execution lifecycle events")
 	fs.StringVar(&c.Queue, "queue", ingest.DefaultQueue, "the history's own durable queue on the executions exchange")

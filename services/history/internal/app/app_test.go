@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"net/http"
 	"os"
 	"testing"
 	"time"
@@ -27,6 +26,7 @@ import (
 	"github.com/cronmesh/cronmesh/libs/config"
 	"github.com/cronmesh/cronmesh/libs/execid"
 	"github.com/cronmesh/cronmesh/libs/testkit/amqptest"
+	"github.com/cronmesh/cronmesh/libs/testkit/apptest"
 	"github.com/cronmesh/cronmesh/libs/testkit/pgtest"
 	"github.com/cronmesh/cronmesh/libs/testkit/rpctest"
 	"github.com/cronmesh/cronmesh/services/history/internal/app"
@@ -70,30 +70,8 @@ func startHistory(t *testing.T) *history {
 	})
 	h := &history{cfg: cfg, clock: clock.NewFake(time.Now().UTC())}
 	logger := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	ctx, cancel := context.WithCancel(context.Background())
-	a, err := app.New(ctx, cfg, logger, app.WithClock(h.clock))
-	require.NoError(t, err)
-	h.app = a
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		require.NoError(t, <-done)
-	})
-	select {
-	case <-a.Server().Ready():
-	case err := <-done:
-		t.Fatalf("history stopped before serving: %v", err)
-	}
-	h.baseURL = "http://" + a.Server().Addr()
-	require.Eventually(t, func() bool {
-		resp, err := http.Get(h.baseURL + "/readyz")
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
-	}, 30*time.Second, 20*time.Millisecond, "the history service never subscribed")
+	h.app, h.baseURL = apptest.Start(t, "history", func(ctx context.Context) (*app.App, error) { return app.New(ctx, cfg, logger, app.WithClock(h.clock)) })
+	apptest.WaitReady(t, h.baseURL, "the history service never subscribed")
 	return h
 }
 

@@ -19,7 +19,6 @@ import (
 	eventsv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/events/v1"
 	historyv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/history/v1"
 	"github.com/cronmesh/cronmesh/libs/execid"
-	"github.com/cronmesh/cronmesh/libs/migrate"
 	"github.com/cronmesh/cronmesh/libs/testkit/amqptest"
 	"github.com/cronmesh/cronmesh/libs/testkit/pgtest"
 	"github.com/cronmesh/cronmesh/services/history/internal/ingest"
@@ -28,16 +27,49 @@ import (
 
 func newStore(t *testing.T, now time.Time) *store.Store {
 	t.Helper()
-	pool, schema := pgtest.New(t)
-	migrations, err := store.Migrations()
-	require.NoError(t, err)
-	_, err = migrate.ApplyAll(t.Context(), pool, schema, migrations)
-	require.NoError(t, err)
+	pool, schema := pgtest.Migrated(t, store.Migrations)
 	s, err := store.New(store.Options{Pool: pool, Schema: schema})
 	require.NoError(t, err)
 	_, err = s.Maintain(t.Context(), now)
 	require.NoError(t, err)
 	return s
+}
+
+// names are an exchange and a queue of the test's own, deleted at its end.
+func names(t *testing.T) (exchange, queue string) {
+	exchange, queue = amqptest.UniqueName(t, "executions"), amqptest.UniqueName(t, "history")
+	t.Cleanup(func() {
+		ch := amqptest.Channel(t)
+		_, _ = ch.QueueDelete(queue, false, false, false)
+		_ = ch.ExchangeDelete(exchange, false, false)
+	})
+	return exchange, queue
+}
+
+// run runs c until stop, which returns what Run returned; it returns once c
+// is ready.
+func run(t *testing.T, c *ingest.Consumer) (stop func() error) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	select {
+	case <-c.Ready():
+	case err := <-done:
+		t.Fatalf("consumer stopped: %v", err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("consumer not ready")
+	}
+	return func() error {
+		cancel()
+		select {
+		case err := <-done:
+			return err
+		case <-time.After(30 * time.Second):
+			t.Fatal("consumer did not stop")
+			return nil
+		}
+	}
 }
 
 func publish(t *testing.T, ch *amqp091.Channel, exchange string, body []byte) {
@@ -59,29 +91,15 @@ func TestConsumerIngestsDuplicatesAndReorderedBatches(t *testing.T) {
 	// database are real; nothing waits for time to pass.
 	now := time.Now().UTC()
 	st := newStore(t, now)
-	exchange, queue := amqptest.UniqueName(t, "executions"), amqptest.UniqueName(t, "history")
+	exchange, queue := names(t)
 	ch := amqptest.Channel(t)
-	t.Cleanup(func() {
-		ch := amqptest.Channel(t)
-		_, _ = ch.QueueDelete(queue, false, false, false)
-		_ = ch.ExchangeDelete(exchange, false, false)
-	})
 
 	reg := prometheus.NewRegistry()
 	c, err := ingest.New(ingest.Options{
 		AMQPURL: amqptest.URL(), Store: st, Exchange: exchange, Queue: queue, Workers: 4, Metrics: reg,
 	})
 	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(t.Context())
-	done := make(chan error, 1)
-	go func() { done <- c.Run(ctx) }()
-	select {
-	case <-c.Ready():
-	case err := <-done:
-		t.Fatalf("consumer stopped: %v", err)
-	case <-time.After(30 * time.Second):
-		t.Fatal("consumer not ready")
-	}
+	stop := run(t, c)
 
 	job := uuid.NewString()
 	nA, nB := now.Add(-time.Hour).Truncate(time.Second), now.Add(-2*time.Hour).Truncate(time.Second)
@@ -152,13 +170,7 @@ func TestConsumerIngestsDuplicatesAndReorderedBatches(t *testing.T) {
 	assert.Equal(t, "trigger was down", missed.GetReason())
 	assert.Equal(t, historyv1.ExecutionStatus_EXECUTION_STATUS_MISSED, missed.GetStatus())
 
-	cancel()
-	select {
-	case err := <-done:
-		require.NoError(t, err)
-	case <-time.After(30 * time.Second):
-		t.Fatal("consumer did not stop")
-	}
+	require.NoError(t, stop())
 }
 
 func mustCounter(t *testing.T, reg *prometheus.Registry, name string) prometheus.Collector {

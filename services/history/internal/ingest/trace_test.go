@@ -28,29 +28,15 @@ func TestConsumerWritesEachEventInItsTrace(t *testing.T) {
 	t.Parallel()
 	now := time.Now().UTC()
 	st := newStore(t, now)
-	exchange, queue := amqptest.UniqueName(t, "executions"), amqptest.UniqueName(t, "history")
+	exchange, queue := names(t)
 	ch := amqptest.Channel(t)
-	t.Cleanup(func() {
-		ch := amqptest.Channel(t)
-		_, _ = ch.QueueDelete(queue, false, false, false)
-		_ = ch.ExchangeDelete(exchange, false, false)
-	})
 	exp := tracetest.NewInMemoryExporter()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
 	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
 
 	c, err := ingest.New(ingest.Options{AMQPURL: amqptest.URL(), Store: st, Exchange: exchange, Queue: queue, TracerProvider: tp})
 	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(t.Context())
-	done := make(chan error, 1)
-	go func() { done <- c.Run(ctx) }()
-	select {
-	case <-c.Ready():
-	case err := <-done:
-		t.Fatalf("consumer stopped: %v", err)
-	case <-time.After(30 * time.Second):
-		t.Fatal("consumer not ready")
-	}
+	stop := run(t, c)
 
 	job := uuid.NewString()
 	nominal := now.Add(-time.Hour).Truncate(time.Second)
@@ -82,8 +68,7 @@ func TestConsumerWritesEachEventInItsTrace(t *testing.T) {
 		}
 		return true
 	}, 30*time.Second, 50*time.Millisecond)
-	cancel()
-	require.NoError(t, <-done)
+	require.NoError(t, stop())
 
 	var writes []tracetest.SpanStub
 	var batchSpan tracetest.SpanStub

@@ -16,6 +16,7 @@ import (
 	"github.com/cronmesh/cronmesh/libs/config"
 	"github.com/cronmesh/cronmesh/libs/quota"
 	"github.com/cronmesh/cronmesh/libs/testkit/amqptest"
+	"github.com/cronmesh/cronmesh/libs/testkit/apptest"
 	"github.com/cronmesh/cronmesh/libs/testkit/pgtest"
 	"github.com/cronmesh/cronmesh/libs/testkit/rpctest"
 	"github.com/cronmesh/cronmesh/services/registry/internal/app"
@@ -88,21 +89,8 @@ func startRegistry(t *testing.T, opts ...option) *registry {
 	}
 	amqptest.DeleteOnCleanup(t, []string{cfg.ExecutionsQueue}, []string{cfg.ExecutionsExchange})
 	logger := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	ctx, cancel := context.WithCancel(context.Background())
-	a, err := app.New(ctx, cfg, logger)
-	require.NoError(t, err)
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx) }()
-	select {
-	case <-a.Server().Ready():
-	case err := <-done:
-		t.Fatalf("registry stopped before serving: %v", err)
-	}
-	t.Cleanup(func() {
-		cancel()
-		require.NoError(t, <-done)
-	})
-	return &registry{app: a, baseURL: "http://" + a.Server().Addr(), exchange: exchange, events: queue, executions: cfg.ExecutionsExchange}
+	a, baseURL := apptest.Start(t, "registry", func(ctx context.Context) (*app.App, error) { return app.New(ctx, cfg, logger) })
+	return &registry{app: a, baseURL: baseURL, exchange: exchange, events: queue, executions: cfg.ExecutionsExchange}
 }
 
 // client returns a JobService client that sends key, over h2c so that the

@@ -10,7 +10,6 @@ import (
 
 	registryv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1"
 	"github.com/cronmesh/cronmesh/libs/apikey"
-	"github.com/cronmesh/cronmesh/libs/migrate"
 	"github.com/cronmesh/cronmesh/libs/testkit/pgtest"
 	"github.com/cronmesh/cronmesh/services/registry/internal/store"
 )
@@ -28,11 +27,7 @@ func newStore(t *testing.T) (*store.Store, *testClock) {
 
 func newStoreWithPool(t *testing.T) (*store.Store, *testClock, *pgxpool.Pool) {
 	t.Helper()
-	pool, schema := pgtest.New(t)
-	migrations, err := store.Migrations()
-	require.NoError(t, err)
-	_, err = migrate.ApplyAll(context.Background(), pool, schema, migrations)
-	require.NoError(t, err)
+	pool, _ := pgtest.Migrated(t, store.Migrations)
 	clk := &testClock{now: time.Date(2030, 1, 1, 12, 0, 0, 0, time.UTC)}
 	return store.New(store.Options{Pool: pool, Now: clk.Now}), clk, pool
 }

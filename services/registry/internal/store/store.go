@@ -20,6 +20,7 @@ import (
 	eventsv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/events/v1"
 	registryv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1"
 	"github.com/cronmesh/cronmesh/libs/apikey"
+	"github.com/cronmesh/cronmesh/libs/broker"
 	"github.com/cronmesh/cronmesh/libs/migrate"
 	"github.com/cronmesh/cronmesh/libs/outbox"
 	"github.com/cronmesh/cronmesh/libs/quota"
@@ -627,33 +628,11 @@ func (s *Store) message(ctx context.Context, ev *eventsv1.JobEvent) (outbox.Mess
 	s.propagator.Inject(ctx, propagation.MapCarrier(headers))
 	return outbox.Message{
 		AggregateID: job.Id,
-		RoutingKey:  RoutingKey(ev.Kind),
+		RoutingKey:  broker.JobRoutingKey(ev.Kind),
 		MessageID:   ev.EventId,
 		Payload:     payload,
 		Headers:     headers,
 	}, nil
-}
-
-// RoutingKey is the `cronmesh.jobs` routing key of an event kind:
-// "job.created", "job.updated", "job.deleted", "job.paused", "job.resumed",
-// "job.run_requested".
-func RoutingKey(kind eventsv1.JobEventKind) string {
-	switch kind {
-	case eventsv1.JobEventKind_JOB_EVENT_KIND_CREATED:
-		return "job.created"
-	case eventsv1.JobEventKind_JOB_EVENT_KIND_UPDATED:
-		return "job.updated"
-	case eventsv1.JobEventKind_JOB_EVENT_KIND_DELETED:
-		return "job.deleted"
-	case eventsv1.JobEventKind_JOB_EVENT_KIND_PAUSED:
-		return "job.paused"
-	case eventsv1.JobEventKind_JOB_EVENT_KIND_RESUMED:
-		return "job.resumed"
-	case eventsv1.JobEventKind_JOB_EVENT_KIND_RUN_REQUESTED:
-		return "job.run_requested"
-	default:
-		return "job.unknown"
-	}
 }
 
 func (s *Store) inTx(ctx context.Context, fn func(pgx.Tx) error) error {

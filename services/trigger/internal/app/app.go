@@ -98,11 +98,7 @@ type Config struct {
 
 // Register adds the trigger's flags to fs.
 func (c *Config) Register(fs *flag.FlagSet) {
-	// This API's requests are small: see server.SmallAPIMaxRequestBytes.
-	c.Limits.MaxRequestBytes = server.SmallAPIMaxRequestBytes
-	c.Common.Register(fs, DefaultListen)
-	keyring.RegisterAPIKeys(fs, &c.APIKeys)
-	c.Keys.Register(fs)
+	service.RegisterFlags(fs, &c.Common, DefaultListen, &c.APIKeys, &c.Keys)
 	fs.StringVar(&c.NodeID, "node-id", "", "this node's name in the ring (default: hostname-pid)")
 	fs.StringVar(&c.Advertise, "advertise", "", "API address shown to other nodes (default: --listen)")
 	fs.StringVar(&c.Schema, "schema", DefaultSchema, "PostgreSQL schema of the trigger's tables")

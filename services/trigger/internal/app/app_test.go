@@ -28,6 +28,7 @@ import (
 	"github.com/cronmesh/cronmesh/libs/promhist"
 	"github.com/cronmesh/cronmesh/libs/quota"
 	"github.com/cronmesh/cronmesh/libs/testkit/amqptest"
+	"github.com/cronmesh/cronmesh/libs/testkit/apptest"
 	"github.com/cronmesh/cronmesh/libs/testkit/etcdtest"
 	"github.com/cronmesh/cronmesh/libs/testkit/pgtest"
 	"github.com/cronmesh/cronmesh/libs/testkit/rpctest"
@@ -78,25 +79,9 @@ func startNode(t *testing.T, mods ...func(*app.Config)) *node {
 		}
 	})
 	logger := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	ctx, cancel := context.WithCancel(context.Background())
-	a, err := app.New(ctx, cfg, logger)
-	require.NoError(t, err)
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		require.NoError(t, <-done)
-	})
-	<-a.Server().Ready()
-	n := &node{cfg: cfg, baseURL: "http://" + a.Server().Addr()}
-	require.Eventually(t, func() bool {
-		resp, err := http.Get(n.baseURL + "/readyz")
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
-	}, 30*time.Second, 20*time.Millisecond, "the node never held its partitions")
+	_, baseURL := apptest.Start(t, "trigger", func(ctx context.Context) (*app.App, error) { return app.New(ctx, cfg, logger) })
+	n := &node{cfg: cfg, baseURL: baseURL}
+	apptest.WaitReady(t, n.baseURL, "the node never held its partitions")
 	return n
 }
 

@@ -285,7 +285,7 @@ func (c *Consumer) take(msg *message.Message) (inHand, error) {
 	if err := proto.Unmarshal(msg.Payload, ev); err != nil {
 		return inHand{}, fmt.Errorf("%w: decode job event: %w", broker.ErrPoison, err)
 	}
-	kind := kindLabel(ev.Kind)
+	kind := broker.JobEventName(ev.Kind)
 	span.SetAttributes(
 		attribute.String("cronmesh.job.id", ev.GetJob().GetId()),
 		attribute.String("cronmesh.job_event.kind", kind),
@@ -323,26 +323,5 @@ func (c *Consumer) record(h inHand, res store.Result, now time.Time) {
 	}
 	if occur := h.ev.GetOccurTime(); occur.IsValid() {
 		c.metrics.lag.Observe(max(now.Sub(occur.AsTime()).Seconds(), 0))
-	}
-}
-
-// kindLabel is the metric label of an event kind: "created", "updated",
-// "deleted", "paused", "resumed", "run_requested" or "unknown".
-func kindLabel(k eventsv1.JobEventKind) string {
-	switch k {
-	case eventsv1.JobEventKind_JOB_EVENT_KIND_CREATED:
-		return "created"
-	case eventsv1.JobEventKind_JOB_EVENT_KIND_UPDATED:
-		return "updated"
-	case eventsv1.JobEventKind_JOB_EVENT_KIND_DELETED:
-		return "deleted"
-	case eventsv1.JobEventKind_JOB_EVENT_KIND_PAUSED:
-		return "paused"
-	case eventsv1.JobEventKind_JOB_EVENT_KIND_RESUMED:
-		return "resumed"
-	case eventsv1.JobEventKind_JOB_EVENT_KIND_RUN_REQUESTED:
-		return "run_requested"
-	default:
-		return "unknown"
 	}
 }

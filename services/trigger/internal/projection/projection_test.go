@@ -28,7 +28,6 @@ import (
 	eventsv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/events/v1"
 	registryv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1"
 	"github.com/cronmesh/cronmesh/libs/broker"
-	"github.com/cronmesh/cronmesh/libs/migrate"
 	"github.com/cronmesh/cronmesh/libs/testkit/amqptest"
 	"github.com/cronmesh/cronmesh/libs/testkit/pgtest"
 	"github.com/cronmesh/cronmesh/services/trigger/internal/projection"
@@ -69,11 +68,7 @@ func start(t *testing.T, opts ...option) *harness {
 // and the publisher.
 func newHarness(t *testing.T) *harness {
 	t.Helper()
-	pool, schema := pgtest.New(t)
-	migrations, err := store.Migrations()
-	require.NoError(t, err)
-	_, err = migrate.ApplyAll(t.Context(), pool, schema, migrations)
-	require.NoError(t, err)
+	pool, _ := pgtest.Migrated(t, store.Migrations)
 	st, err := store.New(store.Options{Pool: pool, Partitions: 4, DispatchExchange: "test.dispatch"})
 	require.NoError(t, err)
 
@@ -170,22 +165,7 @@ func (h *harness) publishEvent(t *testing.T, ctx context.Context, ev *eventsv1.J
 	t.Helper()
 	payload, err := proto.Marshal(ev)
 	require.NoError(t, err)
-	h.publish(t, ctx, "job."+kindName(ev.Kind), ev.EventId, payload)
-}
-
-func kindName(k eventsv1.JobEventKind) string {
-	switch k {
-	case eventsv1.JobEventKind_JOB_EVENT_KIND_CREATED:
-		return "created"
-	case eventsv1.JobEventKind_JOB_EVENT_KIND_UPDATED:
-		return "updated"
-	case eventsv1.JobEventKind_JOB_EVENT_KIND_PAUSED:
-		return "paused"
-	case eventsv1.JobEventKind_JOB_EVENT_KIND_RUN_REQUESTED:
-		return "run_requested"
-	default:
-		return "other"
-	}
+	h.publish(t, ctx, broker.JobRoutingKey(ev.Kind), ev.EventId, payload)
 }
 
 // metric returns the value of a counter (with labels) or the sample count
