@@ -146,7 +146,14 @@ func TestOverlapSkip(t *testing.T) {
 	ev := e.waitFor(s[1].ExecutionId, skipped, 0)
 	require.Equal(t, "skipped: execution "+s[0].ExecutionId+" of this job is still in progress", ev.Reason)
 	require.Equal(t, s[1].NominalTime.AsTime(), ev.NominalTime.AsTime())
-	// A republished copy is a duplicate of a completed execution.
+	// A republished copy is a duplicate of a completed execution, once its
+	// completion is recorded (after its SKIPPED event is confirmed: a
+	// copy arriving before that is judged again, and skipped again).
+	require.Eventually(t, func() bool {
+		done, err := e.store.Completed(t.Context(), []store.AttemptRef{{ExecutionID: s[1].ExecutionId, Attempt: s[1].Attempt}})
+		require.NoError(t, err)
+		return done[0]
+	}, 30*time.Second, 5*time.Millisecond, "the skip is recorded")
 	e.dispatch(amqp091.Table{outbox.PossibleDuplicateHeader: "1"}, s[1])
 	require.Eventually(t, func() bool { return metric(t, r.reg, "duplicates_skipped_total") == 1 }, 30*time.Second, 5*time.Millisecond)
 
