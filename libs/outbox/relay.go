@@ -69,9 +69,13 @@ type RelayOptions struct {
 	// the service name are the caller's business: wrap with
 	// prometheus.WrapRegistererWith.
 	Metrics prometheus.Registerer
-	// BatchSize is the number of rows read per poll. A grouped row of
-	// [WriteGrouped] counts one, so a poll may carry up to
-	// MaxGroupMessages times as many messages. Default 1000.
+	// BatchSize bounds the messages read per poll: rows are taken while
+	// their messages (a grouped row of [WriteGrouped] counts each of its
+	// own, from its [GroupHeader]) fit, and at least one row. A cycle then
+	// publishes about as many messages whether the rows are grouped or
+	// not, so it ends within the staleness bound of its read, which would
+	// flag its late messages possible duplicates (see
+	// [PossibleDuplicateHeader]). Default 1000.
 	BatchSize int
 	// Lanes is the number of concurrent publishers. Rows are assigned to a
 	// lane by a hash of their aggregate id, so one aggregate always uses one
@@ -733,15 +737,24 @@ func (r *Relay) fetch(ctx context.Context, epochs map[int]int64) (_ []row, full 
 	defer rs.Close()
 	rows := make([]row, 0, r.batchSize)
 	perOwned := map[int]int{}
+	messages := 0
 	for rs.Next() {
 		var rw row
-		dest := []any{&rw.id, &rw.aggregateID, &rw.routingKey, &rw.messageID, &rw.payload, &rw.headers, &rw.createdAt, &dbNow}
+		var at time.Time
+		dest := []any{&rw.id, &rw.aggregateID, &rw.routingKey, &rw.messageID, &rw.payload, &rw.headers, &rw.createdAt, &at}
 		if r.ownership != nil {
 			dest = append(dest, &rw.partition)
 		}
 		if err := rs.Scan(dest...); err != nil {
 			return nil, false, time.Time{}, fmt.Errorf("outbox: scan row: %w", err)
 		}
+		n := messagesOfRow(rw.headers)
+		if len(rows) > 0 && messages+n > r.batchSize {
+			// Left for the next poll, as rows never read: not suspect.
+			return rows, true, dbNow, nil
+		}
+		messages += n
+		dbNow = at
 		rows = append(rows, rw)
 		if r.ownership != nil {
 			perOwned[rw.partition]++
@@ -752,6 +765,18 @@ func (r *Relay) fetch(ctx context.Context, epochs map[int]int64) (_ []row, full 
 		return nil, false, time.Time{}, fmt.Errorf("outbox: read batch: %w", err)
 	}
 	return rows, full || len(rows) == r.batchSize, dbNow, nil
+}
+
+// messagesOfRow is how many messages a row holds: a grouped row's count
+// from its [GroupHeader], 1 for any other row (or a count that does not
+// parse, which the relay then reports when it decodes the row).
+func messagesOfRow(headers map[string]string) int {
+	if v, ok := headers[GroupHeader]; ok {
+		if n, err := strconv.Atoi(v); err == nil && n > 0 {
+			return n
+		}
+	}
+	return 1
 }
 
 // takeDueAt removes [DueAtHeader] from headers and returns the due time

@@ -1,6 +1,7 @@
 package outbox
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -802,4 +803,36 @@ func TestRelayStopsAtAnUndecodableGroupedRow(t *testing.T) {
 	r.Notify()
 	waitEmpty(t, pool, 10*time.Second)
 	require.Zero(t, checkOrder(t, after, amqptest.Drain(t, top.queue)))
+}
+
+// TestFetchBoundsTheMessagesOfAPoll: a poll takes rows while their
+// messages fit BatchSize, a grouped row counting each of its own, and at
+// least one row; a poll cut short says so (full), so the next one follows
+// at once. The rows it leaves are read by the next poll as if never read.
+func TestFetchBoundsTheMessagesOfAPoll(t *testing.T) {
+	t.Parallel()
+	pool := testPool(t)
+	for i := range 5 {
+		writeGrouped(t, pool, seqMessages(fmt.Sprintf("poll%d", i), 1, 8)...)
+	}
+	require.Equal(t, 5, countRows(t, pool))
+	for _, tt := range []struct {
+		batch, rows int
+		full        bool
+	}{
+		{batch: 4, rows: 1, full: true}, // one row of 8: more than the bound, but at least one
+		{batch: 8, rows: 1, full: true},
+		{batch: 17, rows: 2, full: true},
+		{batch: 40, rows: 5, full: false},
+		{batch: 1000, rows: 5, full: false},
+	} {
+		r, _ := newRelay(t, RelayOptions{Pool: pool, Publisher: &fakePublisher{}, BatchSize: tt.batch})
+		rows, full, _, err := r.fetch(t.Context(), nil)
+		require.NoError(t, err)
+		require.Len(t, rows, tt.rows, "BatchSize %d", tt.batch)
+		require.Equal(t, tt.full, full, "BatchSize %d", tt.batch)
+		for _, rw := range rows {
+			require.Equal(t, 8, messagesOfRow(rw.headers))
+		}
+	}
 }
