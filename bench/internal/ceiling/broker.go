@@ -9,6 +9,8 @@ import (
 	"time"
 
 	amqp091 "github.com/rabbitmq/amqp091-go"
+
+	"github.com/cronmesh/cronmesh/bench/internal/pause"
 )
 
 // BrokerOptions configure the broker measurement.
@@ -155,11 +157,11 @@ func Broker(ctx context.Context, o BrokerOptions) (BrokerResult, error) {
 	}
 
 	result := BrokerResult{}
-	if err := sleep(ctx, 2*time.Second); err != nil {
+	if err := pause.For(ctx, 2*time.Second); err != nil {
 		return result, err
 	}
 	p0, c0, t0 := published.Load(), consumed.Load(), time.Now()
-	if err := sleep(ctx, o.Duration); err != nil {
+	if err := pause.For(ctx, o.Duration); err != nil {
 		return result, err
 	}
 	result = BrokerResult{Published: int(published.Load() - p0), Consumed: int(consumed.Load() - c0), Elapsed: time.Since(t0)}
@@ -171,15 +173,4 @@ func Broker(ctx context.Context, o BrokerOptions) (BrokerResult, error) {
 	default:
 	}
 	return result, nil
-}
-
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
 }

@@ -11,6 +11,8 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/cronmesh/cronmesh/bench/internal/pause"
 )
 
 // DatabaseOptions configure the PostgreSQL measurement.
@@ -105,11 +107,11 @@ func Database(ctx context.Context, o DatabaseOptions) (DatabaseResult, error) {
 			}
 		})
 	}
-	if err := sleep(ctx, 2*time.Second); err != nil {
+	if err := pause.For(ctx, 2*time.Second); err != nil {
 		return DatabaseResult{}, err
 	}
 	r0, c0, t0 := rows.Load(), commits.Load(), time.Now()
-	if err := sleep(ctx, o.Duration); err != nil {
+	if err := pause.For(ctx, o.Duration); err != nil {
 		return DatabaseResult{}, err
 	}
 	result := DatabaseResult{Rows: int(rows.Load() - r0), Commits: int(commits.Load() - c0), Elapsed: time.Since(t0), Batch: o.Batch}

@@ -196,6 +196,55 @@ type State struct {
 	Open map[IncidentKey]*time.Time
 	// Streaks has the streak of every job StreakQuery named.
 	Streaks map[string]Streak
+	// Manual has the last manual resolution of the keys the decision
+	// opens, where a person resolved an incident of the key by hand.
+	// It only ever drops an opening or rewrites its summary, so the store
+	// decides once without it, reads the manual resolutions of the keys
+	// that decision opens (one look-up each, none in the usual batch that
+	// opens nothing), and decides again with them.
+	Manual map[IncidentKey]Manual
+}
+
+// Manual is the last manual resolution of an incident of a (rule, job).
+// The slots at or before it count no more towards the rule, so the
+// resolution is not undone by the very failures it dismissed; compared
+// with the slots' nominal times, so that a retry of an old slot failing
+// after the resolution does not count either.
+type Manual struct {
+	// At is when the incident was resolved by hand.
+	At time.Time
+	// Streak is, for a consecutive-failure rule, the job's streak as the
+	// rule counts it (skipped executions too when it counts them), up to
+	// its count, of the slots after both At and the job's latest success.
+	Streak int
+}
+
+// Dismissed reports a slot that a manual resolution at cut (nil: none)
+// dismissed: one at or before it. Such a slot opens no incident of the
+// resolved key; the watchdog's missed slots are judged by it too.
+func Dismissed(slot time.Time, cut *time.Time) bool {
+	return cut != nil && !slot.After(*cut)
+}
+
+// afterManual is what the last manual resolution m of its key leaves of
+// an opening: a consecutive-failure rule opens only when the streak since
+// the resolution reaches its count again (and says so), and no incident
+// opens on a dismissed slot.
+func afterManual(o Open, m Manual) (Open, bool) {
+	if o.Rule.Kind == ConsecutiveFailures {
+		if m.Streak < o.Rule.Count {
+			return o, false
+		}
+		what := "failed"
+		if o.Rule.CountSkipped {
+			what = "failed or were skipped"
+		}
+		o.Summary = fmt.Sprintf("%d executions in a row %s since the last incident was resolved by hand", m.Streak, what)
+	}
+	if Dismissed(o.Slot, &m.At) {
+		return o, false
+	}
+	return o, true
 }
 
 // Resolve is an open incident to resolve.
@@ -234,6 +283,10 @@ type Decision struct {
 //   - for a missed-schedule rule only the batch's latest slot of the job
 //     counts: missed or fired later than the tolerance opens, fired on
 //     time resolves an incident of that slot or earlier.
+//
+// Last, an opening of a key a person resolved by hand (st.Manual) must
+// survive that resolution: it opens nothing on a slot at or before it,
+// and a consecutive-failure rule counts only the failures after it.
 //
 // It opens at most one incident per key and none for a key that stays
 // open, and resolves each open key at most once. The order is fixed
@@ -342,8 +395,17 @@ func Decide(events []Event, st State) Decision {
 		if open[k] {
 			continue
 		}
-		d.Open = append(d.Open, o)
+		// The key's first opening of the batch is the one judged against
+		// its manual resolution: a later one of the key does not stand in
+		// for it when it is dropped.
 		open[k] = true
+		if m, ok := st.Manual[k]; ok {
+			var keep bool
+			if o, keep = afterManual(o, m); !keep {
+				continue
+			}
+		}
+		d.Open = append(d.Open, o)
 	}
 	return d
 }

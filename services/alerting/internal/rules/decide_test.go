@@ -69,7 +69,7 @@ var (
 // Dedupe with every opening event fresh but those in recorded, then
 // Decide. It returns the decision as lines "resolve RULE JOB: reason" and
 // "open RULE JOB @SLOT: summary".
-func decide(t *testing.T, set []*rules.Rule, batch []*eventsv1.ExecutionEvent, recorded []string, open map[rules.IncidentKey]*time.Time, streaks map[string]rules.Streak) []string {
+func decide(t *testing.T, set []*rules.Rule, batch []*eventsv1.ExecutionEvent, recorded []string, open map[rules.IncidentKey]*time.Time, streaks map[string]rules.Streak, manual map[rules.IncidentKey]rules.Manual) []string {
 	t.Helper()
 	events := rules.Relevant(batch, rules.NewSet(set))
 	fresh := map[rules.EventKey]bool{}
@@ -84,7 +84,7 @@ func decide(t *testing.T, set []*rules.Rule, batch []*eventsv1.ExecutionEvent, r
 		}
 	}
 	events, _ = rules.Dedupe(events, fresh)
-	d := rules.Decide(events, rules.State{Open: open, Streaks: streaks})
+	d := rules.Decide(events, rules.State{Open: open, Streaks: streaks, Manual: manual})
 	var out []string
 	for _, r := range d.Resolve {
 		out = append(out, fmt.Sprintf("resolve %s %s: %s", r.Key.Rule, r.Key.Job, r.Reason))
@@ -110,6 +110,7 @@ func TestDecide(t *testing.T) {
 		recorded []string // execution ids whose opening events were counted before
 		open     map[rules.IncidentKey]*time.Time
 		streaks  map[string]rules.Streak
+		manual   map[rules.IncidentKey]rules.Manual
 		want     []string
 	}{
 		{
@@ -312,11 +313,89 @@ func TestDecide(t *testing.T) {
 			streaks: map[string]rules.Streak{"b": {Failed: 3}, "c": {Failed: 3}},
 			want:    []string{"resolve f3 a: the job succeeded", "open f3 b @3: 3 executions in a row failed"},
 		},
+		// Resolved by hand: the slots at or before the resolution are
+		// dismissed, and a failure streak counts again from it.
+		{
+			name:    "after a manual resolution a streak below the count since opens nothing",
+			rules:   []*rules.Rule{failures3},
+			batch:   []*eventsv1.ExecutionEvent{ev("a", 5, "fail")},
+			streaks: map[string]rules.Streak{"a": {Failed: 5}},
+			manual:  map[rules.IncidentKey]rules.Manual{{Rule: "f3", Job: "a"}: {At: slot(3), Streak: 2}},
+		},
+		{
+			name:    "after a manual resolution the count reached again opens, saying so",
+			rules:   []*rules.Rule{failures3},
+			batch:   []*eventsv1.ExecutionEvent{ev("a", 6, "fail")},
+			streaks: map[string]rules.Streak{"a": {Failed: 6}},
+			manual:  map[rules.IncidentKey]rules.Manual{{Rule: "f3", Job: "a"}: {At: slot(3), Streak: 3}},
+			want:    []string{"open f3 a @6: 3 executions in a row failed since the last incident was resolved by hand"},
+		},
+		{
+			name:    "after a manual resolution skipped executions count again when the rule counts them",
+			rules:   []*rules.Rule{failures2sk},
+			batch:   []*eventsv1.ExecutionEvent{ev("a", 5, "skip")},
+			streaks: map[string]rules.Streak{"a": {Failed: 1, FailedOrSkipped: 4}},
+			manual:  map[rules.IncidentKey]rules.Manual{{Rule: "f2s", Job: "a"}: {At: slot(3), Streak: 2}},
+			want:    []string{"open f2s a @5: 2 executions in a row failed or were skipped since the last incident was resolved by hand"},
+		},
+		{
+			name:    "a streak whose latest slot is at or before the manual resolution opens nothing",
+			rules:   []*rules.Rule{failures3},
+			batch:   []*eventsv1.ExecutionEvent{ev("a", 3, "fail")},
+			streaks: map[string]rules.Streak{"a": {Failed: 5}},
+			manual:  map[rules.IncidentKey]rules.Manual{{Rule: "f3", Job: "a"}: {At: slot(3), Streak: 3}},
+		},
+		{
+			name:   "a dead letter or missed slot at or before the manual resolution opens nothing; one after it opens",
+			rules:  []*rules.Rule{dead, missed10s},
+			batch:  []*eventsv1.ExecutionEvent{ev("a", 3, "dead"), ev("b", 3, "missed"), ev("c", 4, "dead")},
+			manual: map[rules.IncidentKey]rules.Manual{{Rule: "d", Job: "a"}: {At: slot(3)}, {Rule: "m", Job: "b"}: {At: slot(3).Add(time.Second)}, {Rule: "d", Job: "c"}: {At: slot(3)}},
+			want:   []string{"open d c @4: an execution was dead-lettered: dead reason"},
+		},
+		{
+			name:   "the manual resolution of another rule or job changes nothing",
+			rules:  []*rules.Rule{dead, missed10s},
+			batch:  []*eventsv1.ExecutionEvent{ev("a", 3, "dead")},
+			manual: map[rules.IncidentKey]rules.Manual{{Rule: "m", Job: "a"}: {At: slot(9)}, {Rule: "d", Job: "b"}: {At: slot(9)}},
+			want:   []string{"open d a @3: an execution was dead-lettered: dead reason"},
+		},
+		{
+			name:   "the key's first opening of the batch is the one judged: a later one does not stand in for it",
+			rules:  []*rules.Rule{dead},
+			batch:  []*eventsv1.ExecutionEvent{ev("a", 2, "dead"), ev("a", 5, "dead")},
+			manual: map[rules.IncidentKey]rules.Manual{{Rule: "d", Job: "a"}: {At: slot(3)}},
+		},
+		{
+			name:   "a manual resolution drops no resolve",
+			rules:  []*rules.Rule{failures3},
+			batch:  []*eventsv1.ExecutionEvent{ev("a", 4, "ok")},
+			open:   map[rules.IncidentKey]*time.Time{{Rule: "f3", Job: "a"}: at(3)},
+			manual: map[rules.IncidentKey]rules.Manual{{Rule: "f3", Job: "a"}: {At: slot(9)}},
+			want:   []string{"resolve f3 a: the job succeeded"},
+		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			require.Equal(t, tc.want, decide(t, tc.rules, tc.batch, tc.recorded, tc.open, tc.streaks))
+			require.Equal(t, tc.want, decide(t, tc.rules, tc.batch, tc.recorded, tc.open, tc.streaks, tc.manual))
 		})
+	}
+}
+
+func TestDismissed(t *testing.T) {
+	t.Parallel()
+	cut := slot(3)
+	for _, tc := range []struct {
+		name string
+		slot time.Time
+		cut  *time.Time
+		want bool
+	}{
+		{"never resolved by hand", slot(1), nil, false},
+		{"a slot before the resolution", slot(2), &cut, true},
+		{"the slot of the resolution's time", slot(3), &cut, true},
+		{"a slot after it", slot(3).Add(time.Nanosecond), &cut, false},
+	} {
+		require.Equal(t, tc.want, rules.Dismissed(tc.slot, tc.cut), tc.name)
 	}
 }
 

@@ -292,6 +292,16 @@ func (s *Store) evaluate(ctx context.Context, tx pgx.Tx, events []rules.Event, n
 	}
 
 	d := rules.Decide(events, st)
+	if len(d.Open) > 0 {
+		// Decide again with the manual resolutions of what it opens: they
+		// only drop openings or rewrite their summaries (rules.State).
+		if st.Manual, err = loadManual(ctx, tx, d.Open); err != nil {
+			return err
+		}
+		if len(st.Manual) > 0 {
+			d = rules.Decide(events, st)
+		}
+	}
 	for _, r := range d.Resolve {
 		n, err := s.resolve(ctx, tx, incidentIDs[r.Key], r.Reason, "", now)
 		if err != nil {
@@ -300,32 +310,6 @@ func (s *Store) evaluate(ctx context.Context, tx pgx.Tx, events []rules.Event, n
 		res.Resolved += n
 	}
 	for _, o := range d.Open {
-		if o.Rule.Kind == rules.ConsecutiveFailures {
-			// After a manual resolution the streak starts again: count
-			// only the failures after it.
-			ruleID, err := uuid.Parse(o.Rule.ID)
-			if err != nil {
-				return err
-			}
-			cut, err := manualCut(ctx, tx, ruleID, o.Ev.GetJobId())
-			if err != nil {
-				return err
-			}
-			if cut != nil {
-				n, err := streakAfter(ctx, tx, o.Rule, o.Ev.GetJobId(), *cut)
-				if err != nil {
-					return err
-				}
-				if n < o.Rule.Count {
-					continue
-				}
-				what := "failed"
-				if o.Rule.CountSkipped {
-					what = "failed or were skipped"
-				}
-				o.Summary = fmt.Sprintf("%d executions in a row %s since the last incident was resolved by hand", n, what)
-			}
-		}
 		opened, err := s.open(ctx, tx, o.Rule, o.Ev.GetNamespace(), o.Ev.GetJobId(), o.Ev.GetJobDisplayName(), &o.Slot, o.Summary, now)
 		if err != nil {
 			return err
@@ -335,6 +319,35 @@ func (s *Store) evaluate(ctx context.Context, tx pgx.Tx, events []rules.Event, n
 		}
 	}
 	return nil
+}
+
+// loadManual reads, for each key opens would open, when an incident of it
+// was last resolved by hand and, for a consecutive-failure rule, the
+// job's streak since then (rules.Manual); keys never resolved by hand are
+// left out.
+func loadManual(ctx context.Context, tx pgx.Tx, opens []rules.Open) (map[rules.IncidentKey]rules.Manual, error) {
+	manual := map[rules.IncidentKey]rules.Manual{}
+	for _, o := range opens {
+		ruleID, err := uuid.Parse(o.Rule.ID)
+		if err != nil {
+			return nil, err
+		}
+		cut, err := manualCut(ctx, tx, ruleID, o.Ev.GetJobId())
+		if err != nil {
+			return nil, err
+		}
+		if cut == nil {
+			continue
+		}
+		m := rules.Manual{At: *cut}
+		if o.Rule.Kind == rules.ConsecutiveFailures {
+			if m.Streak, err = streakAfter(ctx, tx, o.Rule, o.Ev.GetJobId(), *cut); err != nil {
+				return nil, err
+			}
+		}
+		manual[rules.IncidentKey{Rule: o.Rule.ID, Job: o.Ev.GetJobId()}] = m
+	}
+	return manual, nil
 }
 
 // loadStreaks counts the failure streaks of the jobs rules.StreakQuery
@@ -389,6 +402,8 @@ func loadStreaks(ctx context.Context, tx pgx.Tx, events []rules.Event) (map[stri
 
 // open opens an incident for (rule, job) unless one is open, and queues a
 // notification to each of the rule's channels; opened says whether it did.
+// Whether a manual resolution dismissed the slot is the caller's to
+// decide first (rules.Decide, rules.Dismissed).
 func (s *Store) open(ctx context.Context, tx pgx.Tx, r *rules.Rule, ns, job, jobName string, slot *time.Time, summary string, now time.Time) (bool, error) {
 	id, err := uuid.NewV7()
 	if err != nil {
@@ -397,16 +412,6 @@ func (s *Store) open(ctx context.Context, tx pgx.Tx, r *rules.Rule, ns, job, job
 	ruleID, err := uuid.Parse(r.ID)
 	if err != nil {
 		return false, err
-	}
-	if slot != nil {
-		cut, err := manualCut(ctx, tx, ruleID, job)
-		if err != nil {
-			return false, err
-		}
-		if cut != nil && !slot.After(*cut) {
-			// The slot is part of what a person resolved by hand.
-			return false, nil
-		}
 	}
 	tag, err := tx.Exec(ctx, `
 		INSERT INTO incidents (id, namespace, rule_id, job_id, job_display_name, kind, state, summary, slot_time, open_time)
@@ -427,10 +432,7 @@ func (s *Store) open(ctx context.Context, tx pgx.Tx, r *rules.Rule, ns, job, job
 }
 
 // manualCut is when an incident of (rule, job) was last resolved by hand,
-// nil if never: the slots at or before it count no more towards the rule,
-// so the resolution is not undone by the very failures it dismissed.
-// Compared with slots' nominal times, so a retry of an old slot that fails
-// after the resolution does not count either.
+// nil if never: what rules.Manual and rules.Dismissed judge openings by.
 func manualCut(ctx context.Context, tx pgx.Tx, ruleID uuid.UUID, job string) (*time.Time, error) {
 	var cut *time.Time
 	err := tx.QueryRow(ctx, `SELECT max(resolve_time) FROM incidents WHERE rule_id = $1 AND job_id = $2 AND resolved_by <> ''`,

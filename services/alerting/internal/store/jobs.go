@@ -590,6 +590,17 @@ func (s *Store) watchOne(ctx context.Context, tx pgx.Tx, set *rules.Set, j watch
 		}
 		missed = true
 		slot := j.next
+		ruleID, err := uuid.Parse(r.ID)
+		if err != nil {
+			return nil, nil, 0, false, err
+		}
+		cut, err := manualCut(ctx, tx, ruleID, j.id)
+		if err != nil {
+			return nil, nil, 0, false, err
+		}
+		if rules.Dismissed(slot, cut) {
+			continue // part of what a person resolved by hand
+		}
 		summary := fmt.Sprintf("no execution for the slot at %s within %s: the trigger tier may be down or stuck",
 			slot.UTC().Format(time.RFC3339), r.Tolerance)
 		ok, err := s.open(ctx, tx, r, j.namespace, j.id, j.name, &slot, summary, now)
@@ -621,6 +632,14 @@ func (s *Store) watchOne(ctx context.Context, tx pgx.Tx, set *rules.Set, j watch
 // the latest of its last success, its creation, the rule's creation and
 // the last manual resolution of an incident of the rule and job), up to
 // limit per rule.
+//
+// The manual resolution's part stays in the query, not in rules.Decide:
+// the sweep is not a decision on a batch of events but a search of every
+// job the rule watches, and the window's start (greatest of the four
+// times) is what lets PostgreSQL return only the jobs past their window,
+// LIMIT bounded, instead of every watched job to be judged in Go each
+// sweep. Its incidents have no slot, so rules.Dismissed has nothing to
+// judge there.
 func (s *Store) NoSuccess(ctx context.Context, set *rules.Set, now time.Time, limit int) (int, error) {
 	opened := 0
 	for _, r := range set.All() {
