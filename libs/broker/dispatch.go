@@ -45,6 +45,19 @@ func RetryTierQueue(queuePrefix string, tier time.Duration) string {
 	return fmt.Sprintf("%s.%dms", queuePrefix, tier.Milliseconds())
 }
 
+// DefaultRetryTiers returns the dispatcher's delay tiers unless configured
+// otherwise: one delay queue each, from 1 s to 24 h, so that any backoff
+// the registry accepts (1 s to 24 h) lands on a tier at most 2.5 times
+// (usually much less) longer. Here beside RetryTiers, so that what tears
+// a mesh down (libs/meshrun) names the same queues the dispatcher declared.
+func DefaultRetryTiers() []time.Duration {
+	return []time.Duration{
+		time.Second, 2 * time.Second, 5 * time.Second, 10 * time.Second, 30 * time.Second,
+		time.Minute, 2 * time.Minute, 5 * time.Minute, 10 * time.Minute, 30 * time.Minute,
+		time.Hour, 2 * time.Hour, 6 * time.Hour, 12 * time.Hour, 24 * time.Hour,
+	}
+}
+
 // RetryTiers are the delay queues: one per tier, each with x-message-ttl =
 // the tier and a dead-letter exchange back to dispatchExchange. A queue per
 // tier, not a TTL per message, because RabbitMQ expires messages only at a

@@ -26,6 +26,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/cronmesh/cronmesh/libs/broker"
 )
 
 // Services returns the mesh's service binaries in the order Start starts
@@ -89,7 +91,8 @@ type Options struct {
 	// log level and shutdown timeout, and three trigger nodes unless
 	// TriggerNodes says otherwise. The benchmarks measure the product this
 	// way; tests keep meshrun's quicker choices. Partitions, LeaseTTL,
-	// RetryTiers and LogLevel are ignored.
+	// RetryTiers and LogLevel are ignored (RetryTiers becomes the
+	// dispatcher's default, broker.DefaultRetryTiers).
 	AsDev bool
 }
 
@@ -151,6 +154,9 @@ func Start(ctx context.Context, opts Options) (*Mesh, error) {
 	}
 	if opts.AsDev {
 		opts.TriggerNodes = cmp.Or(opts.TriggerNodes, 3)
+		// Not passed to the dispatcher, which declares its own default
+		// tiers: Cleanup deletes their queues.
+		opts.RetryTiers = broker.DefaultRetryTiers()
 	}
 	opts.TriggerNodes = cmp.Or(opts.TriggerNodes, 2)
 	opts.Partitions = cmp.Or(opts.Partitions, 16)

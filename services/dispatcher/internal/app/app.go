@@ -102,7 +102,7 @@ func (c *Config) Register(fs *flag.FlagSet) {
 	fs.StringVar(&c.DispatchQueue, "dispatch-queue", pipeline.DefaultDispatchQueue, "prefix of the per-priority dispatch queues (<prefix>.high, .normal, .low)")
 	fs.StringVar(&c.RetryExchange, "retry-exchange", pipeline.DefaultRetryExchange, "exchange of the delay tiers")
 	fs.StringVar(&c.RetryQueue, "retry-queue", pipeline.DefaultRetryQueue, "prefix of the delay tier queues (<prefix>.<ms>ms)")
-	c.RetryTiers = pipeline.DefaultRetryTiers()
+	c.RetryTiers = broker.DefaultRetryTiers()
 	fs.Var(&c.RetryTiers, "retry-tiers", "comma-separated delay tiers (Go durations, whole milliseconds); a retry waits in the smallest tier not shorter than its backoff")
 	fs.StringVar(&c.DeadExchange, "dead-exchange", pipeline.DefaultDeadExchange, "exchange of dead letters")
 	fs.StringVar(&c.DeadQueue, "dead-queue", pipeline.DefaultDeadQueue, "queue of dead letters, drained into the dead-letter store")

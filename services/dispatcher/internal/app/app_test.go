@@ -546,7 +546,7 @@ func TestConfigFlags(t *testing.T) {
 	var cfg app.Config
 	cfg.Register(fs)
 	require.Equal(t, app.DefaultListen, cfg.Listen)
-	require.Equal(t, app.DurationList(pipeline.DefaultRetryTiers()), cfg.RetryTiers)
+	require.Equal(t, app.DurationList(broker.DefaultRetryTiers()), cfg.RetryTiers)
 	env := map[string]string{"CRONMESH_RETRY_TIERS": "1s, 250ms", "CRONMESH_ALLOW_NETWORKS": "127.0.0.0/8,::1"}
 	require.NoError(t, config.Parse(fs, []string{"--workers-high", "3"}, func(k string) (string, bool) { v, ok := env[k]; return v, ok }))
 	require.Equal(t, app.DurationList{time.Second, 250 * time.Millisecond}, cfg.RetryTiers)

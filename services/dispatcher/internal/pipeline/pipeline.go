@@ -141,7 +141,7 @@ type Options struct {
 	DeadQueue          string
 	ExecutionsExchange string
 	// RetryTiers are the delay queues, each a whole number of
-	// milliseconds, distinct and positive. Default DefaultRetryTiers. The
+	// milliseconds, distinct and positive. Default broker.DefaultRetryTiers. The
 	// tiers of a deployment may grow but a tier's queue, once declared,
 	// keeps its TTL: change a tier by adding a new one.
 	RetryTiers []time.Duration
@@ -247,7 +247,7 @@ func New(opts Options) (*Pipeline, error) {
 	opts.DeadQueue = cmp.Or(opts.DeadQueue, DefaultDeadQueue)
 	opts.ExecutionsExchange = cmp.Or(opts.ExecutionsExchange, DefaultExecutionsExchange)
 	if len(opts.RetryTiers) == 0 {
-		opts.RetryTiers = DefaultRetryTiers()
+		opts.RetryTiers = broker.DefaultRetryTiers()
 	}
 	if err := validateTiers(opts.RetryTiers); err != nil {
 		return nil, err

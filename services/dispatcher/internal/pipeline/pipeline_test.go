@@ -19,6 +19,7 @@ import (
 	dispatcherv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/dispatcher/v1"
 	eventsv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/events/v1"
 	registryv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1"
+	"github.com/cronmesh/cronmesh/libs/broker"
 	"github.com/cronmesh/cronmesh/libs/testkit/amqptest"
 	"github.com/cronmesh/cronmesh/services/dispatcher/internal/deliver"
 	"github.com/cronmesh/cronmesh/services/dispatcher/internal/pipeline"
@@ -504,7 +505,7 @@ func TestNewValidates(t *testing.T) {
 				return
 			}
 			require.NoError(t, err)
-			require.Len(t, p.Bindings(), 3+len(pipeline.DefaultRetryTiers())+1)
+			require.Len(t, p.Bindings(), 3+len(broker.DefaultRetryTiers())+1)
 		})
 	}
 }

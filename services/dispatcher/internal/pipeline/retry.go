@@ -19,17 +19,6 @@ const (
 	DefaultPolicyMultiplier     = 2.0
 )
 
-// DefaultRetryTiers returns the delay tiers of production: one delay queue
-// each, from 1 s to 24 h, so that any backoff the registry accepts (1 s to
-// 24 h) lands on a tier at most 2.5 times (usually much less) longer.
-func DefaultRetryTiers() []time.Duration {
-	return []time.Duration{
-		time.Second, 2 * time.Second, 5 * time.Second, 10 * time.Second, 30 * time.Second,
-		time.Minute, 2 * time.Minute, 5 * time.Minute, 10 * time.Minute, 30 * time.Minute,
-		time.Hour, 2 * time.Hour, 6 * time.Hour, 12 * time.Hour, 24 * time.Hour,
-	}
-}
-
 // MaxRetries is the policy's number of retries after the first attempt:
 // DefaultPolicyMaxRetries when unset, 0 when negative. The registry caps
 // it at 10; the dispatcher honours whatever the request carries.

@@ -11,6 +11,7 @@ import (
 
 	dispatchv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/dispatch/v1"
 	registryv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1"
+	"github.com/cronmesh/cronmesh/libs/broker"
 	"github.com/cronmesh/cronmesh/services/dispatcher/internal/pipeline"
 )
 
@@ -107,7 +108,7 @@ func TestBackoff(t *testing.T) {
 
 func TestTier(t *testing.T) {
 	t.Parallel()
-	tiers := pipeline.DefaultRetryTiers()
+	tiers := broker.DefaultRetryTiers()
 	tests := []struct {
 		name  string
 		tiers []time.Duration
@@ -136,7 +137,7 @@ func TestTier(t *testing.T) {
 
 func TestRetryDelay(t *testing.T) {
 	t.Parallel()
-	tiers := pipeline.DefaultRetryTiers()
+	tiers := broker.DefaultRetryTiers()
 	small := []time.Duration{100 * time.Millisecond, 200 * time.Millisecond, 400 * time.Millisecond, 800 * time.Millisecond}
 	tests := []struct {
 		name       string
