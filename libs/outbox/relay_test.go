@@ -748,15 +748,19 @@ func TestRelayDeletesAGroupedRowOnlyOnceEveryMessageIsConfirmed(t *testing.T) {
 	require.Len(t, amqptest.Drain(t, top.queue), 1)
 
 	// A row of 40, then a row of 20 in the same partition: one lane, one
-	// chunk of 60, 10 of which are confirmed.
+	// chunk of 60, 10 of which are confirmed. One transaction writes both,
+	// so that no poll of the relay sees the first row alone.
 	first := seqMessages("first", 40, 1)
 	second := seqMessages("second", 20, 1)
+	tx, err := pool.Begin(t.Context())
+	require.NoError(t, err)
 	for _, msgs := range [][]Message{first, second} {
 		for i := range msgs {
 			msgs[i].Partition = 1
 		}
-		writeGrouped(t, pool, msgs...)
+		require.NoError(t, WriteGrouped(t.Context(), tx, msgs...))
 	}
+	require.NoError(t, tx.Commit(t.Context()))
 	require.Equal(t, 2, countRows(t, pool))
 	r.Notify()
 	require.EqualValues(t, 0, <-pub.returned, "the warm-up's call")
