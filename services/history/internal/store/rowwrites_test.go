@@ -178,12 +178,10 @@ func TestRowWritesPerExecution(t *testing.T) {
 		per := func(v int64) string { return fmt.Sprintf("%.2f", float64(v)/perScenario) }
 		fmt.Fprintf(&report, "%-32s %9s %9s %9s %9s %9s %9s %9s %9s\n", sc.name, per(c.execIns), per(c.execUpd), per(c.execHot),
 			per(c.attIns), per(c.attUpd), per(c.attHot), per(c.versions()), per(c.indexEntries()))
-		{
-			assert.Equal(t, sc.wantExec*perScenario, c.execIns, sc.name)
-			assert.Equal(t, sc.wantExecUpd*perScenario, c.execUpd, sc.name)
-			assert.Equal(t, sc.wantAtt*perScenario, c.attIns, sc.name)
-			assert.Equal(t, sc.wantAttUpd*perScenario, c.attUpd, sc.name)
-		}
+		assert.Equal(t, sc.wantExec*perScenario, c.execIns, sc.name)
+		assert.Equal(t, sc.wantExecUpd*perScenario, c.execUpd, sc.name)
+		assert.Equal(t, sc.wantAtt*perScenario, c.attIns, sc.name)
+		assert.Equal(t, sc.wantAttUpd*perScenario, c.attUpd, sc.name)
 	}
 	t.Log(report.String())
 }
