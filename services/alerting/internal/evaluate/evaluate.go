@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -140,7 +141,6 @@ func (e *Evaluator) Rules(ctx context.Context) (*rules.Set, error) {
 // counts an event once, whatever it sees again).
 func (e *Evaluator) Handle(ctx context.Context, msgs []*message.Message) ([]error, error) {
 	var errs []error
-	var events []*eventsv1.ExecutionEvent
 	byMessage := make([][]*eventsv1.ExecutionEvent, len(msgs))
 	for i, msg := range msgs {
 		batch := &eventsv1.ExecutionEventBatch{}
@@ -151,9 +151,9 @@ func (e *Evaluator) Handle(ctx context.Context, msgs []*message.Message) ([]erro
 			errs[i] = fmt.Errorf("%w: decode execution event batch: %v", broker.ErrPoison, err)
 			continue
 		}
-		events = append(events, batch.Events...)
 		byMessage[i] = batch.Events
 	}
+	events := slices.Concat(byMessage...)
 	if len(events) == 0 {
 		return errs, nil
 	}
