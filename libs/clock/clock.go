@@ -3,6 +3,7 @@
 package clock
 
 import (
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -15,6 +16,17 @@ type Clock interface {
 	Now() time.Time
 	// After returns a channel that receives the time once d has passed.
 	After(d time.Duration) <-chan time.Time
+	// AfterFunc calls f once d has passed, unless the Timer it returns is
+	// stopped first. Unlike After it holds no goroutine while it waits,
+	// and a stopped timer is gone: for a wait that usually ends early.
+	AfterFunc(d time.Duration, f func()) Timer
+}
+
+// Timer is a pending AfterFunc call.
+type Timer interface {
+	// Stop prevents the call if it has not started, and reports whether
+	// it did; false means the call has started (or was stopped before).
+	Stop() bool
 }
 
 // Real is the system clock.
@@ -26,16 +38,40 @@ func (Real) Now() time.Time { return time.Now() }
 // After returns time.After(d).
 func (Real) After(d time.Duration) <-chan time.Time { return time.After(d) }
 
+// AfterFunc returns time.AfterFunc(d, f): f runs in its own goroutine.
+func (Real) AfterFunc(d time.Duration, f func()) Timer { return time.AfterFunc(d, f) }
+
 // Fake is a manually advanced clock. Safe for concurrent use.
 type Fake struct {
 	mu      sync.Mutex
 	now     time.Time
 	waiters []waiter
+	timers  []*fakeTimer
 }
 
 type waiter struct {
 	at time.Time
 	ch chan time.Time
+}
+
+// fakeTimer is a pending AfterFunc of a Fake.
+type fakeTimer struct {
+	clock *Fake
+	at    time.Time
+	f     func()
+}
+
+// Stop removes the timer if it is pending.
+func (t *fakeTimer) Stop() bool {
+	t.clock.mu.Lock()
+	defer t.clock.mu.Unlock()
+	for i, p := range t.clock.timers {
+		if p == t {
+			t.clock.timers = append(t.clock.timers[:i], t.clock.timers[i+1:]...)
+			return true
+		}
+	}
+	return false
 }
 
 // NewFake returns a Fake clock reading now.
@@ -63,16 +99,35 @@ func (f *Fake) After(d time.Duration) <-chan time.Time {
 	return ch
 }
 
-// Advance moves the clock forward by d and fires every waiter now due.
+// AfterFunc calls f once the clock is advanced to or past now+d (at once
+// for d <= 0). Unlike time.AfterFunc, f runs on the goroutine that
+// advances the clock, before Advance or Set returns, so a test knows it
+// has run.
+func (f *Fake) AfterFunc(d time.Duration, fn func()) Timer {
+	t := &fakeTimer{clock: f, f: fn}
+	f.mu.Lock()
+	if d <= 0 {
+		f.mu.Unlock()
+		fn()
+		return t
+	}
+	t.at = f.now.Add(d)
+	f.timers = append(f.timers, t)
+	f.mu.Unlock()
+	return t
+}
+
+// Advance moves the clock forward by d and fires every waiter and timer
+// now due.
 func (f *Fake) Advance(d time.Duration) {
 	f.Set(f.Now().Add(d))
 }
 
 // Set moves the clock to t (which may be earlier, to test clock steps) and
-// fires every waiter now due.
+// fires every waiter and timer now due; the timers' functions run after
+// the clock is unlocked (they may read it), in the order they are due.
 func (f *Fake) Set(t time.Time) {
 	f.mu.Lock()
-	defer f.mu.Unlock()
 	f.now = t
 	kept := f.waiters[:0]
 	for _, w := range f.waiters {
@@ -83,6 +138,22 @@ func (f *Fake) Set(t time.Time) {
 		}
 	}
 	f.waiters = kept
+	var due []*fakeTimer
+	keptTimers := f.timers[:0]
+	for _, tm := range f.timers {
+		if !tm.at.After(t) {
+			due = append(due, tm)
+		} else {
+			keptTimers = append(keptTimers, tm)
+		}
+	}
+	clear(f.timers[len(keptTimers):])
+	f.timers = keptTimers
+	f.mu.Unlock()
+	slices.SortStableFunc(due, func(a, b *fakeTimer) int { return a.at.Compare(b.at) })
+	for _, tm := range due {
+		tm.f()
+	}
 }
 
 // Waiters is how many After channels are pending; tests use it to know a
@@ -91,6 +162,14 @@ func (f *Fake) Waiters() int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return len(f.waiters)
+}
+
+// Timers is how many AfterFunc timers are pending (neither due nor
+// stopped).
+func (f *Fake) Timers() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.timers)
 }
 
 // Offset is a clock that reads its base shifted by an offset that may be
@@ -116,6 +195,9 @@ func (o *Offset) Now() time.Time { return o.base.Now().Add(o.Offset()) }
 
 // After waits d on the base clock.
 func (o *Offset) After(d time.Duration) <-chan time.Time { return o.base.After(d) }
+
+// AfterFunc waits d on the base clock.
+func (o *Offset) AfterFunc(d time.Duration, f func()) Timer { return o.base.AfterFunc(d, f) }
 
 // Offset returns the current offset.
 func (o *Offset) Offset() time.Duration { return time.Duration(o.offset.Load()) }
