@@ -17,6 +17,7 @@ type metrics struct {
 	cancelled        prometheus.Counter
 	deadlineExceeded prometheus.Counter
 	events           prometheus.Counter
+	startedEvents    prometheus.Counter
 	eventBatches     prometheus.Counter
 	publishFailures  *prometheus.CounterVec
 	poison           prometheus.Counter
@@ -62,6 +63,8 @@ func newMetrics() metrics {
 			"Dispatch requests dead-lettered without an attempt because their execution's deadline (or, for a retry, the job's next slot) had passed; retries not scheduled for it count in dead_letters_total only."),
 		events: counter("events_published_total",
 			"Lifecycle events published (confirmed by the broker)."),
+		startedEvents: counter("started_events_total",
+			"STARTED events emitted: one per attempt with Options.StartedEventAfter zero, else one per attempt still running after it (compare with deliveries_total)."),
 		eventBatches: counter("event_batches_published_total",
 			"Broker messages carrying lifecycle events (ExecutionEventBatch)."),
 		publishFailures: counterVec("publish_failures_total",
@@ -97,7 +100,7 @@ func newMetrics() metrics {
 			"Active executions released by the sweep because they held their job past their bound (their end was never seen)."),
 	}
 	m.all = []prometheus.Collector{m.deliveries, m.duration, m.startDelay, m.inFlight, m.retries, m.deadLetters, m.cancelled, m.deadlineExceeded,
-		m.events, m.eventBatches, m.publishFailures, m.poison, m.cancelErrors, m.requeued, m.duplicates, m.lookUpsSkipped, m.recordErrors,
+		m.events, m.startedEvents, m.eventBatches, m.publishFailures, m.poison, m.cancelErrors, m.requeued, m.duplicates, m.lookUpsSkipped, m.recordErrors,
 		m.unrecorded, m.unrecordedDrops, m.batchRequests, m.overlap, m.overlapErrors, m.promoted, m.staleReleases}
 	return m
 }

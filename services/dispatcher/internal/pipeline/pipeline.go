@@ -56,11 +56,16 @@ const (
 	DefaultEventBatch      = 500
 	DefaultEventLinger     = 5 * time.Millisecond
 	DefaultEventPublishers = 4
-	DefaultDrainTimeout    = 15 * time.Second
-	DefaultPublishTimeout  = 30 * time.Second
-	DefaultCancelTimeout   = 2 * time.Second
-	DefaultBackoff         = 100 * time.Millisecond
-	DefaultMaxBackoff      = 5 * time.Second
+	// DefaultStartedEventAfter is the dispatcher flag's default of
+	// Options.StartedEventAfter: most attempts take milliseconds, so
+	// nearly none emits a STARTED event, and an attempt that takes a
+	// second or more still shows as running while it runs.
+	DefaultStartedEventAfter = time.Second
+	DefaultDrainTimeout      = 15 * time.Second
+	DefaultPublishTimeout    = 30 * time.Second
+	DefaultCancelTimeout     = 2 * time.Second
+	DefaultBackoff           = 100 * time.Millisecond
+	DefaultMaxBackoff        = 5 * time.Second
 	// DefaultRecordRetryInterval: a restarted database is seen within a
 	// second, before most relays have republished.
 	DefaultRecordRetryInterval = time.Second
@@ -166,6 +171,17 @@ type Options struct {
 	// EventPublishers is how many event batches are published at once.
 	// Default DefaultEventPublishers.
 	EventPublishers int
+	// StartedEventAfter is how long an attempt runs before its STARTED
+	// event is emitted; an attempt that ends sooner emits only its outcome
+	// event, which carries all a STARTED would (start time included).
+	// Every event costs each consumer (history, alerting, the registry) a
+	// decode and often a row write, and a STARTED that its outcome follows
+	// within milliseconds is stale before anyone reads it. A STARTED that
+	// is emitted is confirmed before the message is acknowledged, as the
+	// outcome is. Zero (not a default: it is a threshold) emits STARTED at
+	// the start of every attempt; the dispatcher's flag defaults to
+	// DefaultStartedEventAfter. Negative is invalid.
+	StartedEventAfter time.Duration
 
 	// DrainTimeout is how long, once Run's context ends, deliveries under
 	// way may take to finish; the ones still running then are interrupted
@@ -236,7 +252,8 @@ func New(opts Options) (*Pipeline, error) {
 		return nil, errors.New("pipeline: Deliverer is required")
 	case opts.Prefetch < 0 || opts.Workers.High < 0 || opts.Workers.Normal < 0 || opts.Workers.Low < 0 ||
 		opts.EventBatch < 0 || opts.EventPublishers < 0 || opts.DrainTimeout < 0 || opts.PublishTimeout < 0 ||
-		opts.CancelTimeout < 0 || opts.Backoff < 0 || opts.MaxBackoff < 0 || opts.UnrecordedCapacity < 0 || opts.RecordRetryInterval < 0 || opts.OverlapSweepInterval < 0:
+		opts.CancelTimeout < 0 || opts.Backoff < 0 || opts.MaxBackoff < 0 || opts.UnrecordedCapacity < 0 || opts.RecordRetryInterval < 0 || opts.OverlapSweepInterval < 0 ||
+		opts.StartedEventAfter < 0:
 		return nil, errors.New("pipeline: counts and durations must not be negative")
 	}
 	opts.DispatchExchange = cmp.Or(opts.DispatchExchange, DefaultDispatchExchange)
@@ -592,12 +609,15 @@ func (p *Pipeline) handle(ctx context.Context, priority, queue string, msg *mess
 	attemptCtx, release := p.track(ctx, ref)
 	defer release()
 	startTime := p.opts.Clock.Now()
-	started := p.emit(ctx, newEvent(eventsv1.ExecutionEventKind_EXECUTION_EVENT_KIND_STARTED, req, startTime, attemptInfo{start: startTime}, "", traceID))
+	announce := p.announceStart(ctx, req, startTime, traceID)
 	p.metrics.inFlight.Inc()
 	begin := time.Now()
 	p.metrics.startDelay.Observe(begin.Sub(taken).Seconds())
 	out := p.deliver(attemptCtx, req)
 	elapsed := time.Since(begin)
+	// From here on no STARTED is emitted: started is the confirm of the
+	// one that was (awaited with the outcome's), or nil.
+	started := announce.settle()
 	p.metrics.inFlight.Dec()
 	<-slots
 	// An attempt that succeeded as its cancel arrived stays a success.
@@ -750,12 +770,17 @@ func (p *Pipeline) deliver(ctx context.Context, req *dispatchv1.DispatchRequest)
 }
 
 // await waits for the events' confirms (and takes publishErr, the direct
-// publish's result, into account): ack when all are on the broker.
+// publish's result, into account): ack when all are on the broker. A nil
+// wait is an event that was not emitted (an attempt's STARTED, see
+// announceStart) and is skipped.
 func (p *Pipeline) await(ctx context.Context, span trace.Span, publishErr error, waits ...<-chan error) verdict {
 	timeout, cancel := context.WithTimeout(ctx, p.opts.PublishTimeout)
 	defer cancel()
 	errs := []error{publishErr}
 	for _, w := range waits {
+		if w == nil {
+			continue
+		}
 		select {
 		case err := <-w:
 			errs = append(errs, err)
