@@ -74,6 +74,10 @@ type Config struct {
 	EventBatch      int
 	EventLinger     time.Duration
 	EventPublishers int
+	// StartedEventAfter is how long an attempt runs before its STARTED
+	// event is emitted (pipeline.Options.StartedEventAfter); 0: at the
+	// start of every attempt.
+	StartedEventAfter time.Duration
 	// PublisherChannels is the channel pool of the publisher of retries,
 	// dead letters, events and redrives.
 	PublisherChannels int
@@ -115,6 +119,7 @@ func (c *Config) Register(fs *flag.FlagSet) {
 	fs.IntVar(&c.EventBatch, "event-batch", pipeline.DefaultEventBatch, "most lifecycle events in one broker message")
 	fs.DurationVar(&c.EventLinger, "event-linger", pipeline.DefaultEventLinger, "how long a batch of lifecycle events waits to fill (negative: not at all)")
 	fs.IntVar(&c.EventPublishers, "event-publishers", pipeline.DefaultEventPublishers, "event batches published at once")
+	fs.DurationVar(&c.StartedEventAfter, "started-event-after", pipeline.DefaultStartedEventAfter, "emit an attempt's STARTED event only once it has run this long (0: at the start of every attempt); a quicker attempt emits only its outcome, which carries its start, so consumers decode and write one event instead of two")
 	fs.IntVar(&c.PublisherChannels, "publisher-channels", DefaultPublisherChannels, "AMQP channels of the publisher of retries, dead letters, events and redrives")
 	fs.StringVar(&c.TargetAMQPURL, "target-amqp-url", "", "broker that AMQP targets publish to (default: --amqp-url); a separate vhost or a user allowed only the tenants' names keeps targets out of cronmesh's own topology at the broker too")
 	fs.Var(&c.TargetAMQPAllow, "target-amqp-allow", "comma-separated namespace=name or namespace=prefix* entries: AMQP names a namespace's targets may publish to besides its own <namespace>.* (same list as the registry's)")
@@ -310,6 +315,7 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger, opts ...Option) (
 		EventBatch:         cfg.EventBatch,
 		EventLinger:        cfg.EventLinger,
 		EventPublishers:    cfg.EventPublishers,
+		StartedEventAfter:  cfg.StartedEventAfter,
 		DrainTimeout:       cfg.ShutdownTimeout,
 		TracerProvider:     svc.Telemetry.TracerProvider,
 		Propagator:         svc.Telemetry.Propagator,

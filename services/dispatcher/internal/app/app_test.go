@@ -547,10 +547,12 @@ func TestConfigFlags(t *testing.T) {
 	cfg.Register(fs)
 	require.Equal(t, app.DefaultListen, cfg.Listen)
 	require.Equal(t, app.DurationList(broker.DefaultRetryTiers()), cfg.RetryTiers)
+	require.Equal(t, pipeline.DefaultStartedEventAfter, cfg.StartedEventAfter)
 	env := map[string]string{"CRONMESH_RETRY_TIERS": "1s, 250ms", "CRONMESH_ALLOW_NETWORKS": "127.0.0.0/8,::1"}
-	require.NoError(t, config.Parse(fs, []string{"--workers-high", "3"}, func(k string) (string, bool) { v, ok := env[k]; return v, ok }))
+	require.NoError(t, config.Parse(fs, []string{"--workers-high", "3", "--started-event-after", "0"}, func(k string) (string, bool) { v, ok := env[k]; return v, ok }))
 	require.Equal(t, app.DurationList{time.Second, 250 * time.Millisecond}, cfg.RetryTiers)
 	require.Equal(t, 3, cfg.HighWorkers)
+	require.Zero(t, cfg.StartedEventAfter, "0: STARTED at the start of every attempt")
 	require.Equal(t, config.StringList{"127.0.0.0/8", "::1"}, cfg.AllowNetworks)
 	require.Equal(t, "1s,250ms", cfg.RetryTiers.String())
 	require.Error(t, fs.Set("retry-tiers", "soon"))
