@@ -196,6 +196,52 @@ func TestDeadLetteredAndLateSlots(t *testing.T) {
 	require.Contains(t, incs[0].Summary, "missed")
 }
 
+// TestSlotsSeenByTheirOutcomeAlone: the dispatcher emits STARTED only for
+// an attempt still running after a threshold, so most slots reach alerting
+// as an outcome alone. A late slot's outcome opens a missed-schedule
+// incident; the STARTED of the same slot (a slow attempt emits both) does
+// not open it again; a later on-time slot's outcome resolves it.
+func TestSlotsSeenByTheirOutcomeAlone(t *testing.T) {
+	t.Parallel()
+	a := startAlerting(t)
+	rcv := startReceiver(t)
+	smtp := smtptest.Start(t)
+	setupRule(t, a, rcv, smtp, missedRule(30*time.Second))
+	t0 := time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC)
+
+	late := exec("job-o", nil, 1, succeeded, t0)
+	late.FireTime = timestampAt(t0.Add(45 * time.Second))
+	late.StartTime = late.FireTime
+	a.publishExecutions(t, late)
+	// Recorded under the key of the STARTED it stands for.
+	lateStart := exec("job-o", nil, 1, started, t0)
+	lateStart.FireTime, lateStart.StartTime = late.FireTime, late.StartTime
+	a.waitEvaluated(t, lateStart)
+	incs := a.incidents(t, "job-o")
+	require.Len(t, incs, 1)
+	require.Equal(t, alertingv1.IncidentKind_INCIDENT_KIND_MISSED_SCHEDULE, incs[0].Kind)
+	require.Contains(t, incs[0].Summary, "45s late")
+
+	onTime := exec("job-o", nil, 2, failed, t0.Add(time.Minute))
+	onTime.FireTime = timestampAt(t0.Add(time.Minute + time.Second))
+	onTime.StartTime, onTime.RetryScheduled = onTime.FireTime, true
+	a.publishExecutions(t, onTime)
+	require.Eventually(t, func() bool {
+		incs := a.incidents(t, "job-o")
+		return len(incs) == 1 && incs[0].State == alertingv1.IncidentState_INCIDENT_STATE_RESOLVED
+	}, 15*time.Second, 10*time.Millisecond)
+
+	// The late slot's STARTED arrives after its outcome (another batch of
+	// the dispatcher's): the slot was counted, so nothing opens again.
+	a.publishExecutions(t, lateStart)
+	marker := exec("job-marker", nil, 1, dead, t0)
+	a.publishExecutions(t, marker)
+	a.waitEvaluated(t, marker)
+	incs = a.incidents(t, "job-o")
+	require.Len(t, incs, 1, "the late slot opened one incident")
+	require.Equal(t, alertingv1.IncidentState_INCIDENT_STATE_RESOLVED, incs[0].State)
+}
+
 // TestChannelDownGetsNotificationLater: while the webhook receiver answers
 // 503 and the SMTP server is down, the opened notification is retried with
 // backoff and recorded; when both come back each gets it exactly once, the

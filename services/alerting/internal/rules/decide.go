@@ -38,7 +38,9 @@ const (
 
 // Classify tells what an execution event means to the rules. A FAILED
 // event with a retry scheduled, a retry's start and a manual run's or a
-// backfill's start mean nothing: they neither open nor resolve.
+// backfill's start mean nothing: they neither open nor resolve. An
+// attempt's outcome may also tell that its slot fired (see Fired), which
+// Relevant adds.
 func Classify(ev *eventsv1.ExecutionEvent) Outcome {
 	switch ev.GetKind() {
 	case eventsv1.ExecutionEventKind_EXECUTION_EVENT_KIND_SUCCEEDED:
@@ -54,11 +56,34 @@ func Classify(ev *eventsv1.ExecutionEvent) Outcome {
 	case eventsv1.ExecutionEventKind_EXECUTION_EVENT_KIND_SKIPPED:
 		return OutcomeSkipped
 	case eventsv1.ExecutionEventKind_EXECUTION_EVENT_KIND_STARTED:
-		if ev.GetAttempt() <= 1 && Scheduled(ev) {
+		if Fired(ev) {
 			return OutcomeFired
 		}
 	}
 	return OutcomeNone
+}
+
+// Fired reports an event that shows the first attempt of a scheduled slot
+// started: its STARTED, or its outcome (SUCCEEDED, FAILED, DEAD or
+// CANCELLED carrying the attempt's start time). The dispatcher emits
+// STARTED only for an attempt still running after a threshold, so most
+// slots are seen to fire by their outcome alone; a slot seen by both
+// counts once (Event.Key). A DEAD or CANCELLED without a start time made
+// no attempt: it does not tell that the slot fired.
+func Fired(ev *eventsv1.ExecutionEvent) bool {
+	if ev.GetAttempt() > 1 || !Scheduled(ev) {
+		return false
+	}
+	switch ev.GetKind() {
+	case eventsv1.ExecutionEventKind_EXECUTION_EVENT_KIND_STARTED:
+		return true
+	case eventsv1.ExecutionEventKind_EXECUTION_EVENT_KIND_SUCCEEDED,
+		eventsv1.ExecutionEventKind_EXECUTION_EVENT_KIND_FAILED,
+		eventsv1.ExecutionEventKind_EXECUTION_EVENT_KIND_DEAD,
+		eventsv1.ExecutionEventKind_EXECUTION_EVENT_KIND_CANCELLED:
+		return ev.GetStartTime().IsValid()
+	}
+	return false
 }
 
 // Scheduled reports slots of the schedule, fired on time or caught up
@@ -93,9 +118,15 @@ type Event struct {
 	Opens bool
 }
 
-// Key is the event's identity for counting it once.
+// Key is the event's identity for counting it once. A slot's firing has
+// the key of its STARTED whichever event told it (STARTED or the
+// outcome), so that a slot seen by both opens once.
 func (e Event) Key() EventKey {
-	return EventKey{e.Ev.GetExecutionId(), e.Ev.GetAttempt(), int16(e.Ev.GetKind())}
+	kind := e.Ev.GetKind()
+	if e.Outcome == OutcomeFired {
+		kind = eventsv1.ExecutionEventKind_EXECUTION_EVENT_KIND_STARTED
+	}
+	return EventKey{e.Ev.GetExecutionId(), e.Ev.GetAttempt(), int16(kind)}
 }
 
 // EventKey identifies an execution event across redeliveries.
@@ -108,19 +139,30 @@ type EventKey struct {
 // Relevant returns, in order, the events of a batch some rule of the set
 // watches. A skipped execution is relevant only to a job watched by a
 // consecutive-failure rule that counts skipped executions; an on-time
-// slot's start can resolve but not open, so it is not counted once.
+// slot's start can resolve but not open, so it is not counted once. The
+// outcome of a slot's first attempt gives two events when a
+// missed-schedule rule watches the job: the slot fired (OutcomeFired,
+// first), then the outcome itself.
 func Relevant(events []*eventsv1.ExecutionEvent, set *Set) []Event {
 	var out []Event
 	for _, ev := range events {
 		o := Classify(ev)
-		if o == OutcomeNone {
+		firedToo := o != OutcomeFired && Fired(ev)
+		if o == OutcomeNone && !firedToo {
 			continue
 		}
 		matched := set.Matching(ev.GetNamespace(), ev.GetJobId(), ev.GetJobLabels())
-		if len(matched) == 0 || (o == OutcomeSkipped && !slices.ContainsFunc(matched, countsSkipped)) {
+		if len(matched) == 0 {
 			continue
 		}
-		e := Event{Ev: ev, Outcome: o, Rules: matched, Nominal: ev.GetNominalTime().AsTime()}
+		nominal := ev.GetNominalTime().AsTime()
+		if firedToo && slices.ContainsFunc(matched, isMissedSchedule) {
+			out = append(out, Event{Ev: ev, Outcome: OutcomeFired, Rules: matched, Nominal: nominal, Opens: lateByAny(matched, Lateness(ev))})
+		}
+		if o == OutcomeNone || (o == OutcomeSkipped && !slices.ContainsFunc(matched, countsSkipped)) {
+			continue
+		}
+		e := Event{Ev: ev, Outcome: o, Rules: matched, Nominal: nominal}
 		switch o {
 		case OutcomeFailure, OutcomeDead, OutcomeMissed, OutcomeSkipped:
 			e.Opens = true
@@ -409,6 +451,9 @@ func Decide(events []Event, st State) Decision {
 	}
 	return d
 }
+
+// isMissedSchedule reports a missed-schedule rule.
+func isMissedSchedule(r *Rule) bool { return r.Kind == MissedSchedule }
 
 // countsSkipped reports a consecutive-failure rule that counts skipped
 // executions as failures.

@@ -23,12 +23,23 @@ func slot(n int) time.Time { return t0.Add(time.Duration(n) * time.Minute) }
 // "fail" failed for good, "retry" failed with a retry scheduled, "dead"
 // dead-lettered, "skip" skipped, "missed" missed, "fire+D" the first
 // attempt started D after its slot, "manual+D" a manual run started D late.
+// "ok+D", "fail+D" and "retry+D" are outcomes of a first attempt that
+// started D after its slot, as the dispatcher sends them: with their start
+// and fire times.
 func ev(j string, n int, what string) *eventsv1.ExecutionEvent {
 	e := &eventsv1.ExecutionEvent{
 		ExecutionId: fmt.Sprintf("%s-%d", j, n), JobId: j, Namespace: "ns", JobDisplayName: "job " + j,
 		Attempt: 1, NominalTime: timestamppb.New(slot(n)), Reason: what + " reason",
 	}
 	kind, late, _ := strings.Cut(what, "+")
+	if late != "" && kind != "fire" && kind != "manual" {
+		d, err := time.ParseDuration(late)
+		if err != nil {
+			panic(err)
+		}
+		e.FireTime = timestamppb.New(slot(n).Add(d))
+		e.StartTime = e.FireTime
+	}
 	switch kind {
 	case "ok":
 		e.Kind = eventsv1.ExecutionEventKind_EXECUTION_EVENT_KIND_SUCCEEDED
@@ -273,6 +284,41 @@ func TestDecide(t *testing.T) {
 			want:  []string{"open m a @2: a scheduled slot was missed: missed reason"},
 		},
 		{
+			name:  "an outcome alone tells a slot fired late",
+			rules: []*rules.Rule{missed10s},
+			batch: []*eventsv1.ExecutionEvent{ev("a", 1, "ok+12s")},
+			want:  []string{"open m a @1: a scheduled slot fired 12s late (tolerance 10s)"},
+		},
+		{
+			name:  "an outcome alone tells a slot fired on time",
+			rules: []*rules.Rule{missed10s},
+			batch: []*eventsv1.ExecutionEvent{ev("a", 2, "retry+1s")},
+			open:  map[rules.IncidentKey]*time.Time{{Rule: "m", Job: "a"}: at(1)},
+			want:  []string{"resolve m a: a slot fired on time"},
+		},
+		{
+			name:  "a late slot's STARTED and outcome open once",
+			rules: []*rules.Rule{missed10s},
+			batch: []*eventsv1.ExecutionEvent{ev("a", 1, "fire+12s"), ev("a", 1, "ok+12s")},
+			want:  []string{"open m a @1: a scheduled slot fired 12s late (tolerance 10s)"},
+		},
+		{
+			name:     "a late slot's outcome after its STARTED was counted opens nothing",
+			rules:    []*rules.Rule{missed10s},
+			batch:    []*eventsv1.ExecutionEvent{ev("a", 1, "fail+12s")},
+			recorded: []string{"a-1"},
+		},
+		{
+			name:    "a first attempt's failure tells both: the slot fired late and failed",
+			rules:   []*rules.Rule{missed10s, failures3},
+			batch:   []*eventsv1.ExecutionEvent{ev("a", 3, "fail+12s")},
+			streaks: map[string]rules.Streak{"a": {Failed: 3}},
+			want: []string{
+				"open m a @3: a scheduled slot fired 12s late (tolerance 10s)",
+				"open f3 a @3: 3 executions in a row failed",
+			},
+		},
+		{
 			name:  "a manual run's lateness says nothing about the schedule",
 			rules: []*rules.Rule{missed10s},
 			batch: []*eventsv1.ExecutionEvent{ev("a", 1, "manual+1m")},
@@ -449,4 +495,34 @@ func TestRelevant(t *testing.T) {
 	require.Equal(t, []string{"a-1 opens=false", "a-2 opens=true", "a-3 opens=true"}, got)
 	other := rules.NewSet([]*rules.Rule{{ID: "o", Namespace: "other", Kind: rules.ConsecutiveFailures, Count: 1}})
 	require.Empty(t, rules.Relevant([]*eventsv1.ExecutionEvent{ev("z", 1, "fail")}, other), "a rule of another namespace does not watch the job")
+}
+
+// TestFiredByTheOutcome: the outcome of a slot's first attempt tells that
+// the slot fired, with the key of the STARTED it stands for, when a
+// missed-schedule rule watches the job; an outcome without a start time
+// (no attempt was made), a retry's and a manual run's do not.
+func TestFiredByTheOutcome(t *testing.T) {
+	t.Parallel()
+	set := rules.NewSet([]*rules.Rule{missed10s, failures3})
+	late := ev("a", 1, "fail+11s")
+	notAttempted := ev("a", 2, "dead")
+	notAttempted.Attempt = 1
+	retry := ev("a", 3, "ok+11s")
+	retry.Attempt = 2
+	manual := ev("a", 4, "ok+11s")
+	manual.TriggerKind = dispatchv1.TriggerKind_TRIGGER_KIND_MANUAL
+	events := rules.Relevant([]*eventsv1.ExecutionEvent{late, notAttempted, retry, manual}, set)
+	var got []string
+	for _, e := range events {
+		got = append(got, fmt.Sprintf("%s outcome=%d opens=%t key-kind=%d", e.Ev.GetExecutionId(), e.Outcome, e.Opens, e.Key().Kind))
+	}
+	require.Equal(t, []string{
+		fmt.Sprintf("a-1 outcome=%d opens=true key-kind=%d", rules.OutcomeFired, eventsv1.ExecutionEventKind_EXECUTION_EVENT_KIND_STARTED),
+		fmt.Sprintf("a-1 outcome=%d opens=true key-kind=%d", rules.OutcomeFailure, eventsv1.ExecutionEventKind_EXECUTION_EVENT_KIND_FAILED),
+		fmt.Sprintf("a-2 outcome=%d opens=true key-kind=%d", rules.OutcomeDead, eventsv1.ExecutionEventKind_EXECUTION_EVENT_KIND_DEAD),
+		fmt.Sprintf("a-3 outcome=%d opens=false key-kind=%d", rules.OutcomeSuccess, eventsv1.ExecutionEventKind_EXECUTION_EVENT_KIND_SUCCEEDED),
+		fmt.Sprintf("a-4 outcome=%d opens=false key-kind=%d", rules.OutcomeSuccess, eventsv1.ExecutionEventKind_EXECUTION_EVENT_KIND_SUCCEEDED),
+	}, got)
+	require.Len(t, rules.Relevant([]*eventsv1.ExecutionEvent{late}, rules.NewSet([]*rules.Rule{failures3})), 1,
+		"without a missed-schedule rule the outcome is only an outcome")
 }
