@@ -248,6 +248,81 @@ func TestHistoryServiceEndToEnd(t *testing.T) {
 
 // TestBadTraceLinkTemplate: a template that cannot make links stops the
 // service at start, naming the flag, before it touches anything.
+// TestOutcomeAloneMakesACompleteExecution: the dispatcher emits an
+// attempt's STARTED only when the attempt runs past a threshold, so a
+// quick attempt reaches the history as its outcome alone. That one event
+// makes the execution complete for the console and the search API: its
+// status, start, fire and nominal times, duration, response, attempt and
+// trace link; it is never shown running.
+func TestOutcomeAloneMakesACompleteExecution(t *testing.T) {
+	t.Parallel()
+	h := startHistory(t)
+	ctx := t.Context()
+	now := h.clock.Now()
+	job := uuid.NewString()
+	nominal := now.Add(-time.Hour).Truncate(time.Second)
+	id := execid.For(job, nominal)
+	const traceID = "4bf92f3577b34da6a3ce929d0e0e4736"
+	start := nominal.Add(5 * time.Millisecond)
+	h.publish(t, &eventsv1.ExecutionEvent{
+		EventId: uuid.NewString(), Kind: eventsv1.ExecutionEventKind_EXECUTION_EVENT_KIND_SUCCEEDED, ExecutionId: id, JobId: job,
+		Namespace: "alpha", Attempt: 1, NominalTime: timestamppb.New(nominal), OccurTime: timestamppb.New(start.Add(7 * time.Millisecond)),
+		FireTime: timestamppb.New(nominal.Add(3 * time.Millisecond)), StartTime: timestamppb.New(start), Duration: durationpb.New(7 * time.Millisecond),
+		TriggerKind: dispatchv1.TriggerKind_TRIGGER_KIND_SCHEDULED, TraceId: traceID, JobDisplayName: "report",
+		JobLabels: map[string]string{"team": "data"}, ResponseStatus: 200,
+	})
+
+	alpha := h.client(keyAlpha)
+	var list *connect.Response[historyv1.ListExecutionsResponse]
+	require.Eventually(t, func() bool {
+		var err error
+		list, err = alpha.ListExecutions(ctx, connect.NewRequest(&historyv1.ListExecutionsRequest{JobId: job}))
+		require.NoError(t, err)
+		return len(list.Msg.GetExecutions()) == 1
+	}, 30*time.Second, 20*time.Millisecond)
+	listed := list.Msg.GetExecutions()[0]
+	assert.Equal(t, historyv1.ExecutionStatus_EXECUTION_STATUS_SUCCEEDED, listed.GetStatus())
+	assert.Equal(t, "http://127.0.0.1:16686/trace/"+traceID, listed.GetTraceUrl())
+
+	got, err := alpha.GetExecution(ctx, connect.NewRequest(&historyv1.GetExecutionRequest{ExecutionId: id}))
+	require.NoError(t, err)
+	e := got.Msg.GetExecution()
+	assert.Equal(t, historyv1.ExecutionStatus_EXECUTION_STATUS_SUCCEEDED, e.GetStatus())
+	assert.EqualValues(t, 1, e.GetAttempt())
+	assert.Equal(t, "report", e.GetJobDisplayName())
+	assert.Equal(t, dispatchv1.TriggerKind_TRIGGER_KIND_SCHEDULED, e.GetTriggerKind())
+	assert.True(t, e.GetNominalTime().AsTime().Equal(nominal))
+	assert.True(t, e.GetFireTime().AsTime().Equal(nominal.Add(3*time.Millisecond)))
+	assert.True(t, e.GetStartTime().AsTime().Equal(start))
+	assert.Equal(t, 7*time.Millisecond, e.GetDuration().AsDuration())
+	assert.EqualValues(t, 200, e.GetResponseStatus())
+	assert.Equal(t, traceID, e.GetTraceId())
+	require.Len(t, got.Msg.GetAttempts(), 1)
+	a := got.Msg.GetAttempts()[0]
+	assert.Equal(t, historyv1.ExecutionStatus_EXECUTION_STATUS_SUCCEEDED, a.GetStatus())
+	assert.True(t, a.GetStartTime().AsTime().Equal(start))
+	assert.Equal(t, 7*time.Millisecond, a.GetDuration().AsDuration())
+
+	search, err := alpha.ListExecutions(ctx, connect.NewRequest(&historyv1.ListExecutionsRequest{
+		JobId: job, Statuses: []historyv1.ExecutionStatus{historyv1.ExecutionStatus_EXECUTION_STATUS_SUCCEEDED},
+		StartTime: timestamppb.New(nominal), EndTime: timestamppb.New(nominal.Add(time.Second)),
+	}))
+	require.NoError(t, err)
+	require.Len(t, search.Msg.GetExecutions(), 1)
+	running, err := alpha.ListExecutions(ctx, connect.NewRequest(&historyv1.ListExecutionsRequest{
+		JobId: job, Statuses: []historyv1.ExecutionStatus{historyv1.ExecutionStatus_EXECUTION_STATUS_RUNNING},
+	}))
+	require.NoError(t, err)
+	assert.Empty(t, running.Msg.GetExecutions(), "never shown running")
+
+	stats, err := alpha.GetJobStats(ctx, connect.NewRequest(&historyv1.GetJobStatsRequest{JobId: job}))
+	require.NoError(t, err)
+	assert.EqualValues(t, 1, stats.Msg.GetRuns())
+	assert.Zero(t, stats.Msg.GetFailures())
+	assert.Equal(t, 7*time.Millisecond, stats.Msg.GetDurationP99().AsDuration())
+	assert.Equal(t, id, stats.Msg.GetLastRun().GetExecutionId())
+}
+
 func TestBadTraceLinkTemplate(t *testing.T) {
 	t.Parallel()
 	for _, tpl := range []string{"http://127.0.0.1:16686/trace/", "127.0.0.1:16686/trace/{trace_id}"} {
