@@ -56,7 +56,8 @@
 //     memory (Options.Cancels, package inflight: every cancellation
 //     recorded, followed as a feed), before and again after the wait for a
 //     delivery slot.
-//  3. Emit STARTED; deliver, under a context that a cancel of the
+//  3. Deliver (emitting STARTED once the attempt has run
+//     Options.StartedEventAfter, at its start when that is zero), under a context that a cancel of the
 //     execution aborts (inflight.Registry): an aborted attempt emits
 //     CANCELLED, is not retried and completes the execution. Deliver in
 //     the message's trace (broker.ExtractTrace, a consumer span with the messaging attributes). Every event is
@@ -100,6 +101,13 @@
 // events of many messages; a message is acknowledged when the batches of
 // all its events are confirmed. The linger delays acknowledgements, not
 // deliveries.
+//
+// An attempt's STARTED is emitted only once the attempt has run
+// Options.StartedEventAfter (see startAnnouncement): most attempts take
+// milliseconds and emit their outcome alone, which carries the start
+// time, so every consumer decodes one event per attempt instead of two.
+// A STARTED that is emitted is confirmed before the acknowledgement, as
+// the outcome is, and never after the outcome is emitted.
 //
 // # Shutdown
 //

@@ -29,11 +29,17 @@ type ExecutionEventKind int32
 
 const (
 	ExecutionEventKind_EXECUTION_EVENT_KIND_UNSPECIFIED ExecutionEventKind = 0
-	ExecutionEventKind_EXECUTION_EVENT_KIND_STARTED     ExecutionEventKind = 1
-	ExecutionEventKind_EXECUTION_EVENT_KIND_SUCCEEDED   ExecutionEventKind = 2
-	ExecutionEventKind_EXECUTION_EVENT_KIND_FAILED      ExecutionEventKind = 3
-	ExecutionEventKind_EXECUTION_EVENT_KIND_DEAD        ExecutionEventKind = 4
-	ExecutionEventKind_EXECUTION_EVENT_KIND_CANCELLED   ExecutionEventKind = 5
+	// An attempt has been running for the dispatcher's
+	// --started-event-after (default 1 s; 0: emitted at the start of every
+	// attempt). An attempt that ends sooner has no STARTED: its outcome
+	// (SUCCEEDED, FAILED, DEAD or CANCELLED) carries its start_time,
+	// fire_time and trace. A STARTED is never emitted after its attempt's
+	// outcome, though a consumer may receive it later.
+	ExecutionEventKind_EXECUTION_EVENT_KIND_STARTED   ExecutionEventKind = 1
+	ExecutionEventKind_EXECUTION_EVENT_KIND_SUCCEEDED ExecutionEventKind = 2
+	ExecutionEventKind_EXECUTION_EVENT_KIND_FAILED    ExecutionEventKind = 3
+	ExecutionEventKind_EXECUTION_EVENT_KIND_DEAD      ExecutionEventKind = 4
+	ExecutionEventKind_EXECUTION_EVENT_KIND_CANCELLED ExecutionEventKind = 5
 	// The slot was not fired: it was older than the job's catch-up window
 	// when a trigger could fire it (after downtime).
 	ExecutionEventKind_EXECUTION_EVENT_KIND_MISSED ExecutionEventKind = 6
@@ -177,7 +183,8 @@ type ExecutionEvent struct {
 	FireTime *timestamppb.Timestamp `protobuf:"bytes,15,opt,name=fire_time,json=fireTime,proto3" json:"fire_time,omitempty"`
 	// When the attempt began (the STARTED event's occur_time). Set on every
 	// event of an attempt, so a consumer that sees the outcome before the
-	// start (the broker does not order different messages) still has it.
+	// start (the broker does not order different messages), or without a
+	// STARTED (see EXECUTION_EVENT_KIND_STARTED), still has it.
 	StartTime *timestamppb.Timestamp `protobuf:"bytes,16,opt,name=start_time,json=startTime,proto3" json:"start_time,omitempty"`
 	// The HTTP status of the attempt's response; 0 when there was none (an
 	// AMQP target, a network error, a refused address).

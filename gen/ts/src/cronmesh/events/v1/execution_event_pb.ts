@@ -137,7 +137,8 @@ export type ExecutionEvent = Message<"cronmesh.events.v1.ExecutionEvent"> & {
   /**
    * When the attempt began (the STARTED event's occur_time). Set on every
    * event of an attempt, so a consumer that sees the outcome before the
-   * start (the broker does not order different messages) still has it.
+   * start (the broker does not order different messages), or without a
+   * STARTED (see EXECUTION_EVENT_KIND_STARTED), still has it.
    *
    * @generated from field: google.protobuf.Timestamp start_time = 16;
    */
@@ -217,6 +218,13 @@ export enum ExecutionEventKind {
   UNSPECIFIED = 0,
 
   /**
+   * An attempt has been running for the dispatcher's
+   * --started-event-after (default 1 s; 0: emitted at the start of every
+   * attempt). An attempt that ends sooner has no STARTED: its outcome
+   * (SUCCEEDED, FAILED, DEAD or CANCELLED) carries its start_time,
+   * fire_time and trace. A STARTED is never emitted after its attempt's
+   * outcome, though a consumer may receive it later.
+   *
    * @generated from enum value: EXECUTION_EVENT_KIND_STARTED = 1;
    */
   STARTED = 1,
