@@ -14,6 +14,7 @@ import (
 	dispatchv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/dispatch/v1"
 	registryv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1"
 	"github.com/cronmesh/cronmesh/libs/clock"
+	"github.com/cronmesh/cronmesh/libs/testkit/amqptest"
 	"github.com/cronmesh/cronmesh/services/dispatcher/internal/deliver"
 	"github.com/cronmesh/cronmesh/services/dispatcher/internal/pipeline"
 )
@@ -185,4 +186,12 @@ func TestStartedEventRacesTheOutcome(t *testing.T) {
 	t.Logf("%d of %d attempts emitted STARTED", startedEvents, len(reqs))
 	require.EqualValues(t, startedEvents, metric(t, r.reg, "started_events_total"),
 		"every STARTED counted was published before its message was acknowledged")
+}
+
+func TestNewRefusesANegativeStartedEventAfter(t *testing.T) {
+	t.Parallel()
+	_, err := pipeline.New(pipeline.Options{
+		AMQPURL: amqptest.URL(), Publisher: &nopPublisher{}, Deliverer: &fake{}, StartedEventAfter: -time.Second,
+	})
+	require.ErrorContains(t, err, "must not be negative")
 }
