@@ -58,7 +58,8 @@ type attemptInfo struct {
 // newEvent is the lifecycle event of kind for req's attempt, at now.
 // duration is set for SUCCEEDED and FAILED (and DEAD, whose last attempt
 // took it); start_time on every event of an attempt (consumers may see the
-// outcome before the start); reason and excerpt are made valid protobuf
+// outcome before the start, and a quick attempt has no STARTED: its
+// outcome carries all a STARTED would); reason and excerpt are made valid protobuf
 // strings, the excerpt cut to MaxEventExcerpt on a character boundary.
 func newEvent(kind eventsv1.ExecutionEventKind, req *dispatchv1.DispatchRequest, now time.Time, a attemptInfo, reason, traceID string) *eventsv1.ExecutionEvent {
 	ev := &eventsv1.ExecutionEvent{

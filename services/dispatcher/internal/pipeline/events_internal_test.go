@@ -7,6 +7,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	dispatchv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/dispatch/v1"
 	eventsv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/events/v1"
@@ -62,4 +64,40 @@ func TestEventCarriesTheRunsOrigin(t *testing.T) {
 	plain := newEvent(eventsv1.ExecutionEventKind_EXECUTION_EVENT_KIND_STARTED, &dispatchv1.DispatchRequest{}, time.Now(), attemptInfo{}, "", "")
 	require.Empty(t, plain.RerunOfExecutionId)
 	require.Empty(t, plain.OverriddenFields)
+}
+
+// TestOutcomeCarriesWhatStartedTold: an attempt quicker than
+// StartedEventAfter emits its outcome alone, so every field a STARTED of
+// the attempt sets is set alike on each outcome (but the event's own id,
+// kind and occur time).
+func TestOutcomeCarriesWhatStartedTold(t *testing.T) {
+	t.Parallel()
+	nominal := time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC)
+	req := &dispatchv1.DispatchRequest{
+		ExecutionId: "0190f0c4-6c1e-7a00-8000-000000000002", JobId: "0190f0c4-6c1e-7a00-8000-000000000003", Namespace: "alpha", Attempt: 2,
+		NominalTime: timestamppb.New(nominal), FireTime: timestamppb.New(nominal.Add(time.Millisecond)),
+		TriggerKind: dispatchv1.TriggerKind_TRIGGER_KIND_CATCH_UP, JobDisplayName: "nightly report", JobLabels: map[string]string{"team": "data"},
+		RerunOfExecutionId: "0190f0c4-6c1e-7a00-8000-000000000001", OverriddenFields: []string{"target"},
+	}
+	start := nominal.Add(2 * time.Millisecond)
+	const traceID = "4bf92f3577b34da6a3ce929d0e0e4736"
+	started := newEvent(eventsv1.ExecutionEventKind_EXECUTION_EVENT_KIND_STARTED, req, start, attemptInfo{start: start}, "", traceID)
+	own := map[protoreflect.Name]bool{"event_id": true, "kind": true, "occur_time": true}
+	for _, kind := range []eventsv1.ExecutionEventKind{
+		eventsv1.ExecutionEventKind_EXECUTION_EVENT_KIND_SUCCEEDED, eventsv1.ExecutionEventKind_EXECUTION_EVENT_KIND_FAILED,
+		eventsv1.ExecutionEventKind_EXECUTION_EVENT_KIND_DEAD, eventsv1.ExecutionEventKind_EXECUTION_EVENT_KIND_CANCELLED,
+	} {
+		out := newEvent(kind, req, start.Add(time.Second), attemptInfo{start: start, duration: time.Second, status: 500}, "HTTP 500", traceID)
+		var checked int
+		started.ProtoReflect().Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
+			if own[fd.Name()] {
+				return true
+			}
+			checked++
+			require.True(t, out.ProtoReflect().Has(fd), "%s lacks %s", kind, fd.Name())
+			require.True(t, v.Equal(out.ProtoReflect().Get(fd)), "%s: %s differs", kind, fd.Name())
+			return true
+		})
+		require.GreaterOrEqual(t, checked, 12, "the fields of the request and the start were compared")
+	}
 }
