@@ -58,9 +58,10 @@ const (
 	DefaultEventPublishers = 4
 	// DefaultStartedEventAfter is the dispatcher flag's default of
 	// Options.StartedEventAfter: most attempts take milliseconds, so
-	// nearly none emits a STARTED event, and an attempt that takes a
-	// second or more still shows as running while it runs.
-	DefaultStartedEventAfter = time.Second
+	// nearly none emits a STARTED event, while alerting still learns that
+	// a slot fired well within the smallest missed-schedule tolerance
+	// (1 s) and a slow attempt shows as running a quarter of a second in.
+	DefaultStartedEventAfter = 250 * time.Millisecond
 	DefaultDrainTimeout      = 15 * time.Second
 	DefaultPublishTimeout    = 30 * time.Second
 	DefaultCancelTimeout     = 2 * time.Second
