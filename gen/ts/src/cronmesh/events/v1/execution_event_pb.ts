@@ -219,7 +219,7 @@ export enum ExecutionEventKind {
 
   /**
    * An attempt has been running for the dispatcher's
-   * --started-event-after (default 1 s; 0: emitted at the start of every
+   * --started-event-after (default 250 ms; 0: emitted at the start of every
    * attempt). An attempt that ends sooner has no STARTED: its outcome
    * (SUCCEEDED, FAILED, DEAD or CANCELLED) carries its start_time,
    * fire_time and trace. A STARTED is never emitted after its attempt's
