@@ -276,7 +276,7 @@ func tourDatabase(t *testing.T) string {
 type tourDev struct {
 	cmd    *exec.Cmd
 	devDir string
-	done   chan struct{} // closed when dev.sh has exited
+	done   chan struct{} // closed when dev.sh has exited and its output is read
 	err    error         // its Wait result, once done
 
 	mu     sync.Mutex
@@ -295,12 +295,17 @@ func tourStartDev(t *testing.T, root, devDir, dbURL string) *tourDev {
 	cmd.Stdout, cmd.Stderr = pw, pw
 	require.NoError(t, cmd.Start())
 	d := &tourDev{cmd: cmd, devDir: devDir, done: make(chan struct{}), lines: make(chan string, 1024)}
+	read := make(chan struct{})
 	go func() {
 		d.err = cmd.Wait()
 		_ = pw.Close()
+		// Its last lines may still be in the pipe: done means they are in
+		// the output too.
+		<-read
 		close(d.done)
 	}()
 	go func() {
+		defer close(read)
 		defer close(d.lines)
 		sc := bufio.NewScanner(pr)
 		for sc.Scan() {
