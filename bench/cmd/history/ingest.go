@@ -106,14 +106,6 @@ func ingest(ctx context.Context, out io.Writer, o options) error {
 	return nil
 }
 
-// Attempt durations of the generated executions: a quick one ends before
-// the dispatcher's --started-event-after (250 ms by default), a slow one
-// after it.
-const (
-	quickAttempt = 35 * time.Millisecond
-	slowAttempt  = 400 * time.Millisecond
-)
-
 // ingestPlan is the messages of an ingest run, built before the clock
 // starts, and what they hold.
 type ingestPlan struct {
@@ -150,9 +142,9 @@ func ingestMessages(o options, mix eventmix.Mix) ingestPlan {
 	for i := range attempts {
 		job := jobs[i%ingestJobs]
 		nominal := day.Add(time.Duration(i/ingestJobs) * time.Second)
-		took := quickAttempt
+		took := eventmix.QuickDuration
 		if mix.Slow(i) {
-			took = slowAttempt
+			took = eventmix.SlowDuration
 		}
 		attempts[i] = eventmix.Attempt{
 			Request: &dispatchv1.DispatchRequest{

@@ -37,6 +37,14 @@ const DefaultSlowShare = 0.01
 // every benchmark that has it.
 const SlowShareUsage = "the share of attempts slower than the dispatcher's --started-event-after, which also emit STARTED (0 to 1; 1: a STARTED and an outcome per attempt, the mix before ADR 0021)"
 
+// Attempt durations for generated attempts: a quick one ends before the
+// dispatcher's --started-event-after (250 ms by default), a slow one
+// after it, so that an event's duration agrees with the mix.
+const (
+	QuickDuration = 35 * time.Millisecond
+	SlowDuration  = 400 * time.Millisecond
+)
+
 // Mix says which attempts of a run are slow.
 type Mix struct {
 	// SlowShare is the share of attempts, 0 to 1, that emit a STARTED
