@@ -111,6 +111,10 @@ func main() {
 	if o.period == 0 {
 		o.period = slotPeriod(o.jobs, o.rate, mix)
 	}
+	if o.period < jobspec.MinInterval {
+		fmt.Fprintf(os.Stderr, "alerting-bench: the jobs' interval %s is below %s: give more --jobs or a lower --rate\n", o.period, jobspec.MinInterval)
+		os.Exit(2)
+	}
 	if err := run(ctx, o, mix); err != nil {
 		fmt.Fprintln(os.Stderr, "alerting-bench:", err)
 		os.Exit(1)
