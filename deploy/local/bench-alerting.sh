@@ -2,14 +2,18 @@
 # Benchmarks the alerting service (`make bench` runs it after the registry
 # benchmark): starts bin/alerting on a spare port with its own schema,
 # execution event exchange and queue, runs bin/alerting-bench against it
-# (100,000 jobs watched, 10,000 events/s for 60 s), stops it, drops the
+# (100,000 jobs watched, 10,000 events/s for 60 s in the dispatcher's mix:
+# an outcome per slot, a STARTED before it for 1 % of them, the attempts
+# slower than --started-event-after; BENCH_ALERTING_ARGS="--slow-share 1"
+# gives the mix before ADR 0021, a STARTED for every one), stops it, drops the
 # schema, the queues and the exchanges, and prints where the report is.
 # The whole run holds /tmp/cronmesh-bench.lock, so benchmarks never overlap.
 #
 # Environment:
 #   BENCH_OUT          report directory (default bin/bench/<UTC time>)
 #   BENCH_PORT         alerting port (default: a free one from 18500)
-#   BENCH_ALERTING_ARGS extra flags for alerting-bench, e.g. "--rate 5000"
+#   BENCH_ALERTING_ARGS extra flags for alerting-bench, e.g. "--rate 5000" or
+#                       "--slow-share 1"
 #
 # Exit status: non-zero when the run fails (the service dies, a publish
 # fails); a missed speed target is reported, not failed.

@@ -4,14 +4,18 @@
 // freshly started alerting process with its own schema, exchange and queue.
 //
 // It loads the jobs straight into the alerting schema's jobs table (every
-// job on a 20 s interval, anchors spread evenly, so 5,000 slots come due per
-// second), creates a consecutive-failures, a missed-schedule and a
-// dead-lettered rule matching every job through the API (notifying a
-// webhook sink inside this process), then publishes, for each slot as it
-// comes due, its STARTED event and its outcome (98% SUCCEEDED, 2% FAILED
-// without retry), 100 events per message, to the run's exchange at the
-// target rate for the duration. It samples the queue depth and the
-// service's /metrics every second and writes a Markdown report.
+// job on one interval, anchors spread evenly, the interval chosen so that
+// the slots come due at the rate the events of the target rate make:
+// 10.1 s and 9,901 slots/s for 10,000 events/s in production's mix),
+// creates a consecutive-failures, a missed-schedule and a dead-lettered
+// rule matching every job through the API (notifying a webhook sink inside
+// this process), then publishes, for each slot as it comes due, the events
+// of its attempt as the dispatcher emits them (bench/internal/eventmix:
+// the outcome, 98% SUCCEEDED and 2% FAILED without retry, preceded by a
+// STARTED for the --slow-share of slow attempts), about 100 events per
+// message, to the run's exchange at the target rate for the duration. It
+// samples the queue depth and the service's /metrics every second and
+// writes a Markdown report.
 package main
 
 import (
@@ -43,6 +47,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/cronmesh/cronmesh/bench/internal/eventmix"
 	"github.com/cronmesh/cronmesh/bench/internal/machine"
 	"github.com/cronmesh/cronmesh/bench/internal/procstat"
 	benchreport "github.com/cronmesh/cronmesh/bench/internal/report"
@@ -60,6 +65,7 @@ type options struct {
 	alertingPID                                                int
 	cleanup                                                    bool
 	jobs, rate, batch, failEvery                               int
+	slowShare                                                  float64
 	period, duration, drain                                    time.Duration
 }
 
@@ -78,9 +84,10 @@ func main() {
 	fs.IntVar(&o.alertingPID, "alerting-pid", 0, "pid of the alerting process (for its CPU and memory)")
 	fs.IntVar(&o.jobs, "jobs", 100000, "jobs watched")
 	fs.IntVar(&o.rate, "rate", 10000, "events per second published")
-	fs.IntVar(&o.batch, "batch", 100, "events per message")
+	fs.IntVar(&o.batch, "batch", 100, "events per message (about: a message holds whole slots)")
 	fs.IntVar(&o.failEvery, "fail-every", 50, "one outcome in this many is a FAILED without retry; 0: none")
-	fs.DurationVar(&o.period, "period", 20*time.Second, "every job's interval")
+	fs.Float64Var(&o.slowShare, "slow-share", eventmix.DefaultSlowShare, eventmix.SlowShareUsage)
+	fs.DurationVar(&o.period, "period", 0, "every job's interval (default: the one at which the jobs' slots come due as fast as --rate publishes them, jobs × (1 + slow-share) / rate; 20 s for the defaults before ADR 0021)")
 	fs.DurationVar(&o.duration, "duration", 60*time.Second, "how long to publish")
 	fs.DurationVar(&o.drain, "drain", 120*time.Second, "how long to wait for the queue to drain after publishing")
 	fs.BoolVar(&o.cleanup, "cleanup", false, "delete the queues and exchanges named (comma-separated) by --queue and --exchange, then exit")
@@ -96,7 +103,19 @@ func main() {
 		fmt.Fprintln(os.Stderr, "alerting-bench: --schema, --exchange and --queue are required")
 		os.Exit(2)
 	}
-	if err := run(ctx, o); err != nil {
+	mix, err := eventmix.NewMix(o.slowShare)
+	if err != nil || o.rate <= 0 || o.batch <= 0 || o.jobs <= 0 {
+		fmt.Fprintln(os.Stderr, "alerting-bench: --rate, --batch and --jobs must be positive and --slow-share within 0 and 1")
+		os.Exit(2)
+	}
+	if o.period == 0 {
+		o.period = slotPeriod(o.jobs, o.rate, mix)
+	}
+	if o.period < jobspec.MinInterval {
+		fmt.Fprintf(os.Stderr, "alerting-bench: the jobs' interval %s is below %s: give more --jobs or a lower --rate\n", o.period, jobspec.MinInterval)
+		os.Exit(2)
+	}
+	if err := run(ctx, o, mix); err != nil {
 		fmt.Fprintln(os.Stderr, "alerting-bench:", err)
 		os.Exit(1)
 	}
@@ -131,7 +150,7 @@ func logf(format string, args ...any) {
 	fmt.Fprintf(os.Stderr, "alerting-bench: "+format+"\n", args...)
 }
 
-func run(ctx context.Context, o options) error {
+func run(ctx context.Context, o options, mix eventmix.Mix) error {
 	key := os.Getenv("CRONMESH_API_KEY")
 	if key == "" {
 		return errors.New("CRONMESH_API_KEY is not set")
@@ -184,7 +203,7 @@ func run(ctx context.Context, o options) error {
 	pubDone := make(chan pubResult, 1)
 	pubCtx, stopPub := context.WithTimeout(ctx, o.duration)
 	defer stopPub()
-	go func() { pubDone <- publish(pubCtx, conn, o, base) }()
+	go func() { pubDone <- publish(pubCtx, conn, o, mix, base) }()
 
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
@@ -219,7 +238,7 @@ func run(ctx context.Context, o options) error {
 	procAfter := sampler.Snapshot(tracked)
 	load1 := procstat.LoadAverage()
 	after := metrics(o.apiURL)
-	return report(o, reportData{
+	return report(o, mix, reportData{
 		base: base, loadTook: loadTook, start: start, pub: pub, drainedAt: drainedAt, samples: samples,
 		before: before, after: after, usage: procstat.Between(procBefore, procAfter), end: procAfter, groups: slices.Sorted(maps.Keys(tracked)),
 		machine: machine.Describe(ctx, pool, conn), load0: load0, load1: load1,
@@ -299,16 +318,61 @@ func createRules(ctx context.Context, apiURL, key, sinkURL string) error {
 	return nil
 }
 
+// slotPeriod is the jobs' interval at which their slots come due as fast
+// as rate events/s of mix publish them, so that every slot's events go
+// out once: jobs × (1 + slow share) / rate.
+func slotPeriod(jobs, rate int, mix eventmix.Mix) time.Duration {
+	return time.Duration(float64(jobs) * (1 + mix.SlowShare) / float64(rate) * float64(time.Second))
+}
+
+// slotsPerMessage is how many slots' events make a message of about
+// batch events in mix (batch/2 in the mix before ADR 0021).
+func slotsPerMessage(batch int, mix eventmix.Mix) int {
+	return max(1, int(math.Round(float64(batch)/(1+mix.SlowShare))))
+}
+
+// slotEvents is the events of the n-th slot published (from 0), job i's
+// slot at slot, as the dispatcher emits them for an attempt that ends at
+// now: one in o.failEvery a FAILED without retry, the others SUCCEEDED,
+// preceded by a STARTED when mix makes the attempt slow.
+func slotEvents(o options, mix eventmix.Mix, n, i int, slot, now time.Time) []*eventsv1.ExecutionEvent {
+	slow := mix.Slow(n)
+	took := eventmix.QuickDuration
+	if slow {
+		took = eventmix.SlowDuration
+	}
+	start := now.Add(-took)
+	if start.Before(slot) {
+		start = slot
+	}
+	a := eventmix.Attempt{
+		Request: &dispatchv1.DispatchRequest{
+			ExecutionId: fmt.Sprintf("%s/%d", jobID(i), slot.UnixMicro()), JobId: jobID(i), Namespace: "bench", Attempt: 1,
+			NominalTime: timestamppb.New(slot), FireTime: timestamppb.New(slot),
+			TriggerKind: dispatchv1.TriggerKind_TRIGGER_KIND_SCHEDULED, JobDisplayName: "bench", JobLabels: map[string]string{"bench": "alerting"},
+		},
+		Start: start, Duration: now.Sub(start),
+		Outcome: eventsv1.ExecutionEventKind_EXECUTION_EVENT_KIND_SUCCEEDED, Status: 200, Excerpt: `{"status":"ok"}`,
+		Trace: eventmix.NewTrace(),
+	}
+	if o.failEvery > 0 && (n+1)%o.failEvery == 0 {
+		a.Outcome, a.Status, a.Excerpt, a.Reason = eventsv1.ExecutionEventKind_EXECUTION_EVENT_KIND_FAILED, 500, `{"error":"internal"}`, "HTTP 500"
+	}
+	return eventmix.Events(a, slow)
+}
+
 type pubResult struct {
 	events, messages int
+	slots, slowSlots int           // slots published, and those of them with a slow attempt
 	behind           time.Duration // the most the publisher fell behind its schedule
 	err              error
 }
 
-// publish sends rate events/s as messages of batch events: the slots of
-// the jobs in round-robin order (each job's latest slot at or before now),
-// a STARTED and an outcome per slot.
-func publish(ctx context.Context, conn *amqp091.Connection, o options, base time.Time) pubResult {
+// publish sends rate events/s as messages of about batch events: the
+// events of the jobs' slots in round-robin order (each job's latest slot
+// at or before now), slotsPerMessage slots a message, at the slot rate
+// that makes rate events/s in mix.
+func publish(ctx context.Context, conn *amqp091.Connection, o options, mix eventmix.Mix, base time.Time) pubResult {
 	var res pubResult
 	ch, err := conn.Channel()
 	if err != nil {
@@ -319,13 +383,12 @@ func publish(ctx context.Context, conn *amqp091.Connection, o options, base time
 		return pubResult{err: err}
 	}
 	confirms := ch.NotifyPublish(make(chan amqp091.Confirmation, 10000))
-	msgsPerSec := float64(o.rate) / float64(o.batch)
-	interval := time.Duration(float64(time.Second) / msgsPerSec)
+	perMessage := slotsPerMessage(o.batch, mix)
+	slotsPerSec := float64(o.rate) / (1 + mix.SlowShare)
+	interval := time.Duration(float64(perMessage) / slotsPerSec * float64(time.Second))
 	start := time.Now()
 	next := 0 // round-robin job index
-	seq := 0
 	outstanding := 0
-	labels := map[string]string{"bench": "alerting"}
 	for n := 0; ; n++ {
 		due := start.Add(time.Duration(n) * interval)
 		if wait := time.Until(due); wait > 0 {
@@ -340,8 +403,8 @@ func publish(ctx context.Context, conn *amqp091.Connection, o options, base time
 			res.behind = max(res.behind, -wait)
 		}
 		now := time.Now()
-		events := make([]*eventsv1.ExecutionEvent, 0, o.batch)
-		for len(events) < o.batch {
+		events := make([]*eventsv1.ExecutionEvent, 0, o.batch+2)
+		for taken := 0; taken < perMessage; {
 			i := next
 			next = (next + 1) % o.jobs
 			anchor := anchorOf(base, o, i)
@@ -349,28 +412,19 @@ func publish(ctx context.Context, conn *amqp091.Connection, o options, base time
 				continue // its first slot has not come yet
 			}
 			slot := anchor.Add(now.Sub(anchor) / o.period * o.period)
-			seq++
-			exe := fmt.Sprintf("%s/%d", jobID(i), slot.UnixMicro())
-			ev := func(kind eventsv1.ExecutionEventKind) *eventsv1.ExecutionEvent {
-				return &eventsv1.ExecutionEvent{
-					EventId: fmt.Sprintf("%s/%d", exe, kind), Kind: kind, ExecutionId: exe, JobId: jobID(i), Namespace: "bench",
-					Attempt: 1, NominalTime: timestamppb.New(slot), OccurTime: timestamppb.New(now), FireTime: timestamppb.New(slot),
-					TriggerKind: dispatchv1.TriggerKind_TRIGGER_KIND_SCHEDULED, JobDisplayName: "bench", JobLabels: labels,
-				}
+			if mix.Slow(res.slots) {
+				res.slowSlots++
 			}
-			out := ev(eventsv1.ExecutionEventKind_EXECUTION_EVENT_KIND_SUCCEEDED)
-			if o.failEvery > 0 && seq%o.failEvery == 0 {
-				out = ev(eventsv1.ExecutionEventKind_EXECUTION_EVENT_KIND_FAILED)
-				out.Reason = "HTTP 500"
-			}
-			events = append(events, ev(eventsv1.ExecutionEventKind_EXECUTION_EVENT_KIND_STARTED), out)
+			events = append(events, slotEvents(o, mix, res.slots, i, slot, now)...)
+			res.slots++
+			taken++
 		}
 		body, err := proto.Marshal(&eventsv1.ExecutionEventBatch{Events: events})
 		if err != nil {
 			res.err = err
 			break
 		}
-		if err := ch.PublishWithContext(context.Background(), o.exchange, "execution.started", false, false,
+		if err := ch.PublishWithContext(context.Background(), o.exchange, eventmix.RoutingKey(events[0].GetKind()), false, false,
 			amqp091.Publishing{ContentType: "application/x-protobuf", DeliveryMode: amqp091.Persistent, Body: body}); err != nil {
 			res.err = err
 			break
@@ -511,7 +565,7 @@ type reportData struct {
 	notified               int64
 }
 
-func report(o options, d reportData) error {
+func report(o options, mix eventmix.Mix, d reportData) error {
 	w := io.Writer(os.Stdout)
 	if o.out != "" {
 		f, err := os.Create(o.out)
@@ -538,11 +592,14 @@ func report(o options, d reportData) error {
 	fmt.Fprintf(w, "# Alerting: rule evaluation at %d events/s with %d jobs watched\n\n", o.rate, o.jobs)
 	fmt.Fprintf(w, "Run at %s by `%s`.\n\n", d.start.UTC().Format(time.RFC3339), strings.Join(os.Args, " "))
 	fmt.Fprintf(w, "## Machine\n\n%s\n", d.machine.Markdown())
-	fmt.Fprintf(w, "## Setup\n\n%d jobs loaded into the jobs table in %.1f s, each on a %s interval with anchors spread evenly (%.0f slots due per second), all watched by the watchdog; 3 rules match every job (3 consecutive failures, missed schedule with 30 s tolerance, dead-lettered), notifying a webhook sink in the bench process. Each message holds %d events: the STARTED and the outcome of %d slots (1 outcome in %d a FAILED without retry, 0 meaning none, the rest SUCCEEDED), routing key execution.started, published with confirms on one channel.\n\n",
-		o.jobs, d.loadTook.Seconds(), o.period, float64(o.jobs)/o.period.Seconds(), o.batch, o.batch/2, o.failEvery)
+	fmt.Fprintf(w, "## Setup\n\n%d jobs loaded into the jobs table in %.1f s, each on a %s interval with anchors spread evenly (%.0f slots due per second), all watched by the watchdog; 3 rules match every job (3 consecutive failures, missed schedule with 30 s tolerance, dead-lettered), notifying a webhook sink in the bench process. Each slot's attempt emits its events as the dispatcher does: %s. 1 outcome in %d is a FAILED without retry (0 meaning none), the rest SUCCEEDED. Each message holds the events of %d slots (about %d events), routed by its first event's kind, published with confirms on one channel.\n\n",
+		o.jobs, d.loadTook.Seconds(), o.period, float64(o.jobs)/o.period.Seconds(), mix.Describe(), o.failEvery, slotsPerMessage(o.batch, mix), o.batch)
+	fmt.Fprintf(w, "Events/s compares across reports only under the same mix: the service evaluates every event, and a slot is two events in the mix before ADR 0021 but mostly one in production's. Slots/s is the figure that compares across mixes.\n\n")
 	fmt.Fprintf(w, "## Result\n\n| measure | value |\n| --- | --- |\n")
 	fmt.Fprintf(w, "| events published | %d in %d messages over %s (%.0f events/s); publisher at most %s behind its schedule; error: %v |\n",
 		d.pub.events, d.pub.messages, o.duration, float64(d.pub.events)/o.duration.Seconds(), d.pub.behind.Round(time.Millisecond), d.pub.err)
+	fmt.Fprintf(w, "| slots (executions) published | %d over %s (%.0f slots/s), %d of them slow (a STARTED and an outcome) |\n",
+		d.pub.slots, o.duration, float64(d.pub.slots)/o.duration.Seconds(), d.pub.slowSlots)
 	fmt.Fprintf(w, "| events evaluated during publishing | %.0f (%.0f events/s) |\n", atEnd.events, atEnd.events/math.Max(atEnd.at.Seconds(), 1))
 	fmt.Fprintf(w, "| events evaluated in all | %.0f |\n", processed)
 	fmt.Fprintf(w, "| queue depth (ready messages) | max %d during publishing, %d at its end |\n", maxDepth, atEnd.depth)

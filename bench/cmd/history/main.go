@@ -4,7 +4,7 @@
 // and configuration `make dev` runs.
 //
 //	history-bench machine [flags]   the machine, Go, PostgreSQL, the load on the machine
-//	history-bench ingest  [flags]   publish lifecycle events in batches of ~100; events/s committed
+//	history-bench ingest  [flags]   publish lifecycle events in the dispatcher's mix, batches of ~100; events/s and executions/s committed
 //	history-bench load    [flags]   bulk-load executions into the schema (COPY), before the service starts
 //	history-bench query   [flags]   ListExecutions latency (one job and a day; text search over a day)
 //	history-bench cleanup [flags]   drop the run's schema, queue and exchange
@@ -28,6 +28,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
+	"github.com/cronmesh/cronmesh/bench/internal/eventmix"
 	"github.com/cronmesh/cronmesh/bench/internal/machine"
 	"github.com/cronmesh/cronmesh/bench/internal/procstat"
 	benchreport "github.com/cronmesh/cronmesh/bench/internal/report"
@@ -39,6 +40,7 @@ type options struct {
 	events, batch, publishers                                                  int
 	executions, days, jobs, workers                                            int
 	samples, searchSamples                                                     int
+	slowShare                                                                  float64
 }
 
 func main() {
@@ -68,7 +70,8 @@ func run(ctx context.Context, args []string) error {
 	fs.StringVar(&o.apiKey, "api-key", "", "API key of the bench namespace")
 	fs.StringVar(&o.namespace, "namespace", "bench", "namespace of the generated executions")
 	fs.StringVar(&o.out, "out", "", "report file to append to (default stdout)")
-	fs.IntVar(&o.events, "events", 1_000_000, "ingest: lifecycle events to publish")
+	fs.IntVar(&o.events, "events", 1_000_000, "ingest: lifecycle events to publish (one more when the last execution is slow)")
+	fs.Float64Var(&o.slowShare, "slow-share", eventmix.DefaultSlowShare, "ingest: "+eventmix.SlowShareUsage)
 	fs.IntVar(&o.batch, "batch", 100, "ingest: events per broker message")
 	fs.IntVar(&o.publishers, "publishers", 4, "ingest: concurrent publishers")
 	fs.IntVar(&o.executions, "executions", 10_000_000, "load: executions to load")
