@@ -34,6 +34,18 @@ if ! pg_ready; then
   wait_for PostgreSQL 60 pg_ready
 fi
 psql_admin() { psql -X -q -h "$PG_HOST" -p "$PG_PORT" -U postgres -d postgres -v ON_ERROR_STOP=1 "$@"; }
+# `make test` runs several whole meshes at once (the end-to-end suites side
+# by side, two meshes of each at a time), each holding a few dozen
+# connections: PostgreSQL's default of 100 runs out. Raised once, with a
+# restart, and kept in postgresql.auto.conf.
+PG_MIN_CONNECTIONS=400
+if [ "$(psql_admin -tAc 'SHOW max_connections')" -lt "$PG_MIN_CONNECTIONS" ]; then
+  version=$(ls /etc/postgresql | sort -V | tail -n1)
+  log "raising PostgreSQL's max_connections to $PG_MIN_CONNECTIONS (a restart)"
+  psql_admin -c "ALTER SYSTEM SET max_connections = $PG_MIN_CONNECTIONS"
+  pg_ctlcluster --skip-systemctl-redirect "$version" main restart
+  wait_for PostgreSQL 60 pg_ready
+fi
 if [ "$(psql_admin -tAc "SELECT 1 FROM pg_database WHERE datname = 'cronmesh'")" != 1 ]; then
   log "creating database cronmesh"
   psql_admin -c 'CREATE DATABASE cronmesh' || [ "$(psql_admin -tAc "SELECT 1 FROM pg_database WHERE datname = 'cronmesh'")" = 1 ]
