@@ -127,7 +127,9 @@ build: $(CONSOLE_DIST) ## Build the service binaries (the console with its web a
 UNIT_TESTS = for dir in $(GO_MODULES); do (cd $$dir && go test -race -count=1 -vet=off $$(go list ./... | grep -Ev '/e2e$$|/chaos$$')); done
 # The end-to-end suites (real processes on the wall clock) and how many of
 # them run at once, the two longest first so that neither ends up running
-# alone. The whole-mesh fault-injection suite (chaos) is among them, but for
+# alone; within a suite, the tests that start meshes of their own are
+# parallel tests, two at a time (go test's -parallel: the cores). The
+# whole-mesh fault-injection suite (chaos) is among them, but for
 # its scenarios that restart the shared PostgreSQL and RabbitMQ
 # (CHAOS_RESTARTS), which run alone, after the others: nothing else may be
 # using the servers meanwhile.
@@ -185,7 +187,7 @@ chaos: tools services build ## Fault-injection suites: trigger failover at 10x t
 	status=0; export CRONMESH_TEST_BIN_DIR=$(BIN); CRONMESH_E2E_JOBS=$(CHAOS_JOBS) go test -count=1 -p 1 -timeout 30m -v -run 'TestFailover|TestBrokerOutage' ./services/trigger/e2e || status=$$?; \
 	  CRONMESH_CHAOS_JOBS=$(CHAOS_MESH_JOBS) CRONMESH_CHAOS_AFTER=$(CHAOS_AFTER) CRONMESH_CHAOS_OUTAGE=$(CHAOS_OUTAGE) \
 	  CRONMESH_CHAOS_HANG=$(CHAOS_HANG) CRONMESH_CHAOS_SUMMARY=$(CURDIR)/.chaos-summary.md \
-	  go test -count=1 -p 1 -timeout 60m -v ./services/devstack/chaos || status=$$?; \
+	  go test -count=1 -p 1 -parallel 1 -timeout 60m -v ./services/devstack/chaos || status=$$?; \
 	  echo; echo "| scenario | jobs | slots | recovery | max lateness | retries | republished | duplicate deliveries | verdict |"; \
 	  echo "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"; cat .chaos-summary.md 2>/dev/null; exit $$status
 

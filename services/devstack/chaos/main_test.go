@@ -11,8 +11,11 @@
 // table of every scenario's recovery time. TestRabbitMQRestart and
 // TestPostgresRestart restart the shared servers: `make test` runs them
 // alone, after every other suite (the Makefile's CHAOS_RESTARTS names
-// them); the other scenarios run beside the other end-to-end suites, and
-// `make chaos` runs them all one at a time.
+// them, and they are not parallel tests); the other scenarios, each on its
+// own mesh, etcd and target, are parallel tests: `make test` runs them
+// beside the other end-to-end suites, two at a time (go test's -parallel,
+// the number of cores), and `make chaos`, at its larger sizes, one at a
+// time (-parallel 1).
 package chaos_test
 
 import (

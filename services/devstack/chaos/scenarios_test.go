@@ -24,6 +24,7 @@ const settle = 3 * time.Minute
 // TestTriggerSIGKILL kills a trigger node: the others take its partitions
 // over within the lease and fire its slots, each once.
 func TestTriggerSIGKILL(t *testing.T) {
+	t.Parallel()
 	r := start(t, 3)
 	fault := r.steadyThenFault("SIGKILL trigger-1")
 	r.mesh.Triggers[0].Kill()
@@ -34,6 +35,7 @@ func TestTriggerSIGKILL(t *testing.T) {
 // the others take its partitions over, and the resumed node, fenced, fires
 // nothing twice.
 func TestTriggerSIGSTOP(t *testing.T) {
+	t.Parallel()
 	r := start(t, 3)
 	node := r.mesh.Triggers[1]
 	fault := r.steadyThenFault("SIGSTOP trigger-2 past its lease")
@@ -48,6 +50,7 @@ func TestTriggerSIGSTOP(t *testing.T) {
 // requests open, and restarts it: the requests in flight are delivered
 // again, with the same webhook-id.
 func TestDispatcherSIGKILL(t *testing.T) {
+	t.Parallel()
 	r := start(t, 2)
 	sleepUntil(r.from.Add(steady))
 	r.target.hold()
@@ -67,6 +70,7 @@ func TestDispatcherSIGKILL(t *testing.T) {
 // for the outage, and restarts them: they catch up from their queues, and
 // the history holds every execution once.
 func TestHistoryAlertingSIGKILL(t *testing.T) {
+	t.Parallel()
 	r := start(t, 2)
 	fault := r.steadyThenFault("SIGKILL history and alerting")
 	r.mesh.History.Kill()
@@ -107,6 +111,7 @@ func TestPostgresRestart(t *testing.T) {
 // restarts it: the nodes stop firing when their sessions lapse, take their
 // partitions back afterwards and fire what fell due meanwhile, once.
 func TestEtcdRestart(t *testing.T) {
+	t.Parallel()
 	r := start(t, 2)
 	fault := r.steadyThenFault("etcd stop")
 	r.etcd.Stop()
@@ -119,6 +124,7 @@ func TestEtcdRestart(t *testing.T) {
 // the hang period, then answer again: everything is delivered after, by
 // retries.
 func TestTargetTimeouts(t *testing.T) {
+	t.Parallel()
 	r := start(t, 2)
 	fault := r.steadyThenFault("the target hangs for " + r.cfg.hang.String())
 	r.target.hang(r.cfg.hang)
@@ -129,6 +135,7 @@ func TestTargetTimeouts(t *testing.T) {
 // TestClockOffset adds a trigger node whose clock is 10 s ahead: nothing
 // fires before its nominal time by the real clock, nothing twice.
 func TestClockOffset(t *testing.T) {
+	t.Parallel()
 	r := start(t, 2)
 	fault := r.steadyThenFault("a trigger node with its clock 10 s ahead joins")
 	skewed, err := r.mesh.AddTriggerWith(t.Context(), "trigger-skewed", "--clock-offset", "10s")
@@ -156,6 +163,7 @@ func TestClockOffset(t *testing.T) {
 // at a time. The product promises no missed execution "even during
 // deployments": nothing may be missed or fired twice.
 func TestRollingRestart(t *testing.T) {
+	t.Parallel()
 	r := start(t, 3)
 	rollout := append([]*meshrun.Process{r.mesh.Registry}, r.mesh.Triggers...)
 	rollout = append(rollout, r.mesh.Dispatcher, r.mesh.History, r.mesh.Alerting)

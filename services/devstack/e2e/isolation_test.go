@@ -339,6 +339,7 @@ func (r rpc) call(t *testing.T, key string, req proto.Message) (*dynamicpb.Messa
 //
 // The AuditService, which every service serves, is walked on each of them.
 func TestIsolationMatrix(t *testing.T) {
+	t.Parallel()
 	mesh := meshtest.Start(t, bins, meshtest.Options{
 		APIKeys: map[string]string{
 			"tenant-a": tenantAKey, "tenant-b": tenantBKey,

@@ -21,6 +21,7 @@ const meshKey = "mesh-key-0123456789abcdef"
 // created through the registry fires, its webhook reaches the target, and
 // the history shows the execution succeeded with a trace id.
 func TestMeshFiresDeliversAndRecords(t *testing.T) {
+	t.Parallel()
 	var (
 		mu       sync.Mutex
 		received []string // webhook-id of every request

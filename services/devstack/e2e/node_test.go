@@ -57,6 +57,7 @@ func (r *webhookRecorder) seen() []string {
 // node_modules come from `make tools` (npm ci on the lock file); without
 // them the test fails and says so rather than skipping.
 func TestNodeClient(t *testing.T) {
+	t.Parallel()
 	pkg, err := filepath.Abs(filepath.Join("..", "..", "..", "gen", "ts"))
 	require.NoError(t, err)
 	_, err = os.Stat(filepath.Join(pkg, "node_modules", ".bin", "tsc"))

@@ -96,6 +96,7 @@ type overlapSuite struct {
 // job: the restarted dispatcher delivers the same execution again, later
 // slots run, and nothing stays blocked.
 func TestOverlapPolicies(t *testing.T) {
+	t.Parallel()
 	mesh := meshtest.Start(t, bins, meshtest.Options{APIKeys: map[string]string{"scenarios": scenarioKey}})
 	s := &overlapSuite{*newClients(mesh, scenarioKey)}
 	t.Run("Policies", func(t *testing.T) {

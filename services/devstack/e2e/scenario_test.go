@@ -60,6 +60,7 @@ func newClients(mesh *meshrun.Mesh, key string) *scenario {
 // Timing is asserted only from below (a retry no earlier than its backoff);
 // every wait for the mesh is bounded but generous.
 func TestScenarios(t *testing.T) {
+	t.Parallel()
 	mesh := meshtest.Start(t, bins, meshtest.Options{
 		APIKeys: map[string]string{"scenarios": scenarioKey},
 		// The dispatcher's delay queues: the failing job's backoffs (1 s,

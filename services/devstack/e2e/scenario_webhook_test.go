@@ -147,6 +147,7 @@ func (r *recorder) IDs() []string {
 // the example in the Standard Webhooks specification, so that it does not
 // merely agree with the signer it checks.
 func TestScenarioVerifierKnownVector(t *testing.T) {
+	t.Parallel()
 	h := http.Header{}
 	h.Set("webhook-id", "msg_p5jXN8AQM9LWM0D4loKWxJek")
 	h.Set("webhook-timestamp", "1614265330")

@@ -45,6 +45,7 @@ const (
 // connections (a stopped server), or they are unreachable without an error
 // (a network partition: every call waits for its own deadline).
 func TestShutdownWithDependenciesDown(t *testing.T) {
+	t.Parallel()
 	// A traced call of each service's API: a span for the exporter to flush
 	// at shutdown.
 	procedures := map[string]string{
@@ -64,6 +65,7 @@ func TestShutdownWithDependenciesDown(t *testing.T) {
 	for _, outage := range outages {
 		for _, svc := range meshrun.Services() {
 			t.Run(outage.name+"/"+svc, func(t *testing.T) {
+				t.Parallel() // each has its own proxies, etcd, collector and mesh
 				database := pgtest.NewProxy(t, false)
 				broker := amqptest.NewProxy(t, false)
 				etcd := etcdtest.New(t)

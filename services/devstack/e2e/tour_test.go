@@ -66,6 +66,7 @@ var tourPorts = map[int]string{
 }
 
 func TestTour(t *testing.T) {
+	t.Parallel()
 	root := tourRepoRoot(t)
 	for _, bin := range []string{"devetcd", "devecho", "registry", "trigger", "dispatcher", "history", "alerting", "console", "grpcurl", "buf"} {
 		if _, err := os.Stat(filepath.Join(root, "bin", bin)); err != nil {
