@@ -123,8 +123,12 @@ build: $(CONSOLE_DIST) ## Build the service binaries (the console with its web a
 # The packages of every module but the end-to-end suites: the unit and
 # integration tests (against the real PostgreSQL, RabbitMQ and an embedded
 # etcd) that test-short runs. -vet=off because `lint` has just run go vet
-# (a superset of the checks go test runs) over every package.
-UNIT_TESTS = for dir in $(GO_MODULES); do (cd $$dir && go test -race -count=1 -vet=off $$(go list ./... | grep -Ev '/e2e$$|/chaos$$')); done
+# (a superset of the checks go test runs) over every package. Three test
+# binaries at a time, one more than the cores: they wait on PostgreSQL,
+# RabbitMQ and etcd more than they compute (2 min 14 s against 3 min 5 s
+# for two at a time, 2026-11-27; four were no faster).
+UNIT_PARALLEL ?= 3
+UNIT_TESTS = for dir in $(GO_MODULES); do (cd $$dir && go test -race -count=1 -vet=off -p $(UNIT_PARALLEL) $$(go list ./... | grep -Ev '/e2e$$|/chaos$$')); done
 # The end-to-end suites (real processes on the wall clock) and how many of
 # them run at once, the two longest first so that neither ends up running
 # alone; within a suite, the tests that start meshes of their own are
