@@ -2,6 +2,7 @@ package pipeline_test
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
@@ -16,6 +17,7 @@ import (
 	"github.com/cronmesh/cronmesh/libs/testkit/amqptest"
 	"github.com/cronmesh/cronmesh/services/dispatcher/internal/deliver"
 	"github.com/cronmesh/cronmesh/services/dispatcher/internal/pipeline"
+	"github.com/cronmesh/cronmesh/services/dispatcher/internal/store"
 )
 
 // dispatchPacked publishes reqs packed into one broker message, as the
@@ -84,7 +86,16 @@ func TestBatchOfRequests(t *testing.T) {
 	require.Equal(t, 0.0, metric(t, r.reg, "duplicates_skipped_total"))
 	close(release)
 	e.waitFor(slow.ExecutionId, succeeded, 1)
-	require.Eventually(t, func() bool { return e.queueDepth(e.dispatchQueue("normal")) == 0 }, 30*time.Second, 10*time.Millisecond)
+	// The outcome event comes before the completion record, which the
+	// redelivery below is checked against: wait for the records (the
+	// queue's depth counts ready messages, so it is 0 before the batch is
+	// acknowledged too).
+	require.Eventually(t, func() bool {
+		done, err := e.store.Completed(t.Context(), []store.AttemptRef{
+			{ExecutionID: fast.ExecutionId, Attempt: 1}, {ExecutionID: flaky.ExecutionId, Attempt: 2}, {ExecutionID: slow.ExecutionId, Attempt: 1},
+		})
+		return err == nil && !slices.Contains(done, false)
+	}, 30*time.Second, 10*time.Millisecond)
 	require.Equal(t, 1.0, metric(t, r.reg, "dispatch_batch_requests"))
 
 	// The same batch again, as the broker would redeliver it.
