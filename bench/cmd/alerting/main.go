@@ -56,6 +56,7 @@ import (
 	dispatchv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/dispatch/v1"
 	eventsv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/events/v1"
 	registryv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1"
+	"github.com/cronmesh/cronmesh/libs/execevent"
 	"github.com/cronmesh/cronmesh/libs/jobspec"
 	"github.com/cronmesh/cronmesh/libs/postgres"
 )
@@ -424,7 +425,7 @@ func publish(ctx context.Context, conn *amqp091.Connection, o options, mix event
 			res.err = err
 			break
 		}
-		if err := ch.PublishWithContext(context.Background(), o.exchange, eventmix.RoutingKey(events[0].GetKind()), false, false,
+		if err := ch.PublishWithContext(context.Background(), o.exchange, execevent.RoutingKey(events[0].GetKind()), false, false,
 			amqp091.Publishing{ContentType: "application/x-protobuf", DeliveryMode: amqp091.Persistent, Body: body}); err != nil {
 			res.err = err
 			break

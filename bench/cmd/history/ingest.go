@@ -21,6 +21,7 @@ import (
 	"github.com/cronmesh/cronmesh/bench/internal/eventmix"
 	dispatchv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/dispatch/v1"
 	eventsv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/events/v1"
+	"github.com/cronmesh/cronmesh/libs/execevent"
 	"github.com/cronmesh/cronmesh/libs/execid"
 )
 
@@ -179,7 +180,7 @@ func ingestMessages(o options, mix eventmix.Mix) ingestPlan {
 			panic(err)
 		}
 		plan.bodies = append(plan.bodies, b)
-		plan.keys = append(plan.keys, eventmix.RoutingKey(events[0].GetKind()))
+		plan.keys = append(plan.keys, execevent.RoutingKey(events[0].GetKind()))
 		plan.events += len(events)
 	}
 	return plan

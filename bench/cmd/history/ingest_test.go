@@ -8,6 +8,7 @@ import (
 
 	"github.com/cronmesh/cronmesh/bench/internal/eventmix"
 	eventsv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/events/v1"
+	"github.com/cronmesh/cronmesh/libs/execevent"
 )
 
 // TestIngestMessagesMakeTheDispatchersMix checks the generator without a
@@ -41,7 +42,7 @@ func TestIngestMessagesMakeTheDispatchersMix(t *testing.T) {
 				require.NoError(t, proto.Unmarshal(body, &batch))
 				require.NotEmpty(t, batch.GetEvents())
 				require.LessOrEqual(t, len(batch.GetEvents()), o.batch+1, "message %d", m)
-				require.Equal(t, eventmix.RoutingKey(batch.GetEvents()[0].GetKind()), plan.keys[m])
+				require.Equal(t, execevent.RoutingKey(batch.GetEvents()[0].GetKind()), plan.keys[m])
 				for _, ev := range batch.GetEvents() {
 					events++
 					s := byExecution[ev.GetExecutionId()]

@@ -8,9 +8,8 @@
 // events per execution, and SlowShare 1 gives the mix of reports made
 // before ADR 0021 (a STARTED and an outcome per attempt).
 //
-// The fields of an event are those the dispatcher's newEvent and emit set
-// (services/dispatcher/internal/pipeline/events.go), copied here because
-// bench/ may not import a service's internals: keep the two in step.
+// The events are libs/execevent's, as the dispatcher makes them, with the
+// trace context its emit adds.
 package eventmix
 
 import (
@@ -21,12 +20,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/google/uuid"
-	"google.golang.org/protobuf/types/known/durationpb"
-	"google.golang.org/protobuf/types/known/timestamppb"
-
 	dispatchv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/dispatch/v1"
 	eventsv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/events/v1"
+	"github.com/cronmesh/cronmesh/libs/execevent"
 )
 
 // DefaultSlowShare is the share of slow attempts a benchmark assumes
@@ -142,60 +138,24 @@ func Events(a Attempt, slow bool) []*eventsv1.ExecutionEvent {
 // with the attempt's start as its start and occur time whenever it emits
 // it.
 func Started(a Attempt) *eventsv1.ExecutionEvent {
-	return event(eventsv1.ExecutionEventKind_EXECUTION_EVENT_KIND_STARTED, a, a.Start)
+	return withTrace(execevent.New(eventsv1.ExecutionEventKind_EXECUTION_EVENT_KIND_STARTED, a.Request, a.Start,
+		execevent.Attempt{Start: a.Start}, "", a.Trace.ID), a.Trace)
 }
 
 // Outcome is the attempt's outcome event, at the attempt's end. Like the
 // dispatcher's, it carries the start time, so that a consumer that sees
 // no STARTED knows all a STARTED would have said.
 func Outcome(a Attempt) *eventsv1.ExecutionEvent {
-	ev := event(a.Outcome, a, a.Start.Add(a.Duration))
-	ev.ResponseStatus = int32(a.Status)
-	ev.ResponseExcerpt = a.Excerpt
-	ev.Reason = a.Reason
-	switch a.Outcome {
-	case eventsv1.ExecutionEventKind_EXECUTION_EVENT_KIND_SUCCEEDED,
-		eventsv1.ExecutionEventKind_EXECUTION_EVENT_KIND_FAILED,
-		eventsv1.ExecutionEventKind_EXECUTION_EVENT_KIND_DEAD:
-		ev.Duration = durationpb.New(a.Duration)
-	}
-	if a.Outcome == eventsv1.ExecutionEventKind_EXECUTION_EVENT_KIND_FAILED && a.Retry > 0 {
-		ev.RetryScheduled = true
-		ev.RetryDelay = durationpb.New(a.Retry)
-	}
-	return ev
+	return withTrace(execevent.New(a.Outcome, a.Request, a.Start.Add(a.Duration), execevent.Attempt{
+		Start: a.Start, Duration: a.Duration, Status: a.Status, Excerpt: a.Excerpt, Retry: a.Retry,
+	}, a.Reason, a.Trace.ID), a.Trace)
 }
 
-// event is what every event of the attempt carries (newEvent's fields,
-// and the trace context emit adds).
-func event(kind eventsv1.ExecutionEventKind, a Attempt, occur time.Time) *eventsv1.ExecutionEvent {
-	req := a.Request
-	ev := &eventsv1.ExecutionEvent{
-		EventId:            uuid.Must(uuid.NewV7()).String(),
-		Kind:               kind,
-		ExecutionId:        req.GetExecutionId(),
-		JobId:              req.GetJobId(),
-		Namespace:          req.GetNamespace(),
-		Attempt:            req.GetAttempt(),
-		NominalTime:        req.GetNominalTime(),
-		OccurTime:          timestamppb.New(occur),
-		TriggerKind:        req.GetTriggerKind(),
-		TraceId:            a.Trace.ID,
-		JobDisplayName:     req.GetJobDisplayName(),
-		JobLabels:          req.GetJobLabels(),
-		FireTime:           req.GetFireTime(),
-		OverriddenFields:   req.GetOverriddenFields(),
-		RerunOfExecutionId: req.GetRerunOfExecutionId(),
-		StartTime:          timestamppb.New(a.Start),
-	}
-	if a.Trace.TraceParent != "" {
-		ev.TraceContext = map[string]string{"traceparent": a.Trace.TraceParent}
+// withTrace adds the trace context the dispatcher's emit adds to every
+// event of an attempt.
+func withTrace(ev *eventsv1.ExecutionEvent, t Trace) *eventsv1.ExecutionEvent {
+	if t.TraceParent != "" {
+		ev.TraceContext = map[string]string{"traceparent": t.TraceParent}
 	}
 	return ev
-}
-
-// RoutingKey is the routing key of a message whose first event is of
-// kind k, as the dispatcher routes it: "execution.<kind>".
-func RoutingKey(k eventsv1.ExecutionEventKind) string {
-	return "execution." + strings.ToLower(strings.TrimPrefix(k.String(), "EXECUTION_EVENT_KIND_"))
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/cronmesh/cronmesh/bench/internal/eventmix"
 	dispatchv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/dispatch/v1"
 	eventsv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/events/v1"
+	"github.com/cronmesh/cronmesh/libs/execevent"
 )
 
 func TestNewMixRefusesAShareOutsideZeroToOne(t *testing.T) {
@@ -91,7 +92,7 @@ func TestAQuickAttemptEmitsItsOutcomeAlone(t *testing.T) {
 	require.True(t, proto.Equal(a.Request.GetFireTime(), out.GetFireTime()))
 	require.Equal(t, a.Trace.ID, out.GetTraceId())
 	require.Equal(t, a.Trace.TraceParent, out.GetTraceContext()["traceparent"])
-	require.Equal(t, "execution.succeeded", eventmix.RoutingKey(out.GetKind()))
+	require.Equal(t, "execution.succeeded", execevent.RoutingKey(out.GetKind()))
 }
 
 func TestASlowAttemptEmitsStartedThenItsOutcome(t *testing.T) {

@@ -10,6 +10,7 @@ import (
 	dispatchv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/dispatch/v1"
 	registryv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1"
 	"github.com/cronmesh/cronmesh/libs/broker"
+	"github.com/cronmesh/cronmesh/libs/execevent"
 	"github.com/cronmesh/cronmesh/libs/testkit/amqptest"
 	"github.com/cronmesh/cronmesh/services/dispatcher/internal/deliver"
 	"github.com/cronmesh/cronmesh/services/dispatcher/internal/inflight"
@@ -116,7 +117,7 @@ func kindsOf(e *env, executionID, namespace string) map[string]int {
 	out := map[string]int{}
 	for _, ev := range e.events.of(executionID) {
 		if ev.Namespace == namespace {
-			out[pipeline.KindName(ev.Kind)+"/"+itoa(ev.Attempt)]++
+			out[execevent.KindName(ev.Kind)+"/"+itoa(ev.Attempt)]++
 		}
 	}
 	return out

@@ -3,9 +3,6 @@ package pipeline
 import (
 	"context"
 	"fmt"
-	"strings"
-	"time"
-	"unicode/utf8"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/google/uuid"
@@ -14,104 +11,12 @@ import (
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/types/known/durationpb"
-	"google.golang.org/protobuf/types/known/timestamppb"
 
-	dispatchv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/dispatch/v1"
 	eventsv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/events/v1"
 	"github.com/cronmesh/cronmesh/libs/broker"
+	"github.com/cronmesh/cronmesh/libs/execevent"
 	"github.com/cronmesh/cronmesh/libs/telemetry"
-	"github.com/cronmesh/cronmesh/services/dispatcher/internal/store"
 )
-
-// KindName is the lower-case name of an event kind as routing keys and
-// metrics spell it: "started", "succeeded", "failed", "dead", "cancelled",
-// "missed"; "unspecified" otherwise.
-func KindName(k eventsv1.ExecutionEventKind) string {
-	name, ok := strings.CutPrefix(k.String(), "EXECUTION_EVENT_KIND_")
-	if !ok {
-		return "unspecified"
-	}
-	return strings.ToLower(name)
-}
-
-// EventRoutingKey is the routing key of a batch whose first event is of
-// kind k: "execution.<kind>".
-func EventRoutingKey(k eventsv1.ExecutionEventKind) string { return "execution." + KindName(k) }
-
-// MaxEventExcerpt caps the response excerpt of a lifecycle event. Events
-// go out for every attempt, so they carry a short excerpt; the dead-letter
-// record keeps deliver.MaxExcerpt.
-const MaxEventExcerpt = 4 << 10
-
-// attemptInfo is what an event knows of its attempt: nothing for
-// CANCELLED, the start for STARTED, the outcome for the others.
-type attemptInfo struct {
-	start    time.Time // zero: no attempt was made
-	duration time.Duration
-	status   int
-	excerpt  string
-	// retry is the delay before the next attempt; 0: none scheduled.
-	retry time.Duration
-}
-
-// newEvent is the lifecycle event of kind for req's attempt, at now.
-// duration is set for SUCCEEDED and FAILED (and DEAD, whose last attempt
-// took it); start_time on every event of an attempt (consumers may see the
-// outcome before the start, and a quick attempt has no STARTED: its
-// outcome carries all a STARTED would); reason and excerpt are made valid protobuf
-// strings, the excerpt cut to MaxEventExcerpt on a character boundary.
-func newEvent(kind eventsv1.ExecutionEventKind, req *dispatchv1.DispatchRequest, now time.Time, a attemptInfo, reason, traceID string) *eventsv1.ExecutionEvent {
-	ev := &eventsv1.ExecutionEvent{
-		EventId:         uuid.Must(uuid.NewV7()).String(),
-		Kind:            kind,
-		ExecutionId:     req.GetExecutionId(),
-		JobId:           req.GetJobId(),
-		Namespace:       req.GetNamespace(),
-		Attempt:         req.GetAttempt(),
-		NominalTime:     req.GetNominalTime(),
-		OccurTime:       timestamppb.New(now),
-		TriggerKind:     req.GetTriggerKind(),
-		Reason:          store.CleanText(reason),
-		TraceId:         traceID,
-		JobDisplayName:  req.GetJobDisplayName(),
-		JobLabels:       req.GetJobLabels(),
-		FireTime:        req.GetFireTime(),
-		ResponseStatus:  int32(a.status),
-		ResponseExcerpt: truncateUTF8(store.CleanText(a.excerpt), MaxEventExcerpt),
-		// Every event carries them, so that the history has them whichever
-		// event of the execution it sees first.
-		OverriddenFields:   req.GetOverriddenFields(),
-		RerunOfExecutionId: req.GetRerunOfExecutionId(),
-	}
-	if !a.start.IsZero() {
-		ev.StartTime = timestamppb.New(a.start)
-	}
-	switch kind {
-	case eventsv1.ExecutionEventKind_EXECUTION_EVENT_KIND_SUCCEEDED,
-		eventsv1.ExecutionEventKind_EXECUTION_EVENT_KIND_FAILED,
-		eventsv1.ExecutionEventKind_EXECUTION_EVENT_KIND_DEAD:
-		ev.Duration = durationpb.New(a.duration)
-	}
-	if kind == eventsv1.ExecutionEventKind_EXECUTION_EVENT_KIND_FAILED && a.retry > 0 {
-		ev.RetryScheduled = true
-		ev.RetryDelay = durationpb.New(a.retry)
-	}
-	return ev
-}
-
-// truncateUTF8 cuts valid UTF-8 s to at most n bytes without splitting a
-// character.
-func truncateUTF8(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	cut := n
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut]
-}
 
 // publishEvents is the flush of the event batcher: one ExecutionEventBatch
 // message to the executions exchange, routed by its first event's kind.
@@ -121,7 +26,7 @@ func (p *Pipeline) publishEvents(ctx context.Context, events []*eventsv1.Executi
 		return fmt.Errorf("encode %d lifecycle events: %w", len(events), err)
 	}
 	msg := message.NewMessage(uuid.Must(uuid.NewV7()).String(), body)
-	key := EventRoutingKey(events[0].GetKind())
+	key := execevent.RoutingKey(events[0].GetKind())
 	ctx, span := p.tracer.Start(ctx, "publish "+p.opts.ExecutionsExchange,
 		trace.WithNewRoot(),
 		trace.WithSpanKind(trace.SpanKindProducer),
@@ -181,7 +86,7 @@ func (p *Pipeline) emit(ctx context.Context, ev *eventsv1.ExecutionEvent) <-chan
 				semconv.MessagingOperationName("create"),
 				semconv.MessagingDestinationName(p.opts.ExecutionsExchange),
 				semconv.MessagingMessageID(ev.GetEventId()),
-				attribute.String("cronmesh.event.kind", KindName(ev.GetKind())),
+				attribute.String("cronmesh.event.kind", execevent.KindName(ev.GetKind())),
 				attribute.String("cronmesh.execution.id", ev.GetExecutionId()),
 				attribute.Int("cronmesh.attempt", int(ev.GetAttempt())),
 			))

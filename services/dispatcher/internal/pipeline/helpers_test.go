@@ -23,6 +23,7 @@ import (
 	eventsv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/events/v1"
 	registryv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1"
 	"github.com/cronmesh/cronmesh/libs/broker"
+	"github.com/cronmesh/cronmesh/libs/execevent"
 	"github.com/cronmesh/cronmesh/libs/execid"
 	"github.com/cronmesh/cronmesh/libs/testkit/amqptest"
 	"github.com/cronmesh/cronmesh/libs/testkit/pgtest"
@@ -320,7 +321,7 @@ func (l *eventLog) of(executionID string) []*eventsv1.ExecutionEvent {
 func (l *eventLog) kinds(executionID string) map[string]int {
 	out := map[string]int{}
 	for _, ev := range l.of(executionID) {
-		out[pipeline.KindName(ev.Kind)+"/"+itoa(ev.Attempt)]++
+		out[execevent.KindName(ev.Kind)+"/"+itoa(ev.Attempt)]++
 	}
 	return out
 }

@@ -15,6 +15,7 @@ import (
 	dispatchv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/dispatch/v1"
 	eventsv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/events/v1"
 	registryv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1"
+	"github.com/cronmesh/cronmesh/libs/execevent"
 	"github.com/cronmesh/cronmesh/libs/outbox"
 	"github.com/cronmesh/cronmesh/libs/telemetry"
 	"github.com/cronmesh/cronmesh/services/dispatcher/internal/deliver"
@@ -135,7 +136,7 @@ func (p *Pipeline) admit(ctx context.Context, span trace.Span, req *dispatchv1.D
 	switch res.Decision {
 	case store.Skipped:
 		span.SetAttributes(attribute.String("cronmesh.dispatch.outcome", "skipped"))
-		ev := newEvent(eventsv1.ExecutionEventKind_EXECUTION_EVENT_KIND_SKIPPED, req, now, attemptInfo{}, SkippedReason(res.Other), traceID)
+		ev := execevent.New(eventsv1.ExecutionEventKind_EXECUTION_EVENT_KIND_SKIPPED, req, now, execevent.Attempt{}, SkippedReason(res.Other), traceID)
 		ev.Attempt = 0 // no attempt was made, as for MISSED
 		wait := p.emit(ctx, ev)
 		// Recorded final, so that a redelivery is acked as a duplicate.
@@ -144,7 +145,7 @@ func (p *Pipeline) admit(ctx context.Context, span trace.Span, req *dispatchv1.D
 		// Announced, so that the history shows the slot waiting and the
 		// missed-schedule watchdog sees it fired.
 		span.SetAttributes(attribute.String("cronmesh.dispatch.outcome", "buffered"))
-		ev := newEvent(eventsv1.ExecutionEventKind_EXECUTION_EVENT_KIND_BUFFERED, req, now, attemptInfo{}, BufferedReason(res.Other), traceID)
+		ev := execevent.New(eventsv1.ExecutionEventKind_EXECUTION_EVENT_KIND_BUFFERED, req, now, execevent.Attempt{}, BufferedReason(res.Other), traceID)
 		ev.Attempt = 0
 		return p.await(ctx, span, nil, p.emit(ctx, ev)), true
 	case store.AlreadyBuffered:

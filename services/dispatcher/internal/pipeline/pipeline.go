@@ -27,6 +27,7 @@ import (
 	eventsv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/events/v1"
 	"github.com/cronmesh/cronmesh/libs/broker"
 	"github.com/cronmesh/cronmesh/libs/clock"
+	"github.com/cronmesh/cronmesh/libs/execevent"
 	"github.com/cronmesh/cronmesh/libs/outbox"
 	"github.com/cronmesh/cronmesh/services/dispatcher/internal/deliver"
 	"github.com/cronmesh/cronmesh/services/dispatcher/internal/inflight"
@@ -564,7 +565,7 @@ func (p *Pipeline) handle(ctx context.Context, priority, queue string, msg *mess
 	dropCancelled := func() verdict {
 		p.metrics.cancelled.Inc()
 		span.SetAttributes(attribute.String("cronmesh.dispatch.outcome", "cancelled"))
-		wait := p.emit(ctx, newEvent(eventsv1.ExecutionEventKind_EXECUTION_EVENT_KIND_CANCELLED, req, p.opts.Clock.Now(), attemptInfo{},
+		wait := p.emit(ctx, execevent.New(eventsv1.ExecutionEventKind_EXECUTION_EVENT_KIND_CANCELLED, req, p.opts.Clock.Now(), execevent.Attempt{},
 			p.cancelReason(ctx, req, "cancelled through CancelExecution"), traceID))
 		v := p.await(ctx, span, nil, wait)
 		if v == ack {
@@ -640,9 +641,9 @@ func (p *Pipeline) handle(ctx context.Context, priority, queue string, msg *mess
 		span.SetAttributes(attribute.Int("cronmesh.dispatch.response_status", out.StatusCode))
 	}
 	now := p.opts.Clock.Now()
-	info := attemptInfo{start: startTime, duration: duration, status: out.StatusCode, excerpt: out.Excerpt}
+	info := execevent.Attempt{Start: startTime, Duration: duration, Status: out.StatusCode, Excerpt: out.Excerpt}
 	event := func(kind eventsv1.ExecutionEventKind, reason string) <-chan error {
-		return p.emit(ctx, newEvent(kind, req, now, info, reason, traceID))
+		return p.emit(ctx, execevent.New(kind, req, now, info, reason, traceID))
 	}
 
 	retryable := out.Result != deliver.Permanent && SeriesAttempt(req) <= MaxRetries(req.RetryPolicy)
@@ -666,8 +667,8 @@ func (p *Pipeline) handle(ctx context.Context, priority, queue string, msg *mess
 	case retryable:
 		span.SetAttributes(attribute.String("cronmesh.dispatch.retry_tier", tier.String()))
 		retry := info
-		retry.retry = tier
-		failed := p.emit(ctx, newEvent(eventsv1.ExecutionEventKind_EXECUTION_EVENT_KIND_FAILED, req, now, retry,
+		retry.Retry = tier
+		failed := p.emit(ctx, execevent.New(eventsv1.ExecutionEventKind_EXECUTION_EVENT_KIND_FAILED, req, now, retry,
 			fmt.Sprintf("%s; retry scheduled: attempt %d in %s", failureReason(out), req.Attempt+1, tier), traceID))
 		err := p.publishRetry(ctx, req, priority, tier)
 		if err == nil {
@@ -700,7 +701,7 @@ func (p *Pipeline) expired(ctx context.Context, span trace.Span, req *dispatchv1
 	p.metrics.deadlineExceeded.Inc()
 	span.SetAttributes(attribute.String("cronmesh.dispatch.outcome", "deadline_exceeded"))
 	now := p.opts.Clock.Now()
-	dead := p.emit(ctx, newEvent(eventsv1.ExecutionEventKind_EXECUTION_EVENT_KIND_DEAD, req, now, attemptInfo{}, reason, traceID))
+	dead := p.emit(ctx, execevent.New(eventsv1.ExecutionEventKind_EXECUTION_EVENT_KIND_DEAD, req, now, execevent.Attempt{}, reason, traceID))
 	err := p.publishDead(ctx, req, deliver.Outcome{}, reason, now)
 	if err == nil {
 		p.metrics.deadLetters.Inc()
@@ -829,9 +830,9 @@ func (p *Pipeline) publishDead(ctx context.Context, req *dispatchv1.DispatchRequ
 		Attempt:         req.Attempt,
 		NominalTime:     req.NominalTime,
 		DeadTime:        timestamppb.New(now),
-		Reason:          store.CleanText(reason),
+		Reason:          execevent.CleanText(reason),
 		ResponseStatus:  int32(out.StatusCode),
-		ResponseExcerpt: store.CleanText(excerpt(out.Excerpt)),
+		ResponseExcerpt: execevent.CleanText(excerpt(out.Excerpt)),
 		Request:         req,
 	}
 	body, err := proto.Marshal(dl)

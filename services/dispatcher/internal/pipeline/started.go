@@ -8,6 +8,7 @@ import (
 	dispatchv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/dispatch/v1"
 	eventsv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/events/v1"
 	"github.com/cronmesh/cronmesh/libs/clock"
+	"github.com/cronmesh/cronmesh/libs/execevent"
 )
 
 // startAnnouncement is the STARTED event of one attempt: emitted when the
@@ -40,7 +41,7 @@ func (p *Pipeline) announceStart(ctx context.Context, req *dispatchv1.DispatchRe
 		}
 		// The occur time is the start, as if emitted then: the event
 		// says the attempt started at start, whenever it is sent.
-		a.confirm = p.emit(ctx, newEvent(eventsv1.ExecutionEventKind_EXECUTION_EVENT_KIND_STARTED, req, start, attemptInfo{start: start}, "", traceID))
+		a.confirm = p.emit(ctx, execevent.New(eventsv1.ExecutionEventKind_EXECUTION_EVENT_KIND_STARTED, req, start, execevent.Attempt{Start: start}, "", traceID))
 		p.metrics.startedEvents.Inc()
 	}
 	if p.opts.StartedEventAfter <= 0 {

@@ -19,6 +19,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	dispatchv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/dispatch/v1"
+	"github.com/cronmesh/cronmesh/libs/execevent"
 	"github.com/cronmesh/cronmesh/libs/migrate"
 	"github.com/cronmesh/cronmesh/libs/targetcheck"
 )
@@ -164,7 +165,7 @@ func (s *Store) InsertDeadLetters(ctx context.Context, letters []DeadLetter) (in
 			nominals[i] = pgtype.Timestamptz{Time: micros(d.NominalTime), Valid: true}
 		}
 		deads[i] = micros(d.DeadTime)
-		reasons[i], excerpts[i] = CleanText(d.Reason), CleanText(d.ResponseExcerpt)
+		reasons[i], excerpts[i] = execevent.CleanText(d.Reason), execevent.CleanText(d.ResponseExcerpt)
 		requests[i] = body
 	}
 	tag, err := s.pool.Exec(ctx, `
@@ -764,13 +765,6 @@ func scanDeadLetter(r pgx.CollectableRow) (DeadLetter, error) {
 		return d, fmt.Errorf("decode request of dead letter %s: %w", d.ID, err)
 	}
 	return d, nil
-}
-
-// CleanText makes s storable as PostgreSQL text and as a protobuf string:
-// invalid UTF-8 sequences and NUL bytes become U+FFFD.
-func CleanText(s string) string {
-	s = strings.ToValidUTF8(s, "\uFFFD")
-	return strings.ReplaceAll(s, "\x00", "\uFFFD")
 }
 
 // micros truncates t to PostgreSQL's precision (and UTC), so that a time

@@ -1,4 +1,4 @@
-package pipeline
+package execevent_test
 
 import (
 	"strings"
@@ -12,10 +12,11 @@ import (
 
 	dispatchv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/dispatch/v1"
 	eventsv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/events/v1"
+	"github.com/cronmesh/cronmesh/libs/execevent"
 )
 
 // TestEventExcerpt: an event's excerpt is valid UTF-8 of at most
-// MaxEventExcerpt bytes, cut before a character that would straddle the
+// execevent.MaxExcerpt bytes, cut before a character that would straddle the
 // limit.
 func TestEventExcerpt(t *testing.T) {
 	t.Parallel()
@@ -24,18 +25,18 @@ func TestEventExcerpt(t *testing.T) {
 		name, in, want string
 	}{
 		{"short", "ok", "ok"},
-		{"exactly the cap", strings.Repeat("a", MaxEventExcerpt), strings.Repeat("a", MaxEventExcerpt)},
-		{"cut between characters", strings.Repeat("a", MaxEventExcerpt-1) + euro, strings.Repeat("a", MaxEventExcerpt-1)},
+		{"exactly the cap", strings.Repeat("a", execevent.MaxExcerpt), strings.Repeat("a", execevent.MaxExcerpt)},
+		{"cut between characters", strings.Repeat("a", execevent.MaxExcerpt-1) + euro, strings.Repeat("a", execevent.MaxExcerpt-1)},
 		{"invalid bytes replaced first", "a\xffb\x00", "a\uFFFDb\uFFFD"},
-		{"64 KiB of multi-byte characters", strings.Repeat(euro, 64<<10/3), strings.Repeat(euro, MaxEventExcerpt/3)},
+		{"64 KiB of multi-byte characters", strings.Repeat(euro, 64<<10/3), strings.Repeat(euro, execevent.MaxExcerpt/3)},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			ev := newEvent(eventsv1.ExecutionEventKind_EXECUTION_EVENT_KIND_FAILED, &dispatchv1.DispatchRequest{}, time.Now(),
-				attemptInfo{start: time.Now(), status: 500, excerpt: tt.in}, "", "")
+			ev := execevent.New(eventsv1.ExecutionEventKind_EXECUTION_EVENT_KIND_FAILED, &dispatchv1.DispatchRequest{}, time.Now(),
+				execevent.Attempt{Start: time.Now(), Status: 500, Excerpt: tt.in}, "", "")
 			require.Equal(t, tt.want, ev.ResponseExcerpt)
-			require.LessOrEqual(t, len(ev.ResponseExcerpt), MaxEventExcerpt)
+			require.LessOrEqual(t, len(ev.ResponseExcerpt), execevent.MaxExcerpt)
 			require.True(t, utf8.ValidString(ev.ResponseExcerpt))
 			require.False(t, ev.RetryScheduled, "no retry given")
 		})
@@ -57,17 +58,17 @@ func TestEventCarriesTheRunsOrigin(t *testing.T) {
 		eventsv1.ExecutionEventKind_EXECUTION_EVENT_KIND_FAILED, eventsv1.ExecutionEventKind_EXECUTION_EVENT_KIND_DEAD,
 		eventsv1.ExecutionEventKind_EXECUTION_EVENT_KIND_CANCELLED,
 	} {
-		ev := newEvent(kind, req, time.Now(), attemptInfo{}, "", "")
+		ev := execevent.New(kind, req, time.Now(), execevent.Attempt{}, "", "")
 		require.Equal(t, req.RerunOfExecutionId, ev.RerunOfExecutionId, kind.String())
 		require.Equal(t, req.OverriddenFields, ev.OverriddenFields, kind.String())
 	}
-	plain := newEvent(eventsv1.ExecutionEventKind_EXECUTION_EVENT_KIND_STARTED, &dispatchv1.DispatchRequest{}, time.Now(), attemptInfo{}, "", "")
+	plain := execevent.New(eventsv1.ExecutionEventKind_EXECUTION_EVENT_KIND_STARTED, &dispatchv1.DispatchRequest{}, time.Now(), execevent.Attempt{}, "", "")
 	require.Empty(t, plain.RerunOfExecutionId)
 	require.Empty(t, plain.OverriddenFields)
 }
 
 // TestOutcomeCarriesWhatStartedTold: an attempt quicker than
-// StartedEventAfter emits its outcome alone, so every field a STARTED of
+// the dispatcher's --started-event-after emits its outcome alone, so every field a STARTED of
 // the attempt sets is set alike on each outcome (but the event's own id,
 // kind and occur time).
 func TestOutcomeCarriesWhatStartedTold(t *testing.T) {
@@ -81,13 +82,13 @@ func TestOutcomeCarriesWhatStartedTold(t *testing.T) {
 	}
 	start := nominal.Add(2 * time.Millisecond)
 	const traceID = "4bf92f3577b34da6a3ce929d0e0e4736"
-	started := newEvent(eventsv1.ExecutionEventKind_EXECUTION_EVENT_KIND_STARTED, req, start, attemptInfo{start: start}, "", traceID)
+	started := execevent.New(eventsv1.ExecutionEventKind_EXECUTION_EVENT_KIND_STARTED, req, start, execevent.Attempt{Start: start}, "", traceID)
 	own := map[protoreflect.Name]bool{"event_id": true, "kind": true, "occur_time": true}
 	for _, kind := range []eventsv1.ExecutionEventKind{
 		eventsv1.ExecutionEventKind_EXECUTION_EVENT_KIND_SUCCEEDED, eventsv1.ExecutionEventKind_EXECUTION_EVENT_KIND_FAILED,
 		eventsv1.ExecutionEventKind_EXECUTION_EVENT_KIND_DEAD, eventsv1.ExecutionEventKind_EXECUTION_EVENT_KIND_CANCELLED,
 	} {
-		out := newEvent(kind, req, start.Add(time.Second), attemptInfo{start: start, duration: time.Second, status: 500}, "HTTP 500", traceID)
+		out := execevent.New(kind, req, start.Add(time.Second), execevent.Attempt{Start: start, Duration: time.Second, Status: 500}, "HTTP 500", traceID)
 		var checked int
 		started.ProtoReflect().Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
 			if own[fd.Name()] {
