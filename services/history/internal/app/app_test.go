@@ -246,8 +246,6 @@ func TestHistoryServiceEndToEnd(t *testing.T) {
 	}
 }
 
-// TestBadTraceLinkTemplate: a template that cannot make links stops the
-// service at start, naming the flag, before it touches anything.
 // TestOutcomeAloneMakesACompleteExecution: the dispatcher emits an
 // attempt's STARTED only when the attempt runs past a threshold, so a
 // quick attempt reaches the history as its outcome alone. That one event
@@ -323,6 +321,8 @@ func TestOutcomeAloneMakesACompleteExecution(t *testing.T) {
 	assert.Equal(t, id, stats.Msg.GetLastRun().GetExecutionId())
 }
 
+// TestBadTraceLinkTemplate: a template that cannot make links stops the
+// service at start, naming the flag, before it touches anything.
 func TestBadTraceLinkTemplate(t *testing.T) {
 	t.Parallel()
 	for _, tpl := range []string{"http://127.0.0.1:16686/trace/", "127.0.0.1:16686/trace/{trace_id}"} {
