@@ -233,7 +233,7 @@ func (e *Engine) Run(ctx context.Context) error {
 	defer e.m.heapSize.Set(0)
 
 	changes := e.own.Changes()
-	loadTick := e.clock.After(e.interval)
+	r.loadTick = e.clock.After(e.interval)
 	r.startLoad(ctx)
 	var syncs []syncRequest
 	for {
@@ -242,11 +242,14 @@ func (e *Engine) Run(ctx context.Context) error {
 		}
 		r.armFireTimer()
 		e.m.heapSize.Set(float64(r.heap.Len()))
-		// Handle whatever is ready first; only when nothing is does the loop
-		// block, and only then may a test's sync request be answered. A sync
-		// request that arrives while something else is ready is held until
-		// that is handled, so "answered" means "everything signalled before
-		// the request has been handled".
+		// A test's sync request is taken and answered only while nothing
+		// else is ready, so "answered" means "everything signalled before the
+		// request has been handled".
+		var syncC chan syncRequest
+		if e.testSync != nil && r.idle(changes) {
+			syncs = r.answer(syncs)
+			syncC = e.testSync
+		}
 		select {
 		case <-ctx.Done():
 			return nil
@@ -254,44 +257,51 @@ func (e *Engine) Run(ctx context.Context) error {
 			r.onChange(ctx)
 		case res := <-r.loadDone:
 			r.onLoaded(ctx, res)
-		case <-loadTick:
-			loadTick = e.clock.After(e.interval)
-			r.startLoad(ctx)
+		case <-r.loadTick:
+			r.onLoadTick(ctx)
 		case <-r.fireC:
-			r.fireC = nil
-			r.fire(ctx)
+			r.onFireTimer(ctx)
 		case out := <-r.committed:
 			r.finish(out)
-		default:
-			if !r.loading {
-				syncs = slices.DeleteFunc(syncs, func(req syncRequest) bool {
-					if req.inFlight || r.commits == 0 {
-						close(req.done)
-						return true
-					}
-					return false
-				})
-			}
-			select {
-			case <-ctx.Done():
-				return nil
-			case <-changes:
-				r.onChange(ctx)
-			case res := <-r.loadDone:
-				r.onLoaded(ctx, res)
-			case <-loadTick:
-				loadTick = e.clock.After(e.interval)
-				r.startLoad(ctx)
-			case <-r.fireC:
-				r.fireC = nil
-				r.fire(ctx)
-			case out := <-r.committed:
-				r.finish(out)
-			case req := <-e.testSync:
-				syncs = append(syncs, req)
-			}
+		case req := <-syncC:
+			syncs = append(syncs, req)
 		}
 	}
+}
+
+// idle says whether nothing is waiting to be handled. Every source the loop
+// selects on is a buffered channel (the ownership's changes, the clock's
+// timers, loadDone, committed), so a channel's length is its readiness.
+func (r *run) idle(changes <-chan struct{}) bool {
+	return len(changes) == 0 && len(r.loadDone) == 0 && len(r.loadTick) == 0 &&
+		len(r.fireC) == 0 && len(r.committed) == 0
+}
+
+// answer answers the sync requests that the run's state now satisfies and
+// returns the rest.
+func (r *run) answer(syncs []syncRequest) []syncRequest {
+	if r.loading {
+		return syncs
+	}
+	return slices.DeleteFunc(syncs, func(req syncRequest) bool {
+		if req.inFlight || r.commits == 0 {
+			close(req.done)
+			return true
+		}
+		return false
+	})
+}
+
+// onLoadTick starts the periodic reload and arms the next one.
+func (r *run) onLoadTick(ctx context.Context) {
+	r.loadTick = r.clock.After(r.interval)
+	r.startLoad(ctx)
+}
+
+// onFireTimer fires what is due; armFireTimer arms the next timer.
+func (r *run) onFireTimer(ctx context.Context) {
+	r.fireC = nil
+	r.fire(ctx)
 }
 
 // run is the state of one Run call, touched only by its goroutine.
@@ -319,6 +329,8 @@ type run struct {
 	commits   int
 	committed chan commitOutcome
 	wg        sync.WaitGroup
+	// loadTick fires at the next periodic reload.
+	loadTick <-chan time.Time
 	// fireC fires at fireCAt; it is replaced only by an earlier timer, and a
 	// wake-up with nothing due is harmless.
 	fireC   <-chan time.Time
