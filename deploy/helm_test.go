@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"net/url"
 	"os"
@@ -199,6 +200,16 @@ func helm(t *testing.T, args ...string) string {
 	t.Helper()
 	_, err := os.Stat(helmBin)
 	require.NoErrorf(t, err, "%s is missing: `make tools` installs it", helmBin)
+	// go test caches a passing result until the files the test read
+	// change; helm reads the chart in a process of its own, so the test
+	// reads it too, to make the chart part of what the result depends on.
+	require.NoError(t, filepath.WalkDir(filepath.Join(root, "deploy", "helm"), func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		_, err = os.ReadFile(path)
+		return err
+	}))
 	home := t.TempDir()
 	cmd := exec.Command(helmBin, args...)
 	cmd.Env = append(os.Environ(),
