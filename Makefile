@@ -133,7 +133,14 @@ UNIT_PARALLEL ?= 3
 # suites' race-built processes that is a minute and a half of waiting.
 GORACE ?= atexit_sleep_ms=0
 export GORACE
-UNIT_TESTS = for dir in $(GO_MODULES); do (cd $$dir && go test -race -count=1 -vet=off -p $(UNIT_PARALLEL) $$(go list ./... | grep -Ev '/e2e$$|/chaos$$')); done
+# unit_tests runs them with the go test flags of its argument. make test
+# runs every one (-count=1). test-short, the edit loop, lets go test reuse
+# the result of a package whose code, test data and environment have not
+# changed since it last passed, as go test does by default: after an edit
+# only the packages it reaches run again (TEST_SHORT_FLAGS=-count=1 runs
+# them all).
+unit_tests = for dir in $(GO_MODULES); do (cd $$dir && go test -race $(1) -vet=off -p $(UNIT_PARALLEL) $$(go list ./... | grep -Ev '/e2e$$|/chaos$$')); done
+TEST_SHORT_FLAGS ?=
 # The end-to-end suites (real processes on the wall clock) and how many of
 # them run at once, the two longest first so that neither ends up running
 # alone; within a suite, the tests that start meshes of their own are
@@ -148,13 +155,14 @@ E2E_PARALLEL   ?= 3
 CHAOS_RESTARTS := ^(TestRabbitMQRestart|TestPostgresRestart)$$
 
 .PHONY: test-short
-test-short: tools services lint ## The edit loop: lint, then the unit and integration tests with -race; no end-to-end suite.
+test-short: tools services lint ## The edit loop: lint, then the unit and integration tests with -race, those of unchanged packages from go test's cache; no end-to-end suite.
 	@# ./deploy lints and renders the Helm chart with $(HELM) and checks the
 	@# manifests and the Dockerfiles; it runs with the root module below.
-	$(UNIT_TESTS)
+	$(call unit_tests,$(TEST_SHORT_FLAGS))
 
 .PHONY: test
-test: test-short build checkgenerate $(CHROMIUM) ## Run every check and test (needs nothing installed by hand).
+test: tools services lint build checkgenerate $(CHROMIUM) ## Run every check and test (needs nothing installed by hand).
+	$(call unit_tests,-count=1)
 	go test -run='^$$' -fuzz=FuzzParseCron -fuzztime=$(FUZZTIME) ./libs/schedule
 	@# The end-to-end suites run real processes against the timing promises
 	@# (a slot within 5 s of its time), so they run after the race-detector
