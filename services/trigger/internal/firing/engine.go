@@ -232,7 +232,7 @@ func (e *Engine) Run(ctx context.Context) error {
 	defer r.wg.Wait()
 	defer e.m.heapSize.Set(0)
 
-	changes := e.own.Changes()
+	r.changes = e.own.Changes()
 	r.loadTick = e.clock.After(e.interval)
 	r.startLoad(ctx)
 	var syncs []syncRequest
@@ -246,14 +246,14 @@ func (e *Engine) Run(ctx context.Context) error {
 		// else is ready, so "answered" means "everything signalled before the
 		// request has been handled".
 		var syncC chan syncRequest
-		if e.testSync != nil && r.idle(changes) {
+		if e.testSync != nil && r.idle() {
 			syncs = r.answer(syncs)
 			syncC = e.testSync
 		}
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-changes:
+		case <-r.changes:
 			r.onChange(ctx)
 		case res := <-r.loadDone:
 			r.onLoaded(ctx, res)
@@ -272,8 +272,8 @@ func (e *Engine) Run(ctx context.Context) error {
 // idle says whether nothing is waiting to be handled. Every source the loop
 // selects on is a buffered channel (the ownership's changes, the clock's
 // timers, loadDone, committed), so a channel's length is its readiness.
-func (r *run) idle(changes <-chan struct{}) bool {
-	return len(changes) == 0 && len(r.loadDone) == 0 && len(r.loadTick) == 0 &&
+func (r *run) idle() bool {
+	return len(r.changes) == 0 && len(r.loadDone) == 0 && len(r.loadTick) == 0 &&
 		len(r.fireC) == 0 && len(r.committed) == 0
 }
 
@@ -329,7 +329,9 @@ type run struct {
 	commits   int
 	committed chan commitOutcome
 	wg        sync.WaitGroup
-	// loadTick fires at the next periodic reload.
+	// changes is the ownership's Changes; loadTick fires at the next
+	// periodic reload.
+	changes  <-chan struct{}
 	loadTick <-chan time.Time
 	// fireC fires at fireCAt; it is replaced only by an earlier timer, and a
 	// wake-up with nothing due is harmless.
