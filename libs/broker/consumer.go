@@ -206,19 +206,11 @@ func (c *Consumer) subscribe(ctx context.Context, cfg amqp.Config) (message.Subs
 }
 
 func (c *Consumer) trySubscribe(ctx context.Context, cfg amqp.Config) (message.Subscriber, []<-chan *message.Message, error) {
-	sub, err := amqp.NewSubscriber(cfg, WatermillLogger(c.logger))
-	if err != nil {
-		return nil, nil, fmt.Errorf("connect: %w", err)
+	topics := make([]string, c.opts.Subscriptions)
+	for i := range topics {
+		topics[i] = c.opts.Queue
 	}
-	channels := make([]<-chan *message.Message, 0, c.opts.Subscriptions)
-	for range c.opts.Subscriptions {
-		ch, err := sub.Subscribe(ctx, c.opts.Queue)
-		if err != nil {
-			return nil, nil, errors.Join(fmt.Errorf("subscribe to %s: %w", c.opts.Queue, err), sub.Close())
-		}
-		channels = append(channels, ch)
-	}
-	return sub, channels, nil
+	return SubscribeAll(ctx, cfg, c.logger, topics)
 }
 
 // loop gathers batches from in and handles them until ctx is done.

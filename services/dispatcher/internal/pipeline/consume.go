@@ -2,8 +2,6 @@ package pipeline
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"log/slog"
 	"time"
 
@@ -18,7 +16,7 @@ import (
 // exchange on one connection: the Subscribe topic is the queue name, and
 // bindingKeys maps it to its binding key. The queues are quorum queues,
 // declared (idempotently, with the same arguments as broker.DeclareQueues)
-// on every Subscribe.
+// by the first Subscribe of each (broker.SubscribeAll).
 func subscriberConfig(amqpURL, exchange string, prefetch int, bindingKeys map[string]string) amqp.Config {
 	cfg := broker.TopicSubscriberConfig(amqpURL, exchange, "unused", "unused", prefetch)
 	cfg.Queue.GenerateName = func(topic string) string { return topic }
@@ -56,19 +54,19 @@ func subscribe(ctx context.Context, cfg amqp.Config, counts map[string]int, logg
 }
 
 func trySubscribe(ctx context.Context, cfg amqp.Config, counts map[string]int, logger *slog.Logger) (message.Subscriber, []subscription, error) {
-	sub, err := amqp.NewSubscriber(cfg, broker.WatermillLogger(logger))
-	if err != nil {
-		return nil, nil, fmt.Errorf("connect: %w", err)
-	}
-	var subs []subscription
+	var topics []string
 	for queue, n := range counts {
 		for range n {
-			ch, err := sub.Subscribe(ctx, queue)
-			if err != nil {
-				return nil, nil, errors.Join(fmt.Errorf("subscribe to %s: %w", queue, err), sub.Close())
-			}
-			subs = append(subs, subscription{queue: queue, messages: ch})
+			topics = append(topics, queue)
 		}
+	}
+	sub, channels, err := broker.SubscribeAll(ctx, cfg, logger, topics)
+	if err != nil {
+		return nil, nil, err
+	}
+	subs := make([]subscription, len(topics))
+	for i, queue := range topics {
+		subs[i] = subscription{queue: queue, messages: channels[i]}
 	}
 	return sub, subs, nil
 }
