@@ -11,6 +11,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill-amqp/v3/pkg/amqp"
 	"github.com/ThreeDotsLabs/watermill/message"
 	amqp091 "github.com/rabbitmq/amqp091-go"
+	"golang.org/x/sync/errgroup"
 )
 
 // subscribeConcurrency is how many Subscribe calls SubscribeAll makes at
@@ -38,26 +39,23 @@ func SubscribeAll(ctx context.Context, cfg amqp.Config, logger *slog.Logger, top
 		return nil, nil, fmt.Errorf("connect: %w", err)
 	}
 	channels := make([]<-chan *message.Message, len(topics))
-	errs := make([]error, len(topics))
-	slots := make(chan struct{}, subscribeConcurrency)
-	var wg sync.WaitGroup
+	// A plain group, not errgroup.WithContext: ctx is the subscriptions'
+	// lifetime (watermill ends a subscription when it is done), so it must
+	// not end when the subscribing does.
+	var g errgroup.Group
+	g.SetLimit(subscribeConcurrency)
 	for i, topic := range topics {
-		slots <- struct{}{}
-		wg.Go(func() {
-			defer func() { <-slots }()
+		g.Go(func() error {
 			ch, err := sub.Subscribe(ctx, topic)
 			if err != nil {
-				errs[i] = fmt.Errorf("subscribe to %s: %w", topic, err)
-				return
+				return fmt.Errorf("subscribe to %s: %w", topic, err)
 			}
 			channels[i] = ch
+			return nil
 		})
 	}
-	wg.Wait()
-	for _, err := range errs {
-		if err != nil {
-			return nil, nil, errors.Join(err, sub.Close())
-		}
+	if err := g.Wait(); err != nil {
+		return nil, nil, errors.Join(err, sub.Close())
 	}
 	return sub, channels, nil
 }

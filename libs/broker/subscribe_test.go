@@ -17,9 +17,9 @@ import (
 
 // TestSubscribeAllDeclaresEachQueueAndConsumesOnEverySubscription
 // subscribes 40 times to a queue that does not exist yet: the queue is
-// declared and bound once, every subscription consumes (each holds one
-// message at a time, so 40 messages left unacknowledged are spread over
-// all of them), and the channels come back in the order of the topics.
+// declared and bound (the messages published to the exchange reach it),
+// and every subscription consumes (each holds one message at a time, so
+// 40 messages left unacknowledged are spread over all of them).
 func TestSubscribeAllDeclaresEachQueueAndConsumesOnEverySubscription(t *testing.T) {
 	ct := newConsumerTest(t)
 	const n = 40
