@@ -11,7 +11,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"sync/atomic"
 	"testing"
@@ -50,12 +49,13 @@ func chromium() string {
 	return "/usr/bin/chromium"
 }
 
-// consoleDir is services/console, from this file's path.
+// consoleDir is services/console, the parent of the package's directory,
+// where go test runs the test.
 func consoleDir(t *testing.T) string {
 	t.Helper()
-	_, file, _, ok := runtime.Caller(0)
-	require.True(t, ok)
-	return filepath.Dir(filepath.Dir(file))
+	dir, err := filepath.Abs("..")
+	require.NoError(t, err)
+	return dir
 }
 
 // builtAssets is the vite build the console binary embeds; `make build`
