@@ -154,14 +154,12 @@ TEST_SHORT_FLAGS ?=
 # them run at once, the two longest first so that neither ends up running
 # alone; within a suite, the tests that start meshes of their own are
 # parallel tests, two at a time (go test's -parallel: the cores). The
-# whole-mesh fault-injection suite (chaos) is among them, but for
-# its scenarios that restart the shared PostgreSQL and RabbitMQ
-# (CHAOS_RESTARTS), which run alone, after the others: nothing else may be
-# using the servers meanwhile.
+# whole-mesh fault-injection suite (chaos) is among them, its scenarios
+# that restart PostgreSQL and RabbitMQ included: they restart servers of
+# their own (pgtest.NewServer, amqptest.NewServer), not the shared ones.
 E2E_FIRST      := github.com/cronmesh/cronmesh/services/devstack/e2e github.com/cronmesh/cronmesh/services/devstack/chaos
 E2E_SUITES      = $(E2E_FIRST) $(filter-out $(E2E_FIRST),$(shell go list ./... | grep -E '/e2e$$'))
 E2E_PARALLEL   ?= 3
-CHAOS_RESTARTS := ^(TestRabbitMQRestart|TestPostgresRestart)$$
 
 .PHONY: test-short
 test-short: tools services lint ## The edit loop: lint, then the unit and integration tests with -race, those of unchanged packages from go test's cache; no end-to-end suite.
@@ -178,10 +176,8 @@ test: tools services lint build checkgenerate $(CHROMIUM) ## Run every check and
 	@# suites rather than beside them, $(E2E_PARALLEL) at a time, with the
 	@# binaries of `build` (bin/), which the tour test
 	@# (services/devstack/e2e) also runs deploy/local/dev.sh with; the short
-	@# version of the fault-injection suite among them. Then its scenarios
-	@# that restart PostgreSQL and RabbitMQ, alone.
-	CRONMESH_TEST_BIN_DIR=$(BIN) go test -count=1 -vet=off -p $(E2E_PARALLEL) -timeout 30m -skip '$(CHAOS_RESTARTS)' $(E2E_SUITES)
-	CRONMESH_TEST_BIN_DIR=$(BIN) go test -count=1 -vet=off -p 1 -timeout 30m -run '$(CHAOS_RESTARTS)' ./services/devstack/chaos
+	@# version of the fault-injection suite among them.
+	CRONMESH_TEST_BIN_DIR=$(BIN) go test -count=1 -vet=off -p $(E2E_PARALLEL) -timeout 30m $(E2E_SUITES)
 
 .PHONY: chart
 chart: tools ## Lint the Helm chart and print its manifests with the default values.

@@ -9,5 +9,6 @@
 // Tests isolate themselves through unique names ([UniqueName]) and every
 // helper removes what it declared in t.Cleanup, so tests can run in parallel
 // against one shared broker. [Proxy] puts a controllable TCP hop between a
-// client and the broker to simulate outages without touching the broker.
+// client and the broker to simulate outages without touching the broker;
+// a test that restarts the broker itself runs on a [Server] of its own.
 package amqptest

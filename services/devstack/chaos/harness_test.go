@@ -33,6 +33,7 @@ import (
 	"github.com/cronmesh/cronmesh/libs/testkit/etcdtest"
 	"github.com/cronmesh/cronmesh/libs/testkit/ledger"
 	"github.com/cronmesh/cronmesh/libs/testkit/meshtest"
+	"github.com/cronmesh/cronmesh/libs/testkit/pgtest"
 	"github.com/cronmesh/cronmesh/libs/testkit/rpctest"
 )
 
@@ -80,22 +81,33 @@ func loadConfig(t *testing.T) config {
 
 // run is one scenario's mesh, target, tap and ledger.
 type run struct {
-	t      *testing.T
-	cfg    config
-	etcd   *etcdtest.Cluster
-	mesh   *meshrun.Mesh
-	target *target
-	ledger *ledger.Ledger
-	jobs   []string          // job ids, in creation order
-	tokens map[string]string // URL token → job id
-	from   time.Time         // first slot of the checked window
+	t       *testing.T
+	cfg     config
+	amqpURL string // the mesh's RabbitMQ, which the tap consumes from
+	etcd    *etcdtest.Cluster
+	mesh    *meshrun.Mesh
+	target  *target
+	ledger  *ledger.Ledger
+	jobs    []string          // job ids, in creation order
+	tokens  map[string]string // URL token → job id
+	from    time.Time         // first slot of the checked window
 }
 
-// start runs a mesh of triggers trigger nodes, the target and the tap,
-// registers the jobs and returns once every job has fired.
+// servers are the PostgreSQL and RabbitMQ a scenario's mesh runs on.
+type servers struct{ postgres, amqp string }
+
+// start runs a mesh of triggers trigger nodes on the servers every test
+// shares, the target and the tap, registers the jobs and returns once
+// every job has fired.
 func start(t *testing.T, triggers int) *run {
+	return startOn(t, triggers, servers{postgres: pgtest.URL(), amqp: amqptest.URL()})
+}
+
+// startOn is start on the given servers: a scenario that restarts one
+// runs on a server of its own.
+func startOn(t *testing.T, triggers int, on servers) *run {
 	cfg := loadConfig(t)
-	r := &run{t: t, cfg: cfg, ledger: ledger.New(), tokens: map[string]string{}}
+	r := &run{t: t, cfg: cfg, amqpURL: on.amqp, ledger: ledger.New(), tokens: map[string]string{}}
 	r.target = newTarget()
 	srv := httptest.NewServer(r.target)
 	t.Cleanup(srv.Close)
@@ -103,6 +115,7 @@ func start(t *testing.T, triggers int) *run {
 	r.etcd = etcdtest.New(t)
 	r.mesh = meshtest.Start(t, bins, meshtest.Options{
 		APIKeys: map[string]string{namespace: apiKey}, TriggerNodes: triggers, RetryTiers: retryTiers, Etcd: r.etcd,
+		PostgresURL: on.postgres, AMQPURL: on.amqp,
 	})
 	r.startTap()
 	r.createJobs(srv.URL)
@@ -236,7 +249,7 @@ func (r *run) checkConsumers(from, to time.Time) error {
 // queuesDrained is nil when every queue has no ready message and a
 // consumer.
 func (r *run) queuesDrained(queues ...string) error {
-	conn, err := amqp091.Dial(amqptest.URL())
+	conn, err := amqp091.Dial(r.amqpURL)
 	if err != nil {
 		return err
 	}
@@ -284,7 +297,7 @@ func (r *run) startTap() {
 	r.t.Cleanup(func() {
 		cancel()
 		wg.Wait()
-		if conn, err := amqp091.Dial(amqptest.URL()); err == nil {
+		if conn, err := amqp091.Dial(r.amqpURL); err == nil {
 			if ch, err := conn.Channel(); err == nil {
 				_, _ = ch.QueueDelete(queue, false, false, false)
 			}
@@ -299,7 +312,7 @@ func (r *run) startTap() {
 }
 
 func (r *run) tapOnce(ctx context.Context, queue string, seen map[string]bool, subscribed func()) error {
-	conn, err := amqp091.Dial(amqptest.URL())
+	conn, err := amqp091.Dial(r.amqpURL)
 	if err != nil {
 		return err
 	}

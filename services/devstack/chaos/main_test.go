@@ -3,19 +3,18 @@
 // target, injects one fault mid-run (a SIGKILL, a SIGSTOP past the lease, a
 // restart of RabbitMQ, PostgreSQL or etcd, a hanging target, a skewed clock,
 // a rolling restart of every service), keeps the load on after recovery for
-// a bounded window, and then lets the independent ledger (./ledger) judge
-// every slot of the window.
+// a bounded window, and then lets the independent ledger
+// (libs/testkit/ledger) judge every slot of the window.
 //
 // `make test` runs a short version (CRONMESH_CHAOS_JOBS=200, short
 // outages); `make chaos` runs it longer and larger and prints the summary
-// table of every scenario's recovery time. TestRabbitMQRestart and
-// TestPostgresRestart restart the shared servers: `make test` runs them
-// alone, after every other suite (the Makefile's CHAOS_RESTARTS names
-// them, and they are not parallel tests); the other scenarios, each on its
-// own mesh, etcd and target, are parallel tests: `make test` runs them
-// beside the other end-to-end suites, two at a time (go test's -parallel,
-// the number of cores), and `make chaos`, at its larger sizes, one at a
-// time (-parallel 1).
+// table of every scenario's recovery time. Every scenario runs on its own
+// mesh, etcd and target, and the two that restart PostgreSQL and RabbitMQ
+// restart servers of their own (pgtest.NewServer, amqptest.NewServer), so
+// all are parallel tests: `make test` runs them beside the other
+// end-to-end suites, two at a time (go test's -parallel, the number of
+// cores), and `make chaos`, at its larger sizes, one at a time
+// (-parallel 1).
 package chaos_test
 
 import (

@@ -1,13 +1,10 @@
 package chaos_test
 
 import (
-	"context"
 	"io"
 	"net/http"
-	"os/exec"
 	"regexp"
 	"strconv"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -15,6 +12,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/cronmesh/cronmesh/libs/meshrun"
+	"github.com/cronmesh/cronmesh/libs/testkit/amqptest"
+	"github.com/cronmesh/cronmesh/libs/testkit/pgtest"
 )
 
 // settle bounds how long a scenario waits after the load window for the
@@ -83,27 +82,31 @@ func TestHistoryAlertingSIGKILL(t *testing.T) {
 	r.finish("history and alerting SIGKILL", fault, settle)
 }
 
-// TestRabbitMQRestart stops the RabbitMQ application for the outage and
-// starts it again: every service reconnects, the triggers' outboxes hold
-// what fired meanwhile, and nothing is lost or enqueued twice.
+// TestRabbitMQRestart stops the RabbitMQ application of the mesh's own
+// node for the outage and starts it again: every service reconnects, the
+// triggers' outboxes hold what fired meanwhile, and nothing is lost or
+// enqueued twice.
 func TestRabbitMQRestart(t *testing.T) {
-	r := start(t, 2)
+	t.Parallel()
+	broker := amqptest.NewServer(t)
+	r := startOn(t, 2, servers{postgres: pgtest.URL(), amqp: broker.URL()})
 	fault := r.steadyThenFault("RabbitMQ stop_app")
-	t.Cleanup(func() { rabbitmqctl(t, "start_app") }) // whatever happens
-	rabbitmqctl(t, "stop_app")
+	broker.StopApp()
 	time.Sleep(r.cfg.outage)
-	rabbitmqctl(t, "start_app")
+	broker.StartApp()
 	r.finish("RabbitMQ restart", fault, settle)
 }
 
-// TestPostgresRestart stops PostgreSQL for the outage and starts it again.
+// TestPostgresRestart crashes the mesh's own PostgreSQL cluster for the
+// outage and starts it again.
 func TestPostgresRestart(t *testing.T) {
-	r := start(t, 2)
+	t.Parallel()
+	database := pgtest.NewServer(t)
+	r := startOn(t, 2, servers{postgres: database.URL(), amqp: amqptest.URL()})
 	fault := r.steadyThenFault("PostgreSQL stop")
-	t.Cleanup(func() { pgctl(t, "start") }) // whatever happens
-	pgctl(t, "stop")
+	database.Stop()
 	time.Sleep(r.cfg.outage)
-	pgctl(t, "start")
+	database.Start()
 	r.finish("PostgreSQL restart", fault, settle)
 }
 
@@ -175,40 +178,4 @@ func TestRollingRestart(t *testing.T) {
 		t.Logf("%s replaced and ready in %s", p.Name, time.Since(began).Round(time.Millisecond))
 	}
 	r.finish("rolling restart", fault, settle)
-}
-
-// rabbitmqctl runs a rabbitmqctl command on the local broker (as root, as
-// `make services` started it).
-func rabbitmqctl(t *testing.T, action string) {
-	t.Helper()
-	command(t, "rabbitmqctl", action)
-	if action == "start_app" {
-		command(t, "rabbitmqctl", "await_startup")
-	}
-}
-
-// pgctl stops or starts the local PostgreSQL cluster.
-func pgctl(t *testing.T, action string) {
-	t.Helper()
-	out, err := exec.Command("ls", "/etc/postgresql").Output()
-	require.NoError(t, err)
-	versions := strings.Fields(string(out))
-	require.NotEmpty(t, versions, "no PostgreSQL cluster in /etc/postgresql")
-	args := []string{"--skip-systemctl-redirect", versions[len(versions)-1], "main", action}
-	if action == "stop" {
-		args = append([]string{"--mode=immediate"}, args...) // a crash, not a polite shutdown
-	}
-	// Starting a running cluster fails: the cleanup's start is then a no-op.
-	if action == "start" && exec.Command("pg_isready", "-q", "-h", "127.0.0.1").Run() == nil {
-		return
-	}
-	command(t, "pg_ctlcluster", args...)
-}
-
-func command(t *testing.T, name string, args ...string) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	out, err := exec.CommandContext(ctx, name, args...).CombinedOutput()
-	require.NoError(t, err, "%s %v: %s", name, args, out)
 }
