@@ -142,13 +142,18 @@ UNIT_PARALLEL ?= 3
 # 3 min 52 s and 4 min 11 s, 2026-11-27).
 GORACE ?= atexit_sleep_ms=0
 export GORACE
+# Test binaries link without DWARF: stack traces, race reports and
+# profiles read the symbol table, which stays, and the hundred or so links
+# of make test take less (go test -race of every package with no test run:
+# 68-72 s against 77-90 s, 2026-11-27).
+TEST_LDFLAGS := -ldflags=-w
 # unit_tests runs them with the go test flags of its argument. make test
 # runs every one (-count=1). test-short, the edit loop, lets go test reuse
 # the result of a package whose code, test data and environment have not
 # changed since it last passed, as go test does by default: after an edit
 # only the packages it reaches run again (TEST_SHORT_FLAGS=-count=1 runs
 # them all).
-unit_tests = for dir in $(GO_MODULES); do (cd $$dir && go test -race $(1) -vet=off -p $(UNIT_PARALLEL) $$(go list ./... | grep -Ev '/e2e$$|/chaos$$')); done
+unit_tests = for dir in $(GO_MODULES); do (cd $$dir && go test -race $(TEST_LDFLAGS) $(1) -vet=off -p $(UNIT_PARALLEL) $$(go list ./... | grep -Ev '/e2e$$|/chaos$$')); done
 TEST_SHORT_FLAGS ?=
 # The end-to-end suites (real processes on the wall clock) and how many of
 # them run at once, the two longest first so that neither ends up running
@@ -177,7 +182,7 @@ test: tools services lint build checkgenerate $(CHROMIUM) ## Run every check and
 	@# binaries of `build` (bin/), which the tour test
 	@# (services/devstack/e2e) also runs deploy/local/dev.sh with; the short
 	@# version of the fault-injection suite among them.
-	CRONMESH_TEST_BIN_DIR=$(BIN) go test -count=1 -vet=off -p $(E2E_PARALLEL) -timeout 30m $(E2E_SUITES)
+	CRONMESH_TEST_BIN_DIR=$(BIN) go test $(TEST_LDFLAGS) -count=1 -vet=off -p $(E2E_PARALLEL) -timeout 30m $(E2E_SUITES)
 
 .PHONY: chart
 chart: tools ## Lint the Helm chart and print its manifests with the default values.
