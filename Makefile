@@ -54,9 +54,19 @@ export CRONMESH_TEST_AMQP_URL     ?= amqp://guest:guest@127.0.0.1:5672/
 help: ## Show this help.
 	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-14s\033[0m %s\n", $$1, $$2}'
 
+# install_tools copies the tools $(2) (package paths) of the module in
+# directory $(1) into $(BIN). `go tool -n` builds a tool once and keeps the
+# executable in Go's build cache, so a fresh clone copies the tools
+# instead of linking them all again, as `go install` would (about a minute
+# here). module_tools is every tool of the module in directory $(1): its
+# go.mod's tool directives, the paths among `go tool`'s list (the Go
+# distribution's own tools there have no slash).
+install_tools = mkdir -p $(BIN) && for pkg in $(2); do cp -f "$$(cd $(1) && GOWORK=off go tool -n $$pkg)" $(BIN)/$$(basename $$pkg); done
+module_tools = $$(cd $(1) && GOWORK=off go tool | grep /)
+
 $(TOOLS_STAMP): tools/go.mod tools/go.sum
 	@echo "installing pinned tools into $(BIN)"
-	cd tools && GOWORK=off GOBIN=$(BIN) go install tool
+	$(call install_tools,tools,$(call module_tools,tools))
 	rm -f $(BIN)/.tools-* && touch $@
 
 # buf and grpcurl alone, at the versions tools/go.mod pins: what `make dev`
@@ -66,12 +76,12 @@ $(TOOLS_STAMP): tools/go.mod tools/go.sum
 TOOL_PKG_buf     := github.com/bufbuild/buf/cmd/buf
 TOOL_PKG_grpcurl := github.com/fullstorydev/grpcurl/cmd/grpcurl
 $(BIN)/buf $(BIN)/grpcurl: tools/go.mod tools/go.sum
-	cd tools && GOWORK=off GOBIN=$(BIN) go install $(TOOL_PKG_$(notdir $@))
+	$(call install_tools,tools,$(TOOL_PKG_$(notdir $@)))
 	touch $@
 
 $(LINT_STAMP): tools/lint/go.mod tools/lint/go.sum
 	@echo "installing pinned golangci-lint into $(BIN)"
-	cd tools/lint && GOWORK=off GOBIN=$(BIN) go install tool
+	$(call install_tools,tools/lint,$(call module_tools,tools/lint))
 	rm -f $(BIN)/.lint-* && touch $@
 
 $(NODE_STAMP): gen/ts/package.json gen/ts/package-lock.json
