@@ -84,16 +84,23 @@ $(LINT_STAMP): tools/lint/go.mod tools/lint/go.sum
 	$(call install_tools,tools/lint,$(call module_tools,tools/lint))
 	rm -f $(BIN)/.lint-* && touch $@
 
+# npm ci installs every package at the version and integrity its lock
+# file pins; --prefer-offline takes them from npm's cache without asking
+# the registry whether the cached metadata is current, and fetches only
+# what the cache lacks (the console's install in a fresh clone: 16.0 and
+# 16.3 s against 19.3 and 21.3 s, alternating, 2026-11-27).
+NPM_CI_FLAGS := --no-audit --no-fund --loglevel=error --prefer-offline
+
 $(NODE_STAMP): gen/ts/package.json gen/ts/package-lock.json
-	cd gen/ts && npm ci --no-audit --no-fund --loglevel=error
+	cd gen/ts && npm ci $(NPM_CI_FLAGS)
 	touch $@
 
 $(CROSSCHECK_STAMP): $(CROSSCHECK_DIR)/package.json $(CROSSCHECK_DIR)/package-lock.json
-	cd $(CROSSCHECK_DIR) && npm ci --no-audit --no-fund --loglevel=error
+	cd $(CROSSCHECK_DIR) && npm ci $(NPM_CI_FLAGS)
 	touch $@
 
 $(CONSOLE_STAMP): $(CONSOLE_WEB)/package.json $(CONSOLE_WEB)/package-lock.json
-	cd $(CONSOLE_WEB) && npm ci --no-audit --no-fund --loglevel=error
+	cd $(CONSOLE_WEB) && npm ci $(NPM_CI_FLAGS)
 	touch $@
 
 $(CONSOLE_DIST): $(CONSOLE_STAMP) $(CONSOLE_SRC)
