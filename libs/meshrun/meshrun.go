@@ -220,6 +220,9 @@ func (m *Mesh) abort(err error) error {
 // LogDir is where every process writes its log (name.log).
 func (m *Mesh) LogDir() string { return m.opts.LogDir }
 
+// AMQPURL is the RabbitMQ the mesh runs on.
+func (m *Mesh) AMQPURL() string { return m.opts.AMQPURL }
+
 // AddTrigger starts one more trigger node and waits until it holds its
 // partitions.
 func (m *Mesh) AddTrigger(ctx context.Context, nodeID string) (*Process, error) {

@@ -29,11 +29,9 @@ import (
 	"github.com/cronmesh/cronmesh/libs/broker"
 	"github.com/cronmesh/cronmesh/libs/meshrun"
 	"github.com/cronmesh/cronmesh/libs/outbox"
-	"github.com/cronmesh/cronmesh/libs/testkit/amqptest"
 	"github.com/cronmesh/cronmesh/libs/testkit/etcdtest"
 	"github.com/cronmesh/cronmesh/libs/testkit/ledger"
 	"github.com/cronmesh/cronmesh/libs/testkit/meshtest"
-	"github.com/cronmesh/cronmesh/libs/testkit/pgtest"
 	"github.com/cronmesh/cronmesh/libs/testkit/rpctest"
 )
 
@@ -81,33 +79,31 @@ func loadConfig(t *testing.T) config {
 
 // run is one scenario's mesh, target, tap and ledger.
 type run struct {
-	t       *testing.T
-	cfg     config
-	amqpURL string // the mesh's RabbitMQ, which the tap consumes from
-	etcd    *etcdtest.Cluster
-	mesh    *meshrun.Mesh
-	target  *target
-	ledger  *ledger.Ledger
-	jobs    []string          // job ids, in creation order
-	tokens  map[string]string // URL token → job id
-	from    time.Time         // first slot of the checked window
+	t      *testing.T
+	cfg    config
+	etcd   *etcdtest.Cluster
+	mesh   *meshrun.Mesh
+	target *target
+	ledger *ledger.Ledger
+	jobs   []string          // job ids, in creation order
+	tokens map[string]string // URL token → job id
+	from   time.Time         // first slot of the checked window
 }
 
-// servers are the PostgreSQL and RabbitMQ a scenario's mesh runs on.
+// servers are the PostgreSQL and RabbitMQ a scenario's mesh runs on; an
+// empty field is the server every test shares.
 type servers struct{ postgres, amqp string }
 
-// start runs a mesh of triggers trigger nodes on the servers every test
-// shares, the target and the tap, registers the jobs and returns once
-// every job has fired.
-func start(t *testing.T, triggers int) *run {
-	return startOn(t, triggers, servers{postgres: pgtest.URL(), amqp: amqptest.URL()})
-}
+// start runs a mesh of triggers trigger nodes on the shared servers, the
+// target and the tap, registers the jobs and returns once every job has
+// fired.
+func start(t *testing.T, triggers int) *run { return startOn(t, triggers, servers{}) }
 
 // startOn is start on the given servers: a scenario that restarts one
 // runs on a server of its own.
 func startOn(t *testing.T, triggers int, on servers) *run {
 	cfg := loadConfig(t)
-	r := &run{t: t, cfg: cfg, amqpURL: on.amqp, ledger: ledger.New(), tokens: map[string]string{}}
+	r := &run{t: t, cfg: cfg, ledger: ledger.New(), tokens: map[string]string{}}
 	r.target = newTarget()
 	srv := httptest.NewServer(r.target)
 	t.Cleanup(srv.Close)
@@ -249,7 +245,7 @@ func (r *run) checkConsumers(from, to time.Time) error {
 // queuesDrained is nil when every queue has no ready message and a
 // consumer.
 func (r *run) queuesDrained(queues ...string) error {
-	conn, err := amqp091.Dial(r.amqpURL)
+	conn, err := amqp091.Dial(r.mesh.AMQPURL())
 	if err != nil {
 		return err
 	}
@@ -297,7 +293,7 @@ func (r *run) startTap() {
 	r.t.Cleanup(func() {
 		cancel()
 		wg.Wait()
-		if conn, err := amqp091.Dial(r.amqpURL); err == nil {
+		if conn, err := amqp091.Dial(r.mesh.AMQPURL()); err == nil {
 			if ch, err := conn.Channel(); err == nil {
 				_, _ = ch.QueueDelete(queue, false, false, false)
 			}
@@ -312,7 +308,7 @@ func (r *run) startTap() {
 }
 
 func (r *run) tapOnce(ctx context.Context, queue string, seen map[string]bool, subscribed func()) error {
-	conn, err := amqp091.Dial(r.amqpURL)
+	conn, err := amqp091.Dial(r.mesh.AMQPURL())
 	if err != nil {
 		return err
 	}

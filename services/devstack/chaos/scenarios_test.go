@@ -89,7 +89,7 @@ func TestHistoryAlertingSIGKILL(t *testing.T) {
 func TestRabbitMQRestart(t *testing.T) {
 	t.Parallel()
 	broker := amqptest.NewServer(t)
-	r := startOn(t, 2, servers{postgres: pgtest.URL(), amqp: broker.URL()})
+	r := startOn(t, 2, servers{amqp: broker.URL()})
 	fault := r.steadyThenFault("RabbitMQ stop_app")
 	broker.StopApp()
 	time.Sleep(r.cfg.outage)
@@ -102,7 +102,7 @@ func TestRabbitMQRestart(t *testing.T) {
 func TestPostgresRestart(t *testing.T) {
 	t.Parallel()
 	database := pgtest.NewServer(t)
-	r := startOn(t, 2, servers{postgres: database.URL(), amqp: amqptest.URL()})
+	r := startOn(t, 2, servers{postgres: database.URL()})
 	fault := r.steadyThenFault("PostgreSQL stop")
 	database.Stop()
 	time.Sleep(r.cfg.outage)
