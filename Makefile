@@ -41,8 +41,8 @@ FUZZTIME   ?= 10s
 
 # Build paths out of the binaries and the build cache's keys: a fresh
 # clone then reuses what any earlier checkout compiled (about 50 s of the
-# race-detector build alone), and bin/ holds the same binaries as the
-# images (deploy/docker sets it too). Tests that need a file of the
+# race-detector build alone); the images' builds set it too
+# (deploy/docker). Tests that need a file of the
 # repository find it from their package's directory, where go test runs
 # them, not from their own source path.
 export GOFLAGS := -trimpath $(GOFLAGS)
