@@ -16,7 +16,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -28,6 +27,7 @@ import (
 	"time"
 
 	"github.com/cronmesh/cronmesh/libs/broker"
+	"github.com/cronmesh/cronmesh/libs/testkit/freeport"
 )
 
 // Services returns the mesh's service binaries in the order Start starts
@@ -178,8 +178,8 @@ func Start(ctx context.Context, opts Options) (*Mesh, error) {
 	if starts("history") {
 		// The registry, started first, reads executions from the history
 		// (RerunExecution).
-		if m.historyAddr, err = freeAddr(); err != nil {
-			return nil, err
+		if m.historyAddr, err = freeport.Addr(); err != nil {
+			return nil, fmt.Errorf("meshrun: %w", err)
 		}
 	}
 	if starts("registry") {
@@ -379,9 +379,9 @@ func (m *Mesh) with(service string, args ...string) []string {
 }
 
 func (m *Mesh) start(ctx context.Context, name, binary string, args []string) (*Process, error) {
-	addr, err := freeAddr()
+	addr, err := freeport.Addr()
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("meshrun: %w", err)
 	}
 	return m.run(ctx, name, binary, args, addr)
 }
@@ -399,15 +399,6 @@ func (m *Mesh) run(ctx context.Context, name, binary string, args []string, addr
 		return nil, err
 	}
 	return p, nil
-}
-
-func freeAddr() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", fmt.Errorf("meshrun: finding a free port: %w", err)
-	}
-	defer l.Close()
-	return l.Addr().String(), nil
 }
 
 // Process is one running service binary.

@@ -7,6 +7,7 @@
 //   - amqptest: RabbitMQ names per test, queues, consumers, and a proxy;
 //   - etcdtest: an embedded etcd (also `make dev`'s, through devetcd);
 //   - proxytest: the TCP proxy behind pgtest's and amqptest's;
+//   - freeport: a free loopback port for a server started as a process;
 //   - meshtest: the whole mesh or any subset as real processes
 //     (libs/meshrun), torn down and cleaned up after the test;
 //   - ledger: the independent record of every slot of every-second jobs

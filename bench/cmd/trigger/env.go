@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -30,6 +29,7 @@ import (
 	"github.com/cronmesh/cronmesh/libs/broker"
 	"github.com/cronmesh/cronmesh/libs/postgres"
 	"github.com/cronmesh/cronmesh/libs/testkit/etcdtest"
+	"github.com/cronmesh/cronmesh/libs/testkit/freeport"
 )
 
 // schemaPrefix starts every schema (and broker name) a bench run creates, so
@@ -206,7 +206,7 @@ func newEnv(ctx context.Context, c common) (_ *env, err error) {
 		}
 	}
 
-	port, err := freePort()
+	port, err := freeport.Addr()
 	if err != nil {
 		return nil, err
 	}
@@ -273,15 +273,6 @@ func (e *env) close() {
 	}
 }
 
-func freePort() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer l.Close()
-	return l.Addr().String(), nil
-}
-
 // nodeArgs are the flags of node id.
 func (e *env) nodeArgs(id, addr string) []string {
 	args := []string{
@@ -315,7 +306,7 @@ func (e *env) commandLine(id string) string {
 // startNode launches a node and waits until it is ready (it holds its
 // partitions and its projection is subscribed).
 func (e *env) startNode(ctx context.Context, id string) (*node, error) {
-	addr, err := freePort()
+	addr, err := freeport.Addr()
 	if err != nil {
 		return nil, err
 	}

@@ -29,6 +29,7 @@ import (
 	"github.com/cronmesh/cronmesh/libs/meshrun"
 	"github.com/cronmesh/cronmesh/libs/postgres"
 	"github.com/cronmesh/cronmesh/libs/rpcclient"
+	"github.com/cronmesh/cronmesh/libs/testkit/freeport"
 	"github.com/cronmesh/cronmesh/libs/tlsconfig"
 )
 
@@ -127,7 +128,7 @@ func newEnv(ctx context.Context, cfg Config, scenario string) (_ *env, err error
 // startMesh starts etcd and the mesh, and connects a registry client and
 // the trigger schema.
 func (e *env) startMesh(ctx context.Context) error {
-	addr, err := freeAddr()
+	addr, err := freeport.Addr()
 	if err != nil {
 		return err
 	}
@@ -215,15 +216,6 @@ func bearer(key string) connect.UnaryInterceptorFunc {
 			return next(ctx, req)
 		}
 	}
-}
-
-func freeAddr() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer l.Close()
-	return l.Addr().String(), nil
 }
 
 // services are the mesh's processes by name, in start order.

@@ -7,7 +7,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,6 +16,8 @@ import (
 	"time"
 
 	amqp091 "github.com/rabbitmq/amqp091-go"
+
+	"github.com/cronmesh/cronmesh/libs/testkit/freeport"
 )
 
 const (
@@ -60,11 +61,11 @@ func NewServer(t testing.TB) *Server {
 		t.Fatalf("amqptest: %v", err)
 	}
 	t.Cleanup(func() { _ = os.RemoveAll(dir) })
-	port, err := freePort()
+	port, err := freeport.Port()
 	if err != nil {
 		t.Fatalf("amqptest: %v", err)
 	}
-	distPort, err := freePort()
+	distPort, err := freeport.Port()
 	if err != nil {
 		t.Fatalf("amqptest: %v", err)
 	}
@@ -196,13 +197,4 @@ func rabbitBinaries() (string, error) {
 		return "", errors.New("rabbitmq-server is in neither /usr/lib/rabbitmq/bin nor the PATH: install RabbitMQ (`make services` does)")
 	}
 	return filepath.Dir(server), nil
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("finding a free port: %w", err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }

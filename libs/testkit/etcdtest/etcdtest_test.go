@@ -3,7 +3,6 @@ package etcdtest_test
 import (
 	"context"
 	"log/slog"
-	"net"
 	"testing"
 	"time"
 
@@ -12,6 +11,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/cronmesh/cronmesh/libs/testkit/etcdtest"
+	"github.com/cronmesh/cronmesh/libs/testkit/freeport"
 )
 
 func TestClusterPutGetStopRestart(t *testing.T) {
@@ -67,7 +67,9 @@ func TestStart(t *testing.T) {
 			t.Parallel()
 			u := tt.url
 			if u == "" {
-				u = freeAddr(t)
+				addr, err := freeport.Addr()
+				require.NoError(t, err)
+				u = "http://" + addr
 			}
 			logger := slog.New(slog.DiscardHandler)
 			e, err := etcdtest.Start(t.TempDir(), u, logger)
@@ -84,14 +86,4 @@ func TestStart(t *testing.T) {
 			require.NoError(t, err)
 		})
 	}
-}
-
-// freeAddr returns an http URL on a 127.0.0.1 port that was free a moment ago.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	addr := l.Addr().String()
-	require.NoError(t, l.Close())
-	return "http://" + addr
 }

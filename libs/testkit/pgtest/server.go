@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"os/user"
@@ -15,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/cronmesh/cronmesh/libs/testkit/freeport"
 )
 
 // serverTimeout bounds initdb and each start or stop of a Server.
@@ -60,7 +61,7 @@ func NewServer(t testing.TB) *Server {
 			t.Fatalf("pgtest: %v", err)
 		}
 	}
-	if s.port, err = freePort(); err != nil {
+	if s.port, err = freeport.Port(); err != nil {
 		t.Fatalf("pgtest: %v", err)
 	}
 	// --no-sync: the cluster is thrown away, so initdb need not wait for
@@ -163,13 +164,4 @@ func postgresAccount() (*syscall.Credential, error) {
 		return nil, err
 	}
 	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}, nil
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("finding a free port: %w", err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }

@@ -5,7 +5,6 @@ import (
 	"compress/gzip"
 	"context"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -29,6 +28,7 @@ import (
 	registryv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1"
 	"github.com/cronmesh/cronmesh/libs/apikey"
 	"github.com/cronmesh/cronmesh/libs/meshrun"
+	"github.com/cronmesh/cronmesh/libs/testkit/freeport"
 	"github.com/cronmesh/cronmesh/libs/testkit/meshtest"
 	"github.com/cronmesh/cronmesh/libs/testkit/rpctest"
 	"github.com/cronmesh/cronmesh/libs/testkit/smtptest"
@@ -107,21 +107,14 @@ func (tg *target) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer l.Close()
-	return l.Addr().String()
-}
-
 // startConsole runs the console (built with the assets of `make build`,
 // or taken from it) in front of mesh until the test ends.
 func startConsole(t *testing.T, mesh *meshrun.Mesh) string {
 	t.Helper()
 	builtAssets(t)
 	bin := bins.Binary(t, "console", "console/cmd/console")
-	addr := freeAddr(t)
+	addr, err := freeport.Addr()
+	require.NoError(t, err)
 	logPath := filepath.Join(mesh.LogDir(), "console.log")
 	logFile, err := os.Create(logPath)
 	require.NoError(t, err)
