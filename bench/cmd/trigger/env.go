@@ -206,11 +206,11 @@ func newEnv(ctx context.Context, c common) (_ *env, err error) {
 		}
 	}
 
-	port, err := freeport.Addr()
+	etcdAddr, err := freeport.Addr()
 	if err != nil {
 		return nil, err
 	}
-	e.etcdURL = "http://" + port
+	e.etcdURL = "http://" + etcdAddr
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	e.etcd, err = etcdtest.Start(filepath.Join(e.tmp, "etcd"), e.etcdURL, quiet)
 	if err != nil {
