@@ -61,14 +61,11 @@ func NewServer(t testing.TB) *Server {
 		t.Fatalf("amqptest: %v", err)
 	}
 	t.Cleanup(func() { _ = os.RemoveAll(dir) })
-	port, err := freeport.Port()
+	ports, err := freeport.Ports(2)
 	if err != nil {
 		t.Fatalf("amqptest: %v", err)
 	}
-	distPort, err := freeport.Port()
-	if err != nil {
-		t.Fatalf("amqptest: %v", err)
-	}
+	port, distPort := ports[0], ports[1]
 	var id [8]byte
 	_, _ = rand.Read(id[:]) // crypto/rand.Read never fails (it crashes the program instead)
 	s := &Server{t: t, bin: bin, node: "cronmesh-test-" + hex.EncodeToString(id[:4]) + "@localhost", port: port, done: make(chan struct{})}
