@@ -26,6 +26,9 @@ type Slot struct {
 	// zero for other kinds and for the schedule's last slot. It bounds the
 	// execution's retries when the job stops retries at its next slot.
 	NextSlotFire time.Time
+	// NotBefore is the slot's firing time when the trigger fires it ahead
+	// of it; zero otherwise. The dispatcher holds the request until then.
+	NotBefore time.Time
 	// RerunOf is the execution a manual run re-runs (RerunExecution);
 	// empty otherwise.
 	RerunOf string
@@ -65,6 +68,9 @@ func New(job *registryv1.Job, slot Slot) *dispatchv1.DispatchRequest {
 	}
 	if d := job.GetExecutionDeadline(); d != nil {
 		req.DeadlineTime = timestamppb.New(deadlineBase(slot).Add(d.AsDuration()))
+	}
+	if !slot.NotBefore.IsZero() {
+		req.NotBefore = timestamppb.New(slot.NotBefore)
 	}
 	if job.GetStopRetriesAtNextSlot() && !slot.NextSlotFire.IsZero() {
 		req.NextSlotTime = timestamppb.New(slot.NextSlotFire)

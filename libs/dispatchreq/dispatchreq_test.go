@@ -92,3 +92,16 @@ func TestBackfillDeadlineCountsFromTheFireTime(t *testing.T) {
 	got = dispatchreq.New(job, dispatchreq.Slot{Nominal: nominal, Fire: fire, Kind: dispatchv1.TriggerKind_TRIGGER_KIND_CATCH_UP})
 	require.Equal(t, nominal.Add(time.Hour), got.DeadlineTime.AsTime())
 }
+
+func TestNewCarriesNotBeforeOnlyWhenGiven(t *testing.T) {
+	t.Parallel()
+	job := &registryv1.Job{Namespace: "team-a"}
+	nominal := time.Date(2026, 3, 29, 1, 30, 0, 0, time.UTC)
+	slot := dispatchreq.Slot{ExecutionID: "exec-1", JobID: "job-1", Nominal: nominal, Fire: nominal.Add(-time.Second),
+		Kind: dispatchv1.TriggerKind_TRIGGER_KIND_SCHEDULED}
+
+	require.Nil(t, dispatchreq.New(job, slot).GetNotBefore(), "a slot fired at its time is not held")
+
+	slot.NotBefore = nominal.Add(250 * time.Millisecond)
+	require.Equal(t, slot.NotBefore, dispatchreq.New(job, slot).GetNotBefore().AsTime())
+}

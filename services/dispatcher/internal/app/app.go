@@ -78,6 +78,8 @@ type Config struct {
 	// event is emitted (pipeline.Options.StartedEventAfter); 0: at the
 	// start of every attempt.
 	StartedEventAfter time.Duration
+	// MaxHold: see pipeline.Options.MaxHold.
+	MaxHold time.Duration
 	// PublisherChannels is the channel pool of the publisher of retries,
 	// dead letters, events and redrives.
 	PublisherChannels int
@@ -119,6 +121,7 @@ func (c *Config) Register(fs *flag.FlagSet) {
 	fs.IntVar(&c.EventBatch, "event-batch", pipeline.DefaultEventBatch, "most lifecycle events in one broker message")
 	fs.DurationVar(&c.EventLinger, "event-linger", pipeline.DefaultEventLinger, "how long a batch of lifecycle events waits to fill (negative: not at all)")
 	fs.IntVar(&c.EventPublishers, "event-publishers", pipeline.DefaultEventPublishers, "event batches published at once")
+	fs.DurationVar(&c.MaxHold, "max-hold", pipeline.DefaultMaxHold, "hold a request the trigger fired ahead of its slot until its time, but no longer than this (its clock and this host's disagree)")
 	fs.DurationVar(&c.StartedEventAfter, "started-event-after", pipeline.DefaultStartedEventAfter, "emit an attempt's STARTED event only once it has run this long (0: at the start of every attempt); a quicker attempt emits only its outcome, which carries its start, so consumers decode and write one event instead of two")
 	fs.IntVar(&c.PublisherChannels, "publisher-channels", DefaultPublisherChannels, "AMQP channels of the publisher of retries, dead letters, events and redrives")
 	fs.StringVar(&c.TargetAMQPURL, "target-amqp-url", "", "broker that AMQP targets publish to (default: --amqp-url); a separate vhost or a user allowed only the tenants' names keeps targets out of cronmesh's own topology at the broker too")
@@ -316,6 +319,7 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger, opts ...Option) (
 		EventLinger:        cfg.EventLinger,
 		EventPublishers:    cfg.EventPublishers,
 		StartedEventAfter:  cfg.StartedEventAfter,
+		MaxHold:            cfg.MaxHold,
 		DrainTimeout:       cfg.ShutdownTimeout,
 		TracerProvider:     svc.Telemetry.TracerProvider,
 		Propagator:         svc.Telemetry.Propagator,

@@ -64,10 +64,16 @@ const (
 	// (1 s) and a slow attempt shows as running a quarter of a second in.
 	DefaultStartedEventAfter = 250 * time.Millisecond
 	DefaultDrainTimeout      = 15 * time.Second
-	DefaultPublishTimeout    = 30 * time.Second
-	DefaultCancelTimeout     = 2 * time.Second
-	DefaultBackoff           = 100 * time.Millisecond
-	DefaultMaxBackoff        = 5 * time.Second
+	// DefaultMaxHold bounds how long a request fired ahead of its slot is
+	// held (its not_before). The trigger fires half a second ahead by
+	// default; a request due much later than that says the trigger's clock and
+	// this host's disagree, and holding it longer would keep a
+	// subscription (and everything queued behind it) waiting on the error.
+	DefaultMaxHold        = 5 * time.Second
+	DefaultPublishTimeout = 30 * time.Second
+	DefaultCancelTimeout  = 2 * time.Second
+	DefaultBackoff        = 100 * time.Millisecond
+	DefaultMaxBackoff     = 5 * time.Second
 	// DefaultRecordRetryInterval: a restarted database is seen within a
 	// second, before most relays have republished.
 	DefaultRecordRetryInterval = time.Second
@@ -185,6 +191,11 @@ type Options struct {
 	// DefaultStartedEventAfter. Negative is invalid.
 	StartedEventAfter time.Duration
 
+	// MaxHold bounds the hold of a request fired ahead of its slot: it is
+	// delivered at its not_before, or MaxHold after it was taken if that
+	// is sooner. Default DefaultMaxHold.
+	MaxHold time.Duration
+
 	// DrainTimeout is how long, once Run's context ends, deliveries under
 	// way may take to finish; the ones still running then are interrupted
 	// and their messages requeued. Default DefaultDrainTimeout.
@@ -255,7 +266,7 @@ func New(opts Options) (*Pipeline, error) {
 	case opts.Prefetch < 0 || opts.Workers.High < 0 || opts.Workers.Normal < 0 || opts.Workers.Low < 0 ||
 		opts.EventBatch < 0 || opts.EventPublishers < 0 || opts.DrainTimeout < 0 || opts.PublishTimeout < 0 ||
 		opts.CancelTimeout < 0 || opts.Backoff < 0 || opts.MaxBackoff < 0 || opts.UnrecordedCapacity < 0 || opts.RecordRetryInterval < 0 || opts.OverlapSweepInterval < 0 ||
-		opts.StartedEventAfter < 0:
+		opts.StartedEventAfter < 0 || opts.MaxHold < 0:
 		return nil, errors.New("pipeline: counts and durations must not be negative")
 	}
 	opts.DispatchExchange = cmp.Or(opts.DispatchExchange, DefaultDispatchExchange)
@@ -285,6 +296,7 @@ func New(opts Options) (*Pipeline, error) {
 	}
 	opts.EventPublishers = cmp.Or(opts.EventPublishers, DefaultEventPublishers)
 	opts.DrainTimeout = cmp.Or(opts.DrainTimeout, DefaultDrainTimeout)
+	opts.MaxHold = cmp.Or(opts.MaxHold, DefaultMaxHold)
 	opts.PublishTimeout = cmp.Or(opts.PublishTimeout, DefaultPublishTimeout)
 	opts.CancelTimeout = cmp.Or(opts.CancelTimeout, DefaultCancelTimeout)
 	opts.Backoff = cmp.Or(opts.Backoff, DefaultBackoff)
@@ -466,7 +478,7 @@ func (p *Pipeline) consume(ctx, hard context.Context, priority string, s subscri
 		if !ok {
 			return
 		}
-		switch p.handleMessage(hard, priority, s.queue, msg) {
+		switch p.handleMessage(ctx, hard, priority, s.queue, msg) {
 		case ack:
 			b.reset()
 			msg.Ack()
@@ -489,9 +501,9 @@ func (p *Pipeline) consume(ctx, hard context.Context, priority string, s subscri
 // confirmed; if any must be requeued, the whole batch is, and the
 // redelivery skips the requests that completed (a redelivered request is
 // looked up, see mayRepeat).
-func (p *Pipeline) handleMessage(ctx context.Context, priority, queue string, msg *message.Message) verdict {
+func (p *Pipeline) handleMessage(soft, ctx context.Context, priority, queue string, msg *message.Message) verdict {
 	if !broker.IsBatch(msg) {
-		return p.handle(ctx, priority, queue, msg)
+		return p.handle(soft, ctx, priority, queue, msg)
 	}
 	msgs, err := broker.Unpack(msg)
 	if err != nil {
@@ -504,7 +516,7 @@ func (p *Pipeline) handleMessage(ctx context.Context, priority, queue string, ms
 	verdicts := make([]verdict, len(msgs))
 	var wg sync.WaitGroup
 	for i, m := range msgs {
-		wg.Go(func() { verdicts[i] = p.handle(ctx, priority, queue, m) })
+		wg.Go(func() { verdicts[i] = p.handle(soft, ctx, priority, queue, m) })
 	}
 	wg.Wait()
 	// The worst verdict settles the batch: requeueNow (shutdown) over
@@ -513,8 +525,10 @@ func (p *Pipeline) handleMessage(ctx context.Context, priority, queue string, ms
 }
 
 // handle processes one dispatch request. ctx is the hard context: it ends
-// only when shutdown interrupts deliveries.
-func (p *Pipeline) handle(ctx context.Context, priority, queue string, msg *message.Message) verdict {
+// only when shutdown interrupts deliveries. soft ends when shutdown begins:
+// a request still held for its slot then is requeued at once, for the
+// dispatcher that takes it next.
+func (p *Pipeline) handle(soft, ctx context.Context, priority, queue string, msg *message.Message) verdict {
 	taken := time.Now()
 	ctx = broker.ExtractTrace(ctx, p.opts.Propagator, msg.Metadata)
 	ctx, span := p.tracer.Start(ctx, "process "+queue,
@@ -545,6 +559,14 @@ func (p *Pipeline) handle(ctx context.Context, priority, queue string, msg *mess
 	check := p.precheck(ctx, req, msg.Metadata)
 	if ctx.Err() != nil {
 		return requeueNow
+	}
+	if !check.Completed && p.awaitSlot(soft, req) {
+		// Everything from here on (a cancellation, the deadline, the
+		// overlap policy, the delivery) is decided at the slot's time.
+		taken = time.Now()
+	}
+	if soft.Err() != nil && !check.Completed && req.GetNotBefore() != nil {
+		return requeueNow // shutdown began while it was held
 	}
 	ref := inflight.Ref{Namespace: req.Namespace, ExecutionID: req.ExecutionId}
 	isCancelled := check.Cancelled || p.knownCancelled(ctx, req, ref)
@@ -691,6 +713,28 @@ func (p *Pipeline) handle(ctx context.Context, priority, queue string, msg *mess
 		}
 		return p.finished(ctx, req, p.await(ctx, span, err, started, failed, dead), now)
 	}
+}
+
+// awaitSlot waits until req's not_before, the firing time of a slot the trigger
+// fired ahead of it, bounded by MaxHold, and says whether it waited. The
+// message stays unacknowledged meanwhile: a dispatcher that dies holding
+// it leaves it to be redelivered. It returns early when ctx ends (the
+// caller requeues the request).
+func (p *Pipeline) awaitSlot(ctx context.Context, req *dispatchv1.DispatchRequest) bool {
+	if req.GetNotBefore() == nil {
+		return false
+	}
+	wait := req.GetNotBefore().AsTime().Sub(p.opts.Clock.Now())
+	p.metrics.hold.Observe(max(wait, 0).Seconds())
+	if wait <= 0 {
+		return false
+	}
+	if wait > p.opts.MaxHold {
+		p.metrics.holdsCapped.Inc()
+		wait = p.opts.MaxHold
+	}
+	sleep(ctx, p.opts.Clock, wait)
+	return true
 }
 
 // expired dead-letters req without an attempt: its deadline has passed

@@ -104,7 +104,8 @@ type DispatchRequest struct {
 	Attempt int32 `protobuf:"varint,4,opt,name=attempt,proto3" json:"attempt,omitempty"`
 	// The slot's nominal time (the schedule's time, or a manual run's time).
 	NominalTime *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=nominal_time,json=nominalTime,proto3" json:"nominal_time,omitempty"`
-	// When the trigger committed the slot.
+	// When the trigger committed the slot: for a scheduled slot, up to the
+	// trigger's --lead before its firing time (see not_before).
 	FireTime    *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=fire_time,json=fireTime,proto3" json:"fire_time,omitempty"`
 	TriggerKind TriggerKind            `protobuf:"varint,7,opt,name=trigger_kind,json=triggerKind,proto3,enum=cronmesh.dispatch.v1.TriggerKind" json:"trigger_kind,omitempty"`
 	Target      *v1.Target             `protobuf:"bytes,8,opt,name=target,proto3" json:"target,omitempty"`
@@ -137,6 +138,14 @@ type DispatchRequest struct {
 	// fires the slot, so that the dispatcher needs no schedule. Unset: none
 	// (manual runs, backfills, the schedule's last slot). A redrive clears it.
 	NextSlotTime *timestamppb.Timestamp `protobuf:"bytes,21,opt,name=next_slot_time,json=nextSlotTime,proto3" json:"next_slot_time,omitempty"`
+	// For a scheduled slot the trigger fired ahead of its time (its
+	// `--lead`): the slot's firing time, its nominal time plus the job's
+	// spread offset. The dispatcher holds the first attempt until then, so
+	// that the commit, the publish and the broker's way are done before the
+	// slot and only the delivery is left at it. Unset: deliver when taken
+	// (retries, manual runs, backfills, catch-up slots, and slots fired at
+	// or after their time).
+	NotBefore *timestamppb.Timestamp `protobuf:"bytes,22,opt,name=not_before,json=notBefore,proto3" json:"not_before,omitempty"`
 	// For a manual run made by JobService.RerunExecution: the execution it
 	// re-runs. Copied into every lifecycle event of the execution.
 	RerunOfExecutionId string `protobuf:"bytes,16,opt,name=rerun_of_execution_id,json=rerunOfExecutionId,proto3" json:"rerun_of_execution_id,omitempty"`
@@ -295,6 +304,13 @@ func (x *DispatchRequest) GetNextSlotTime() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *DispatchRequest) GetNotBefore() *timestamppb.Timestamp {
+	if x != nil {
+		return x.NotBefore
+	}
+	return nil
+}
+
 func (x *DispatchRequest) GetRerunOfExecutionId() string {
 	if x != nil {
 		return x.RerunOfExecutionId
@@ -320,7 +336,7 @@ var File_cronmesh_dispatch_v1_dispatch_request_proto protoreflect.FileDescriptor
 
 const file_cronmesh_dispatch_v1_dispatch_request_proto_rawDesc = "" +
 	"\n" +
-	"+cronmesh/dispatch/v1/dispatch_request.proto\x12\x14cronmesh.dispatch.v1\x1a\x1ecronmesh/registry/v1/job.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xab\b\n" +
+	"+cronmesh/dispatch/v1/dispatch_request.proto\x12\x14cronmesh.dispatch.v1\x1a\x1ecronmesh/registry/v1/job.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xe6\b\n" +
 	"\x0fDispatchRequest\x12!\n" +
 	"\fexecution_id\x18\x01 \x01(\tR\vexecutionId\x12\x15\n" +
 	"\x06job_id\x18\x02 \x01(\tR\x05jobId\x12\x1c\n" +
@@ -340,7 +356,9 @@ const file_cronmesh_dispatch_v1_dispatch_request_proto_rawDesc = "" +
 	"job_labels\x18\r \x03(\v24.cronmesh.dispatch.v1.DispatchRequest.JobLabelsEntryR\tjobLabels\x12#\n" +
 	"\rfirst_attempt\x18\x0e \x01(\x05R\ffirstAttempt\x12?\n" +
 	"\rdeadline_time\x18\x14 \x01(\v2\x1a.google.protobuf.TimestampR\fdeadlineTime\x12@\n" +
-	"\x0enext_slot_time\x18\x15 \x01(\v2\x1a.google.protobuf.TimestampR\fnextSlotTime\x121\n" +
+	"\x0enext_slot_time\x18\x15 \x01(\v2\x1a.google.protobuf.TimestampR\fnextSlotTime\x129\n" +
+	"\n" +
+	"not_before\x18\x16 \x01(\v2\x1a.google.protobuf.TimestampR\tnotBefore\x121\n" +
 	"\x15rerun_of_execution_id\x18\x10 \x01(\tR\x12rerunOfExecutionId\x12+\n" +
 	"\x11overridden_fields\x18\x11 \x03(\tR\x10overriddenFields\x12J\n" +
 	"\x0eoverlap_policy\x18\x0f \x01(\x0e2#.cronmesh.registry.v1.OverlapPolicyR\roverlapPolicy\x1a<\n" +
@@ -388,12 +406,13 @@ var file_cronmesh_dispatch_v1_dispatch_request_proto_depIdxs = []int32{
 	2,  // 6: cronmesh.dispatch.v1.DispatchRequest.job_labels:type_name -> cronmesh.dispatch.v1.DispatchRequest.JobLabelsEntry
 	3,  // 7: cronmesh.dispatch.v1.DispatchRequest.deadline_time:type_name -> google.protobuf.Timestamp
 	3,  // 8: cronmesh.dispatch.v1.DispatchRequest.next_slot_time:type_name -> google.protobuf.Timestamp
-	7,  // 9: cronmesh.dispatch.v1.DispatchRequest.overlap_policy:type_name -> cronmesh.registry.v1.OverlapPolicy
-	10, // [10:10] is the sub-list for method output_type
-	10, // [10:10] is the sub-list for method input_type
-	10, // [10:10] is the sub-list for extension type_name
-	10, // [10:10] is the sub-list for extension extendee
-	0,  // [0:10] is the sub-list for field type_name
+	3,  // 9: cronmesh.dispatch.v1.DispatchRequest.not_before:type_name -> google.protobuf.Timestamp
+	7,  // 10: cronmesh.dispatch.v1.DispatchRequest.overlap_policy:type_name -> cronmesh.registry.v1.OverlapPolicy
+	11, // [11:11] is the sub-list for method output_type
+	11, // [11:11] is the sub-list for method input_type
+	11, // [11:11] is the sub-list for extension type_name
+	11, // [11:11] is the sub-list for extension extendee
+	0,  // [0:11] is the sub-list for field type_name
 }
 
 func init() { file_cronmesh_dispatch_v1_dispatch_request_proto_init() }

@@ -118,7 +118,9 @@ type Execution struct {
 	TriggerKind    v1.TriggerKind         `protobuf:"varint,5,opt,name=trigger_kind,json=triggerKind,proto3,enum=cronmesh.dispatch.v1.TriggerKind" json:"trigger_kind,omitempty"`
 	// When the slot was due.
 	NominalTime *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=nominal_time,json=nominalTime,proto3" json:"nominal_time,omitempty"`
-	// When the trigger fired it; unset for a missed slot.
+	// When the trigger fired it (committed it to its ledger): for a
+	// scheduled slot, up to the trigger's --lead before its nominal time, the
+	// first attempt being held until then. Unset for a missed slot.
 	FireTime *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=fire_time,json=fireTime,proto3" json:"fire_time,omitempty"`
 	// The latest attempt's number (0 for a missed slot).
 	Attempt int32 `protobuf:"varint,8,opt,name=attempt,proto3" json:"attempt,omitempty"`

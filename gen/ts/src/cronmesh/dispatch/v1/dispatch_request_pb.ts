@@ -14,7 +14,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file cronmesh/dispatch/v1/dispatch_request.proto.
  */
 export const file_cronmesh_dispatch_v1_dispatch_request: GenFile = /*@__PURE__*/
-  fileDesc("Citjcm9ubWVzaC9kaXNwYXRjaC92MS9kaXNwYXRjaF9yZXF1ZXN0LnByb3RvEhRjcm9ubWVzaC5kaXNwYXRjaC52MSKuBgoPRGlzcGF0Y2hSZXF1ZXN0EhQKDGV4ZWN1dGlvbl9pZBgBIAEoCRIOCgZqb2JfaWQYAiABKAkSEQoJbmFtZXNwYWNlGAMgASgJEg8KB2F0dGVtcHQYBCABKAUSMAoMbm9taW5hbF90aW1lGAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBItCglmaXJlX3RpbWUYBiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEjcKDHRyaWdnZXJfa2luZBgHIAEoDjIhLmNyb25tZXNoLmRpc3BhdGNoLnYxLlRyaWdnZXJLaW5kEiwKBnRhcmdldBgIIAEoCzIcLmNyb25tZXNoLnJlZ2lzdHJ5LnYxLlRhcmdldBI3CgxyZXRyeV9wb2xpY3kYCSABKAsyIS5jcm9ubWVzaC5yZWdpc3RyeS52MS5SZXRyeVBvbGljeRIwCghwcmlvcml0eRgKIAEoDjIeLmNyb25tZXNoLnJlZ2lzdHJ5LnYxLlByaW9yaXR5EhMKC2pvYl92ZXJzaW9uGAsgASgDEhgKEGpvYl9kaXNwbGF5X25hbWUYDCABKAkSSAoKam9iX2xhYmVscxgNIAMoCzI0LmNyb25tZXNoLmRpc3BhdGNoLnYxLkRpc3BhdGNoUmVxdWVzdC5Kb2JMYWJlbHNFbnRyeRIVCg1maXJzdF9hdHRlbXB0GA4gASgFEjEKDWRlYWRsaW5lX3RpbWUYFCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEjIKDm5leHRfc2xvdF90aW1lGBUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIdChVyZXJ1bl9vZl9leGVjdXRpb25faWQYECABKAkSGQoRb3ZlcnJpZGRlbl9maWVsZHMYESADKAkSOwoOb3ZlcmxhcF9wb2xpY3kYDyABKA4yIy5jcm9ubWVzaC5yZWdpc3RyeS52MS5PdmVybGFwUG9saWN5GjAKDkpvYkxhYmVsc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEqlgEKC1RyaWdnZXJLaW5kEhwKGFRSSUdHRVJfS0lORF9VTlNQRUNJRklFRBAAEhoKFlRSSUdHRVJfS0lORF9TQ0hFRFVMRUQQARIXChNUUklHR0VSX0tJTkRfTUFOVUFMEAISGQoVVFJJR0dFUl9LSU5EX0JBQ0tGSUxMEAMSGQoVVFJJR0dFUl9LSU5EX0NBVENIX1VQEARCRVpDZ2l0aHViLmNvbS9jcm9ubWVzaC9jcm9ubWVzaC9nZW4vZ28vY3Jvbm1lc2gvZGlzcGF0Y2gvdjE7ZGlzcGF0Y2h2MWIGcHJvdG8z", [file_cronmesh_registry_v1_job, file_google_protobuf_timestamp]);
+  fileDesc("Citjcm9ubWVzaC9kaXNwYXRjaC92MS9kaXNwYXRjaF9yZXF1ZXN0LnByb3RvEhRjcm9ubWVzaC5kaXNwYXRjaC52MSLeBgoPRGlzcGF0Y2hSZXF1ZXN0EhQKDGV4ZWN1dGlvbl9pZBgBIAEoCRIOCgZqb2JfaWQYAiABKAkSEQoJbmFtZXNwYWNlGAMgASgJEg8KB2F0dGVtcHQYBCABKAUSMAoMbm9taW5hbF90aW1lGAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBItCglmaXJlX3RpbWUYBiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEjcKDHRyaWdnZXJfa2luZBgHIAEoDjIhLmNyb25tZXNoLmRpc3BhdGNoLnYxLlRyaWdnZXJLaW5kEiwKBnRhcmdldBgIIAEoCzIcLmNyb25tZXNoLnJlZ2lzdHJ5LnYxLlRhcmdldBI3CgxyZXRyeV9wb2xpY3kYCSABKAsyIS5jcm9ubWVzaC5yZWdpc3RyeS52MS5SZXRyeVBvbGljeRIwCghwcmlvcml0eRgKIAEoDjIeLmNyb25tZXNoLnJlZ2lzdHJ5LnYxLlByaW9yaXR5EhMKC2pvYl92ZXJzaW9uGAsgASgDEhgKEGpvYl9kaXNwbGF5X25hbWUYDCABKAkSSAoKam9iX2xhYmVscxgNIAMoCzI0LmNyb25tZXNoLmRpc3BhdGNoLnYxLkRpc3BhdGNoUmVxdWVzdC5Kb2JMYWJlbHNFbnRyeRIVCg1maXJzdF9hdHRlbXB0GA4gASgFEjEKDWRlYWRsaW5lX3RpbWUYFCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEjIKDm5leHRfc2xvdF90aW1lGBUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgpub3RfYmVmb3JlGBYgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIdChVyZXJ1bl9vZl9leGVjdXRpb25faWQYECABKAkSGQoRb3ZlcnJpZGRlbl9maWVsZHMYESADKAkSOwoOb3ZlcmxhcF9wb2xpY3kYDyABKA4yIy5jcm9ubWVzaC5yZWdpc3RyeS52MS5PdmVybGFwUG9saWN5GjAKDkpvYkxhYmVsc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEqlgEKC1RyaWdnZXJLaW5kEhwKGFRSSUdHRVJfS0lORF9VTlNQRUNJRklFRBAAEhoKFlRSSUdHRVJfS0lORF9TQ0hFRFVMRUQQARIXChNUUklHR0VSX0tJTkRfTUFOVUFMEAISGQoVVFJJR0dFUl9LSU5EX0JBQ0tGSUxMEAMSGQoVVFJJR0dFUl9LSU5EX0NBVENIX1VQEARCRVpDZ2l0aHViLmNvbS9jcm9ubWVzaC9jcm9ubWVzaC9nZW4vZ28vY3Jvbm1lc2gvZGlzcGF0Y2gvdjE7ZGlzcGF0Y2h2MWIGcHJvdG8z", [file_cronmesh_registry_v1_job, file_google_protobuf_timestamp]);
 
 /**
  * DispatchRequest asks the dispatcher to deliver one attempt of one
@@ -64,7 +64,8 @@ export type DispatchRequest = Message<"cronmesh.dispatch.v1.DispatchRequest"> & 
   nominalTime?: Timestamp | undefined;
 
   /**
-   * When the trigger committed the slot.
+   * When the trigger committed the slot: for a scheduled slot, up to the
+   * trigger's --lead before its firing time (see not_before).
    *
    * @generated from field: google.protobuf.Timestamp fire_time = 6;
    */
@@ -145,6 +146,19 @@ export type DispatchRequest = Message<"cronmesh.dispatch.v1.DispatchRequest"> & 
    * @generated from field: google.protobuf.Timestamp next_slot_time = 21;
    */
   nextSlotTime?: Timestamp | undefined;
+
+  /**
+   * For a scheduled slot the trigger fired ahead of its time (its
+   * `--lead`): the slot's firing time, its nominal time plus the job's
+   * spread offset. The dispatcher holds the first attempt until then, so
+   * that the commit, the publish and the broker's way are done before the
+   * slot and only the delivery is left at it. Unset: deliver when taken
+   * (retries, manual runs, backfills, catch-up slots, and slots fired at
+   * or after their time).
+   *
+   * @generated from field: google.protobuf.Timestamp not_before = 22;
+   */
+  notBefore?: Timestamp | undefined;
 
   /**
    * For a manual run made by JobService.RerunExecution: the execution it

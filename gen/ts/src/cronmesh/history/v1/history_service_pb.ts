@@ -56,7 +56,9 @@ export type Execution = Message<"cronmesh.history.v1.Execution"> & {
   nominalTime?: Timestamp | undefined;
 
   /**
-   * When the trigger fired it; unset for a missed slot.
+   * When the trigger fired it (committed it to its ledger): for a
+   * scheduled slot, up to the trigger's --lead before its nominal time, the
+   * first attempt being held until then. Unset for a missed slot.
    *
    * @generated from field: google.protobuf.Timestamp fire_time = 7;
    */
