@@ -21,8 +21,9 @@
 //   - every message and every delivery of a slot carries the slot's own
 //     execution id (libs/execid), so duplicates at the target are only ever
 //     duplicates with the same webhook-id;
-//   - nothing was enqueued or delivered before its nominal time by the
-//     real clock.
+//   - nothing was delivered before its nominal time by the real clock,
+//     and nothing enqueued before it unless its request says to be held
+//     until then (not_before, the trigger's --lead).
 package ledger
 
 import (
@@ -54,6 +55,15 @@ func (s Slot) String() string {
 type enqueue struct {
 	rowID string // the outbox row it was published from
 	at    time.Time
+	// notBefore is the request's not_before (zero: none): a slot fired
+	// ahead of its time is held by the dispatcher until then.
+	notBefore time.Time
+}
+
+// early says whether e arrived before nominal without asking to be held
+// until it.
+func (e enqueue) early(nominal time.Time) bool {
+	return e.at.Before(nominal) && (e.notBefore.IsZero() || e.notBefore.Before(nominal))
 }
 
 type delivery struct {
@@ -94,7 +104,11 @@ func (l *Ledger) Enqueued(req *dispatchv1.DispatchRequest, rowID string, at time
 		if rowID == "" {
 			l.problems = append(l.problems, fmt.Sprintf("%s: first attempt published without an outbox row id", s))
 		}
-		l.firsts[s] = append(l.firsts[s], enqueue{rowID: rowID, at: at})
+		e := enqueue{rowID: rowID, at: at}
+		if nb := req.GetNotBefore(); nb != nil {
+			e.notBefore = nb.AsTime()
+		}
+		l.firsts[s] = append(l.firsts[s], e)
 	} else {
 		l.retries[s]++
 	}
@@ -145,7 +159,7 @@ type Verdict struct {
 	NotEnqueued    []string // expected slots delivered or not, never seen at the broker
 	DoubleEnqueued []string // slots fired twice: first attempts from different outbox rows
 	Republished    []string // slots whose first attempt's outbox row was published again
-	Early          []string // slots enqueued or delivered before their nominal time
+	Early          []string // slots delivered before their nominal time, or enqueued before it without not_before
 	Problems       []string // wrong execution ids, deliveries of no known slot
 	Retries        int      // messages of attempts > 1 seen at the broker
 	Duplicates     int      // deliveries beyond the first of a slot (same webhook-id)
@@ -220,7 +234,7 @@ func (l *Ledger) Check(jobs []string, from, to, fault time.Time) Verdict {
 			}
 		}
 		for _, e := range arrivals {
-			if e.at.Before(time.Unix(s.Nominal, 0)) {
+			if e.early(time.Unix(s.Nominal, 0)) {
 				v.Early = append(v.Early, fmt.Sprintf("%s enqueued %s early", s, time.Unix(s.Nominal, 0).Sub(e.at)))
 			}
 		}
@@ -312,13 +326,14 @@ type QueueVerdict struct {
 	NotEnqueued    []string // expected slots never seen at the broker
 	DoubleEnqueued []string // slots fired twice: first attempts from different outbox rows
 	Republished    []string // slots whose first attempt's outbox row was published again
-	Early          []string // slots enqueued before their nominal time
+	Early          []string // slots enqueued before their nominal time without not_before
 	Problems       []string // wrong execution ids, first attempts without an outbox row
 	Retries        int      // messages of attempts > 1
 	MaxLate        time.Duration
 	MaxLateSlot    string
 	// Lateness is the worst lateness (first arrival at the broker minus
-	// nominal) of each nominal second from lateFrom to to, in seconds with
+	// nominal; negative for slots fired ahead, to be held until their
+	// time) of each nominal second from lateFrom to to, in seconds with
 	// one decimal, "-" where a slot of that second never arrived: lateness
 	// that grows from the first second is the machine's capacity, lateness
 	// that starts at a fault is the fault's.
@@ -335,7 +350,8 @@ func (l *Ledger) CheckQueue(jobs []string, from, to, lateFrom time.Time) QueueVe
 	for _, n := range l.retries {
 		v.Retries += n
 	}
-	worst := map[int64]time.Duration{} // per nominal second; -1: a slot missing
+	worst := map[int64]time.Duration{} // per nominal second (negative: enqueued ahead, held)
+	missing := map[int64]bool{}        // nominal seconds with a slot never enqueued
 	for _, job := range jobs {
 		for sec := from.Unix(); sec <= to.Unix(); sec++ {
 			s := Slot{Job: job, Nominal: sec}
@@ -343,15 +359,15 @@ func (l *Ledger) CheckQueue(jobs []string, from, to, lateFrom time.Time) QueueVe
 			arrivals := l.firsts[s]
 			if len(arrivals) == 0 {
 				v.NotEnqueued = append(v.NotEnqueued, s.String())
-				worst[sec] = -1
+				missing[sec] = true
 				continue
 			}
 			rows := map[string]int{}
-			first := arrivals[0].at
+			first := arrivals[0]
 			for _, e := range arrivals {
 				rows[e.rowID]++
-				if e.at.Before(first) {
-					first = e.at
+				if e.at.Before(first.at) {
+					first = e
 				}
 			}
 			if len(rows) > 1 {
@@ -361,26 +377,26 @@ func (l *Ledger) CheckQueue(jobs []string, from, to, lateFrom time.Time) QueueVe
 				v.Republished = append(v.Republished, fmt.Sprintf("%s x%d", s, len(arrivals)))
 			}
 			nominal := time.Unix(sec, 0)
-			if first.Before(nominal) {
-				v.Early = append(v.Early, fmt.Sprintf("%s enqueued %s early", s, nominal.Sub(first)))
+			if first.early(nominal) {
+				v.Early = append(v.Early, fmt.Sprintf("%s enqueued %s early", s, nominal.Sub(first.at)))
 			}
 			if sec < lateFrom.Unix() {
 				continue
 			}
-			late := first.Sub(nominal)
+			late := first.at.Sub(nominal)
 			if late > v.MaxLate {
 				v.MaxLate, v.MaxLateSlot = late, s.String()
 			}
-			if w, ok := worst[sec]; !ok || (w >= 0 && late > w) {
+			if w, ok := worst[sec]; !ok || late > w {
 				worst[sec] = late
 			}
 		}
 	}
 	for sec := lateFrom.Unix(); sec <= to.Unix(); sec++ {
-		if w := worst[sec]; w < 0 {
+		if missing[sec] {
 			v.Lateness = append(v.Lateness, "-")
 		} else {
-			v.Lateness = append(v.Lateness, fmt.Sprintf("%.1f", w.Seconds()))
+			v.Lateness = append(v.Lateness, fmt.Sprintf("%.1f", worst[sec].Seconds()))
 		}
 	}
 	for _, list := range [][]string{v.NotEnqueued, v.DoubleEnqueued, v.Republished, v.Early} {

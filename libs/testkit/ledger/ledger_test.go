@@ -165,7 +165,11 @@ func TestCheckQueue(t *testing.T) {
 		for _, job := range jobs {
 			for sec := range 3 {
 				nominal := t0.Add(time.Duration(sec) * time.Second)
-				l.Enqueued(request(job, nominal, 1), rowID(job, nominal), nominal.Add(late(job, sec)))
+				req := request(job, nominal, 1)
+				if at := nominal.Add(late(job, sec)); at.Before(nominal) {
+					req.NotBefore = timestamppb.New(nominal) // fired ahead, held by the dispatcher
+				}
+				l.Enqueued(req, rowID(job, nominal), nominal.Add(late(job, sec)))
 			}
 		}
 	}
@@ -217,6 +221,15 @@ func TestCheckQueue(t *testing.T) {
 			require.Equal(t, 1, v.Retries)
 			require.Len(t, v.Problems, 1)
 			require.Equal(t, []string{jobB + "@12:00:02 enqueued 1s early"}, v.Early)
+		}},
+		{name: "enqueued ahead to be held until its time", late: func(job string, sec int) time.Duration {
+			return -800 * time.Millisecond
+		}, extra: func(l *ledger.Ledger) {
+			// Published ahead of a slot without asking to be held.
+			l.Enqueued(request(jobA, t0.Add(2*time.Second), 1), rowID(jobA, t0.Add(2*time.Second)), t0.Add(time.Second))
+		}, check: func(t *testing.T, v ledger.QueueVerdict) {
+			require.Equal(t, []string{jobA + "@12:00:02 enqueued 1s early"}, v.Early)
+			require.Equal(t, []string{"-0.8", "-0.8", "-0.8"}, v.Lateness, "ahead is not missing; the worst of the second counts")
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

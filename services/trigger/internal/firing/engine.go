@@ -102,6 +102,17 @@ type Options struct {
 	// MaxBackoff caps Backoff. Default 5s, the firing promise: a longer wait
 	// would turn every slot due meanwhile into a catch-up.
 	MaxBackoff time.Duration
+	// Lead commits each slot this long before its firing time; its
+	// dispatch request carries the firing time as not_before, and the
+	// dispatcher holds it until then. The commit, the relay's publish and
+	// the broker's way are then done before the slot, and a second on
+	// which thousands of slots are due starts their deliveries at once
+	// instead of working through them after it. The cost: a change to a
+	// job (pause, edit, delete) reaches only the slots committed after the
+	// trigger projected it, so one made less than Lead before a slot
+	// applies from the next. Zero (not a default: it is a choice) commits
+	// at the firing time; Lookahead must be at least LoadInterval + Lead.
+	Lead time.Duration
 }
 
 // Engine fires the slots of the partitions this node owns. Create it with
@@ -125,6 +136,7 @@ type Engine struct {
 	groupWait time.Duration
 	backoff   time.Duration
 	maxBack   time.Duration
+	lead      time.Duration
 
 	running atomic.Bool
 	// testSync, set only by this package's tests, lets a test wait until
@@ -151,7 +163,8 @@ func NewEngine(opts Options) (*Engine, error) {
 		return nil, errors.New("firing: Options.Ownership is required")
 	case opts.Lookahead < 0, opts.LoadInterval < 0, opts.BatchSize < 0, opts.BatchSlots < 0,
 		opts.LoadLimit < 0, opts.OnTimeTolerance < 0, opts.MaxSlotsPerAdvance < 0,
-		opts.CommitTimeout < 0, opts.Commits < 0, opts.GroupWait < 0, opts.Backoff < 0, opts.MaxBackoff < 0:
+		opts.CommitTimeout < 0, opts.Commits < 0, opts.GroupWait < 0, opts.Backoff < 0, opts.MaxBackoff < 0,
+		opts.Lead < 0:
 		return nil, errors.New("firing: negative size or duration in Options")
 	}
 	e := &Engine{
@@ -163,6 +176,7 @@ func NewEngine(opts Options) (*Engine, error) {
 		planner: Planner{
 			OnTimeTolerance: opts.OnTimeTolerance,
 			MaxSlots:        opts.MaxSlotsPerAdvance,
+			Lead:            opts.Lead,
 		},
 		locations: new(jobspec.Locations),
 		lookahead: cmp.Or(opts.Lookahead, DefaultLookahead),
@@ -175,10 +189,13 @@ func NewEngine(opts Options) (*Engine, error) {
 		groupWait: cmp.Or(opts.GroupWait, DefaultGroupWait),
 		backoff:   cmp.Or(opts.Backoff, DefaultBackoff),
 		maxBack:   cmp.Or(opts.MaxBackoff, DefaultMaxBackoff),
+		lead:      opts.Lead,
 	}
 	e.maxBack = max(e.maxBack, e.backoff)
-	if e.lookahead < e.interval {
-		return nil, errors.New("firing: Options.Lookahead must be at least LoadInterval")
+	if e.lookahead < e.interval+e.lead {
+		// A slot must be in memory by its commit time (firing time - Lead)
+		// even when it became due just after a load.
+		return nil, errors.New("firing: Options.Lookahead must be at least LoadInterval + Lead")
 	}
 	m, err := newMetrics(opts.Metrics)
 	if err != nil {
@@ -498,7 +515,7 @@ func (r *run) armFireTimer() {
 		// harmless.
 		return
 	}
-	at := top.fireAt
+	at := top.fireAt.Add(-r.lead)
 	// With a commit in flight, another starts at once only for a full batch
 	// (a burst); slots that trickle in meanwhile wait up to GroupWait for
 	// the commit to end and then go together in one (group commit). Many
@@ -506,7 +523,7 @@ func (r *run) armFireTimer() {
 	// and its fsync (measured at 5,000 slots/s spread over each second:
 	// 314 commits/s of 16 slots), while waiting for a slow commit without
 	// a bound makes every slot behind it as late as the commit is slow.
-	if r.commits > 0 && r.heap.countDue(r.clock.Now(), r.batch) < r.batch {
+	if r.commits > 0 && r.heap.countDue(r.clock.Now().Add(r.lead), r.batch) < r.batch {
 		at = at.Add(r.groupWait)
 	}
 	if at.Before(r.retryAt) {
@@ -534,7 +551,7 @@ func (r *run) fire(ctx context.Context) {
 	)
 	for len(advances) < r.batch && slots < r.batchSlot {
 		e := r.heap.peek()
-		if e == nil || e.fireAt.After(now) {
+		if e == nil || e.fireAt.After(now.Add(r.lead)) {
 			break
 		}
 		r.heap.pop()
@@ -554,7 +571,7 @@ func (r *run) fire(ctx context.Context) {
 		}
 		adv := r.planner.plan(e.due, e.sched, now)
 		if len(adv.Slots) == 0 && !adv.To.IsZero() {
-			continue // cannot happen (fireAt <= now); the next load re-reads it
+			continue // cannot happen (fireAt <= now + lead); the next load re-reads it
 		}
 		batch = append(batch, e)
 		advances = append(advances, adv)
@@ -719,10 +736,10 @@ func (r *run) finish(out commitOutcome) {
 			switch s.Kind {
 			case KindScheduled:
 				r.m.scheduled.Inc()
-				r.m.lateness.Observe(done.Sub(s.Nominal.Add(spread)).Seconds())
+				r.m.lateness.Observe(done.Sub(s.Nominal.Add(spread - r.lead)).Seconds())
 			case KindCatchUp:
 				r.m.catchUp.Inc()
-				r.m.lateness.Observe(done.Sub(s.Nominal.Add(spread)).Seconds())
+				r.m.lateness.Observe(done.Sub(s.Nominal.Add(spread - r.lead)).Seconds())
 			case KindMissed:
 				r.m.missed.Inc()
 			}

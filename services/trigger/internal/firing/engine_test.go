@@ -62,6 +62,33 @@ func TestEngineFiresAtTheSlotNotBefore(t *testing.T) {
 	require.Len(t, store.calls(), 1, "fired once")
 }
 
+// TestEngineWithLeadCommitsAhead: with a lead, a slot is committed that
+// long before its firing time (nominal plus the job's spread offset), at
+// the real time, and counts as scheduled, on time.
+func TestEngineWithLeadCommitsAhead(t *testing.T) {
+	t.Parallel()
+	const lead = 700 * time.Millisecond
+	d := hourly("a", 3, t0.Add(3*time.Second), withSpread(time.Second))
+	firingTime := d.FiringTime(d.NextFire)
+	require.True(t, firingTime.After(t0.Add(3*time.Second)), "the job has a spread offset")
+	store := newFakeStore(d)
+	h := startEngine(t, store, newFakeOwnership(ownAll(8)), func(o *Options) { o.Lead = lead })
+
+	h.advanceTo(firingTime.Sub(t0) - lead - time.Millisecond)
+	require.Empty(t, store.calls(), "committed before its commit time")
+
+	h.advance(time.Millisecond)
+	calls := store.calls()
+	require.Len(t, calls, 1)
+	require.NoError(t, calls[0].err)
+	require.True(t, firingTime.Add(-lead).Equal(calls[0].fireTime), "committed at %s", calls[0].fireTime)
+	require.Equal(t, []Slot{{Nominal: t0.Add(3 * time.Second), Kind: KindScheduled}}, calls[0].advances[0].Slots)
+	require.Equal(t, 1.0, h.metric("trigger_slots_total", "scheduled"))
+
+	h.advance(10 * time.Second)
+	require.Len(t, store.calls(), 1, "fired once")
+}
+
 func TestEngineBatchesJobsDueTogether(t *testing.T) {
 	t.Parallel()
 	const jobs = 5000
@@ -542,6 +569,12 @@ func TestNewEngine(t *testing.T) {
 		{name: "no ownership", opts: Options{Store: store}, want: "Ownership is required"},
 		{name: "negative batch", opts: Options{Store: store, Ownership: own, BatchSize: -1}, want: "negative"},
 		{name: "negative lookahead", opts: Options{Store: store, Ownership: own, Lookahead: -time.Second}, want: "negative"},
+		{name: "negative lead", opts: Options{Store: store, Ownership: own, Lead: -time.Second}, want: "negative"},
+		{
+			name: "lookahead shorter than the load interval and the lead",
+			opts: Options{Store: store, Ownership: own, Lookahead: 2 * time.Second, LoadInterval: time.Second, Lead: 1500 * time.Millisecond},
+			want: "Lookahead must be at least LoadInterval + Lead",
+		},
 		{
 			name: "lookahead shorter than the load interval",
 			opts: Options{Store: store, Ownership: own, Lookahead: time.Second, LoadInterval: 2 * time.Second},

@@ -32,7 +32,7 @@ func newMetrics(reg prometheus.Registerer) (metrics, error) {
 	m := metrics{
 		lateness: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "trigger_fire_lateness_seconds",
-			Help: "For fired slots (scheduled and catch_up): commit completion time minus the slot's firing time (nominal time plus the job's spread offset).",
+			Help: "For fired slots (scheduled and catch_up): commit completion time minus the slot's commit time (its firing time, the nominal time plus the job's spread offset, less the node's --lead).",
 			// 1 ms to 60 s: the steady-state aim is p99 under 100 ms, the
 			// promise 5 s; catch-up after downtime lands in the top buckets.
 			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60},

@@ -37,6 +37,12 @@ type Planner struct {
 	// MaxSlots caps the slots of one Advance. Zero or negative means
 	// DefaultMaxSlots.
 	MaxSlots int
+	// Lead fires slots ahead of their time: a slot whose firing time is
+	// at or before now + Lead is due (its dispatch request then carries
+	// not_before, and the dispatcher holds it until its firing time).
+	// Lateness still counts from now, so a slot fired ahead is on time.
+	// Zero: a slot is due at its firing time.
+	Lead time.Duration
 }
 
 // Plan is Planner{}.Plan: what committing the due job d at time now does,
@@ -47,7 +53,8 @@ func Plan(d Due, now time.Time) (Advance, error) {
 
 // Plan walks the job's slots from d.NextFire, oldest first, and returns the
 // Advance that records every slot whose firing time (nominal + the job's
-// [jobspec.SpreadOffset]) is at or before now, each exactly once:
+// [jobspec.SpreadOffset]) is at or before now (now + Lead), each exactly
+// once:
 //
 //   - a paused job fires nothing: each slot is KindMissed, "the job is
 //     paused" (the store should not return paused jobs; if it does, their
@@ -164,9 +171,10 @@ func (p Planner) plan(d Due, sched schedule.Schedule, now time.Time) Advance {
 	// and only if needed (an every-second job a day behind misses 86,400).
 	var missedReason string
 	nominal := d.NextFire
+	due := now.Add(max(p.Lead, 0))
 	for {
 		fireAt := nominal.Add(spread)
-		if fireAt.After(now) || len(adv.Slots) == maxSlots {
+		if fireAt.After(due) || len(adv.Slots) == maxSlots {
 			adv.To = nominal
 			break
 		}

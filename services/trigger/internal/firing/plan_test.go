@@ -305,6 +305,18 @@ func TestPlanOptions(t *testing.T) {
 			to: t0.Add(3 * time.Second),
 		},
 		{
+			// Due up to now + Lead; lateness still counts from now, so the
+			// slot 2 s before now is catch-up under a 1 s tolerance.
+			name:    "lead 1.5s",
+			planner: Planner{OnTimeTolerance: time.Second, Lead: 1500 * time.Millisecond},
+			now:     t0.Add(2 * time.Second),
+			want: expand(
+				slotRun{KindCatchUp, t0, time.Second, 2},
+				slotRun{KindScheduled, t0.Add(2 * time.Second), time.Second, 2},
+			),
+			to: t0.Add(4 * time.Second),
+		},
+		{
 			name:    "cap 3",
 			planner: Planner{MaxSlots: 3},
 			now:     t0.Add(10 * time.Second),

@@ -17,6 +17,7 @@ import (
 
 	eventsv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/events/v1"
 	registryv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1"
+	"github.com/cronmesh/cronmesh/libs/dispatchreq"
 	"github.com/cronmesh/cronmesh/libs/outbox"
 	"github.com/cronmesh/cronmesh/libs/postgres"
 	"github.com/cronmesh/cronmesh/libs/ring"
@@ -633,7 +634,12 @@ func (s *Store) fireRuns(ctx context.Context, tx pgx.Tx, b *batch, runs []int, s
 		if e.Trace.IsValid() {
 			tctx = trace.ContextWithSpanContext(ctx, e.Trace)
 		}
-		msg, err := s.dispatchMessage(e.Event.Job, b.ids[i].String(), e.Event.Version, nominal, now, firing.KindManual, time.Time{}, s.traceHeaders(tctx), e.Event)
+		msg, err := s.dispatchMessage(e.Event.Job, dispatchreq.Slot{
+			JobID: b.ids[i].String(), Version: e.Event.Version, Nominal: nominal, Fire: now, Kind: TriggerKind(firing.KindManual),
+			// The history shows which execution a run re-runs and what of
+			// the job it overrode.
+			RerunOf: e.Event.GetRerunOfExecutionId(), Overridden: e.Event.GetRunOverrides(),
+		}, s.traceHeaders(tctx))
 		if err != nil {
 			return false, err
 		}

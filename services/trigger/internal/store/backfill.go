@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	registryv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1"
+	"github.com/cronmesh/cronmesh/libs/dispatchreq"
 	"github.com/cronmesh/cronmesh/libs/outbox"
 	"github.com/cronmesh/cronmesh/services/trigger/internal/firing"
 )
@@ -185,7 +186,9 @@ func (s *Store) backfillBatch(ctx context.Context, id uuid.UUID, slots []time.Ti
 			if !inserted[cols.execIDs[i]] {
 				continue
 			}
-			msg, err := s.dispatchMessage(job, id.String(), version, nominal, now, firing.KindBackfill, time.Time{}, headers, nil)
+			msg, err := s.dispatchMessage(job, dispatchreq.Slot{
+				JobID: id.String(), Version: version, Nominal: nominal, Fire: now, Kind: TriggerKind(firing.KindBackfill),
+			}, headers)
 			if err != nil {
 				return err
 			}

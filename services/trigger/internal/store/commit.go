@@ -502,7 +502,17 @@ func (s *Store) commitMessages(ctx context.Context, advances []firing.Advance, s
 			if err := flushMissed(a); err != nil { // keep slot order
 				return nil, err
 			}
-			msg, err := s.dispatchMessage(a.Due.Job, jobID, a.Due.Version, nominal, fireTime, slot.Kind, nextSlotFire(a, ref.slot), s.executionHeaders(ctx, batch, jobID, nominal, headers), nil)
+			req := dispatchreq.Slot{
+				JobID: jobID, Version: a.Due.Version, Nominal: nominal, Fire: fireTime, Kind: TriggerKind(slot.Kind),
+				NextSlotFire: nextSlotFire(a, ref.slot),
+			}
+			firingTime := a.Due.FiringTime(slot.Nominal)
+			if firingTime.After(fireTime) {
+				// Fired ahead (the engine's Lead): the dispatcher holds
+				// it until its time.
+				req.NotBefore = firingTime
+			}
+			msg, err := s.dispatchMessage(a.Due.Job, req, s.executionHeaders(ctx, batch, jobID, nominal, headers))
 			if err != nil {
 				return nil, err
 			}
@@ -510,7 +520,7 @@ func (s *Store) commitMessages(ctx context.Context, advances []firing.Advance, s
 				// The firing promise: the relay times the broker's
 				// confirm from the slot's firing time (the unrounded
 				// nominal, as the engine's fire lateness).
-				msg.DueAt = a.Due.FiringTime(slot.Nominal)
+				msg.DueAt = firingTime
 			}
 			msgs = append(msgs, msg)
 		}
@@ -535,32 +545,22 @@ func (s *Store) commitMessages(ctx context.Context, advances []firing.Advance, s
 // backfill's slots were due long ago by design; neither says anything of
 // the firing promise.
 //
-// nextSlotFire is when the job's next slot fires (zero: none, or not a
-// scheduled slot): the bound on the execution's retries when the job
-// stops retries at its next slot.
-//
-// run is the run request of a manual slot (nil for the others): the
-// execution it re-runs and what it overrode go into the request, for the
-// history.
-func (s *Store) dispatchMessage(job *registryv1.Job, jobID string, version int64, nominal, fireTime time.Time, kind firing.SlotKind, nextSlotFire time.Time, headers map[string]string, run *eventsv1.JobEvent) (outbox.Message, error) {
-	execID := executionID(jobID, nominal)
-	req := dispatchreq.New(job, dispatchreq.Slot{
-		ExecutionID: execID, JobID: jobID, Version: version, Nominal: nominal, Fire: fireTime, Kind: TriggerKind(kind),
-		NextSlotFire: nextSlotFire,
-		RerunOf:      run.GetRerunOfExecutionId(),
-		Overridden:   run.GetRunOverrides(),
-	})
+// The slot's ExecutionID is derived here from its job and nominal time.
+func (s *Store) dispatchMessage(job *registryv1.Job, slot dispatchreq.Slot, headers map[string]string) (outbox.Message, error) {
+	execID := executionID(slot.JobID, slot.Nominal)
+	slot.ExecutionID = execID
+	req := dispatchreq.New(job, slot)
 	payload, err := proto.Marshal(req)
 	if err != nil {
 		return outbox.Message{}, fmt.Errorf("encode dispatch request %s: %w", execID, err)
 	}
 	return outbox.Message{
-		AggregateID: jobID,
+		AggregateID: slot.JobID,
 		RoutingKey:  broker.Route(s.dispatchEx, DispatchRoutingKey(job.GetPriority())),
 		MessageID:   execID,
 		Payload:     payload,
 		Headers:     headers,
-		Partition:   ring.Partition(jobID, s.partitions),
+		Partition:   ring.Partition(slot.JobID, s.partitions),
 	}, nil
 }
 

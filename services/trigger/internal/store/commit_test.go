@@ -584,6 +584,39 @@ func TestCommitDueAtFiringTime(t *testing.T) {
 	}
 }
 
+// TestCommitAheadSetsNotBefore: a slot committed before its firing time
+// (the engine's lead) asks the dispatcher to hold it until then; a slot
+// committed after its time does not.
+func TestCommitAheadSetsNotBefore(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	const window = 30 * time.Second
+	job, d := e.setup(t, func(j *registryv1.Job) {
+		j.Id = "0190d6c8-6f1e-7c2a-9d51-3b8f2a4e6c10"
+		j.SpreadWindow = durationpb.New(window)
+	})
+	spread := jobspec.SpreadOffset(job.Id, window)
+	slots := []firing.Slot{
+		{Nominal: d.NextFire, Kind: firing.KindCatchUp},
+		{Nominal: d.NextFire.Add(5 * time.Minute), Kind: firing.KindScheduled},
+	}
+	ahead := slots[1].Nominal.Add(spread)
+	fire := ahead.Add(-800 * time.Millisecond)
+	_, err := e.store.Commit(t.Context(), fences(1), []firing.Advance{{Due: d, Slots: slots, To: d.NextFire.Add(10 * time.Minute)}}, fire)
+	require.NoError(t, err)
+
+	rows := e.outbox(t)
+	require.Len(t, rows, 2)
+	reqs := make([]*dispatchv1.DispatchRequest, len(rows))
+	for i, row := range rows {
+		reqs[i] = &dispatchv1.DispatchRequest{}
+		require.NoError(t, proto.Unmarshal(row.Payload, reqs[i]))
+	}
+	require.Nil(t, reqs[0].GetNotBefore(), "a slot past its time is delivered when taken")
+	require.Equal(t, ahead.UnixNano(), reqs[1].GetNotBefore().AsTime().UnixNano())
+	require.Equal(t, fire.Truncate(time.Microsecond).UnixNano(), reqs[1].GetFireTime().AsTime().UnixNano())
+}
+
 func TestCommitEmptyAndCancelled(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)

@@ -28,11 +28,14 @@ async function executionsSince(c: Clients, since: Date): Promise<{ list: Executi
 function summarize(list: Execution[], minutes: number) {
   const done = list.filter((e) => [ExecutionStatus.SUCCEEDED, ExecutionStatus.FAILED, ExecutionStatus.DEAD].includes(e.status));
   const ok = done.filter((e) => e.status === ExecutionStatus.SUCCEEDED).length;
+  // Lateness at the target: from the slot's nominal time to its first
+  // attempt's start. The fire time says when the trigger committed the slot,
+  // which is ahead of it by the trigger's --lead.
   const lateness = list
     .map((e) => {
       const n = toDate(e.nominalTime);
-      const f = toDate(e.fireTime);
-      return n && f ? f.getTime() - n.getTime() : undefined;
+      const s = e.attempt === 1 ? toDate(e.startTime) : undefined;
+      return n && s ? s.getTime() - n.getTime() : undefined;
     })
     .filter((x): x is number => x !== undefined)
     .sort((a, b) => a - b);
