@@ -67,6 +67,29 @@ func TestHoldIsBoundedByMaxHold(t *testing.T) {
 	require.Equal(t, 1.0, metric(t, r.reg, "dispatch_holds_capped_total"))
 }
 
+// TestShutdownRequeuesHeldRequests: a request held for its slot when
+// shutdown begins is requeued at once, not delivered and not waited for.
+func TestShutdownRequeuesHeldRequests(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	clk := clock.NewFake(time.Now())
+	f := &fake{}
+	r := e.start(f, func(o *pipeline.Options) { o.Clock, o.MaxHold = clk, time.Minute })
+
+	waitIdle(t, clk)
+	req := request(registryv1.Priority_PRIORITY_LOW, func(r *dispatchv1.DispatchRequest) {
+		r.NotBefore = timestamppb.New(clk.Now().Add(30 * time.Second))
+	})
+	e.dispatch(nil, req)
+	require.Eventually(t, func() bool { return clk.Waiters() == idleWaiters+1 }, 30*time.Second, 5*time.Millisecond, "the request is held")
+
+	r.stop(t) // the fake clock never reaches the slot, nor the drain timeout
+	require.Empty(t, f.of(req.ExecutionId))
+	require.Eventually(t, func() bool { return e.queueDepth(e.dispatchQueue("low")) == 1 }, 30*time.Second, 10*time.Millisecond,
+		"the held request is back in its queue")
+	require.Equal(t, 1.0, metric(t, r.reg, "dispatch_requeued_total"))
+}
+
 // idleWaiters is how many waits an idle pipeline has pending on its clock:
 // the periodic retry of unrecorded completions.
 const idleWaiters = 1

@@ -570,13 +570,15 @@ func (p *Pipeline) handle(soft, ctx context.Context, priority, queue string, msg
 	if ctx.Err() != nil {
 		return requeueNow
 	}
-	if !check.Completed && p.awaitSlot(soft, req) {
+	if !check.Completed {
 		// Everything from here on (a cancellation, the deadline, the
 		// overlap policy, the delivery) is decided at the slot's time.
-		taken = time.Now()
-	}
-	if soft.Err() != nil && !check.Completed && req.GetNotBefore() != nil {
-		return requeueNow // shutdown began while it was held
+		switch waited, interrupted := p.awaitSlot(soft, req); {
+		case interrupted:
+			return requeueNow // shutdown began while it was held
+		case waited:
+			taken = time.Now()
+		}
 	}
 	ref := inflight.Ref{Namespace: req.Namespace, ExecutionID: req.ExecutionId}
 	isCancelled := check.Cancelled || p.knownCancelled(ctx, req, ref)
@@ -725,26 +727,25 @@ func (p *Pipeline) handle(soft, ctx context.Context, priority, queue string, msg
 	}
 }
 
-// awaitSlot waits until req's not_before, the firing time of a slot the trigger
-// fired ahead of it, bounded by MaxHold, and says whether it waited. The
-// message stays unacknowledged meanwhile: a dispatcher that dies holding
-// it leaves it to be redelivered. It returns early when ctx ends (the
-// caller requeues the request).
-func (p *Pipeline) awaitSlot(ctx context.Context, req *dispatchv1.DispatchRequest) bool {
+// awaitSlot waits until req's not_before, the firing time of a slot the
+// trigger fired ahead of it, bounded by MaxHold, and says whether it
+// waited, and whether ctx ended first (the caller then requeues the
+// request). The message stays unacknowledged meanwhile: a dispatcher that
+// dies holding it leaves it to be redelivered.
+func (p *Pipeline) awaitSlot(ctx context.Context, req *dispatchv1.DispatchRequest) (waited, interrupted bool) {
 	if req.GetNotBefore() == nil {
-		return false
+		return false, false
 	}
 	wait := req.GetNotBefore().AsTime().Sub(p.opts.Clock.Now())
 	p.metrics.hold.Observe(max(wait, 0).Seconds())
 	if wait <= 0 {
-		return false
+		return false, false
 	}
 	if wait > p.opts.MaxHold {
 		p.metrics.holdsCapped.Inc()
 		wait = p.opts.MaxHold
 	}
-	sleep(ctx, p.opts.Clock, wait)
-	return true
+	return true, !sleep(ctx, p.opts.Clock, wait)
 }
 
 // expired dead-letters req without an attempt: its deadline has passed
