@@ -86,7 +86,7 @@ func BenchmarkHeapSameSecond(b *testing.B) {
 				b.StopTimer()
 				h := newTimerHeap()
 				for i, d := range jobs {
-					e := &entry{due: d, fireAt: d.NextFire.Add(spreadOf(d))}
+					e := &entry{due: d, commitAt: d.NextFire.Add(spreadOf(d))}
 					if cached {
 						e.sched, e.schedSet = scheds[i].sched, true
 					}

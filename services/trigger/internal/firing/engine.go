@@ -136,7 +136,6 @@ type Engine struct {
 	groupWait time.Duration
 	backoff   time.Duration
 	maxBack   time.Duration
-	lead      time.Duration
 
 	running atomic.Bool
 	// testSync, set only by this package's tests, lets a test wait until
@@ -189,10 +188,9 @@ func NewEngine(opts Options) (*Engine, error) {
 		groupWait: cmp.Or(opts.GroupWait, DefaultGroupWait),
 		backoff:   cmp.Or(opts.Backoff, DefaultBackoff),
 		maxBack:   cmp.Or(opts.MaxBackoff, DefaultMaxBackoff),
-		lead:      opts.Lead,
 	}
 	e.maxBack = max(e.maxBack, e.backoff)
-	if e.lookahead < e.interval+e.lead {
+	if e.lookahead < e.interval+opts.Lead {
 		// A slot must be in memory by its commit time (firing time - Lead)
 		// even when it became due just after a load.
 		return nil, errors.New("firing: Options.Lookahead must be at least LoadInterval + Lead")
@@ -450,10 +448,10 @@ func (r *run) onLoaded(ctx context.Context, res loadResult) {
 		held := r.heap.get(d.JobID)
 		switch {
 		case held == nil:
-			r.heap.push(&entry{due: d, fireAt: d.FiringTime(d.NextFire)})
+			r.heap.push(&entry{due: d, commitAt: r.commitAt(d)})
 		case newer(d, held.due):
 			held.due = d
-			held.fireAt = d.FiringTime(d.NextFire)
+			held.commitAt = r.commitAt(d)
 			held.schedSet = false
 			r.heap.fix(held.index)
 		}
@@ -467,6 +465,13 @@ func (r *run) onLoaded(ctx context.Context, res loadResult) {
 			}
 		}
 	}
+}
+
+// commitAt is when d's next slot is committed: its firing time less the
+// Lead, the planner's, so that the slot the timer wakes for is the one
+// the planner finds due.
+func (e *Engine) commitAt(d Due) time.Time {
+	return d.FiringTime(d.NextFire).Add(-e.planner.Lead)
 }
 
 // newer says whether the loaded row d is newer than the held h: a higher
@@ -515,7 +520,7 @@ func (r *run) armFireTimer() {
 		// harmless.
 		return
 	}
-	at := top.fireAt.Add(-r.lead)
+	at := top.commitAt
 	// With a commit in flight, another starts at once only for a full batch
 	// (a burst); slots that trickle in meanwhile wait up to GroupWait for
 	// the commit to end and then go together in one (group commit). Many
@@ -523,7 +528,7 @@ func (r *run) armFireTimer() {
 	// and its fsync (measured at 5,000 slots/s spread over each second:
 	// 314 commits/s of 16 slots), while waiting for a slow commit without
 	// a bound makes every slot behind it as late as the commit is slow.
-	if r.commits > 0 && r.heap.countDue(r.clock.Now().Add(r.lead), r.batch) < r.batch {
+	if r.commits > 0 && r.heap.countDue(r.clock.Now(), r.batch) < r.batch {
 		at = at.Add(r.groupWait)
 	}
 	if at.Before(r.retryAt) {
@@ -551,7 +556,7 @@ func (r *run) fire(ctx context.Context) {
 	)
 	for len(advances) < r.batch && slots < r.batchSlot {
 		e := r.heap.peek()
-		if e == nil || e.fireAt.After(now.Add(r.lead)) {
+		if e == nil || e.commitAt.After(now) {
 			break
 		}
 		r.heap.pop()
@@ -571,7 +576,7 @@ func (r *run) fire(ctx context.Context) {
 		}
 		adv := r.planner.plan(e.due, e.sched, now)
 		if len(adv.Slots) == 0 && !adv.To.IsZero() {
-			continue // cannot happen (fireAt <= now + lead); the next load re-reads it
+			continue // cannot happen (commitAt <= now); the next load re-reads it
 		}
 		batch = append(batch, e)
 		advances = append(advances, adv)
@@ -731,15 +736,17 @@ func (r *run) finish(out commitOutcome) {
 			// load reads the row as it is now.
 			continue
 		}
-		spread := e.fireAt.Sub(e.due.NextFire)
+		// offset is the job's spread offset less the Lead: a slot's commit
+		// time is its nominal time plus it.
+		offset := e.commitAt.Sub(e.due.NextFire)
 		for _, s := range adv.Slots {
 			switch s.Kind {
 			case KindScheduled:
 				r.m.scheduled.Inc()
-				r.m.lateness.Observe(done.Sub(s.Nominal.Add(spread - r.lead)).Seconds())
+				r.m.lateness.Observe(done.Sub(s.Nominal.Add(offset)).Seconds())
 			case KindCatchUp:
 				r.m.catchUp.Inc()
-				r.m.lateness.Observe(done.Sub(s.Nominal.Add(spread - r.lead)).Seconds())
+				r.m.lateness.Observe(done.Sub(s.Nominal.Add(offset)).Seconds())
 			case KindMissed:
 				r.m.missed.Inc()
 			}
@@ -750,7 +757,7 @@ func (r *run) finish(out commitOutcome) {
 		if !adv.To.IsZero() && !adv.To.After(horizon) && r.heap.get(e.due.JobID) == nil {
 			e.due.NextFire = adv.To
 			e.due.RunsFired += adv.Runs()
-			e.fireAt = adv.To.Add(spread)
+			e.commitAt = adv.To.Add(offset)
 			r.heap.push(e)
 		}
 	}

@@ -9,8 +9,10 @@ import (
 // entry is one loaded job waiting for its firing time.
 type entry struct {
 	due Due
-	// fireAt is due.NextFire plus the job's spread offset.
-	fireAt time.Time
+	// commitAt is when the engine commits the entry's next slot: its
+	// firing time (due.NextFire plus the job's spread offset) less the
+	// engine's Lead.
+	commitAt time.Time
 	// sched caches the converted schedule of due.Job (valid while due.Job
 	// is the same definition: a re-push after an advance keeps it, a reload
 	// of a newer version clears it), because converting costs microseconds
@@ -23,7 +25,7 @@ type entry struct {
 	index int
 }
 
-// timerHeap is a min-heap of entries by fireAt with an index by job id: the
+// timerHeap is a min-heap of entries by commitAt with an index by job id: the
 // engine holds at most one entry per job. Hand-written rather than
 // container/heap to avoid the interface calls and any boxing in the loop
 // that pops up to thousands of entries per second. Not safe for concurrent
@@ -50,7 +52,7 @@ func (h *timerHeap) peek() *entry {
 	return h.items[0]
 }
 
-// countDue counts the entries due at now (fireAt not after it), stopping at
+// countDue counts the entries due at now (commitAt not after it), stopping at
 // limit. It visits only due entries and their direct children: a subtree
 // whose root is not due holds nothing due.
 func (h *timerHeap) countDue(now time.Time, limit int) int {
@@ -59,7 +61,7 @@ func (h *timerHeap) countDue(now time.Time, limit int) int {
 	for len(stack) > 0 && n < limit {
 		i := stack[len(stack)-1]
 		stack = stack[:len(stack)-1]
-		if i >= len(h.items) || h.items[i].fireAt.After(now) {
+		if i >= len(h.items) || h.items[i].commitAt.After(now) {
 			continue
 		}
 		n++
@@ -101,7 +103,7 @@ func (h *timerHeap) remove(e *entry) {
 	}
 }
 
-// fix restores the order after the entry at i changed its fireAt.
+// fix restores the order after the entry at i changed its commitAt.
 func (h *timerHeap) fix(i int) {
 	if !h.down(i) {
 		h.up(i)
@@ -139,7 +141,7 @@ func (h *timerHeap) clear() {
 }
 
 func (h *timerHeap) less(i, j int) bool {
-	return h.items[i].fireAt.Before(h.items[j].fireAt)
+	return h.items[i].commitAt.Before(h.items[j].commitAt)
 }
 
 func (h *timerHeap) swap(i, j int) {

@@ -18,7 +18,7 @@ func checkHeap(t *testing.T, h *timerHeap) {
 		require.Equal(t, i, e.index)
 		require.Same(t, e, h.byJob[e.due.JobID])
 		if i > 0 {
-			require.False(t, e.fireAt.Before(h.items[(i-1)/2].fireAt), "heap order at %d", i)
+			require.False(t, e.commitAt.Before(h.items[(i-1)/2].commitAt), "heap order at %d", i)
 		}
 	}
 }
@@ -30,15 +30,15 @@ func TestTimerHeap(t *testing.T) {
 		ops  func(t *testing.T, h *timerHeap, r *rand.Rand)
 	}{
 		{
-			name: "pops in fireAt order",
+			name: "pops in commitAt order",
 			ops: func(t *testing.T, h *timerHeap, r *rand.Rand) {
 				for i := range 1000 {
-					h.push(&entry{due: Due{JobID: fmt.Sprint(i)}, fireAt: t0.Add(time.Duration(r.IntN(100)) * time.Millisecond)})
+					h.push(&entry{due: Due{JobID: fmt.Sprint(i)}, commitAt: t0.Add(time.Duration(r.IntN(100)) * time.Millisecond)})
 				}
 				checkHeap(t, h)
 				var got []time.Time
 				for h.Len() > 0 {
-					got = append(got, h.pop().fireAt)
+					got = append(got, h.pop().commitAt)
 				}
 				require.Len(t, got, 1000)
 				require.True(t, slices.IsSortedFunc(got, time.Time.Compare))
@@ -50,7 +50,7 @@ func TestTimerHeap(t *testing.T) {
 			name: "remove and fix keep the order",
 			ops: func(t *testing.T, h *timerHeap, r *rand.Rand) {
 				for i := range 500 {
-					h.push(&entry{due: Due{JobID: fmt.Sprint(i)}, fireAt: t0.Add(time.Duration(r.IntN(1e6)))})
+					h.push(&entry{due: Due{JobID: fmt.Sprint(i)}, commitAt: t0.Add(time.Duration(r.IntN(1e6)))})
 				}
 				for i := range 500 {
 					e := h.get(fmt.Sprint(r.IntN(500)))
@@ -62,7 +62,7 @@ func TestTimerHeap(t *testing.T) {
 						require.Nil(t, h.get(e.due.JobID))
 						require.Equal(t, -1, e.index)
 					} else {
-						e.fireAt = t0.Add(time.Duration(r.IntN(1e6)))
+						e.commitAt = t0.Add(time.Duration(r.IntN(1e6)))
 						h.fix(e.index)
 					}
 					checkHeap(t, h)
@@ -73,7 +73,7 @@ func TestTimerHeap(t *testing.T) {
 			name: "filter drops and re-heapifies",
 			ops: func(t *testing.T, h *timerHeap, r *rand.Rand) {
 				for i := range 1000 {
-					h.push(&entry{due: Due{JobID: fmt.Sprint(i), Partition: i % 7}, fireAt: t0.Add(time.Duration(r.IntN(1e6)))})
+					h.push(&entry{due: Due{JobID: fmt.Sprint(i), Partition: i % 7}, commitAt: t0.Add(time.Duration(r.IntN(1e6)))})
 				}
 				dropped := h.filter(func(e *entry) bool { return e.due.Partition != 3 })
 				require.Equal(t, 143, dropped) // i%7 == 3 for i < 1000: 3, 10, ..., 997
@@ -101,7 +101,7 @@ func TestHeapCountDue(t *testing.T) {
 	h := newTimerHeap()
 	base := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
 	for i := range 100 {
-		h.push(&entry{due: Due{JobID: fmt.Sprint(i)}, fireAt: base.Add(time.Duration((i*37)%100) * time.Second)})
+		h.push(&entry{due: Due{JobID: fmt.Sprint(i)}, commitAt: base.Add(time.Duration((i*37)%100) * time.Second)})
 	}
 	require.Equal(t, 0, h.countDue(base.Add(-time.Second), 1000))
 	require.Equal(t, 1, h.countDue(base, 1000))
