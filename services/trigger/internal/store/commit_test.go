@@ -131,6 +131,23 @@ func (e *env) setup(t testing.TB, mods ...func(*registryv1.Job)) (*registryv1.Jo
 	return job, e.due(t, job)
 }
 
+// spreadWindow is the spread window of setupSpread's job.
+const spreadWindow = 30 * time.Second
+
+// setupSpread is setup for a job with a spread window and an id whose
+// spread offset is not zero, so that its firing times differ from its
+// nominal times; it returns that offset too.
+func (e *env) setupSpread(t testing.TB, mods ...func(*registryv1.Job)) (*registryv1.Job, firing.Due, time.Duration) {
+	t.Helper()
+	job, d := e.setup(t, append([]func(*registryv1.Job){func(j *registryv1.Job) {
+		j.Id = "0190d6c8-6f1e-7c2a-9d51-3b8f2a4e6c10"
+		j.SpreadWindow = durationpb.New(spreadWindow)
+	}}, mods...)...)
+	spread := jobspec.SpreadOffset(job.Id, spreadWindow)
+	require.NotZero(t, spread, "an id whose offset tells the firing time from the nominal time")
+	return job, d, spread
+}
+
 // A commit writes its messages grouped: one outbox row per partition and
 // routing key (priority), each message once, each job's in slot order.
 func TestCommitGroupsOutboxRowsByPartitionAndRoutingKey(t *testing.T) {
@@ -558,13 +575,7 @@ func TestCommitMissedAndCatchUp(t *testing.T) {
 func TestCommitDueAtFiringTime(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	const window = 30 * time.Second
-	job, d := e.setup(t, func(j *registryv1.Job) {
-		j.Id = "0190d6c8-6f1e-7c2a-9d51-3b8f2a4e6c10"
-		j.SpreadWindow = durationpb.New(window)
-	})
-	spread := jobspec.SpreadOffset(job.Id, window)
-	require.NotZero(t, spread, "an id whose offset tells the firing time from the nominal time")
+	_, d, spread := e.setupSpread(t)
 	slots := []firing.Slot{
 		{Nominal: d.NextFire, Kind: firing.KindMissed, Reason: "older than the catch-up window"},
 		{Nominal: d.NextFire.Add(5 * time.Minute), Kind: firing.KindCatchUp},
@@ -590,12 +601,7 @@ func TestCommitDueAtFiringTime(t *testing.T) {
 func TestCommitAheadSetsNotBefore(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	const window = 30 * time.Second
-	job, d := e.setup(t, func(j *registryv1.Job) {
-		j.Id = "0190d6c8-6f1e-7c2a-9d51-3b8f2a4e6c10"
-		j.SpreadWindow = durationpb.New(window)
-	})
-	spread := jobspec.SpreadOffset(job.Id, window)
+	_, d, spread := e.setupSpread(t)
 	slots := []firing.Slot{
 		{Nominal: d.NextFire, Kind: firing.KindCatchUp},
 		{Nominal: d.NextFire.Add(5 * time.Minute), Kind: firing.KindScheduled},

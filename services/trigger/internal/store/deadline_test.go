@@ -10,7 +10,6 @@ import (
 
 	dispatchv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/dispatch/v1"
 	registryv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1"
-	"github.com/cronmesh/cronmesh/libs/jobspec"
 	"github.com/cronmesh/cronmesh/services/trigger/internal/firing"
 )
 
@@ -22,15 +21,11 @@ import (
 func TestCommitCarriesTheDeadlines(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	const window = 30 * time.Second
-	job, d := e.setup(t, func(j *registryv1.Job) {
-		j.Id = "0190d6c8-6f1e-7c2a-9d51-3b8f2a4e6c10"
-		j.SpreadWindow = durationpb.New(window)
+	_, d, spread := e.setupSpread(t, func(j *registryv1.Job) {
 		j.ExecutionDeadline = durationpb.New(time.Hour)
 		j.StopRetriesAtNextSlot = true
 		j.OverlapPolicy = registryv1.OverlapPolicy_OVERLAP_POLICY_BUFFER_ONE
 	})
-	spread := jobspec.SpreadOffset(job.Id, window)
 	slots := []firing.Slot{
 		{Nominal: d.NextFire, Kind: firing.KindCatchUp},
 		{Nominal: d.NextFire.Add(5 * time.Minute), Kind: firing.KindMissed, Reason: "older than the catch-up window"},
