@@ -333,17 +333,26 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger) (_ *App, err erro
 	if err != nil {
 		return nil, err
 	}
+	watch, err := store.NewChangeWatch(store.ChangeWatchOptions{
+		Pool:    svc.Pool,
+		Logger:  logger.With(slog.String("component", "job watch")),
+		Metrics: metrics,
+	})
+	if err != nil {
+		return nil, err
+	}
 	engine, err := firing.NewEngine(firing.Options{
-		Store:     st,
-		Ownership: rng,
-		Clock:     nodeClock,
-		Logger:    logger.With(slog.String("component", "engine")),
-		Tracer:    tel.TracerProvider.Tracer("cronmesh/trigger"),
-		Metrics:   metrics,
-		Lookahead: cfg.Lookahead,
-		Lead:      cfg.Lead,
-		Commits:   cfg.Commits,
-		GroupWait: cfg.GroupWait,
+		Store:      st,
+		Ownership:  rng,
+		JobChanges: watch,
+		Clock:      nodeClock,
+		Logger:     logger.With(slog.String("component", "engine")),
+		Tracer:     tel.TracerProvider.Tracer("cronmesh/trigger"),
+		Metrics:    metrics,
+		Lookahead:  cfg.Lookahead,
+		Lead:       cfg.Lead,
+		Commits:    cfg.Commits,
+		GroupWait:  cfg.GroupWait,
 	})
 	if err != nil {
 		return nil, err
@@ -392,8 +401,10 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger) (_ *App, err erro
 	// stopped answering this node only cannot hold its partitions back for
 	// the whole drain timeout (the relay's rows in flight may then be
 	// published again). Unpublished rows stay in the outbox for the new
-	// owner's relay. The projection and the rest stop last. The node is
-	// ready once it holds its partitions and the projection is subscribed.
+	// owner's relay. The projection, the job watch and the rest stop last.
+	// The node is ready once it holds its partitions and the projection is
+	// subscribed; the job watch does not gate it (without it, every load
+	// reads whole partitions).
 	svc.ThenStop(lifecycle.Part{Name: "engine", Run: engine.Run})
 	svc.ThenStop(lifecycle.Part{Name: "outbox relay", Run: relay.Run, Hold: cfg.LeaseTTL})
 	svc.ThenStop(lifecycle.Part{Name: "ring", Run: rng.Run, Ready: rng.Ready()})
@@ -401,6 +412,7 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger) (_ *App, err erro
 		lifecycle.Part{Name: "projection", Run: proj.Run, Ready: proj.Ready()},
 		lifecycle.Part{Name: "retention", Run: keeper.Run},
 		lifecycle.Part{Name: "timesync", Run: syncer.Run},
+		lifecycle.Part{Name: "job watch", Run: watch.Run},
 	)
 	return a, nil
 }

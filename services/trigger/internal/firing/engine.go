@@ -33,6 +33,7 @@ const (
 	DefaultGroupWait     = 25 * time.Millisecond
 	DefaultBackoff       = 100 * time.Millisecond
 	DefaultMaxBackoff    = 5 * time.Second
+	DefaultWholeLoad     = time.Minute
 )
 
 // Options configures [NewEngine]. Zero durations and sizes mean the
@@ -61,9 +62,25 @@ type Options struct {
 	// there. Default 5s; at least LoadInterval, so that a slot is loaded
 	// before its time even when it became due just after a load.
 	Lookahead time.Duration
-	// LoadInterval: owned partitions are reloaded this often, and at once
+	// LoadInterval: owned partitions are loaded this often, and at once
 	// when Ownership.Changes fires. Default 1s.
 	LoadInterval time.Duration
+	// JobChanges reports the partitions whose jobs were changed by anyone
+	// but this engine. With it, a load reads a partition whole only when
+	// its jobs changed, when the partition was just taken over or its
+	// entries were dropped, or when WholeLoadInterval has passed; other
+	// loads read only the jobs whose next slot came within the horizon
+	// since the partition's last load. Every other job due within the
+	// horizon is in memory already: this engine advanced it there, or an
+	// earlier load brought it. Re-reading them all every second cost the
+	// database and the node more than the firing (a job due within a 5 s
+	// lookahead was read five times per slot). Nil: every load reads
+	// every owned partition whole.
+	JobChanges JobChanges
+	// WholeLoadInterval: with JobChanges, every owned partition is still
+	// read whole this often, a safety net for a change the watch could not
+	// see (a row edited by hand). Default 1 min.
+	WholeLoadInterval time.Duration
 	// BatchSize is the maximum number of jobs (advances) per Commit.
 	// Default 1000.
 	BatchSize int
@@ -118,24 +135,26 @@ type Options struct {
 // Engine fires the slots of the partitions this node owns. Create it with
 // [NewEngine] and call [Engine.Run].
 type Engine struct {
-	store     Store
-	own       Ownership
-	clock     clock.Clock
-	log       *slog.Logger
-	tracer    trace.Tracer
-	m         metrics
-	planner   Planner
-	locations *jobspec.Locations
-	lookahead time.Duration
-	interval  time.Duration
-	batch     int
-	batchSlot int
-	limit     int
-	timeout   time.Duration
-	commits   int
-	groupWait time.Duration
-	backoff   time.Duration
-	maxBack   time.Duration
+	store      Store
+	own        Ownership
+	clock      clock.Clock
+	log        *slog.Logger
+	tracer     trace.Tracer
+	m          metrics
+	planner    Planner
+	locations  *jobspec.Locations
+	lookahead  time.Duration
+	interval   time.Duration
+	jobChanges JobChanges
+	wholeLoad  time.Duration
+	batch      int
+	batchSlot  int
+	limit      int
+	timeout    time.Duration
+	commits    int
+	groupWait  time.Duration
+	backoff    time.Duration
+	maxBack    time.Duration
 
 	running atomic.Bool
 	// testSync, set only by this package's tests, lets a test wait until
@@ -163,7 +182,7 @@ func NewEngine(opts Options) (*Engine, error) {
 	case opts.Lookahead < 0, opts.LoadInterval < 0, opts.BatchSize < 0, opts.BatchSlots < 0,
 		opts.LoadLimit < 0, opts.OnTimeTolerance < 0, opts.MaxSlotsPerAdvance < 0,
 		opts.CommitTimeout < 0, opts.Commits < 0, opts.GroupWait < 0, opts.Backoff < 0, opts.MaxBackoff < 0,
-		opts.Lead < 0:
+		opts.Lead < 0, opts.WholeLoadInterval < 0:
 		return nil, errors.New("firing: negative size or duration in Options")
 	}
 	e := &Engine{
@@ -177,17 +196,19 @@ func NewEngine(opts Options) (*Engine, error) {
 			MaxSlots:        opts.MaxSlotsPerAdvance,
 			Lead:            opts.Lead,
 		},
-		locations: new(jobspec.Locations),
-		lookahead: cmp.Or(opts.Lookahead, DefaultLookahead),
-		interval:  cmp.Or(opts.LoadInterval, DefaultLoadInterval),
-		batch:     cmp.Or(opts.BatchSize, DefaultBatchSize),
-		batchSlot: cmp.Or(opts.BatchSlots, DefaultBatchSlots),
-		limit:     cmp.Or(opts.LoadLimit, DefaultLoadLimit),
-		timeout:   cmp.Or(opts.CommitTimeout, DefaultCommitTimeout),
-		commits:   cmp.Or(opts.Commits, DefaultCommits),
-		groupWait: cmp.Or(opts.GroupWait, DefaultGroupWait),
-		backoff:   cmp.Or(opts.Backoff, DefaultBackoff),
-		maxBack:   cmp.Or(opts.MaxBackoff, DefaultMaxBackoff),
+		locations:  new(jobspec.Locations),
+		lookahead:  cmp.Or(opts.Lookahead, DefaultLookahead),
+		interval:   cmp.Or(opts.LoadInterval, DefaultLoadInterval),
+		jobChanges: opts.JobChanges,
+		wholeLoad:  cmp.Or(opts.WholeLoadInterval, DefaultWholeLoad),
+		batch:      cmp.Or(opts.BatchSize, DefaultBatchSize),
+		batchSlot:  cmp.Or(opts.BatchSlots, DefaultBatchSlots),
+		limit:      cmp.Or(opts.LoadLimit, DefaultLoadLimit),
+		timeout:    cmp.Or(opts.CommitTimeout, DefaultCommitTimeout),
+		commits:    cmp.Or(opts.Commits, DefaultCommits),
+		groupWait:  cmp.Or(opts.GroupWait, DefaultGroupWait),
+		backoff:    cmp.Or(opts.Backoff, DefaultBackoff),
+		maxBack:    cmp.Or(opts.MaxBackoff, DefaultMaxBackoff),
 	}
 	e.maxBack = max(e.maxBack, e.backoff)
 	if e.lookahead < e.interval+opts.Lead {
@@ -217,6 +238,8 @@ func NewEngine(opts Options) (*Engine, error) {
 //   - loads at start, every LoadInterval and on every ownership change
 //     merge the due jobs of the partitions owned now into the heap (a held
 //     job is replaced only by a newer version or a later next fire time);
+//     with JobChanges, most loads read only each partition's new slots
+//     (see Options.JobChanges and run.loaded);
 //   - on an ownership change, entries of partitions no longer owned are
 //     dropped at once;
 //   - when the earliest firing time comes, due entries are popped (up to
@@ -236,6 +259,8 @@ func (e *Engine) Run(ctx context.Context) error {
 		fenced:    make(map[int]int64),
 		bad:       make(map[string]badJob),
 		sinceLoad: make(map[string]struct{}),
+		loaded:    make(map[int]partitionLoad),
+		spoiled:   make(map[int]struct{}),
 		loadDone:  make(chan loadResult, 1),
 		inFlight:  make(map[string]struct{}),
 		committed: make(chan commitOutcome, e.commits),
@@ -337,7 +362,23 @@ type run struct {
 	// load may have read their rows before the commit, so its copies of
 	// them are ignored (the next load reads them again).
 	sinceLoad map[string]struct{}
-	loadDone  chan loadResult
+	// loaded holds, per partition, how far its loads have brought its jobs
+	// into memory: every job of it whose next slot is at or before
+	// `before`, read while we held it at `epoch`, is in the heap, in a
+	// commit in flight, known bad, or advanced past that time. The next
+	// load reads only the jobs after `before`. A partition without an entry
+	// (or held at another epoch now) is read whole; forget removes the
+	// entry of a partition whose jobs left memory by any other way.
+	loaded map[int]partitionLoad
+	// inLoad is what the load in flight reads: each partition's epoch, its
+	// before and whether it is read whole. spoiled holds the partitions
+	// forgotten while it was in flight: its result does not make them
+	// loaded.
+	inLoad  map[int]partitionLoad
+	spoiled map[int]struct{}
+	// wholeAt is when every partition was last read whole.
+	wholeAt  time.Time
+	loadDone chan loadResult
 	// inFlight holds the jobs of the commits in flight (commits of them):
 	// they are out of the heap, and a load's copy of one is ignored.
 	inFlight  map[string]struct{}
@@ -361,6 +402,12 @@ type badJob struct {
 	partition int
 	version   int64
 	nextFire  time.Time
+}
+
+type partitionLoad struct {
+	epoch  int64
+	before time.Time
+	whole  bool
 }
 
 type loadResult struct {
@@ -397,17 +444,63 @@ func (r *run) startLoad(ctx context.Context) {
 		return
 	}
 	slices.Sort(parts) // deterministic queries, easier to read in logs and tests
-	before := r.clock.Now().Add(r.lookahead)
+	now := r.clock.Now()
+	before := now.Add(r.lookahead)
+	r.forgetChanged(now)
+	loads := make([]PartitionLoad, len(parts))
+	r.inLoad = make(map[int]partitionLoad, len(parts))
+	clear(r.spoiled)
+	for i, p := range parts {
+		loads[i] = PartitionLoad{Partition: p}
+		if prev, ok := r.loaded[p]; ok && prev.epoch == owned[p] {
+			loads[i].After = prev.before
+			r.m.sliceReads.Inc()
+		} else {
+			r.m.wholeReads.Inc()
+		}
+		r.inLoad[p] = partitionLoad{epoch: owned[p], before: before, whole: loads[i].After.IsZero()}
+	}
 	r.loading = true
 	r.wg.Go(func() {
-		dues, err := r.store.DueJobs(ctx, parts, before, r.limit)
+		dues, err := r.store.DueJobs(ctx, loads, before, r.limit)
 		r.loadDone <- loadResult{dues: dues, err: err}
 	})
+}
+
+// forgetChanged forgets the partitions JobChanges reports changed, or all
+// of them when it cannot tell or WholeLoadInterval has passed, so that the
+// load about to start reads them whole.
+func (r *run) forgetChanged(now time.Time) {
+	if r.jobChanges == nil {
+		clear(r.loaded)
+		return
+	}
+	parts, all := r.jobChanges.Changed()
+	if all || now.Sub(r.wholeAt) >= r.wholeLoad || now.Before(r.wholeAt) {
+		clear(r.loaded)
+		r.wholeAt = now
+		return
+	}
+	for _, p := range parts {
+		delete(r.loaded, p)
+	}
+}
+
+// forget makes the next load read partition p whole: some of its due jobs
+// left memory (dropped, stale, not advanced), and only a whole read brings
+// them back.
+func (r *run) forget(p int) {
+	delete(r.loaded, p)
+	if _, ok := r.inLoad[p]; ok {
+		r.spoiled[p] = struct{}{}
+	}
 }
 
 // onLoaded merges a load's due jobs into the heap.
 func (r *run) onLoaded(ctx context.Context, res loadResult) {
 	r.loading = false
+	inLoad := r.inLoad
+	r.inLoad = nil
 	defer func() {
 		clear(r.sinceLoad)
 		if r.loadAgain {
@@ -422,6 +515,7 @@ func (r *run) onLoaded(ctx context.Context, res loadResult) {
 		}
 		return
 	}
+	r.m.loadedRows.Add(float64(len(res.dues)))
 	// Ownership may have changed during the load: keep only what is ours now.
 	owned := r.own.Owned()
 	var badSeen map[string]bool
@@ -456,13 +550,22 @@ func (r *run) onLoaded(ctx context.Context, res loadResult) {
 			r.heap.fix(held.index)
 		}
 	}
-	// A bad job stays due (it is never advanced), so a complete load that
-	// did not return it means it was deleted or fixed: forget it.
-	if badSeen != nil && len(res.dues) < r.limit {
-		for id := range r.bad {
-			if !badSeen[id] {
-				delete(r.bad, id)
-			}
+	// A load cut at the limit may have left out jobs of any partition: the
+	// next one reads from where this one started.
+	if len(res.dues) >= r.limit {
+		return
+	}
+	for p, l := range inLoad {
+		if _, spoiled := r.spoiled[p]; !spoiled && r.mayFire(owned, p) && owned[p] == l.epoch {
+			r.loaded[p] = l
+		}
+	}
+	// A bad job stays due (it is never advanced), so a complete whole read
+	// of its partition that did not return it means it was deleted or
+	// fixed: forget it.
+	for id, b := range r.bad {
+		if !badSeen[id] && inLoad[b.partition].whole {
+			delete(r.bad, id)
 		}
 	}
 }
@@ -472,6 +575,18 @@ func (r *run) onLoaded(ctx context.Context, res loadResult) {
 // the planner finds due.
 func (e *Engine) commitAt(d Due) time.Time {
 	return d.FiringTime(d.NextFire).Add(-e.planner.Lead)
+}
+
+// covered is the latest next slot of partition p that its loads will not
+// read again: the before of its last load or of the one in flight, or
+// horizon if later.
+func (r *run) covered(p int, horizon time.Time) time.Time {
+	for _, l := range []partitionLoad{r.loaded[p], r.inLoad[p]} {
+		if l.before.After(horizon) {
+			horizon = l.before
+		}
+	}
+	return horizon
 }
 
 // newer says whether the loaded row d is newer than the held h: a higher
@@ -503,6 +618,13 @@ func (r *run) onChange(ctx context.Context) {
 
 // dropUnowned removes the entries this node may not fire any more.
 func (r *run) dropUnowned(owned map[int]int64) {
+	for _, parts := range []map[int]partitionLoad{r.loaded, r.inLoad} {
+		for p := range parts {
+			if !r.mayFire(owned, p) {
+				r.forget(p)
+			}
+		}
+	}
 	if len(owned) == 0 {
 		r.heap.clear()
 		return
@@ -576,7 +698,8 @@ func (r *run) fire(ctx context.Context) {
 		}
 		adv := r.planner.plan(e.due, e.sched, now)
 		if len(adv.Slots) == 0 && !adv.To.IsZero() {
-			continue // cannot happen (commitAt <= now); the next load re-reads it
+			r.forget(e.due.Partition) // cannot happen (commitAt <= now); the next load re-reads it
+			continue
 		}
 		batch = append(batch, e)
 		advances = append(advances, adv)
@@ -594,6 +717,7 @@ func (r *run) fire(ctx context.Context) {
 	for i, adv := range advances {
 		p := adv.Due.Partition
 		if !r.mayFire(owned, p) {
+			r.forget(p)
 			continue
 		}
 		epochs[p] = owned[p]
@@ -711,6 +835,7 @@ func (r *run) finish(out commitOutcome) {
 		fenced = make(map[int]bool, len(res.Fenced))
 		for _, p := range res.Fenced {
 			fenced[p] = true
+			r.forget(p)
 			for _, f := range fences {
 				if f.Partition == p {
 					r.fenced[p] = f.Epoch
@@ -734,6 +859,7 @@ func (r *run) finish(out commitOutcome) {
 		if _, ok := advanced[e.due.JobID]; !ok || fenced[e.due.Partition] {
 			// Stale (the row changed), fenced, or not reported: the next
 			// load reads the row as it is now.
+			r.forget(e.due.Partition)
 			continue
 		}
 		// offset is the job's spread offset less the Lead: a slot's commit
@@ -753,8 +879,10 @@ func (r *run) finish(out commitOutcome) {
 		}
 		// The CAS moved the row to To, and its runs on by the advance's,
 		// with the version unchanged: keep firing from memory while the
-		// next slot is near. A job that completed (To zero) leaves memory.
-		if !adv.To.IsZero() && !adv.To.After(horizon) && r.heap.get(e.due.JobID) == nil {
+		// next slot is near, or within what a load read (or is reading) of
+		// the partition, which the next load does not read again. A job
+		// that completed (To zero) leaves memory.
+		if !adv.To.IsZero() && !adv.To.After(r.covered(e.due.Partition, horizon)) && r.heap.get(e.due.JobID) == nil {
 			e.due.NextFire = adv.To
 			e.due.RunsFired += adv.Runs()
 			e.commitAt = adv.To.Add(offset)

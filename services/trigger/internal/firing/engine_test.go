@@ -455,6 +455,9 @@ func TestEngineLeavesBadJobs(t *testing.T) {
 	fixed.Version, fixed.Job.Version = 2, 2
 	store.put(fixed)
 	h.advance(time.Second)
+	require.Len(t, store.calls(), 1, "read the fixed job though no change was reported")
+	h.changes.change(0) // as the projection reports the new version
+	h.advance(time.Second)
 	require.Equal(t, []string{"good", "bad"}, committedJobs(store.calls()))
 }
 

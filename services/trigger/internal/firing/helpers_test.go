@@ -102,9 +102,10 @@ type fakeStore struct {
 	epochs    map[int]int64 // stored partition epochs
 	ledger    map[string]map[time.Time]SlotKind
 	commits   []commitCall
-	dueCalls  [][]int
-	dueErrs   []error // returned by the next DueJobs calls, in order
-	commitErr []error // returned by the next Commit calls, in order
+	dueCalls  [][]int           // the partitions of each DueJobs call
+	dueLoads  [][]PartitionLoad // each DueJobs call's loads
+	dueErrs   []error           // returned by the next DueJobs calls, in order
+	commitErr []error           // returned by the next Commit calls, in order
 
 	// If set, DueJobs signals dueEntered after reading the rows and waits
 	// for dueRelease before returning them.
@@ -133,9 +134,16 @@ func (s *fakeStore) put(d Due) {
 	s.rows[d.JobID] = &row{due: d}
 }
 
-func (s *fakeStore) DueJobs(ctx context.Context, partitions []int, before time.Time, limit int) ([]Due, error) {
+func (s *fakeStore) DueJobs(ctx context.Context, loads []PartitionLoad, before time.Time, limit int) ([]Due, error) {
 	s.mu.Lock()
-	s.dueCalls = append(s.dueCalls, slices.Clone(partitions))
+	after := make(map[int]time.Time, len(loads))
+	partitions := make([]int, len(loads))
+	for i, l := range loads {
+		after[l.Partition] = l.After
+		partitions[i] = l.Partition
+	}
+	s.dueCalls = append(s.dueCalls, partitions)
+	s.dueLoads = append(s.dueLoads, slices.Clone(loads))
 	if len(s.dueErrs) > 0 {
 		err := s.dueErrs[0]
 		s.dueErrs = s.dueErrs[1:]
@@ -144,7 +152,8 @@ func (s *fakeStore) DueJobs(ctx context.Context, partitions []int, before time.T
 	}
 	var out []Due
 	for _, r := range s.rows {
-		if !r.done && slices.Contains(partitions, r.due.Partition) && !r.due.NextFire.After(before) {
+		a, ok := after[r.due.Partition]
+		if !r.done && ok && !r.due.NextFire.After(before) && (a.IsZero() || r.due.NextFire.After(a)) {
 			out = append(out, r.due)
 		}
 	}
@@ -289,6 +298,42 @@ func (o *fakeOwnership) set(owned map[int]int64) {
 	}
 }
 
+// fakeChanges is a JobChanges the test tells of changes, as the
+// projection's notifications tell the real one. It starts reporting all.
+type fakeChanges struct {
+	mu      sync.Mutex
+	all     bool
+	changed map[int]bool
+}
+
+func newFakeChanges() *fakeChanges { return &fakeChanges{all: true, changed: make(map[int]bool)} }
+
+func (c *fakeChanges) Changed() ([]int, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	all := c.all
+	c.all = false
+	var parts []int
+	for p := range c.changed {
+		parts = append(parts, p)
+	}
+	clear(c.changed)
+	slices.Sort(parts)
+	return parts, all
+}
+
+// change reports partitions changed; none means all.
+func (c *fakeChanges) change(partitions ...int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(partitions) == 0 {
+		c.all = true
+	}
+	for _, p := range partitions {
+		c.changed[p] = true
+	}
+}
+
 // ownAll owns partitions 0..n-1 at epoch 1.
 func ownAll(n int) map[int]int64 {
 	m := make(map[int]int64, n)
@@ -298,22 +343,24 @@ func ownAll(n int) map[int]int64 {
 	return m
 }
 
-// harness runs an Engine on a Fake clock.
+// harness runs an Engine on a Fake clock, with JobChanges as in
+// production (a test may set it nil).
 type harness struct {
-	t     *testing.T
-	clock *clock.Fake
-	store *fakeStore
-	own   *fakeOwnership
-	reg   *prometheus.Registry
-	e     *Engine
-	stop  context.CancelFunc
-	done  chan error
+	t       *testing.T
+	clock   *clock.Fake
+	store   *fakeStore
+	own     *fakeOwnership
+	changes *fakeChanges
+	reg     *prometheus.Registry
+	e       *Engine
+	stop    context.CancelFunc
+	done    chan error
 }
 
 func startEngine(t *testing.T, store *fakeStore, own *fakeOwnership, tune func(*Options)) *harness {
 	t.Helper()
-	h := &harness{t: t, clock: clock.NewFake(t0), store: store, own: own, reg: prometheus.NewRegistry()}
-	opts := Options{Store: store, Ownership: own, Clock: h.clock, Metrics: h.reg}
+	h := &harness{t: t, clock: clock.NewFake(t0), store: store, own: own, changes: newFakeChanges(), reg: prometheus.NewRegistry()}
+	opts := Options{Store: store, Ownership: own, Clock: h.clock, Metrics: h.reg, JobChanges: h.changes}
 	if tune != nil {
 		tune(&opts)
 	}

@@ -22,12 +22,19 @@ type metrics struct {
 	duplicates     prometheus.Counter
 	loadErrors     prometheus.Counter
 	planErrors     prometheus.Counter
+	wholeReads     prometheus.Counter
+	sliceReads     prometheus.Counter
+	loadedRows     prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) (metrics, error) {
 	slots := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "trigger_slots_total",
 		Help: "Slots committed to the ledger, by kind (scheduled, catch_up, missed).",
+	}, []string{"kind"})
+	reads := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "trigger_partition_reads_total",
+		Help: "Partitions read by loads, by kind: whole (every job due within the lookahead), or new_slots (only the jobs whose next slot came within it since the partition's last load).",
 	}, []string{"kind"})
 	m := metrics{
 		lateness: prometheus.NewHistogram(prometheus.HistogramOpts{
@@ -73,12 +80,18 @@ func newMetrics(reg prometheus.Registerer) (metrics, error) {
 			Name: "trigger_plan_errors_total",
 			Help: "Due jobs left unfired because their stored definition could not be planned (bad schedule, time zone unknown here).",
 		}),
+		wholeReads: reads.WithLabelValues("whole"),
+		sliceReads: reads.WithLabelValues("new_slots"),
+		loadedRows: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "trigger_loaded_jobs_total",
+			Help: "Job rows Store.DueJobs returned.",
+		}),
 	}
 	if reg == nil {
 		return m, nil
 	}
 	cs := []prometheus.Collector{m.lateness, slots, m.commitDuration, m.heapSize, m.commitErrors,
-		m.fenced, m.stale, m.duplicates, m.loadErrors, m.planErrors}
+		m.fenced, m.stale, m.duplicates, m.loadErrors, m.planErrors, reads, m.loadedRows}
 	for i, c := range cs {
 		if err := reg.Register(c); err != nil {
 			for _, done := range cs[:i] {

@@ -105,9 +105,10 @@ type CommitResult struct {
 // Store is the persistence the engine needs. Implemented by the trigger's
 // Postgres store.
 type Store interface {
-	// DueJobs returns the jobs of partitions whose next slot is at or before
-	// `before`, oldest first, at most limit.
-	DueJobs(ctx context.Context, partitions []int, before time.Time, limit int) ([]Due, error)
+	// DueJobs returns the jobs of the loads' partitions whose next slot is
+	// at or before `before` (and after the load's After, when set), oldest
+	// first, at most limit.
+	DueJobs(ctx context.Context, loads []PartitionLoad, before time.Time, limit int) ([]Due, error)
 	// Commit applies advances in one transaction: fencing check of every
 	// fence (stored epoch <= ours, then stored := ours), CAS of each job's
 	// next fire time, ledger rows ON CONFLICT DO NOTHING, and one outbox
@@ -124,4 +125,23 @@ type Ownership interface {
 	Owned() map[int]int64
 	// Changes is signalled (coalescing) when the owned set changes.
 	Changes() <-chan struct{}
+}
+
+// PartitionLoad is one partition of a DueJobs call.
+type PartitionLoad struct {
+	Partition int
+	// After, when not zero, leaves out the jobs whose next slot is at or
+	// before it: the engine holds them already.
+	After time.Time
+}
+
+// JobChanges reports the job rows changed by anyone but the engine's own
+// commits: the projection's creates, updates, pauses and deletes, on any
+// node. The engine reads such partitions whole again; the others it reads
+// only for the slots that came within its horizon since the last load.
+type JobChanges interface {
+	// Changed returns the partitions whose jobs changed since the last
+	// call, or all when changes may have gone unreported since then (the
+	// watch is down, or has just started); the first call returns all.
+	Changed() (partitions []int, all bool)
 }

@@ -484,7 +484,7 @@ func recountRuns(ctx context.Context, tx pgx.Tx, ids []uuid.UUID, ws []*jobWrite
 }
 
 // writeJobs writes the batch's job rows: updates of the rows it locked,
-// inserts of new ones. An insert that finds a row (another consumer
+// inserts of new ones, and notifies their partitions (notifyChanges). An insert that finds a row (another consumer
 // created it since the batch read) returns errLostRace, so the batch is
 // rolled back and read again.
 func (s *Store) writeJobs(ctx context.Context, tx pgx.Tx, updates, inserts *jobRows, now time.Time) error {
@@ -524,7 +524,9 @@ func (s *Store) writeJobs(ctx context.Context, tx pgx.Tx, updates, inserts *jobR
 			return errLostRace
 		}
 	}
-	return nil
+	// The engines hold the due jobs in memory and read most partitions
+	// only for their new slots: tell them to read these whole again.
+	return notifyChanges(ctx, tx, updates.partitions, inserts.partitions)
 }
 
 // nextFire computes the nominal time of the job's next slot after the event

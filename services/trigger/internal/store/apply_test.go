@@ -147,7 +147,7 @@ func TestApplyLifecycle(t *testing.T) {
 	require.True(t, deleted)
 	require.Empty(t, spec)
 	require.Nil(t, next)
-	due, err := e.store.DueJobs(t.Context(), allPartitions(), ts("2100-01-01T00:00:00Z"), 100)
+	due, err := e.store.DueJobs(t.Context(), wholeLoads(allPartitions()), ts("2100-01-01T00:00:00Z"), 100)
 	require.NoError(t, err)
 	require.Empty(t, due)
 }

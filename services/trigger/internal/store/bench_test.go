@@ -25,7 +25,7 @@ func BenchmarkCommit(b *testing.B) {
 		})
 		e.apply(b, created(job), store.Upserted)
 	}
-	due, err := e.store.DueJobs(b.Context(), allPartitions(), ts("2100-01-01T00:00:00Z"), jobs)
+	due, err := e.store.DueJobs(b.Context(), wholeLoads(allPartitions()), ts("2100-01-01T00:00:00Z"), jobs)
 	require.NoError(b, err)
 	require.Len(b, due, jobs)
 	advances := make([]firing.Advance, jobs)

@@ -41,29 +41,33 @@ const maxEventsPerMessage = 500
 
 var _ firing.Store = (*Store)(nil)
 
-// DueJobs returns the live jobs of partitions whose next slot is at or
-// before `before`, oldest first (ties by job id), at most limit (limit <= 0
-// or no partitions: none). Paused and deleted jobs have no next slot and are
-// never returned. Each partition is read by its own range scan of the due
-// index, bounded by limit, so the cost does not grow with the jobs that are
-// not due.
-func (s *Store) DueJobs(ctx context.Context, partitions []int, before time.Time, limit int) ([]firing.Due, error) {
-	if len(partitions) == 0 || limit <= 0 {
+// DueJobs returns the live jobs of the loads' partitions whose next slot is
+// at or before `before` and, for a load with After set, after After; oldest
+// first (ties by job id), at most limit (limit <= 0 or no loads: none).
+// Paused and deleted jobs have no next slot and are never returned. Each
+// partition is read by its own range scan of the due index, bounded by
+// limit, so the cost does not grow with the jobs that are not due, nor,
+// with After, with those the engine holds already.
+func (s *Store) DueJobs(ctx context.Context, loads []firing.PartitionLoad, before time.Time, limit int) ([]firing.Due, error) {
+	if len(loads) == 0 || limit <= 0 {
 		return nil, nil
 	}
-	parts := make([]int32, len(partitions))
-	for i, p := range partitions {
-		parts[i] = int32(p)
+	parts := make([]int32, len(loads))
+	after := make([]pgtype.Timestamptz, len(loads))
+	for i, l := range loads {
+		parts[i] = int32(l.Partition)
+		after[i] = pgtype.Timestamptz{Time: l.After, Valid: !l.After.IsZero()}
 	}
 	rows, err := s.pool.Query(ctx, `
 		SELECT d.job_id::text, d.namespace, d.partition, d.version, d.next_fire_at, d.runs_fired, d.spec
-		FROM unnest($1::int[]) AS p(partition)
+		FROM unnest($1::int[], $4::timestamptz[]) AS p(partition, after)
 		CROSS JOIN LATERAL (
 			SELECT job_id, namespace, partition, version, next_fire_at, runs_fired, spec FROM jobs
-			WHERE jobs.partition = p.partition AND next_fire_at IS NOT NULL AND next_fire_at <= $2
+			WHERE jobs.partition = p.partition AND next_fire_at IS NOT NULL
+				AND next_fire_at > coalesce(p.after, '-infinity') AND next_fire_at <= $2
 			ORDER BY next_fire_at LIMIT $3
 		) AS d
-		ORDER BY d.next_fire_at, d.job_id LIMIT $3`, parts, before, limit)
+		ORDER BY d.next_fire_at, d.job_id LIMIT $3`, parts, before, limit, after)
 	if err != nil {
 		return nil, fmt.Errorf("load due jobs: %w", err)
 	}
@@ -84,37 +88,61 @@ func (s *Store) DueJobs(ctx context.Context, partitions []int, before time.Time,
 	due := make([]firing.Due, len(loaded))
 	s.decoded.mu.Lock()
 	defer s.decoded.mu.Unlock()
-	next := make(map[string]decodedJob, len(loaded))
 	for i, d := range loaded {
-		cached, ok := s.decoded.byID[d.JobID]
-		if !ok || cached.version != d.Version || cached.namespace != d.namespace || !bytes.Equal(cached.spec, d.spec) {
-			job, err := decodeSpec(d.spec, d.JobID, d.namespace, d.Version, false)
-			if err != nil {
-				return nil, fmt.Errorf("load due jobs: %w", err)
-			}
-			cached = decodedJob{version: d.Version, namespace: d.namespace, spec: d.spec, job: job}
+		job, err := s.decoded.get(d.JobID, d.namespace, d.Version, d.spec)
+		if err != nil {
+			return nil, fmt.Errorf("load due jobs: %w", err)
 		}
-		next[d.JobID] = cached
-		d.Job = cached.job
+		d.Job = job
 		due[i] = d.Due
 	}
-	s.decoded.byID = next
+	s.decoded.loads++
+	if s.decoded.loads >= decodedGeneration {
+		s.decoded.old, s.decoded.cur, s.decoded.loads = s.decoded.cur, nil, 0
+	}
 	return due, nil
 }
 
-// decodedJobs keeps the jobs the last DueJobs call decoded, by job id. A
-// job stays due within the engine's lookahead for several loads (five with
-// the defaults: a 5 s lookahead loaded every second) before it fires, and
-// decoding its stored spec every time cost about 6 % of a node's CPU.
-// A job is decoded again when its version, namespace or spec bytes differ
-// from the kept ones, so the cache never answers with stale data, and only
-// the last load's jobs are kept: the memory follows the jobs due within the
-// lookahead, whose decoded definitions the engine holds anyway. The decoded
-// jobs are shared between loads, so they must not be modified (nothing
-// does: the engine and Commit only read them).
+// decodedGeneration is how many DueJobs calls a generation of decodedJobs
+// lasts: a job returned by one is kept for the next 8 to 16.
+const decodedGeneration = 8
+
+// decodedJobs keeps the jobs recent DueJobs calls decoded, by job id.
+// Decoding a stored spec cost about 6 % of a node's CPU when every load
+// read every job due within the lookahead; the engine now reads most jobs
+// once per slot, but a partition whose jobs changed is read whole again,
+// every second while changes keep coming, and its unchanged jobs are
+// decoded again only when they left the cache. A job is decoded again when
+// its version, namespace or spec bytes differ from the kept ones, so the
+// cache never answers with stale data. Two generations bound the memory to
+// the jobs the last 16 loads returned. The decoded jobs are shared between
+// loads, so they must not be modified (nothing does: the engine and Commit
+// only read them).
 type decodedJobs struct {
-	mu   sync.Mutex
-	byID map[string]decodedJob
+	mu       sync.Mutex
+	cur, old map[string]decodedJob
+	loads    int
+}
+
+// get returns the decoded job of a row, decoding it unless the cache holds
+// the same row.
+func (c *decodedJobs) get(id, namespace string, version int64, spec []byte) (*registryv1.Job, error) {
+	cached, ok := c.cur[id]
+	if !ok {
+		cached, ok = c.old[id]
+	}
+	if !ok || cached.version != version || cached.namespace != namespace || !bytes.Equal(cached.spec, spec) {
+		job, err := decodeSpec(spec, id, namespace, version, false)
+		if err != nil {
+			return nil, err
+		}
+		cached = decodedJob{version: version, namespace: namespace, spec: spec, job: job}
+	}
+	if c.cur == nil {
+		c.cur = make(map[string]decodedJob)
+	}
+	c.cur[id] = cached
+	return cached.job, nil
 }
 
 type decodedJob struct {

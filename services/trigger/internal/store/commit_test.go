@@ -35,7 +35,7 @@ func TestDueJobsReusesDecodedJobs(t *testing.T) {
 	e.apply(t, created(job), store.Upserted)
 	load := func() *registryv1.Job {
 		t.Helper()
-		due, err := e.store.DueJobs(t.Context(), allPartitions(), ts("2100-01-01T00:00:00Z"), 10)
+		due, err := e.store.DueJobs(t.Context(), wholeLoads(allPartitions()), ts("2100-01-01T00:00:00Z"), 10)
 		require.NoError(t, err)
 		require.Len(t, due, 1)
 		return due[0].Job
@@ -79,15 +79,27 @@ func TestDueJobs(t *testing.T) {
 	tests := []struct {
 		name   string
 		parts  []int
+		after  map[int]time.Time // After of the partitions named; zero for the others
 		before time.Time
 		limit  int
 	}{
-		{"owned partitions, horizon", owned, base.Add(25 * time.Minute), 1000},
-		{"owned partitions, limit", owned, base.Add(time.Hour), 5},
-		{"every partition", allPartitions(), base.Add(time.Hour), 1000},
-		{"horizon before every slot", allPartitions(), base, 1000},
-		{"no partitions", nil, base.Add(time.Hour), 1000},
-		{"no limit", allPartitions(), base.Add(time.Hour), 0},
+		{"owned partitions, horizon", owned, nil, base.Add(25 * time.Minute), 1000},
+		{"owned partitions, limit", owned, nil, base.Add(time.Hour), 5},
+		{"every partition", allPartitions(), nil, base.Add(time.Hour), 1000},
+		{"horizon before every slot", allPartitions(), nil, base, 1000},
+		{"no partitions", nil, nil, base.Add(time.Hour), 1000},
+		{"no limit", allPartitions(), nil, base.Add(time.Hour), 0},
+		{
+			"new slots of some partitions, the others whole", allPartitions(),
+			map[int]time.Time{1: base.Add(10 * time.Minute), 4: base.Add(20 * time.Minute), 6: base.Add(11*time.Minute + 30*time.Second)},
+			base.Add(30 * time.Minute), 1000,
+		},
+		{
+			"new slots, limit", owned,
+			map[int]time.Time{1: base.Add(5 * time.Minute), 3: base.Add(5 * time.Minute), 4: base.Add(5 * time.Minute), 6: base.Add(5 * time.Minute)},
+			base.Add(time.Hour), 4,
+		},
+		{"after the horizon", owned, map[int]time.Time{1: base.Add(time.Hour), 3: base.Add(time.Hour)}, base.Add(30 * time.Minute), 1000},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -95,7 +107,8 @@ func TestDueJobs(t *testing.T) {
 			var want []string
 			for _, en := range live {
 				st := e.state(t, en.job)
-				if slices.Contains(tt.parts, st.Partition) && !en.next.After(tt.before) {
+				if slices.Contains(tt.parts, st.Partition) && !en.next.After(tt.before) &&
+					(tt.after[st.Partition].IsZero() || en.next.After(tt.after[st.Partition])) {
 					want = append(want, en.job.Id)
 				}
 			}
@@ -105,7 +118,11 @@ func TestDueJobs(t *testing.T) {
 			if len(want) == 0 {
 				want = nil
 			}
-			got, err := e.store.DueJobs(t.Context(), tt.parts, tt.before, tt.limit)
+			loads := wholeLoads(tt.parts)
+			for i := range loads {
+				loads[i].After = tt.after[loads[i].Partition]
+			}
+			got, err := e.store.DueJobs(t.Context(), loads, tt.before, tt.limit)
 			require.NoError(t, err)
 			var ids []string
 			for i, d := range got {
@@ -262,7 +279,7 @@ func TestCommitAdvances(t *testing.T) {
 	require.Len(t, e.notified, 1)
 
 	// The job is no longer due at the old time; its next slot is.
-	due, err := e.store.DueJobs(t.Context(), allPartitions(), ts("2030-03-10T10:09:59Z"), 10)
+	due, err := e.store.DueJobs(t.Context(), wholeLoads(allPartitions()), ts("2030-03-10T10:09:59Z"), 10)
 	require.NoError(t, err)
 	require.Empty(t, due)
 }

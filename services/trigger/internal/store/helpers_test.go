@@ -160,7 +160,7 @@ func (e *env) state(t testing.TB, job *registryv1.Job) store.JobState {
 func (e *env) due(t testing.TB, job *registryv1.Job) firing.Due {
 	t.Helper()
 	st := e.state(t, job)
-	all, err := e.store.DueJobs(t.Context(), []int{st.Partition}, ts("2100-01-01T00:00:00Z"), 10_000)
+	all, err := e.store.DueJobs(t.Context(), wholeLoads([]int{st.Partition}), ts("2100-01-01T00:00:00Z"), 10_000)
 	require.NoError(t, err)
 	for _, d := range all {
 		if d.JobID == job.Id {
@@ -278,6 +278,15 @@ func allPartitions() []int {
 		out[i] = i
 	}
 	return out
+}
+
+// wholeLoads reads each of parts whole.
+func wholeLoads(parts []int) []firing.PartitionLoad {
+	loads := make([]firing.PartitionLoad, len(parts))
+	for i, p := range parts {
+		loads[i] = firing.PartitionLoad{Partition: p}
+	}
+	return loads
 }
 
 // fences claims every partition at epoch.

@@ -31,7 +31,7 @@ func (e *env) fireDue(t *testing.T, job *registryv1.Job, now time.Time) firing.A
 // isDue says whether the store returns job as due at all.
 func (e *env) isDue(t *testing.T, job *registryv1.Job) bool {
 	t.Helper()
-	all, err := e.store.DueJobs(t.Context(), allPartitions(), ts("2100-01-01T00:00:00Z"), 10_000)
+	all, err := e.store.DueJobs(t.Context(), wholeLoads(allPartitions()), ts("2100-01-01T00:00:00Z"), 10_000)
 	require.NoError(t, err)
 	for _, d := range all {
 		if d.JobID == job.Id {

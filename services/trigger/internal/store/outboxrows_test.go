@@ -142,7 +142,7 @@ func measureOutboxRows(t *testing.T, partitions, owned, perCommit, commits int, 
 		ownedParts[p] = p
 		fence = append(fence, firing.Fence{Partition: p, Epoch: 1})
 	}
-	due, err := st.DueJobs(ctx, ownedParts, ts("2100-01-01T00:00:00Z"), jobs)
+	due, err := st.DueJobs(ctx, wholeLoads(ownedParts), ts("2100-01-01T00:00:00Z"), jobs)
 	require.NoError(t, err)
 	require.Len(t, due, jobs)
 	rand.Shuffle(len(due), func(i, j int) { due[i], due[j] = due[j], due[i] })
