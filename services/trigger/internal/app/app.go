@@ -63,6 +63,9 @@ const DefaultMaxBackfills = 2
 // rather than one and a half (with 1.5 s the ramp did not hold 5,000/s).
 const DefaultLead = 500 * time.Millisecond
 
+// DefaultGather is --gather (firing.Options.Gather).
+const DefaultGather = 250 * time.Millisecond
+
 // Config is everything a trigger node is told at start.
 type Config struct {
 	config.Common
@@ -92,6 +95,9 @@ type Config struct {
 	// Lead: see firing.Options.Lead. The zero value commits at the firing
 	// time; the flag defaults to DefaultLead.
 	Lead time.Duration
+	// Gather: see firing.Options.Gather. The zero value gathers nothing;
+	// the flag defaults to DefaultGather.
+	Gather time.Duration
 	// Commits is the number of firing transactions in flight at once.
 	Commits int
 	// GroupWait: see firing.Options.GroupWait.
@@ -126,8 +132,9 @@ func (c *Config) Register(fs *flag.FlagSet) {
 	fs.IntVar(&c.OutboxLanes, "outbox-lanes", 64, "messages the outbox relay publishes concurrently (order per job is kept)")
 	fs.IntVar(&c.OutboxShards, "outbox-shards", DefaultOutboxShards, "read-publish-delete loops of the outbox relay, each publishing its share of the node's partitions")
 	fs.BoolVar(&c.OutboxRowPerMessage, "outbox-row-per-message", false, "write an outbox row per message instead of one per partition and routing key of a commit: while a cluster is upgraded from a version whose relays cannot read grouped rows, and before a downgrade to one (ADR 0019)")
-	fs.DurationVar(&c.Lookahead, "lookahead", 5*time.Second, "how far ahead slots are loaded into memory (at least 1s + --lead)")
+	fs.DurationVar(&c.Lookahead, "lookahead", 5*time.Second, "how far ahead slots are loaded into memory (at least 1s + --lead + --gather)")
 	fs.DurationVar(&c.Lead, "lead", DefaultLead, "how long before its time a slot is committed and published; the dispatcher holds it until its time, and a change to a job made less than this before a slot applies from the next one (0: at its time)")
+	fs.DurationVar(&c.Gather, "gather", DefaultGather, "with the slots whose commit time (--lead before their time) has come, commit those due within this much after them, so that slots spread over a second go in a few large commits; a slot is then committed up to --lead + --gather before its time (0: each at its commit time)")
 	fs.IntVar(&c.Commits, "commits", firing.DefaultCommits, "firing transactions in flight at once (each on its own PostgreSQL connection)")
 	fs.DurationVar(&c.GroupWait, "group-wait", firing.DefaultGroupWait, "how long slots due while a commit is in flight wait for it before another commit starts for them")
 	fs.DurationVar(&c.LedgerRetention, "ledger-retention", 7*24*time.Hour, "how long a fired slot's ledger row (its exactly-once record, shown by ListSlots) is kept; whole days are dropped")
@@ -351,6 +358,7 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger) (_ *App, err erro
 		Metrics:    metrics,
 		Lookahead:  cfg.Lookahead,
 		Lead:       cfg.Lead,
+		Gather:     cfg.Gather,
 		Commits:    cfg.Commits,
 		GroupWait:  cfg.GroupWait,
 	})

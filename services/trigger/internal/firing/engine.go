@@ -128,8 +128,21 @@ type Options struct {
 	// job (pause, edit, delete) reaches only the slots committed after the
 	// trigger projected it, so one made less than Lead before a slot
 	// applies from the next. Zero (not a default: it is a choice) commits
-	// at the firing time; Lookahead must be at least LoadInterval + Lead.
+	// at the firing time; Lookahead must be at least LoadInterval + Lead +
+	// Gather.
 	Lead time.Duration
+	// Gather commits, with the slots whose commit time has come, every
+	// slot due within Gather after them: a slot is then committed between
+	// Lead and Lead + Gather before its firing time, and slots spread over
+	// a second (crons on every second of the minute, intervals, one-time
+	// jobs) go in a few large commits instead of dozens of small ones,
+	// each of which costs its transaction's round trips and fsync, the
+	// relay's publish and a broker message. With a Lead of at least
+	// Gather's order, the dispatcher holds the early ones until their
+	// time, so no slot is delivered earlier; a change to a job then
+	// reaches only the slots more than Lead + Gather ahead. Zero: each
+	// slot is committed at its commit time.
+	Gather time.Duration
 }
 
 // Engine fires the slots of the partitions this node owns. Create it with
@@ -145,6 +158,7 @@ type Engine struct {
 	locations  *jobspec.Locations
 	lookahead  time.Duration
 	interval   time.Duration
+	gather     time.Duration
 	jobChanges JobChanges
 	wholeLoad  time.Duration
 	batch      int
@@ -182,7 +196,7 @@ func NewEngine(opts Options) (*Engine, error) {
 	case opts.Lookahead < 0, opts.LoadInterval < 0, opts.BatchSize < 0, opts.BatchSlots < 0,
 		opts.LoadLimit < 0, opts.OnTimeTolerance < 0, opts.MaxSlotsPerAdvance < 0,
 		opts.CommitTimeout < 0, opts.Commits < 0, opts.GroupWait < 0, opts.Backoff < 0, opts.MaxBackoff < 0,
-		opts.Lead < 0, opts.WholeLoadInterval < 0:
+		opts.Lead < 0, opts.Gather < 0, opts.WholeLoadInterval < 0:
 		return nil, errors.New("firing: negative size or duration in Options")
 	}
 	e := &Engine{
@@ -194,11 +208,12 @@ func NewEngine(opts Options) (*Engine, error) {
 		planner: Planner{
 			OnTimeTolerance: opts.OnTimeTolerance,
 			MaxSlots:        opts.MaxSlotsPerAdvance,
-			Lead:            opts.Lead,
+			Lead:            opts.Lead + opts.Gather,
 		},
 		locations:  new(jobspec.Locations),
 		lookahead:  cmp.Or(opts.Lookahead, DefaultLookahead),
 		interval:   cmp.Or(opts.LoadInterval, DefaultLoadInterval),
+		gather:     opts.Gather,
 		jobChanges: opts.JobChanges,
 		wholeLoad:  cmp.Or(opts.WholeLoadInterval, DefaultWholeLoad),
 		batch:      cmp.Or(opts.BatchSize, DefaultBatchSize),
@@ -211,10 +226,11 @@ func NewEngine(opts Options) (*Engine, error) {
 		maxBack:    cmp.Or(opts.MaxBackoff, DefaultMaxBackoff),
 	}
 	e.maxBack = max(e.maxBack, e.backoff)
-	if e.lookahead < e.interval+opts.Lead {
-		// A slot must be in memory by its commit time (firing time - Lead)
-		// even when it became due just after a load.
-		return nil, errors.New("firing: Options.Lookahead must be at least LoadInterval + Lead")
+	if e.lookahead < e.interval+e.planner.Lead {
+		// A slot must be in memory by the earliest time it may be
+		// committed (firing time - Lead - Gather) even when it became due
+		// just after a load.
+		return nil, errors.New("firing: Options.Lookahead must be at least LoadInterval + Lead + Gather")
 	}
 	m, err := newMetrics(opts.Metrics)
 	if err != nil {
@@ -570,11 +586,12 @@ func (r *run) onLoaded(ctx context.Context, res loadResult) {
 	}
 }
 
-// commitAt is when d's next slot is committed: its firing time less the
-// Lead, the planner's, so that the slot the timer wakes for is the one
-// the planner finds due.
+// commitAt is when d's next slot is committed at the latest: its firing
+// time less the Lead. The planner's Lead is Lead + Gather, the earliest,
+// so that every slot fire gathers (commitAt within Gather) is one the
+// planner finds due.
 func (e *Engine) commitAt(d Due) time.Time {
-	return d.FiringTime(d.NextFire).Add(-e.planner.Lead)
+	return d.FiringTime(d.NextFire).Add(e.gather - e.planner.Lead)
 }
 
 // covered is the latest next slot of partition p that its loads will not
@@ -650,7 +667,7 @@ func (r *run) armFireTimer() {
 	// and its fsync (measured at 5,000 slots/s spread over each second:
 	// 314 commits/s of 16 slots), while waiting for a slow commit without
 	// a bound makes every slot behind it as late as the commit is slow.
-	if r.commits > 0 && r.heap.countDue(r.clock.Now(), r.batch) < r.batch {
+	if r.commits > 0 && r.heap.countDue(r.clock.Now().Add(r.gather), r.batch) < r.batch {
 		at = at.Add(r.groupWait)
 	}
 	if at.Before(r.retryAt) {
@@ -676,9 +693,10 @@ func (r *run) fire(ctx context.Context) {
 		advances []Advance
 		slots    int
 	)
+	gathered := now.Add(r.gather)
 	for len(advances) < r.batch && slots < r.batchSlot {
 		e := r.heap.peek()
-		if e == nil || e.commitAt.After(now) {
+		if e == nil || e.commitAt.After(gathered) {
 			break
 		}
 		r.heap.pop()
@@ -698,7 +716,7 @@ func (r *run) fire(ctx context.Context) {
 		}
 		adv := r.planner.plan(e.due, e.sched, now)
 		if len(adv.Slots) == 0 && !adv.To.IsZero() {
-			r.forget(e.due.Partition) // cannot happen (commitAt <= now); the next load re-reads it
+			r.forget(e.due.Partition) // cannot happen (commitAt <= now + Gather); the next load re-reads it
 			continue
 		}
 		batch = append(batch, e)

@@ -89,6 +89,42 @@ func TestEngineWithLeadCommitsAhead(t *testing.T) {
 	require.Len(t, store.calls(), 1, "fired once")
 }
 
+// TestEngineGathersSlotsDueSoon: with the slots whose commit time has
+// come, a commit takes those due within Gather after them, each as a
+// scheduled slot of its own nominal time, and leaves the later ones for a
+// later commit.
+func TestEngineGathersSlotsDueSoon(t *testing.T) {
+	t.Parallel()
+	const lead, gather = 500 * time.Millisecond, 250 * time.Millisecond
+	firing := []time.Duration{time.Second, 1100 * time.Millisecond, 1250 * time.Millisecond, 1300 * time.Millisecond}
+	var dues []Due
+	for i, at := range firing {
+		dues = append(dues, hourly(fmt.Sprintf("job-%d", i), 0, t0.Add(at)))
+	}
+	store := newFakeStore(dues...)
+	h := startEngine(t, store, newFakeOwnership(ownAll(1)), func(o *Options) { o.Lead, o.Gather = lead, gather })
+
+	h.advanceTo(500*time.Millisecond - time.Millisecond)
+	require.Empty(t, store.calls(), "committed before the first commit time")
+	h.advance(time.Millisecond)
+	calls := store.calls()
+	require.Len(t, calls, 1)
+	require.True(t, t0.Add(500*time.Millisecond).Equal(calls[0].fireTime))
+	require.Equal(t, []string{"job-0", "job-1", "job-2"}, calls[0].result.Advanced)
+	for i, adv := range calls[0].advances {
+		require.Equal(t, []Slot{{Nominal: t0.Add(firing[i]), Kind: KindScheduled}}, adv.Slots)
+	}
+
+	h.advanceTo(800*time.Millisecond - time.Millisecond)
+	require.Len(t, store.calls(), 1, "job-3 committed more than Lead + Gather before its time")
+	h.advance(time.Millisecond)
+	calls = store.calls()
+	require.Len(t, calls, 2)
+	require.Equal(t, []string{"job-3"}, calls[1].result.Advanced)
+	h.advance(10 * time.Second)
+	require.Len(t, store.calls(), 2, "fired once")
+}
+
 func TestEngineBatchesJobsDueTogether(t *testing.T) {
 	t.Parallel()
 	const jobs = 5000
@@ -577,6 +613,12 @@ func TestNewEngine(t *testing.T) {
 			name: "lookahead shorter than the load interval and the lead",
 			opts: Options{Store: store, Ownership: own, Lookahead: 2 * time.Second, LoadInterval: time.Second, Lead: 1500 * time.Millisecond},
 			want: "Lookahead must be at least LoadInterval + Lead",
+		},
+		{name: "negative gather", opts: Options{Store: store, Ownership: own, Gather: -time.Second}, want: "negative"},
+		{
+			name: "lookahead shorter than the load interval, the lead and the gather",
+			opts: Options{Store: store, Ownership: own, Lookahead: 2 * time.Second, LoadInterval: time.Second, Lead: 500 * time.Millisecond, Gather: 600 * time.Millisecond},
+			want: "Lookahead must be at least LoadInterval + Lead + Gather",
 		},
 		{
 			name: "lookahead shorter than the load interval",
