@@ -132,8 +132,8 @@ func (s *scenario) signedDeliveryPauseRunNow(t *testing.T) {
 	require.Contains(t, slotIDs(s.listSlots(t, jobID)), execID, "the trigger's ledger holds the slot")
 
 	// Pause: once the trigger has applied it, no slot is fired. A slot
-	// committed before it (up to the trigger's --lead ahead of its time,
-	// ADR 0022) is still delivered at its time.
+	// committed before it (up to the trigger's --lead + --gather ahead of
+	// its time, ADRs 0022 and 0023) is still delivered at its time.
 	before := s.pausedProjections(t)
 	paused, err := s.jobs.PauseJob(ctx, connect.NewRequest(&registryv1.PauseJobRequest{Id: jobID}))
 	require.NoError(t, err)
