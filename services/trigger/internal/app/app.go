@@ -63,8 +63,19 @@ const DefaultMaxBackfills = 2
 // rather than one and a half (with 1.5 s the ramp did not hold 5,000/s).
 const DefaultLead = 500 * time.Millisecond
 
-// DefaultGather is --gather (firing.Options.Gather).
+// DefaultGather is --gather (firing.Options.Gather): measured against 0
+// and 500 ms with the sustained mix (ADR 0023).
 const DefaultGather = 250 * time.Millisecond
+
+// DefaultCrowdSize and DefaultCrowdLead are --crowd-size and --crowd-lead
+// (firing.Options.CrowdSize, CrowdLead): a node commits about 8,000 slots
+// a second while the mesh delivers, so a second of 5,000 slots on one node
+// needs more than the 500 ms lead; 100,000 slots due on one second over
+// three nodes start 2 s ahead (ADR 0023).
+const (
+	DefaultCrowdSize = 5000
+	DefaultCrowdLead = 2 * time.Second
+)
 
 // Config is everything a trigger node is told at start.
 type Config struct {
@@ -98,6 +109,10 @@ type Config struct {
 	// Gather: see firing.Options.Gather. The zero value gathers nothing;
 	// the flag defaults to DefaultGather.
 	Gather time.Duration
+	// CrowdSize and CrowdLead: see firing.Options. Zero turns crowds off;
+	// the flags default to DefaultCrowdSize and DefaultCrowdLead.
+	CrowdSize int
+	CrowdLead time.Duration
 	// Commits is the number of firing transactions in flight at once.
 	Commits int
 	// GroupWait: see firing.Options.GroupWait.
@@ -132,9 +147,11 @@ func (c *Config) Register(fs *flag.FlagSet) {
 	fs.IntVar(&c.OutboxLanes, "outbox-lanes", 64, "messages the outbox relay publishes concurrently (order per job is kept)")
 	fs.IntVar(&c.OutboxShards, "outbox-shards", DefaultOutboxShards, "read-publish-delete loops of the outbox relay, each publishing its share of the node's partitions")
 	fs.BoolVar(&c.OutboxRowPerMessage, "outbox-row-per-message", false, "write an outbox row per message instead of one per partition and routing key of a commit: while a cluster is upgraded from a version whose relays cannot read grouped rows, and before a downgrade to one (ADR 0019)")
-	fs.DurationVar(&c.Lookahead, "lookahead", 5*time.Second, "how far ahead slots are loaded into memory (at least 1s + --lead + --gather)")
+	fs.DurationVar(&c.Lookahead, "lookahead", 5*time.Second, "how far ahead slots are loaded into memory (at least 1s + --lead or --crowd-lead + --gather)")
 	fs.DurationVar(&c.Lead, "lead", DefaultLead, "how long before its time a slot is committed and published; the dispatcher holds it until its time, and a change to a job made less than this before a slot applies from the next one (0: at its time)")
 	fs.DurationVar(&c.Gather, "gather", DefaultGather, "with the slots whose commit time (--lead before their time) has come, commit those due within this much after them, so that slots spread over a second go in a few large commits; a slot is then committed up to --lead + --gather before its time (0: each at its commit time)")
+	fs.IntVar(&c.CrowdSize, "crowd-size", DefaultCrowdSize, "a second holding at least this many slots of the node is a crowd, committed from --crowd-lead before it (0: no crowds)")
+	fs.DurationVar(&c.CrowdLead, "crowd-lead", DefaultCrowdLead, "how long before its second a crowd's commits start; the dispatcher holds its requests until their time")
 	fs.IntVar(&c.Commits, "commits", firing.DefaultCommits, "firing transactions in flight at once (each on its own PostgreSQL connection)")
 	fs.DurationVar(&c.GroupWait, "group-wait", firing.DefaultGroupWait, "how long slots due while a commit is in flight wait for it before another commit starts for them")
 	fs.DurationVar(&c.LedgerRetention, "ledger-retention", 7*24*time.Hour, "how long a fired slot's ledger row (its exactly-once record, shown by ListSlots) is kept; whole days are dropped")
@@ -359,6 +376,8 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger) (_ *App, err erro
 		Lookahead:  cfg.Lookahead,
 		Lead:       cfg.Lead,
 		Gather:     cfg.Gather,
+		CrowdSize:  cfg.CrowdSize,
+		CrowdLead:  cfg.CrowdLead,
 		Commits:    cfg.Commits,
 		GroupWait:  cfg.GroupWait,
 	})

@@ -143,6 +143,18 @@ type Options struct {
 	// reaches only the slots more than Lead + Gather ahead. Zero: each
 	// slot is committed at its commit time.
 	Gather time.Duration
+	// CrowdSize and CrowdLead: when a load finds at least CrowdSize slots
+	// with firing times in one second (a crowd: thousands of one-time jobs
+	// due on one second, or many jobs on `0 0 * * *`), the commits of that
+	// second's slots start CrowdLead before it instead of Lead, since
+	// committing them takes longer than Lead: the commits of 100,000 slots
+	// due on one second, started Lead before it, ended 3.5 s after it,
+	// competing with the crowd's own deliveries. A change to a job reaches
+	// only its slots more than CrowdLead ahead when they are in a crowd.
+	// CrowdSize 0, or a CrowdLead not longer than Lead, turns it off.
+	// Lookahead must be at least LoadInterval + CrowdLead + Gather.
+	CrowdSize int
+	CrowdLead time.Duration
 }
 
 // Engine fires the slots of the partitions this node owns. Create it with
@@ -158,7 +170,10 @@ type Engine struct {
 	locations  *jobspec.Locations
 	lookahead  time.Duration
 	interval   time.Duration
+	lead       time.Duration
 	gather     time.Duration
+	crowdSize  int
+	crowdEarly time.Duration // CrowdLead - Lead: how much earlier a crowd starts
 	jobChanges JobChanges
 	wholeLoad  time.Duration
 	batch      int
@@ -196,7 +211,7 @@ func NewEngine(opts Options) (*Engine, error) {
 	case opts.Lookahead < 0, opts.LoadInterval < 0, opts.BatchSize < 0, opts.BatchSlots < 0,
 		opts.LoadLimit < 0, opts.OnTimeTolerance < 0, opts.MaxSlotsPerAdvance < 0,
 		opts.CommitTimeout < 0, opts.Commits < 0, opts.GroupWait < 0, opts.Backoff < 0, opts.MaxBackoff < 0,
-		opts.Lead < 0, opts.Gather < 0, opts.WholeLoadInterval < 0:
+		opts.Lead < 0, opts.Gather < 0, opts.WholeLoadInterval < 0, opts.CrowdSize < 0, opts.CrowdLead < 0:
 		return nil, errors.New("firing: negative size or duration in Options")
 	}
 	e := &Engine{
@@ -208,12 +223,14 @@ func NewEngine(opts Options) (*Engine, error) {
 		planner: Planner{
 			OnTimeTolerance: opts.OnTimeTolerance,
 			MaxSlots:        opts.MaxSlotsPerAdvance,
-			Lead:            opts.Lead + opts.Gather,
 		},
 		locations:  new(jobspec.Locations),
 		lookahead:  cmp.Or(opts.Lookahead, DefaultLookahead),
 		interval:   cmp.Or(opts.LoadInterval, DefaultLoadInterval),
+		lead:       opts.Lead,
 		gather:     opts.Gather,
+		crowdSize:  opts.CrowdSize,
+		crowdEarly: max(opts.CrowdLead-opts.Lead, 0),
 		jobChanges: opts.JobChanges,
 		wholeLoad:  cmp.Or(opts.WholeLoadInterval, DefaultWholeLoad),
 		batch:      cmp.Or(opts.BatchSize, DefaultBatchSize),
@@ -226,11 +243,14 @@ func NewEngine(opts Options) (*Engine, error) {
 		maxBack:    cmp.Or(opts.MaxBackoff, DefaultMaxBackoff),
 	}
 	e.maxBack = max(e.maxBack, e.backoff)
-	if e.lookahead < e.interval+e.planner.Lead {
+	if e.crowdSize == 0 {
+		e.crowdEarly = 0
+	}
+	if e.lookahead < e.interval+e.lead+e.crowdEarly+e.gather {
 		// A slot must be in memory by the earliest time it may be
-		// committed (firing time - Lead - Gather) even when it became due
-		// just after a load.
-		return nil, errors.New("firing: Options.Lookahead must be at least LoadInterval + Lead + Gather")
+		// committed (firing time - Lead or CrowdLead - Gather) even when
+		// it became due just after a load.
+		return nil, errors.New("firing: Options.Lookahead must be at least LoadInterval + Lead (or CrowdLead) + Gather")
 	}
 	m, err := newMetrics(opts.Metrics)
 	if err != nil {
@@ -412,6 +432,16 @@ type run struct {
 	// retryAt, after a failed commit, holds firing back until then.
 	retryAt time.Time
 	retry   time.Duration
+	// crowds are the seconds the last load found crowded (see
+	// Options.CrowdSize), earliest first.
+	crowds []crowd
+}
+
+// crowd is a second of firing times holding at least CrowdSize slots: from
+// start on, commits take every entry whose commit time is at or before
+// last.
+type crowd struct {
+	start, last time.Time
 }
 
 type badJob struct {
@@ -566,6 +596,7 @@ func (r *run) onLoaded(ctx context.Context, res loadResult) {
 			r.heap.fix(held.index)
 		}
 	}
+	r.findCrowds()
 	// A load cut at the limit may have left out jobs of any partition: the
 	// next one reads from where this one started.
 	if len(res.dues) >= r.limit {
@@ -587,11 +618,10 @@ func (r *run) onLoaded(ctx context.Context, res loadResult) {
 }
 
 // commitAt is when d's next slot is committed at the latest: its firing
-// time less the Lead. The planner's Lead is Lead + Gather, the earliest,
-// so that every slot fire gathers (commitAt within Gather) is one the
-// planner finds due.
+// time less the Lead. fire plans each job up to its cutoff plus the Lead,
+// so that the slot the heap holds it for is the one the planner finds due.
 func (e *Engine) commitAt(d Due) time.Time {
-	return d.FiringTime(d.NextFire).Add(e.gather - e.planner.Lead)
+	return d.FiringTime(d.NextFire).Add(-e.lead)
 }
 
 // covered is the latest next slot of partition p that its loads will not
@@ -649,6 +679,44 @@ func (r *run) dropUnowned(owned map[int]int64) {
 	r.heap.filter(func(e *entry) bool { return r.mayFire(owned, e.due.Partition) })
 }
 
+// findCrowds counts the held entries per second of firing time and keeps
+// the seconds holding at least CrowdSize as crowds. It runs after each
+// load, over the whole heap: the entries within the lookahead.
+func (r *run) findCrowds() {
+	r.crowds = r.crowds[:0]
+	if r.crowdEarly == 0 || r.heap.Len() < r.crowdSize {
+		return
+	}
+	perSecond := make(map[time.Time]int)
+	for _, e := range r.heap.items {
+		perSecond[e.commitAt.Add(r.lead).Truncate(time.Second)]++
+	}
+	for second, n := range perSecond {
+		if n >= r.crowdSize {
+			r.crowds = append(r.crowds, crowd{
+				start: second.Add(-r.lead - r.crowdEarly),
+				last:  second.Add(time.Second - r.lead - time.Nanosecond),
+			})
+		}
+	}
+	slices.SortFunc(r.crowds, func(a, b crowd) int { return a.start.Compare(b.start) })
+}
+
+// cutoff is the latest commit time a commit at now takes: Gather ahead, or
+// the last of a crowd whose start has come.
+func (r *run) cutoff(now time.Time) time.Time {
+	cutoff := now.Add(r.gather)
+	for _, c := range r.crowds {
+		if now.Before(c.start) {
+			break
+		}
+		if c.last.After(cutoff) {
+			cutoff = c.last
+		}
+	}
+	return cutoff
+}
+
 // armFireTimer makes sure a timer fires at the earliest firing time (or at
 // the retry time after a failed commit).
 func (r *run) armFireTimer() {
@@ -660,6 +728,14 @@ func (r *run) armFireTimer() {
 		return
 	}
 	at := top.commitAt
+	for _, c := range r.crowds {
+		if !top.commitAt.After(c.last) {
+			if c.start.Before(at) {
+				at = c.start // a crowd's early start
+			}
+			break
+		}
+	}
 	// With a commit in flight, another starts at once only for a full batch
 	// (a burst); slots that trickle in meanwhile wait up to GroupWait for
 	// the commit to end and then go together in one (group commit). Many
@@ -667,7 +743,7 @@ func (r *run) armFireTimer() {
 	// and its fsync (measured at 5,000 slots/s spread over each second:
 	// 314 commits/s of 16 slots), while waiting for a slow commit without
 	// a bound makes every slot behind it as late as the commit is slow.
-	if r.commits > 0 && r.heap.countDue(r.clock.Now().Add(r.gather), r.batch) < r.batch {
+	if r.commits > 0 && r.heap.countDue(r.cutoff(r.clock.Now()), r.batch) < r.batch {
 		at = at.Add(r.groupWait)
 	}
 	if at.Before(r.retryAt) {
@@ -693,10 +769,10 @@ func (r *run) fire(ctx context.Context) {
 		advances []Advance
 		slots    int
 	)
-	gathered := now.Add(r.gather)
+	cutoff := r.cutoff(now)
 	for len(advances) < r.batch && slots < r.batchSlot {
 		e := r.heap.peek()
-		if e == nil || e.commitAt.After(gathered) {
+		if e == nil || e.commitAt.After(cutoff) {
 			break
 		}
 		r.heap.pop()
@@ -714,9 +790,9 @@ func (r *run) fire(ctx context.Context) {
 			}
 			e.sched, e.schedSet = sched, true
 		}
-		adv := r.planner.plan(e.due, e.sched, now)
+		adv := r.planner.planUntil(e.due, e.sched, now, cutoff.Add(r.lead))
 		if len(adv.Slots) == 0 && !adv.To.IsZero() {
-			r.forget(e.due.Partition) // cannot happen (commitAt <= now + Gather); the next load re-reads it
+			r.forget(e.due.Partition) // cannot happen (commitAt <= cutoff); the next load re-reads it
 			continue
 		}
 		batch = append(batch, e)

@@ -618,7 +618,7 @@ func TestNewEngine(t *testing.T) {
 		{
 			name: "lookahead shorter than the load interval, the lead and the gather",
 			opts: Options{Store: store, Ownership: own, Lookahead: 2 * time.Second, LoadInterval: time.Second, Lead: 500 * time.Millisecond, Gather: 600 * time.Millisecond},
-			want: "Lookahead must be at least LoadInterval + Lead + Gather",
+			want: "Lookahead must be at least LoadInterval + Lead (or CrowdLead) + Gather",
 		},
 		{
 			name: "lookahead shorter than the load interval",

@@ -222,3 +222,59 @@ func TestEngineLoadCutAtTheLimitIsReadAgain(t *testing.T) {
 	}
 	require.Equal(t, []string{"a", "b"}, committedJobs(store.calls()))
 }
+
+// TestEngineStartsACrowdEarly: a second holding at least CrowdSize slots
+// is committed from CrowdLead before it, in as many batches as it takes,
+// with the slots due before it; the next second's slot keeps its commit
+// time.
+func TestEngineStartsACrowdEarly(t *testing.T) {
+	t.Parallel()
+	var dues []Due
+	for i := range 4 {
+		dues = append(dues, hourly(fmt.Sprintf("crowd-%d", i), 0, t0.Add(4*time.Second)))
+	}
+	dues = append(dues,
+		hourly("crowd-late", 0, t0.Add(4500*time.Millisecond)), // the same second
+		hourly("before", 0, t0.Add(3*time.Second)),
+		hourly("next-second", 0, t0.Add(5*time.Second)),
+	)
+	store := newFakeStore(dues...)
+	h := startEngine(t, store, newFakeOwnership(ownAll(1)), func(o *Options) {
+		o.Lead, o.Gather = 500*time.Millisecond, 250*time.Millisecond
+		o.CrowdSize, o.CrowdLead = 5, 2*time.Second
+		o.BatchSize = 2
+	})
+
+	h.advanceTo(2*time.Second - time.Millisecond)
+	require.Empty(t, store.calls(), "committed before the crowd's early start")
+	h.advance(time.Millisecond)
+	committed := committedJobs(store.calls())
+	require.ElementsMatch(t, []string{"crowd-0", "crowd-1", "crowd-2", "crowd-3", "crowd-late", "before"}, committed)
+	for _, c := range store.calls() {
+		require.True(t, t0.Add(2*time.Second).Equal(c.fireTime))
+		for _, adv := range c.advances {
+			require.Len(t, adv.Slots, 1)
+			require.Equal(t, KindScheduled, adv.Slots[0].Kind)
+		}
+	}
+
+	h.advanceTo(4500*time.Millisecond - time.Millisecond)
+	require.Len(t, committedJobs(store.calls()), 6, "the next second committed early")
+	h.advance(time.Millisecond)
+	require.Equal(t, "next-second", committedJobs(store.calls())[6])
+}
+
+// TestEngineNoCrowdBelowCrowdSize: a second with fewer slots than
+// CrowdSize keeps its commit time.
+func TestEngineNoCrowdBelowCrowdSize(t *testing.T) {
+	t.Parallel()
+	store := newFakeStore(hourly("a", 0, t0.Add(4*time.Second)), hourly("b", 0, t0.Add(4*time.Second)))
+	h := startEngine(t, store, newFakeOwnership(ownAll(1)), func(o *Options) {
+		o.Lead = 500 * time.Millisecond
+		o.CrowdSize, o.CrowdLead = 3, 2*time.Second
+	})
+	h.advanceTo(3500*time.Millisecond - time.Millisecond)
+	require.Empty(t, store.calls())
+	h.advance(time.Millisecond)
+	require.ElementsMatch(t, []string{"a", "b"}, committedJobs(store.calls()))
+}

@@ -147,6 +147,12 @@ func (d Due) FiringTime(nominal time.Time) time.Time {
 
 // plan is Plan with the schedule already converted.
 func (p Planner) plan(d Due, sched schedule.Schedule, now time.Time) Advance {
+	return p.planUntil(d, sched, now, now.Add(max(p.Lead, 0)))
+}
+
+// planUntil is plan with the slots due when their firing time is at or
+// before due, whatever the Lead: the engine's cutoff.
+func (p Planner) planUntil(d Due, sched schedule.Schedule, now, due time.Time) Advance {
 	tolerance, maxSlots := p.OnTimeTolerance, p.MaxSlots
 	if tolerance <= 0 {
 		tolerance = DefaultOnTimeTolerance
@@ -171,7 +177,6 @@ func (p Planner) plan(d Due, sched schedule.Schedule, now time.Time) Advance {
 	// and only if needed (an every-second job a day behind misses 86,400).
 	var missedReason string
 	nominal := d.NextFire
-	due := now.Add(max(p.Lead, 0))
 	for {
 		fireAt := nominal.Add(spread)
 		if fireAt.After(due) || len(adv.Slots) == maxSlots {
