@@ -20,6 +20,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/cronmesh/cronmesh/libs/broker"
+	"github.com/cronmesh/cronmesh/libs/postgres"
 )
 
 // Defaults of [RelayOptions].
@@ -439,32 +440,9 @@ func (r *Relay) lead(ctx context.Context, conn *pgx.Conn) {
 }
 
 // watchLock returns an error as soon as conn fails and nil when ctx is
-// done. Blocking in WaitForNotification keeps a read pending on the socket,
-// so a backend that is terminated or a connection that is reset is noticed
-// at once; the periodic ping catches a peer that vanished without a reset.
+// done (postgres.Watch).
 func (r *Relay) watchLock(ctx context.Context, conn *pgx.Conn) error {
-	for {
-		wctx, cancel := context.WithTimeout(ctx, r.lockCheck)
-		_, err := conn.WaitForNotification(wctx)
-		cancel()
-		switch {
-		case ctx.Err() != nil:
-			return nil
-		case err == nil:
-			continue // a notification: irrelevant, keep watching
-		case conn.IsClosed() || wctx.Err() == nil:
-			return err
-		}
-		pctx, cancel := context.WithTimeout(ctx, r.lockCheck)
-		err = conn.Ping(pctx)
-		cancel()
-		if ctx.Err() != nil {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-	}
+	return postgres.Watch(ctx, conn, r.lockCheck, nil)
 }
 
 // release gives up the lock by closing its connection.

@@ -13,8 +13,11 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/cronmesh/cronmesh/libs/postgres"
 )
 
 // changesChannel is the SQL expression of the PostgreSQL notification
@@ -199,30 +202,7 @@ func (w *ChangeWatch) listen(ctx context.Context) (*pgx.Conn, error) {
 // receive gathers notifications until ctx is done (nil) or the connection
 // fails (its error).
 func (w *ChangeWatch) receive(ctx context.Context, conn *pgx.Conn) error {
-	for {
-		wctx, cancel := context.WithTimeout(ctx, w.check)
-		n, err := conn.WaitForNotification(wctx)
-		cancel()
-		switch {
-		case ctx.Err() != nil:
-			return nil
-		case err == nil:
-			w.record(n.Payload)
-			continue
-		case conn.IsClosed() || wctx.Err() == nil:
-			return err
-		}
-		// Silent for Check: make sure the server is still there.
-		pctx, cancel := context.WithTimeout(ctx, w.check)
-		err = conn.Ping(pctx)
-		cancel()
-		if ctx.Err() != nil {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-	}
+	return postgres.Watch(ctx, conn, w.check, func(n *pgconn.Notification) { w.record(n.Payload) })
 }
 
 // record adds the partitions a notification names.
