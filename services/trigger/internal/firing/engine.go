@@ -72,10 +72,11 @@ type Options struct {
 	// loads read only the jobs whose next slot came within the horizon
 	// since the partition's last load. Every other job due within the
 	// horizon is in memory already: this engine advanced it there, or an
-	// earlier load brought it. Re-reading them all every second cost the
-	// database and the node more than the firing (a job due within a 5 s
-	// lookahead was read five times per slot). Nil: every load reads
-	// every owned partition whole.
+	// earlier load brought it. Re-reading them all every second made a
+	// load's work follow the jobs held rather than the slots coming due (a
+	// job due within a 5 s lookahead was read five times per slot; ADR
+	// 0023 measures what that cost). Nil: every load reads every owned
+	// partition whole.
 	JobChanges JobChanges
 	// WholeLoadInterval: with JobChanges, every owned partition is still
 	// read whole this often, a safety net for a change the watch could not
@@ -135,13 +136,12 @@ type Options struct {
 	// slot due within Gather after them: a slot is then committed between
 	// Lead and Lead + Gather before its firing time, and slots spread over
 	// a second (crons on every second of the minute, intervals, one-time
-	// jobs) go in a few large commits instead of dozens of small ones,
-	// each of which costs its transaction's round trips and fsync, the
-	// relay's publish and a broker message. With a Lead of at least
-	// Gather's order, the dispatcher holds the early ones until their
-	// time, so no slot is delivered earlier; a change to a job then
-	// reaches only the slots more than Lead + Gather ahead. Zero: each
-	// slot is committed at its commit time.
+	// jobs) go in a few large commits instead of many small ones, each of
+	// which costs its transaction's round trips and fsync, the relay's
+	// publish and a broker message (ADR 0023). The dispatcher holds every
+	// request until its firing time, so no slot is delivered earlier; a
+	// change to a job then reaches only the slots more than Lead + Gather
+	// ahead. Zero: each slot is committed at its commit time.
 	Gather time.Duration
 	// CrowdSize and CrowdLead: when a load finds at least CrowdSize slots
 	// with firing times in one second (a crowd: thousands of one-time jobs
