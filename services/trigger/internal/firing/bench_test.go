@@ -39,7 +39,7 @@ func BenchmarkPlan(b *testing.B) {
 			}
 			b.ReportAllocs()
 			for b.Loop() {
-				_ = Planner{}.plan(c.due, sched, c.now)
+				_ = Planner{}.plan(c.due, sched, c.now, c.now)
 			}
 		})
 	}
@@ -104,7 +104,7 @@ func BenchmarkHeapSameSecond(b *testing.B) {
 						}
 						e.sched, e.schedSet = s, true
 					}
-					slots += len(p.plan(e.due, e.sched, now).Slots)
+					slots += len(p.plan(e.due, e.sched, now, now).Slots)
 				}
 				total += time.Since(start)
 				if slots != n {

@@ -790,7 +790,7 @@ func (r *run) fire(ctx context.Context) {
 			}
 			e.sched, e.schedSet = sched, true
 		}
-		adv := r.planner.planUntil(e.due, e.sched, now, cutoff.Add(r.lead))
+		adv := r.planner.plan(e.due, e.sched, now, cutoff.Add(r.lead))
 		if len(adv.Slots) == 0 && !adv.To.IsZero() {
 			r.forget(e.due.Partition) // cannot happen (commitAt <= cutoff); the next load re-reads it
 			continue

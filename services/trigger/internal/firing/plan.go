@@ -37,12 +37,6 @@ type Planner struct {
 	// MaxSlots caps the slots of one Advance. Zero or negative means
 	// DefaultMaxSlots.
 	MaxSlots int
-	// Lead fires slots ahead of their time: a slot whose firing time is
-	// at or before now + Lead is due (its dispatch request then carries
-	// not_before, and the dispatcher holds it until its firing time).
-	// Lateness still counts from now, so a slot fired ahead is on time.
-	// Zero: a slot is due at its firing time.
-	Lead time.Duration
 }
 
 // Plan is Planner{}.Plan: what committing the due job d at time now does,
@@ -53,8 +47,7 @@ func Plan(d Due, now time.Time) (Advance, error) {
 
 // Plan walks the job's slots from d.NextFire, oldest first, and returns the
 // Advance that records every slot whose firing time (nominal + the job's
-// [jobspec.SpreadOffset]) is at or before now (now + Lead), each exactly
-// once:
+// [jobspec.SpreadOffset]) is at or before now, each exactly once:
 //
 //   - a paused job fires nothing: each slot is KindMissed, "the job is
 //     paused" (the store should not return paused jobs; if it does, their
@@ -92,7 +85,7 @@ func (p Planner) Plan(d Due, now time.Time) (Advance, error) {
 	if err != nil {
 		return Advance{}, err
 	}
-	return p.plan(d, sched, now), nil
+	return p.plan(d, sched, now, now), nil
 }
 
 // scheduleOf converts the stored schedule of d, resolving its time zone
@@ -145,14 +138,11 @@ func (d Due) FiringTime(nominal time.Time) time.Time {
 	return nominal.Add(spreadOf(d))
 }
 
-// plan is Plan with the schedule already converted.
-func (p Planner) plan(d Due, sched schedule.Schedule, now time.Time) Advance {
-	return p.planUntil(d, sched, now, now.Add(max(p.Lead, 0)))
-}
-
-// planUntil is plan with the slots due when their firing time is at or
-// before due, whatever the Lead: the engine's cutoff.
-func (p Planner) planUntil(d Due, sched schedule.Schedule, now, due time.Time) Advance {
+// plan is Plan with the schedule already converted, and the slots due up to
+// the firing time due rather than now: the engine commits slots ahead of
+// their time (its Lead, Gather and crowds). Lateness still counts from now,
+// so a slot committed ahead is on time.
+func (p Planner) plan(d Due, sched schedule.Schedule, now, due time.Time) Advance {
 	tolerance, maxSlots := p.OnTimeTolerance, p.MaxSlots
 	if tolerance <= 0 {
 		tolerance = DefaultOnTimeTolerance

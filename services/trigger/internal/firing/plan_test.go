@@ -1,6 +1,7 @@
 package firing
 
 import (
+	"cmp"
 	"testing"
 	"time"
 
@@ -291,6 +292,7 @@ func TestPlanOptions(t *testing.T) {
 		name    string
 		planner Planner
 		now     time.Time
+		due     time.Time // the engine's cutoff; zero: now
 		want    []Slot
 		to      time.Time
 	}{
@@ -305,11 +307,13 @@ func TestPlanOptions(t *testing.T) {
 			to: t0.Add(3 * time.Second),
 		},
 		{
-			// Due up to now + Lead; lateness still counts from now, so the
-			// slot 2 s before now is catch-up under a 1 s tolerance.
+			// Due up to now + 1.5 s (the engine's lead); lateness still
+			// counts from now, so the slot 2 s before now is catch-up under
+			// a 1 s tolerance.
 			name:    "lead 1.5s",
-			planner: Planner{OnTimeTolerance: time.Second, Lead: 1500 * time.Millisecond},
+			planner: Planner{OnTimeTolerance: time.Second},
 			now:     t0.Add(2 * time.Second),
+			due:     t0.Add(3500 * time.Millisecond),
 			want: expand(
 				slotRun{KindCatchUp, t0, time.Second, 2},
 				slotRun{KindScheduled, t0.Add(2 * time.Second), time.Second, 2},
@@ -327,8 +331,9 @@ func TestPlanOptions(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			adv, err := tt.planner.Plan(d, tt.now)
+			sched, err := scheduleOf(nil, d)
 			require.NoError(t, err)
+			adv := tt.planner.plan(d, sched, tt.now, cmp.Or(tt.due, tt.now))
 			require.Equal(t, tt.want, adv.Slots)
 			require.True(t, tt.to.Equal(adv.To))
 		})
