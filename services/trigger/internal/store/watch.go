@@ -155,20 +155,8 @@ func (w *ChangeWatch) Changed() (partitions []int, all bool) {
 // returns nil.
 func (w *ChangeWatch) Run(ctx context.Context) error {
 	for {
-		conn, err := w.listen(ctx)
-		if err != nil {
-			if ctx.Err() == nil {
-				w.log.Warn("job watch: cannot listen for job changes; every load reads whole partitions until it can", "error", err)
-			}
-		} else {
-			err = w.receive(ctx, conn)
-			w.setLive(false)
-			closeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
-			_ = conn.Close(closeCtx)
-			cancel()
-			if err != nil {
-				w.log.Warn("job watch: connection lost; every load reads whole partitions until it is back", "error", err)
-			}
+		if err := w.listen(ctx); err != nil && ctx.Err() == nil {
+			w.log.Warn("job watch: not listening for job changes; every load reads whole partitions until it is back", "error", err)
 		}
 		select {
 		case <-ctx.Done():
@@ -178,30 +166,28 @@ func (w *ChangeWatch) Run(ctx context.Context) error {
 	}
 }
 
-// listen opens the watch's connection and listens on the schema's channel.
-func (w *ChangeWatch) listen(ctx context.Context) (*pgx.Conn, error) {
+// listen opens the watch's connection, listens on the schema's channel and
+// gathers the notifications until ctx is done (nil) or the connection
+// fails (its error).
+func (w *ChangeWatch) listen(ctx context.Context) error {
 	conn, err := pgx.ConnectConfig(ctx, w.connConfig.Copy())
 	if err != nil {
-		return nil, err
+		return fmt.Errorf("connect: %w", err)
 	}
-	var channel string
-	err = conn.QueryRow(ctx, `SELECT `+changesChannel).Scan(&channel)
-	if err == nil {
-		_, err = conn.Exec(ctx, "LISTEN "+pgx.Identifier{channel}.Sanitize())
-	}
-	if err != nil {
+	defer func() {
 		closeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+		defer cancel()
 		_ = conn.Close(closeCtx)
-		cancel()
-		return nil, fmt.Errorf("listen for job changes: %w", err)
+	}()
+	var channel string
+	if err := conn.QueryRow(ctx, `SELECT `+changesChannel).Scan(&channel); err != nil {
+		return fmt.Errorf("name the channel: %w", err)
+	}
+	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{channel}.Sanitize()); err != nil {
+		return fmt.Errorf("listen: %w", err)
 	}
 	w.setLive(true)
-	return conn, nil
-}
-
-// receive gathers notifications until ctx is done (nil) or the connection
-// fails (its error).
-func (w *ChangeWatch) receive(ctx context.Context, conn *pgx.Conn) error {
+	defer w.setLive(false)
 	return postgres.Watch(ctx, conn, w.check, func(n *pgconn.Notification) { w.record(n.Payload) })
 }
 
