@@ -24,12 +24,7 @@ func TestHeldUntilNotBefore(t *testing.T) {
 	r := e.start(f, func(o *pipeline.Options) { o.Clock, o.MaxHold = clk, time.Minute })
 
 	slot := clk.Now().Add(2 * time.Second)
-	held := request(registryv1.Priority_PRIORITY_NORMAL, func(r *dispatchv1.DispatchRequest) {
-		r.NotBefore = timestamppb.New(slot)
-	})
-	waitIdle(t, clk)
-	e.dispatch(nil, held)
-	require.Eventually(t, func() bool { return clk.Waiters() == idleWaiters+1 }, 30*time.Second, 5*time.Millisecond, "the request is held")
+	held := e.dispatchHeld(t, clk, registryv1.Priority_PRIORITY_NORMAL, slot)
 
 	behind := request(registryv1.Priority_PRIORITY_NORMAL)
 	e.dispatch(nil, behind)
@@ -54,13 +49,8 @@ func TestHoldIsBoundedByMaxHold(t *testing.T) {
 	clk := clock.NewFake(time.Now())
 	r := e.start(&fake{}, func(o *pipeline.Options) { o.Clock, o.MaxHold = clk, 3*time.Second })
 
-	req := request(registryv1.Priority_PRIORITY_HIGH, func(r *dispatchv1.DispatchRequest) {
-		r.NotBefore = timestamppb.New(clk.Now().Add(time.Hour))
-	})
 	taken := clk.Now()
-	waitIdle(t, clk)
-	e.dispatch(nil, req)
-	require.Eventually(t, func() bool { return clk.Waiters() == idleWaiters+1 }, 30*time.Second, 5*time.Millisecond, "the request is held")
+	req := e.dispatchHeld(t, clk, registryv1.Priority_PRIORITY_HIGH, taken.Add(time.Hour))
 	clk.Advance(3 * time.Second)
 	ev := e.waitFor(req.ExecutionId, succeeded, 1)
 	require.True(t, ev.StartTime.AsTime().Equal(taken.Add(3*time.Second)))
@@ -76,12 +66,7 @@ func TestShutdownRequeuesHeldRequests(t *testing.T) {
 	f := &fake{}
 	r := e.start(f, func(o *pipeline.Options) { o.Clock, o.MaxHold = clk, time.Minute })
 
-	waitIdle(t, clk)
-	req := request(registryv1.Priority_PRIORITY_LOW, func(r *dispatchv1.DispatchRequest) {
-		r.NotBefore = timestamppb.New(clk.Now().Add(30 * time.Second))
-	})
-	e.dispatch(nil, req)
-	require.Eventually(t, func() bool { return clk.Waiters() == idleWaiters+1 }, 30*time.Second, 5*time.Millisecond, "the request is held")
+	req := e.dispatchHeld(t, clk, registryv1.Priority_PRIORITY_LOW, clk.Now().Add(30*time.Second))
 
 	r.stop(t) // the fake clock never reaches the slot, nor the drain timeout
 	require.Empty(t, f.of(req.ExecutionId))
@@ -99,4 +84,16 @@ const idleWaiters = 1
 func waitIdle(t *testing.T, clk *clock.Fake) {
 	t.Helper()
 	require.Eventually(t, func() bool { return clk.Waiters() == idleWaiters }, 30*time.Second, 5*time.Millisecond)
+}
+
+// dispatchHeld dispatches a request of priority whose not_before is
+// notBefore, once the pipeline on clk is idle, and returns it once the
+// pipeline holds it.
+func (e *env) dispatchHeld(t *testing.T, clk *clock.Fake, priority registryv1.Priority, notBefore time.Time) *dispatchv1.DispatchRequest {
+	t.Helper()
+	req := request(priority, func(r *dispatchv1.DispatchRequest) { r.NotBefore = timestamppb.New(notBefore) })
+	waitIdle(t, clk)
+	e.dispatch(nil, req)
+	require.Eventually(t, func() bool { return clk.Waiters() == idleWaiters+1 }, 30*time.Second, 5*time.Millisecond, "the request is held")
+	return req
 }
