@@ -76,6 +76,7 @@ import (
 	"github.com/cronmesh/cronmesh/libs/broker"
 	"github.com/cronmesh/cronmesh/libs/execid"
 	"github.com/cronmesh/cronmesh/libs/promhist"
+	"github.com/cronmesh/cronmesh/libs/testkit/freeport"
 )
 
 type options struct {
@@ -272,13 +273,11 @@ func (e *env) drainEvents(ctx context.Context) error {
 
 // startDispatcher runs the dispatcher and waits until it is ready.
 func (e *env) startDispatcher(ctx context.Context) error {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := freeport.Addr()
 	if err != nil {
 		return err
 	}
-	addr := l.Addr().String()
 	e.addr = addr
-	_ = l.Close()
 	args := []string{
 		"--listen", addr, "--postgres-url", e.o.postgresURL, "--amqp-url", e.o.amqpURL, "--schema", e.schema,
 		"--api-keys", "bench=bench-key-0123456789abcdef", "--rate-limit", "off", "--registry-url", "", "--log-level", "warn",

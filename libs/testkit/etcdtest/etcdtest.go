@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/url"
 	"os"
 	"strings"
@@ -20,6 +19,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
+
+	"github.com/cronmesh/cronmesh/libs/testkit/freeport"
 )
 
 const (
@@ -105,17 +106,12 @@ func start(cfg *embed.Config) (*embed.Etcd, error) {
 
 // freeURL returns http://127.0.0.1:<port> for a port that was free a moment
 // ago: embed cannot listen on :0 for every URL (it must advertise the peer
-// URL in the cluster configuration before binding), so the port is picked by
-// binding and closing. Someone else may take it before etcd binds it; New
-// retries on that clash.
+// URL in the cluster configuration before binding). Another test may take
+// it before etcd binds it; New retries on that clash.
 func freeURL() (url.URL, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := freeport.Addr()
 	if err != nil {
-		return url.URL{}, fmt.Errorf("etcdtest: pick a free port: %w", err)
-	}
-	addr := l.Addr().String()
-	if err := l.Close(); err != nil {
-		return url.URL{}, fmt.Errorf("etcdtest: pick a free port: %w", err)
+		return url.URL{}, fmt.Errorf("etcdtest: %w", err)
 	}
 	return url.URL{Scheme: "http", Host: addr}, nil
 }

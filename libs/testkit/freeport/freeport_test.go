@@ -3,6 +3,7 @@ package freeport_test
 import (
 	"fmt"
 	"net"
+	"os"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -28,5 +29,22 @@ func TestPortsAreDistinctAndFree(t *testing.T) {
 		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p))
 		require.NoError(t, err, "port %d is free and no other of the call's", p)
 		defer l.Close()
+	}
+}
+
+// TestPortsAreBelowTheEphemeralRange: no outbound connection can be given
+// a chosen port before its server binds it.
+func TestPortsAreBelowTheEphemeralRange(t *testing.T) {
+	raw, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		t.Skipf("no ephemeral range to stay out of on this system: %v", err)
+	}
+	var first, last int
+	_, err = fmt.Sscan(string(raw), &first, &last)
+	require.NoError(t, err)
+	ports, err := freeport.Ports(50)
+	require.NoError(t, err)
+	for _, p := range ports {
+		require.Less(t, p, first, "port %d is below the ephemeral range %d-%d", p, first, last)
 	}
 }
