@@ -74,6 +74,7 @@ type Config struct {
 	EventBatch      int
 	EventLinger     time.Duration
 	EventPublishers int
+	EventHold       time.Duration
 	// StartedEventAfter is how long an attempt runs before its STARTED
 	// event is emitted (pipeline.Options.StartedEventAfter); 0: at the
 	// start of every attempt.
@@ -121,6 +122,7 @@ func (c *Config) Register(fs *flag.FlagSet) {
 	fs.IntVar(&c.EventBatch, "event-batch", pipeline.DefaultEventBatch, "most lifecycle events in one broker message")
 	fs.DurationVar(&c.EventLinger, "event-linger", pipeline.DefaultEventLinger, "how long a batch of lifecycle events waits to fill (negative: not at all)")
 	fs.IntVar(&c.EventPublishers, "event-publishers", pipeline.DefaultEventPublishers, "event batches published at once")
+	fs.DurationVar(&c.EventHold, "event-hold", pipeline.DefaultEventHold, "how long at most lifecycle events are held back while requests wait for a delivery slot, so that a crowd of slots is delivered first (negative: never)")
 	fs.DurationVar(&c.MaxHold, "max-hold", pipeline.DefaultMaxHold, "hold a request the trigger fired ahead of its slot until its time, but no longer than this (its clock and this host's disagree)")
 	fs.DurationVar(&c.StartedEventAfter, "started-event-after", pipeline.DefaultStartedEventAfter, "emit an attempt's STARTED event only once it has run this long (0: at the start of every attempt); a quicker attempt emits only its outcome, which carries its start, so consumers decode and write one event instead of two")
 	fs.IntVar(&c.PublisherChannels, "publisher-channels", DefaultPublisherChannels, "AMQP channels of the publisher of retries, dead letters, events and redrives")
@@ -318,6 +320,7 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger, opts ...Option) (
 		EventBatch:         cfg.EventBatch,
 		EventLinger:        cfg.EventLinger,
 		EventPublishers:    cfg.EventPublishers,
+		EventHold:          cfg.EventHold,
 		StartedEventAfter:  cfg.StartedEventAfter,
 		MaxHold:            cfg.MaxHold,
 		DrainTimeout:       cfg.ShutdownTimeout,

@@ -102,6 +102,13 @@
 // all its events are confirmed. The linger delays acknowledgements, not
 // deliveries.
 //
+// While requests wait for a delivery slot (a crowd of slots due on one
+// second, delivered as fast as the slots turn over), the batches are held
+// back, for Options.EventHold at most, so that the consequences of the
+// crowd's first deliveries (the events' publish and confirm, their
+// consumers' decoding and writes, the completion records) do not take the
+// cores from its later ones (see backlog).
+//
 // An attempt's STARTED is emitted only once the attempt has run
 // Options.StartedEventAfter (see startAnnouncement): most attempts take
 // milliseconds and emit their outcome alone, which carries the start

@@ -19,8 +19,10 @@ import (
 )
 
 // publishEvents is the flush of the event batcher: one ExecutionEventBatch
-// message to the executions exchange, routed by its first event's kind.
+// message to the executions exchange, routed by its first event's kind,
+// once no request waits for a delivery slot (see backlog).
 func (p *Pipeline) publishEvents(ctx context.Context, events []*eventsv1.ExecutionEvent) error {
+	p.metrics.eventsHeld.Observe(p.backlog.wait(ctx).Seconds())
 	body, err := proto.Marshal(&eventsv1.ExecutionEventBatch{Events: events})
 	if err != nil {
 		return fmt.Errorf("encode %d lifecycle events: %w", len(events), err)

@@ -21,6 +21,8 @@ type metrics struct {
 	events           prometheus.Counter
 	startedEvents    prometheus.Counter
 	eventBatches     prometheus.Counter
+	eventsHeld       prometheus.Histogram
+	slotWaiters      prometheus.Gauge
 	publishFailures  *prometheus.CounterVec
 	poison           prometheus.Counter
 	cancelErrors     prometheus.Counter
@@ -76,6 +78,13 @@ func newMetrics() metrics {
 			"Lifecycle events published (confirmed by the broker)."),
 		startedEvents: counter("started_events_total",
 			"STARTED events emitted: one per attempt with Options.StartedEventAfter zero, else one per attempt still running after it (compare with deliveries_total)."),
+		eventsHeld: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "event_batch_held_seconds",
+			Help:    "How long each batch of lifecycle events was held back while requests waited for a delivery slot (--event-hold); 0 for most.",
+			Buckets: []float64{0, .01, .025, .05, .1, .25, .5, 1, 2.5},
+		}),
+		slotWaiters: gauge("delivery_slot_waiters",
+			"Requests whose delivery waits for a slot (--workers-*): a crowd of slots being delivered, or slow targets holding the slots."),
 		eventBatches: counter("event_batches_published_total",
 			"Broker messages carrying lifecycle events (ExecutionEventBatch)."),
 		publishFailures: counterVec("publish_failures_total",
@@ -111,7 +120,7 @@ func newMetrics() metrics {
 			"Active executions released by the sweep because they held their job past their bound (their end was never seen)."),
 	}
 	m.all = []prometheus.Collector{m.deliveries, m.duration, m.startDelay, m.hold, m.holdsCapped, m.inFlight, m.retries, m.deadLetters, m.cancelled, m.deadlineExceeded,
-		m.events, m.startedEvents, m.eventBatches, m.publishFailures, m.poison, m.cancelErrors, m.requeued, m.duplicates, m.lookUpsSkipped, m.recordErrors,
+		m.events, m.startedEvents, m.eventBatches, m.eventsHeld, m.slotWaiters, m.publishFailures, m.poison, m.cancelErrors, m.requeued, m.duplicates, m.lookUpsSkipped, m.recordErrors,
 		m.unrecorded, m.unrecordedDrops, m.batchRequests, m.overlap, m.overlapErrors, m.promoted, m.staleReleases}
 	return m
 }
