@@ -53,7 +53,11 @@ type target struct {
 	calls []*dispatchv1.DispatchRequest
 }
 
-func (f *target) Deliver(_ context.Context, req *dispatchv1.DispatchRequest) deliver.Outcome {
+func (f *target) Prepare(_ context.Context, req *dispatchv1.DispatchRequest) deliver.Attempt {
+	return deliver.AttemptFunc(func(context.Context) deliver.Outcome { return f.deliver(req) })
+}
+
+func (f *target) deliver(req *dispatchv1.DispatchRequest) deliver.Outcome {
 	f.mu.Lock()
 	f.calls = append(f.calls, req)
 	f.mu.Unlock()

@@ -83,7 +83,7 @@ func TestAMQPPublish(t *testing.T) {
 			c := newAMQPClient(t, amqptest.URL(), func(o *Options) { o.TracerProvider = tp })
 
 			ctx, parent := tp.Tracer("test").Start(context.Background(), "consume")
-			out := c.Deliver(ctx, amqpRequest(exchange, "reports.nightly", func(a *registryv1.AmqpTarget) {
+			out := deliverNow(c, ctx, amqpRequest(exchange, "reports.nightly", func(a *registryv1.AmqpTarget) {
 				a.ContentType = tt.contentType
 				a.SecretHeaders = map[string]string{"x-token": "tok-s3cret"}
 			}))
@@ -128,7 +128,7 @@ func TestAMQPDefaultExchange(t *testing.T) {
 	c := newAMQPClient(t, amqptest.URL(), nil)
 	req := amqpRequest("", queue, nil)
 	req.Namespace = "q" // amqptest's queues are named "q.<random>"
-	out := c.Deliver(context.Background(), req)
+	out := deliverNow(c, context.Background(), req)
 	require.Equal(t, Succeeded, out.Result, out.Reason)
 	got := amqptest.Consume(t, queue, 1, amqpWait)[0]
 	require.Equal(t, testExecutionID, got.MessageId)
@@ -149,7 +149,7 @@ func TestAMQPExchangeOfAnotherType(t *testing.T) {
 	t.Cleanup(func() { _ = amqptest.Channel(t).ExchangeDelete(exchange, false, false) })
 
 	c := newAMQPClient(t, amqptest.URL(), nil)
-	out := c.Deliver(context.Background(), amqpRequest(exchange, "any.key", nil))
+	out := deliverNow(c, context.Background(), amqpRequest(exchange, "any.key", nil))
 	require.Equal(t, Succeeded, out.Result, out.Reason)
 	require.Eventually(t, func() bool {
 		q, err := ch.QueueDeclarePassive(q.Name, false, true, false, false, nil)
@@ -162,7 +162,7 @@ func TestAMQPMissingExchange(t *testing.T) {
 	exchange := amqptest.UniqueName(t, "deliver.missing")
 	c := newAMQPClient(t, amqptest.URL(), nil)
 	for range 2 { // and again on the same connection
-		out := c.Deliver(context.Background(), amqpRequest(exchange, "k", nil))
+		out := deliverNow(c, context.Background(), amqpRequest(exchange, "k", nil))
 		require.Equal(t, Permanent, out.Result)
 		require.Equal(t, fmt.Sprintf("exchange %q does not exist", exchange), out.Reason)
 	}
@@ -176,7 +176,7 @@ func TestAMQPMissingExchange(t *testing.T) {
 func TestAMQPBrokerDownIsRetryable(t *testing.T) {
 	t.Parallel()
 	c := newAMQPClient(t, "amqp://guest:guest@127.0.0.1:1/", nil)
-	out := c.Deliver(context.Background(), amqpRequest("deliver.some-exchange", "k", nil))
+	out := deliverNow(c, context.Background(), amqpRequest("deliver.some-exchange", "k", nil))
 	require.Equal(t, Retryable, out.Result)
 	require.Contains(t, out.Reason, "connect to RabbitMQ")
 	require.NotContains(t, out.Reason, "guest:guest")
@@ -255,7 +255,7 @@ func TestAMQPRefusedTargets(t *testing.T) {
 			default:
 				req.Namespace = tt.namespace
 			}
-			out := c.Deliver(context.Background(), req)
+			out := deliverNow(c, context.Background(), req)
 			if tt.wantNoReason {
 				require.Equal(t, Succeeded, out.Result, out.Reason)
 				require.Equal(t, []string{broker.Route(tt.exchange, tt.key)}, pub.topics)
@@ -290,7 +290,7 @@ func TestAMQPPublishErrors(t *testing.T) {
 			t.Parallel()
 			pub := &fakePublisher{err: tt.err}
 			c, _ := newTestClient(t, func(o *Options) { o.Publisher = pub })
-			out := c.Deliver(context.Background(), amqpRequest("deliver.ex", "k", nil))
+			out := deliverNow(c, context.Background(), amqpRequest("deliver.ex", "k", nil))
 			require.Equal(t, tt.want, out.Result)
 			if tt.wantReason != "" {
 				require.Equal(t, tt.wantReason, out.Reason)
@@ -339,7 +339,7 @@ func TestAMQPSlotHeadersAndTemplate(t *testing.T) {
 
 	for attempt := int32(1); attempt <= 2; attempt++ {
 		req.Attempt = attempt
-		out := c.Deliver(context.Background(), req)
+		out := deliverNow(c, context.Background(), req)
 		require.Equal(t, Succeeded, out.Result, out.Reason)
 		got := amqptest.Consume(t, queue, 1, amqpWait)[0]
 
@@ -365,7 +365,7 @@ func TestAMQPSlotHeadersAndTemplate(t *testing.T) {
 	broken := amqpRequest(exchange, "reports.nightly", func(a *registryv1.AmqpTarget) {
 		a.Body, a.BodyFormat = `{{`, registryv1.BodyFormat_BODY_FORMAT_TEMPLATE
 	})
-	out := c.Deliver(context.Background(), broken)
+	out := deliverNow(c, context.Background(), broken)
 	require.Equal(t, Permanent, out.Result)
 	require.Contains(t, out.Reason, "invalid body template")
 }

@@ -118,7 +118,6 @@ type Options struct {
 // Create it with [New]. It implements [Deliverer] and is safe for
 // concurrent use.
 type Client struct {
-	http        *http.Client
 	transport   *http.Transport
 	publisher   message.Publisher
 	tracer      trace.Tracer
@@ -135,10 +134,13 @@ var _ Deliverer = (*Client)(nil)
 
 const tracerName = "github.com/cronmesh/cronmesh/services/dispatcher/internal/deliver"
 
-// New validates opts, applies the defaults and builds the HTTP client: a
-// transport that never uses a proxy (a proxy would connect on our behalf,
-// past the SSRF guard), dials through the guard, keeps keep-alive pools per
-// target and never follows redirects. It fails on a negative duration or
+// New validates opts, applies the defaults and builds the HTTP transport:
+// it never uses a proxy (a proxy would connect on our behalf, past the SSRF
+// guard), dials through the guard and keeps keep-alive pools per target.
+// Attempts are round trips of the transport, not calls of an http.Client:
+// redirects are never followed (a 3xx is the attempt's outcome), and a
+// client would only add its redirect machinery, which copies every
+// request's headers in case of one. It fails on a negative duration or
 // pool size and an invalid allowed network.
 func New(opts Options) (*Client, error) {
 	if opts.MaxTimeout < 0 || opts.AMQPTimeout < 0 || opts.MaxIdleConnsPerHost < 0 {
@@ -183,12 +185,6 @@ func New(opts Options) (*Client, error) {
 		MaxResponseHeaderBytes: maxResponseHeaderBytes,
 	}
 	c := &Client{
-		http: &http.Client{
-			Transport: transport,
-			CheckRedirect: func(*http.Request, []*http.Request) error {
-				return http.ErrUseLastResponse
-			},
-		},
 		transport:   transport,
 		publisher:   opts.Publisher,
 		propagator:  opts.Propagator,
@@ -218,38 +214,47 @@ func New(opts Options) (*Client, error) {
 // open new connections.
 func (c *Client) CloseIdleConnections() { c.transport.CloseIdleConnections() }
 
-// Deliver makes one attempt of req to its target within ctx and classifies
-// it (see [Outcome]). It never panics on a malformed request: a nil
-// request, a missing execution id or target, or an invalid URL, method or
-// signing secret is a Permanent outcome with the reason, so the message
-// goes to the dead-letter queue instead of looping. A ctx canceled during
-// the attempt (shutdown) gives a Retryable outcome. Duration covers the
-// whole attempt, on the monotonic clock.
-func (c *Client) Deliver(ctx context.Context, req *dispatchv1.DispatchRequest) Outcome {
-	start := time.Now()
-	var out Outcome
+// Prepare checks req and prepares its attempt (see [Deliverer]). It never
+// panics on a malformed request: a nil request, a missing execution id or
+// target, or an invalid URL, method, header or signing secret gives an
+// attempt that fails as Permanent with the reason, so the message goes to
+// the dead-letter queue instead of looping. An attempt whose ctx is
+// canceled while it is made (shutdown) is Retryable. Its Duration covers
+// the making, on the monotonic clock.
+func (c *Client) Prepare(ctx context.Context, req *dispatchv1.DispatchRequest) Attempt {
+	var send func(context.Context) Outcome
 	switch {
 	case req == nil:
-		out = permanent("no dispatch request")
+		send = fails(permanent("no dispatch request"))
 	case req.GetExecutionId() == "":
-		out = permanent("dispatch request has no execution id")
+		send = fails(permanent("dispatch request has no execution id"))
 	default:
 		switch t := req.GetTarget().GetKind().(type) {
 		case *registryv1.Target_Http:
-			out = c.deliverHTTP(ctx, req, t.Http)
+			send = c.prepareHTTP(ctx, req, t.Http)
 		case *registryv1.Target_Amqp:
-			out = c.deliverAMQP(ctx, req, t.Amqp)
+			send = func(ctx context.Context) Outcome { return c.deliverAMQP(ctx, req, t.Amqp) }
 		default:
-			out = permanent("job has no target")
+			send = fails(permanent("job has no target"))
 		}
 	}
-	out.Duration = time.Since(start)
-	if c.log.Enabled(ctx, slog.LevelDebug) {
-		c.log.DebugContext(ctx, "deliver: attempt",
-			"execution_id", req.GetExecutionId(), "job_id", req.GetJobId(), "attempt", req.GetAttempt(),
-			"result", out.Result.String(), "status", out.StatusCode, "reason", out.Reason, "duration", out.Duration)
-	}
-	return out
+	return AttemptFunc(func(ctx context.Context) Outcome {
+		start := time.Now()
+		out := send(ctx)
+		out.Duration = time.Since(start)
+		if c.log.Enabled(ctx, slog.LevelDebug) {
+			c.log.DebugContext(ctx, "deliver: attempt",
+				"execution_id", req.GetExecutionId(), "job_id", req.GetJobId(), "attempt", req.GetAttempt(),
+				"result", out.Result.String(), "status", out.StatusCode, "reason", out.Reason, "duration", out.Duration)
+		}
+		return out
+	})
+}
+
+// fails is the making of an attempt that cannot be made: its outcome is
+// out.
+func fails(out Outcome) func(context.Context) Outcome {
+	return func(context.Context) Outcome { return out }
 }
 
 // String names r for logs and metrics labels.

@@ -41,7 +41,6 @@ func TestNewDefaults(t *testing.T) {
 	require.Nil(t, c.transport.Proxy, "a proxy would connect past the SSRF guard")
 	require.Equal(t, DefaultMaxIdleConnsPerHost, c.transport.MaxIdleConnsPerHost)
 	require.Equal(t, DefaultMaxTimeout, c.transport.ResponseHeaderTimeout)
-	require.ErrorIs(t, c.http.CheckRedirect(nil, nil), http.ErrUseLastResponse)
 
 	c, err = New(Options{MaxTimeout: time.Minute, UserAgent: "x/1"})
 	require.NoError(t, err)

@@ -5,6 +5,14 @@
 // retryable or permanent failure; what happens next (retry, dead letter) is
 // the pipeline's business.
 //
+// An attempt is prepared first ([Deliverer.Prepare]: the checks, the body,
+// the request with its headers and signature) and made later
+// ([Attempt.Make]): the pipeline prepares a request fired ahead of its slot
+// while it holds it, so that only the sending is left when the slot's time
+// comes, with thousands of others. A request sent in another second than
+// the one it was signed for is signed again, so its webhook-timestamp is
+// always the second it was sent in.
+//
 // [Client] is the [Deliverer]. HTTP attempts carry the Standard Webhooks
 // headers (webhooksign.Sign; receivers check them with webhooksign.Verify
 // and webhooksign.VerifySlot), the execution id as Idempotency-Key, the

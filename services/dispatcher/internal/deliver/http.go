@@ -47,62 +47,139 @@ const (
 	errTypeNetwork  = "network"
 )
 
-// deliverHTTP makes one webhook call.
-func (c *Client) deliverHTTP(ctx context.Context, req *dispatchv1.DispatchRequest, t *registryv1.HttpTarget) Outcome {
+// httpAttempt is a prepared webhook call.
+type httpAttempt struct {
+	req     *dispatchv1.DispatchRequest
+	target  *registryv1.HttpTarget
+	url     *url.URL
+	method  string
+	body    []byte
+	timeout time.Duration
+	// request is sent once, with the attempt's context.
+	request *http.Request
+	// signedAt is the second of the webhook-timestamp the request is
+	// signed with.
+	signedAt int64
+}
+
+// prepareHTTP checks a webhook call and builds its request, signed for
+// the second of the slot's time (req.NotBefore) or of now, whichever is
+// later: the second it is normally sent in.
+func (c *Client) prepareHTTP(ctx context.Context, req *dispatchv1.DispatchRequest, t *registryv1.HttpTarget) func(context.Context) Outcome {
 	u, err := url.Parse(t.GetUrl())
 	if err != nil {
 		var ue *url.Error
 		if errors.As(err, &ue) {
 			err = ue.Err // without the URL, which may carry secrets
 		}
-		return permanent("invalid URL: %v", err)
+		return fails(permanent("invalid URL: %v", err))
 	}
 	if scheme := strings.ToLower(u.Scheme); scheme != "http" && scheme != "https" {
-		return permanent("invalid URL: scheme %q is not http or https", u.Scheme)
+		return fails(permanent("invalid URL: scheme %q is not http or https", u.Scheme))
 	}
 	if u.Host == "" || u.Opaque != "" {
-		return permanent("invalid URL: no host")
+		return fails(permanent("invalid URL: no host"))
 	}
 	switch err := webhooksign.CheckSecret(t.GetSigningSecret()); {
 	case errors.Is(err, webhooksign.ErrNoSecret):
-		return permanent("no signing secret")
+		return fails(permanent("no signing secret"))
 	case err != nil:
-		return permanent("invalid signing secret")
+		return fails(permanent("invalid signing secret"))
 	}
-	method := strings.ToUpper(t.GetMethod())
-	if method == "" {
-		method = http.MethodPost
+	a := &httpAttempt{req: req, target: t, url: u, method: strings.ToUpper(t.GetMethod())}
+	if a.method == "" {
+		a.method = http.MethodPost
 	}
-	timeout := t.GetTimeout().AsDuration()
-	if t.GetTimeout() == nil || timeout <= 0 {
-		timeout = DefaultTimeout
+	a.timeout = t.GetTimeout().AsDuration()
+	if t.GetTimeout() == nil || a.timeout <= 0 {
+		a.timeout = DefaultTimeout
 	}
-	timeout = min(timeout, c.maxTimeout)
-	body, err := slotinfo.Body(t.GetBody(), t.GetBodyFormat(), httpContentType(t), slotinfo.FromRequest(req))
-	if err != nil {
-		return permanent("invalid body template: %v", err)
+	a.timeout = min(a.timeout, c.maxTimeout)
+	if a.body, err = slotinfo.Body(t.GetBody(), t.GetBodyFormat(), httpContentType(t), slotinfo.FromRequest(req)); err != nil {
+		return fails(permanent("invalid body template: %v", err))
 	}
+	var reader io.Reader
+	if len(a.body) > 0 {
+		reader = bytes.NewReader(a.body)
+	}
+	if a.request, err = http.NewRequestWithContext(ctx, a.method, u.String(), reader); err != nil {
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		return fails(permanent("invalid request: %v", err))
+	}
+	header := a.request.Header
+	for _, headers := range [...]map[string]string{t.GetHeaders(), t.GetSecretHeaders()} {
+		for name, value := range headers {
+			if !validHeaderName(name) || !validHeaderValue(value) {
+				return fails(permanent("invalid header %q", name))
+			}
+			name = http.CanonicalHeaderKey(name)
+			if slices.Contains(droppedHeaders[:], name) || slotinfo.IsReservedHeader(name) {
+				continue
+			}
+			header.Set(name, value)
+		}
+	}
+	for _, h := range slotinfo.FromRequest(req).Headers() {
+		header.Set(h.Name, h.Value)
+	}
+	header.Set(webhooksign.HeaderWebhookID, req.GetExecutionId())
+	header.Set(webhooksign.HeaderIdempotencyKey, req.GetExecutionId())
+	if header.Get("User-Agent") == "" {
+		header.Set("User-Agent", c.userAgent)
+	}
+	if len(a.body) > 0 && header.Get("Content-Type") == "" {
+		header.Set("Content-Type", "application/json")
+	}
+	signAt := c.clock.Now()
+	if nb := req.GetNotBefore(); nb != nil && nb.AsTime().After(signAt) {
+		signAt = nb.AsTime()
+	}
+	if err := a.sign(signAt); err != nil {
+		return fails(permanent("invalid signing secret")) // checked above; never expected
+	}
+	c.propagator.Inject(ctx, propagation.HeaderCarrier(header))
+	return func(ctx context.Context) Outcome { return c.sendHTTP(ctx, a) }
+}
 
-	// The client span, unless the attempt's trace is not sampled (the
-	// usual case without export), whose spans the mesh's parent-based
-	// samplers never record: the request then carries the attempt's own
-	// context, the same trace, without a span nobody records.
+// sign sets the request's webhook-timestamp to at's second and its
+// signature over it.
+func (a *httpAttempt) sign(at time.Time) error {
+	sig, err := webhooksign.Sign(a.target.GetSigningSecret(), a.req.GetExecutionId(), at, a.body)
+	if err != nil {
+		return err
+	}
+	a.request.Header.Set(webhooksign.HeaderWebhookTimestamp, strconv.FormatInt(at.Unix(), 10))
+	a.request.Header.Set(webhooksign.HeaderWebhookSignature, sig)
+	a.signedAt = at.Unix()
+	return nil
+}
+
+// sendHTTP makes the webhook call, under its client span unless the
+// attempt's trace is not sampled (the usual case without export), whose
+// spans the mesh's parent-based samplers never record: the request then
+// carries the context it was prepared with, the attempt's, without a span
+// nobody records.
+func (c *Client) sendHTTP(ctx context.Context, a *httpAttempt) Outcome {
 	span := trace.SpanFromContext(context.Background()) // a no-op span
 	if telemetry.MayRecord(ctx) {
-		ctx, span = c.tracer.Start(ctx, method,
+		ctx, span = c.tracer.Start(ctx, a.method,
 			trace.WithSpanKind(trace.SpanKindClient),
 			trace.WithAttributes(
-				semconv.HTTPRequestMethodKey.String(method),
-				semconv.URLFull(redact.URL(u)),
-				semconv.ServerAddress(u.Hostname()),
-				semconv.ServerPort(port(u)),
-				attribute.String("cronmesh.execution.id", req.GetExecutionId()),
-				attribute.String("cronmesh.job.id", req.GetJobId()),
-				attribute.Int("cronmesh.attempt", int(req.GetAttempt())),
+				semconv.HTTPRequestMethodKey.String(a.method),
+				semconv.URLFull(redact.URL(a.url)),
+				semconv.ServerAddress(a.url.Hostname()),
+				semconv.ServerPort(port(a.url)),
+				attribute.String("cronmesh.execution.id", a.req.GetExecutionId()),
+				attribute.String("cronmesh.job.id", a.req.GetJobId()),
+				attribute.Int("cronmesh.attempt", int(a.req.GetAttempt())),
 			))
+		c.propagator.Inject(ctx, propagation.HeaderCarrier(a.request.Header))
 	}
 	defer span.End()
-	out := c.callHTTP(ctx, req, t, u, method, body, timeout)
+	out := c.callHTTP(ctx, a)
 
 	if out.StatusCode != 0 {
 		span.SetAttributes(semconv.HTTPResponseStatusCode(out.StatusCode))
@@ -113,66 +190,26 @@ func (c *Client) deliverHTTP(ctx context.Context, req *dispatchv1.DispatchReques
 	return out
 }
 
-// callHTTP sends the request and classifies what came back.
-func (c *Client) callHTTP(ctx context.Context, req *dispatchv1.DispatchRequest, t *registryv1.HttpTarget,
-	u *url.URL, method string, body []byte, timeout time.Duration,
-) Outcome {
+// callHTTP sends the request and classifies what came back. A request
+// sent in another second than the one it was signed for (held past it,
+// or sent before the slot's time) is signed again.
+func (c *Client) callHTTP(ctx context.Context, a *httpAttempt) Outcome {
 	span := trace.SpanFromContext(ctx)
-	attemptCtx, cancel := context.WithTimeout(ctx, timeout)
+	attemptCtx, cancel := context.WithTimeout(ctx, a.timeout)
 	defer cancel()
-	var reader io.Reader
-	if len(body) > 0 {
-		reader = bytes.NewReader(body)
-	}
-	httpReq, err := http.NewRequestWithContext(attemptCtx, method, u.String(), reader)
-	if err != nil {
-		var ue *url.Error
-		if errors.As(err, &ue) {
-			err = ue.Err
-		}
-		return permanent("invalid request: %v", err)
-	}
-	for _, headers := range [...]map[string]string{t.GetHeaders(), t.GetSecretHeaders()} {
-		for name, value := range headers {
-			if !validHeaderName(name) || !validHeaderValue(value) {
-				return permanent("invalid header %q", name)
-			}
-			name = http.CanonicalHeaderKey(name)
-			if slices.Contains(droppedHeaders[:], name) || slotinfo.IsReservedHeader(name) {
-				continue
-			}
-			httpReq.Header.Set(name, value)
+	if now := c.clock.Now(); now.Unix() != a.signedAt {
+		if err := a.sign(now); err != nil {
+			return permanent("invalid signing secret") // checked when prepared; never expected
 		}
 	}
-	for _, h := range slotinfo.FromRequest(req).Headers() {
-		httpReq.Header.Set(h.Name, h.Value)
-	}
-	id := req.GetExecutionId()
-	now := c.clock.Now()
-	httpReq.Header.Set(webhooksign.HeaderWebhookID, id)
-	httpReq.Header.Set(webhooksign.HeaderWebhookTimestamp, strconv.FormatInt(now.Unix(), 10))
-	sig, err := webhooksign.Sign(t.GetSigningSecret(), id, now, body)
+	resp, err := c.transport.RoundTrip(a.request.WithContext(attemptCtx))
 	if err != nil {
-		return permanent("invalid signing secret") // checked above; never expected
-	}
-	httpReq.Header.Set(webhooksign.HeaderWebhookSignature, sig)
-	httpReq.Header.Set(webhooksign.HeaderIdempotencyKey, id)
-	if httpReq.Header.Get("User-Agent") == "" {
-		httpReq.Header.Set("User-Agent", c.userAgent)
-	}
-	if len(body) > 0 && httpReq.Header.Get("Content-Type") == "" {
-		httpReq.Header.Set("Content-Type", "application/json")
-	}
-	c.propagator.Inject(ctx, propagation.HeaderCarrier(httpReq.Header))
-
-	resp, err := c.http.Do(httpReq)
-	if err != nil {
-		out, errType := c.classifyError(ctx, err, timeout)
+		out, errType := c.classifyError(ctx, err, a.timeout)
 		span.SetAttributes(semconv.ErrorTypeKey.String(errType))
 		if errType == errTypeRefused {
 			c.log.Warn("deliver: target refused by the SSRF guard",
-				"execution_id", id, "job_id", req.GetJobId(), "namespace", req.GetNamespace(),
-				"url", redact.URL(u), "reason", out.Reason)
+				"execution_id", a.req.GetExecutionId(), "job_id", a.req.GetJobId(), "namespace", a.req.GetNamespace(),
+				"url", redact.URL(a.url), "reason", out.Reason)
 		}
 		return out
 	}
@@ -180,6 +217,7 @@ func (c *Client) callHTTP(ctx context.Context, req *dispatchv1.DispatchRequest, 
 	_, _ = io.CopyN(io.Discard, resp.Body, maxDrain) // for keep-alive; a longer body closes the connection
 	_ = resp.Body.Close()
 
+	t := a.target
 	out := Outcome{
 		Result:     classifyStatus(resp.StatusCode, t.GetAcceptedStatusCodes()),
 		StatusCode: resp.StatusCode,

@@ -170,7 +170,7 @@ func TestHTTPStatusClassification(t *testing.T) {
 			t.Parallel()
 			srv := newTarget(t, status(tt.code, tt.header...))
 			c, _ := newTestClient(t, nil)
-			out := c.Deliver(context.Background(), httpRequest(srv.URL, func(h *registryv1.HttpTarget) {
+			out := deliverNow(c, context.Background(), httpRequest(srv.URL, func(h *registryv1.HttpTarget) {
 				h.AcceptedStatusCodes = tt.accepted
 			}))
 			require.Equal(t, tt.want, out.Result, out.Reason)
@@ -201,7 +201,7 @@ func TestHTTPRedirectNotFollowed(t *testing.T) {
 	})
 	c, _ := newTestClient(t, nil)
 
-	out := c.Deliver(context.Background(), httpRequest(srv.URL+"/hook", nil))
+	out := deliverNow(c, context.Background(), httpRequest(srv.URL+"/hook", nil))
 	require.Equal(t, Permanent, out.Result)
 	require.Equal(t, http.StatusFound, out.StatusCode)
 	require.Equal(t, "HTTP 302 Found (redirects are not followed)", out.Reason)
@@ -227,7 +227,7 @@ func TestHTTPTimeout(t *testing.T) {
 			// The handler holds the response until the client gives up.
 			srv := newTarget(t, func(_ http.ResponseWriter, r *http.Request) { <-r.Context().Done() })
 			c, _ := newTestClient(t, func(o *Options) { o.MaxTimeout = tt.maxTimeout })
-			out := c.Deliver(context.Background(), httpRequest(srv.URL, func(h *registryv1.HttpTarget) {
+			out := deliverNow(c, context.Background(), httpRequest(srv.URL, func(h *registryv1.HttpTarget) {
 				h.Timeout = durationpb.New(tt.jobTimeout)
 			}))
 			require.Equal(t, Retryable, out.Result)
@@ -245,7 +245,7 @@ func TestHTTPParentContextCanceled(t *testing.T) {
 	c, _ := newTestClient(t, nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	out := c.Deliver(ctx, httpRequest(srv.URL, nil))
+	out := deliverNow(c, ctx, httpRequest(srv.URL, nil))
 	require.Equal(t, Retryable, out.Result)
 	require.Equal(t, "delivery canceled: context canceled", out.Reason)
 }
@@ -256,7 +256,7 @@ func TestHTTPConnectionRefusedIsRetryable(t *testing.T) {
 	addr := srv.URL
 	srv.Close() // nothing listens there any more
 	c, _ := newTestClient(t, nil)
-	out := c.Deliver(context.Background(), httpRequest(addr+"/hook?token=s3cr3t", nil))
+	out := deliverNow(c, context.Background(), httpRequest(addr+"/hook?token=s3cr3t", nil))
 	require.Equal(t, Retryable, out.Result)
 	require.Contains(t, out.Reason, "connection refused")
 	require.NotContains(t, out.Reason, "s3cr3t")
@@ -281,7 +281,7 @@ func TestHTTPExcerpt(t *testing.T) {
 				_, _ = io.WriteString(w, tt.body)
 			})
 			c, _ := newTestClient(t, nil)
-			out := c.Deliver(context.Background(), httpRequest(srv.URL, nil))
+			out := deliverNow(c, context.Background(), httpRequest(srv.URL, nil))
 			require.Equal(t, Succeeded, out.Result, out.Reason)
 			require.Equal(t, tt.want, out.Excerpt)
 			require.Equal(t, "yes", out.Headers.Get("X-Target"))
@@ -298,7 +298,7 @@ func TestHTTPExcerptScrubsSecretHeaders(t *testing.T) {
 			r.Header.Get("Authorization"), r.Header.Get("X-Token"), strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer "), r.Header.Get("X-Pin"))
 	})
 	c, _ := newTestClient(t, nil)
-	out := c.Deliver(context.Background(), httpRequest(srv.URL, func(h *registryv1.HttpTarget) {
+	out := deliverNow(c, context.Background(), httpRequest(srv.URL, func(h *registryv1.HttpTarget) {
 		h.SecretHeaders = map[string]string{"Authorization": "Bearer b3arer-t0ken", "X-Token": "x-t0ken-value", "X-Pin": "1234"}
 	}))
 	require.Equal(t, Permanent, out.Result)
@@ -370,7 +370,7 @@ func TestHTTPRequest(t *testing.T) {
 			srv := newTarget(t, status(204))
 			c, fake := newTestClient(t, nil)
 			req := httpRequest(srv.URL, tt.mod)
-			out := c.Deliver(context.Background(), req)
+			out := deliverNow(c, context.Background(), req)
 			require.Equal(t, Succeeded, out.Result, out.Reason)
 
 			got := <-srv.reqs
@@ -400,6 +400,34 @@ func TestHTTPRequest(t *testing.T) {
 	}
 }
 
+// TestHTTPPreparedAheadIsSignedForItsSendingSecond: a request prepared
+// before its slot's time reaches nothing until it is made, and is signed
+// for the second it is sent in: the slot's, when it is made then, or a
+// later one, when it is made late.
+func TestHTTPPreparedAheadIsSignedForItsSendingSecond(t *testing.T) {
+	t.Parallel()
+	for _, late := range []time.Duration{0, 2500 * time.Millisecond} {
+		t.Run(fmt.Sprintf("made %s after the slot", late), func(t *testing.T) {
+			t.Parallel()
+			srv := newTarget(t, status(204))
+			c, fake := newTestClient(t, nil)
+			slot := testNow().Add(3 * time.Second)
+			req := httpRequest(srv.URL, nil)
+			req.NotBefore = timestamppb.New(slot)
+
+			attempt := c.Prepare(context.Background(), req)
+			require.Empty(t, srv.reqs, "preparing sent the request")
+			fake.Set(slot.Add(late))
+			out := attempt.Make(context.Background())
+			require.Equal(t, Succeeded, out.Result, out.Reason)
+
+			got := <-srv.reqs
+			require.Equal(t, strconv.FormatInt(fake.Now().Unix(), 10), got.header.Get(webhooksign.HeaderWebhookTimestamp))
+			require.NoError(t, webhooksign.Verify(vectorSecret, got.header, got.body, 0, fake.Now()))
+		})
+	}
+}
+
 func TestHTTPTraceContext(t *testing.T) {
 	t.Parallel()
 	rec := tracetest.NewSpanRecorder()
@@ -412,7 +440,7 @@ func TestHTTPTraceContext(t *testing.T) {
 	ts, err := trace.ParseTraceState("vendor=abc")
 	require.NoError(t, err)
 	ctx = trace.ContextWithSpanContext(ctx, parent.SpanContext().WithTraceState(ts))
-	out := c.Deliver(ctx, httpRequest(srv.URL+"/services/T000/B000/capability-s3cr3t?token=s3cr3t", func(h *registryv1.HttpTarget) {
+	out := deliverNow(c, ctx, httpRequest(srv.URL+"/services/T000/B000/capability-s3cr3t?token=s3cr3t", func(h *registryv1.HttpTarget) {
 		h.SecretHeaders = map[string]string{"X-Token": "header-s3cr3t"}
 	}))
 	parent.End()
@@ -470,7 +498,7 @@ func TestHTTPTraceContextNotSampled(t *testing.T) {
 
 	ctx, parent := tp.Tracer("test").Start(context.Background(), "consume")
 	require.False(t, parent.SpanContext().IsSampled())
-	out := c.Deliver(ctx, httpRequest(srv.URL, nil))
+	out := deliverNow(c, ctx, httpRequest(srv.URL, nil))
 	parent.End()
 	require.Equal(t, Succeeded, out.Result, out.Reason)
 	require.Empty(t, rec.Ended(), "no span is recorded")
@@ -488,7 +516,7 @@ func TestHTTPTraceContextWithoutTracer(t *testing.T) {
 	sc := trace.NewSpanContext(trace.SpanContextConfig{
 		TraceID: trace.TraceID{1, 2, 3}, SpanID: trace.SpanID{4, 5, 6}, TraceFlags: trace.FlagsSampled,
 	})
-	out := c.Deliver(trace.ContextWithSpanContext(context.Background(), sc), httpRequest(srv.URL, nil))
+	out := deliverNow(c, trace.ContextWithSpanContext(context.Background(), sc), httpRequest(srv.URL, nil))
 	require.Equal(t, Succeeded, out.Result, out.Reason)
 	got := <-srv.reqs
 	h := propagation.HeaderCarrier(got.header)
@@ -522,7 +550,7 @@ func TestHTTPInvalidRequests(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			c, _ := newTestClient(t, nil)
-			out := c.Deliver(context.Background(), tt.req)
+			out := deliverNow(c, context.Background(), tt.req)
 			require.Equal(t, Permanent, out.Result)
 			require.Equal(t, tt.want, out.Reason)
 			require.NotContains(t, out.Reason, "whsec_")
@@ -554,7 +582,7 @@ func TestHTTPSSRFRefused(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			c, _ := newTestClient(t, func(o *Options) { o.AllowedNetworks = nil })
-			out := c.Deliver(context.Background(), httpRequest(tt.url, nil))
+			out := deliverNow(c, context.Background(), httpRequest(tt.url, nil))
 			require.Equal(t, Permanent, out.Result, out.Reason)
 			require.Contains(t, out.Reason, tt.want)
 			require.True(t, strings.HasPrefix(out.Reason, "target refused: "), out.Reason)
@@ -584,7 +612,7 @@ func TestHTTPS(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			c, _ := newTestClient(t, func(o *Options) { o.TLSConfig = tt.tls })
-			out := c.Deliver(context.Background(), httpRequest(srv.URL, nil))
+			out := deliverNow(c, context.Background(), httpRequest(srv.URL, nil))
 			require.Equal(t, tt.want, out.Result, out.Reason)
 		})
 	}
@@ -609,7 +637,7 @@ func TestHTTPConcurrentDeliveries(t *testing.T) {
 		wg.Go(func() {
 			req := httpRequest(srv.URL, nil)
 			req.ExecutionId = fmt.Sprintf("exec-%02d", i)
-			outs[i] = c.Deliver(context.Background(), req)
+			outs[i] = deliverNow(c, context.Background(), req)
 		})
 	}
 	wg.Wait()
@@ -643,7 +671,7 @@ func TestHTTPSlotHeadersAndTemplate(t *testing.T) {
 
 	for attempt := int32(1); attempt <= 2; attempt++ {
 		req.Attempt = attempt
-		out := c.Deliver(context.Background(), req)
+		out := deliverNow(c, context.Background(), req)
 		require.Equal(t, Retryable, out.Result, out.Reason)
 		got := <-srv.reqs
 
@@ -672,14 +700,14 @@ func TestHTTPSlotHeadersAndTemplate(t *testing.T) {
 
 	t.Run("a literal body with placeholders is sent as written", func(t *testing.T) {
 		literal := httpRequest(srv.URL, func(h *registryv1.HttpTarget) { h.Body = `{"a":"{{nominal_time}}"}` })
-		c.Deliver(context.Background(), literal)
+		deliverNow(c, context.Background(), literal)
 		require.Equal(t, `{"a":"{{nominal_time}}"}`, string((<-srv.reqs).body))
 	})
 	t.Run("a broken template that bypassed the registry is permanent", func(t *testing.T) {
 		broken := httpRequest(srv.URL, func(h *registryv1.HttpTarget) {
 			h.Body, h.BodyFormat = `{{nope}}`, registryv1.BodyFormat_BODY_FORMAT_TEMPLATE
 		})
-		out := c.Deliver(context.Background(), broken)
+		out := deliverNow(c, context.Background(), broken)
 		require.Equal(t, Permanent, out.Result)
 		require.Contains(t, out.Reason, `invalid body template: template error at byte 0: unknown placeholder "nope"`)
 	})
@@ -689,7 +717,7 @@ func TestHTTPSlotHeadersAndTemplate(t *testing.T) {
 			h.Headers = map[string]string{"content-type": "text/plain"}
 		})
 		text.Namespace = `al"pha`
-		c.Deliver(context.Background(), text)
+		deliverNow(c, context.Background(), text)
 		require.Equal(t, `ns=al"pha`, string((<-srv.reqs).body))
 	})
 }
@@ -703,4 +731,9 @@ func cronmeshHeaders(h http.Header) map[string][]string {
 		}
 	}
 	return out
+}
+
+// deliverNow prepares an attempt of req and makes it at once, both in ctx.
+func deliverNow(c *Client, ctx context.Context, req *dispatchv1.DispatchRequest) Outcome {
+	return c.Prepare(ctx, req).Make(ctx)
 }

@@ -47,9 +47,29 @@ type Outcome struct {
 	RetryAfter time.Duration
 }
 
-// Deliverer makes attempts. Safe for concurrent use.
+// Deliverer prepares attempts. Safe for concurrent use.
 type Deliverer interface {
-	// Deliver makes one attempt of req (req.Attempt is its number) within
-	// ctx, whose trace context the request carries to the target.
-	Deliver(ctx context.Context, req *dispatchv1.DispatchRequest) Outcome
+	// Prepare does the work of an attempt of req (req.Attempt is its
+	// number) that does not depend on when it is made: checking the
+	// target, rendering the body, building and signing the request. The
+	// pipeline prepares a request the trigger fired ahead of its slot
+	// while it holds it, so that at the slot's time, when thousands of
+	// slots may be due at once, only the sending is left. ctx's trace
+	// context is the one the request carries to the target. An invalid
+	// request is prepared too: its attempt fails as Permanent.
+	Prepare(ctx context.Context, req *dispatchv1.DispatchRequest) Attempt
 }
+
+// Attempt is a prepared attempt. Make it once.
+type Attempt interface {
+	// Make makes the attempt within ctx, which bounds it (a cancel aborts
+	// it) and, when its trace may be recorded, holds the attempt's client
+	// or producer span.
+	Make(ctx context.Context) Outcome
+}
+
+// AttemptFunc is an Attempt made by calling it.
+type AttemptFunc func(ctx context.Context) Outcome
+
+// Make calls f.
+func (f AttemptFunc) Make(ctx context.Context) Outcome { return f(ctx) }

@@ -18,7 +18,7 @@
 // watermill-amqp hands a subscription's messages over one at a time (the
 // next only after the previous is acked or nacked), and a message is
 // acknowledged only once its consequences are confirmed and recorded
-// (step 5), which takes longer than the delivery itself. So messages in
+// (step 6), which takes longer than the delivery itself. So messages in
 // hand and deliveries are counted apart. Each priority consumes through
 // Workers x Prefetch subscriptions, each on its own AMQP channel with a
 // prefetch of one: a message that has left the queue is always being
@@ -56,7 +56,10 @@
 //     memory (Options.Cancels, package inflight: every cancellation
 //     recorded, followed as a feed), before and again after the wait for a
 //     delivery slot.
-//  3. Deliver (emitting STARTED once the attempt has run
+//  3. Prepare the attempt (deliver.Deliverer.Prepare) and hold the request
+//     until its not_before, the slot's time, when the trigger fired it
+//     ahead (bounded by Options.MaxHold).
+//  4. Deliver (emitting STARTED once the attempt has run
 //     Options.StartedEventAfter, at its start when that is zero), under a context that a cancel of the
 //     execution aborts (inflight.Registry): an aborted attempt emits
 //     CANCELLED, is not retried and completes the execution. Deliver in
@@ -65,7 +68,7 @@
 //     (events of many executions share a broker message), and retries and
 //     dead letters are published under producer spans whose context the
 //     message carries, so the next attempt continues the same trace.
-//  4. Succeeded: SUCCEEDED. Retryable while attempt <= max_retries: publish
+//  5. Succeeded: SUCCEEDED. Retryable while attempt <= max_retries: publish
 //     the request as attempt+1 to the retry exchange with the routing key of
 //     its tier ([RetryDelay]: the policy's backoff, at least the target's
 //     Retry-After, rounded up to a tier) and priority, and emit FAILED
@@ -74,7 +77,7 @@
 //     of the last attempt, signing secret included, which a redrive needs,
 //     plus the last outcome: reason, status, excerpt) to the dead exchange
 //     with routing key "dead.<namespace>", and emit FAILED and DEAD.
-//  5. Acknowledge only when every message the attempt caused (the retry or
+//  6. Acknowledge only when every message the attempt caused (the retry or
 //     dead letter, and the event batches that carry its events) is
 //     confirmed by the broker, and then the attempt is recorded as
 //     completed (final for success and dead; in batches). A failed record

@@ -353,12 +353,13 @@ func traceIDOf(ctx context.Context) string {
 }
 
 // fake is a Deliverer whose answer per request comes from fn; it records
-// every call.
+// every attempt prepared and every call.
 type fake struct {
 	fn func(ctx context.Context, req *dispatchv1.DispatchRequest) deliver.Outcome
 
-	mu    sync.Mutex
-	calls []call
+	mu       sync.Mutex
+	prepared map[string]int // by execution id
+	calls    []call
 }
 
 type call struct {
@@ -368,7 +369,18 @@ type call struct {
 	traceID string
 }
 
-func (f *fake) Deliver(ctx context.Context, req *dispatchv1.DispatchRequest) deliver.Outcome {
+// Prepare counts the attempt; deliver makes it.
+func (f *fake) Prepare(_ context.Context, req *dispatchv1.DispatchRequest) deliver.Attempt {
+	f.mu.Lock()
+	if f.prepared == nil {
+		f.prepared = map[string]int{}
+	}
+	f.prepared[req.ExecutionId]++
+	f.mu.Unlock()
+	return deliver.AttemptFunc(func(ctx context.Context) deliver.Outcome { return f.deliver(ctx, req) })
+}
+
+func (f *fake) deliver(ctx context.Context, req *dispatchv1.DispatchRequest) deliver.Outcome {
 	f.mu.Lock()
 	f.calls = append(f.calls, call{req: req, at: time.Now(), traceID: traceIDOf(ctx)})
 	f.mu.Unlock()
@@ -376,6 +388,13 @@ func (f *fake) Deliver(ctx context.Context, req *dispatchv1.DispatchRequest) del
 		return deliver.Outcome{Result: deliver.Succeeded, StatusCode: 200, Reason: "HTTP 200", Duration: time.Millisecond}
 	}
 	return f.fn(ctx, req)
+}
+
+// preparedOf is how many attempts of an execution were prepared.
+func (f *fake) preparedOf(executionID string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.prepared[executionID]
 }
 
 // of returns the calls for an execution.

@@ -14,8 +14,8 @@ import (
 )
 
 // TestHeldUntilNotBefore: a request the trigger fired ahead of its slot is
-// delivered at its not_before on the pipeline's clock, not when taken, and
-// the requests behind it in the queue are not held up.
+// prepared when taken and delivered at its not_before on the pipeline's
+// clock, and the requests behind it in the queue are not held up.
 func TestHeldUntilNotBefore(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
@@ -30,6 +30,7 @@ func TestHeldUntilNotBefore(t *testing.T) {
 	e.dispatch(nil, behind)
 	e.waitFor(behind.ExecutionId, succeeded, 1)
 
+	require.Equal(t, 1, f.preparedOf(held.ExecutionId), "prepared while held")
 	clk.Advance(2*time.Second - time.Millisecond)
 	require.Empty(t, f.of(held.ExecutionId), "delivered before its slot")
 	clk.Advance(time.Millisecond)

@@ -587,7 +587,11 @@ func (p *Pipeline) handle(soft, ctx context.Context, priority, queue string, msg
 	if ctx.Err() != nil {
 		return requeueNow
 	}
+	var attempt deliver.Attempt
 	if !check.Completed {
+		// Prepared while it is held, so that at the slot's time, when a
+		// crowd of slots may be due, only the sending is left.
+		attempt = p.prepare(ctx, req)
 		// Everything from here on (a cancellation, the deadline, the
 		// overlap policy, the delivery) is decided at the slot's time.
 		switch waited, interrupted := p.awaitSlot(soft, req); {
@@ -664,7 +668,7 @@ func (p *Pipeline) handle(soft, ctx context.Context, priority, queue string, msg
 	p.metrics.inFlight.Inc()
 	begin := time.Now()
 	p.metrics.startDelay.Observe(begin.Sub(taken).Seconds())
-	out := p.deliver(attemptCtx, req)
+	out := p.deliver(attemptCtx, req, attempt)
 	elapsed := time.Since(begin)
 	// From here on no STARTED is emitted: started is the confirm of the
 	// one that was (awaited with the outcome's), or nil.
@@ -845,18 +849,34 @@ func (p *Pipeline) track(ctx context.Context, ref inflight.Ref) (context.Context
 	return attemptCtx, sync.OnceFunc(release)
 }
 
-// deliver calls the Deliverer, turning a panic into a Permanent failure:
-// the request goes to the dead-letter store, where it is seen, instead of
-// crashing the dispatcher on every redelivery.
-func (p *Pipeline) deliver(ctx context.Context, req *dispatchv1.DispatchRequest) (out deliver.Outcome) {
+// prepare has the Deliverer prepare req's attempt, and deliver makes it,
+// each turning a panic into a Permanent failure: the request goes to the
+// dead-letter store, where it is seen, instead of crashing the dispatcher
+// on every redelivery.
+func (p *Pipeline) prepare(ctx context.Context, req *dispatchv1.DispatchRequest) (attempt deliver.Attempt) {
 	defer func() {
 		if r := recover(); r != nil {
-			p.logger.ErrorContext(ctx, "the deliverer panicked", slog.String("execution_id", req.ExecutionId),
-				slog.Any("panic", r), slog.String("stack", string(debug.Stack())))
-			out = deliver.Outcome{Result: deliver.Permanent, Reason: "internal error of the dispatcher (see its log)"}
+			out := p.panicked(ctx, req, r)
+			attempt = deliver.AttemptFunc(func(context.Context) deliver.Outcome { return out })
 		}
 	}()
-	return p.opts.Deliverer.Deliver(ctx, req)
+	return p.opts.Deliverer.Prepare(ctx, req)
+}
+
+func (p *Pipeline) deliver(ctx context.Context, req *dispatchv1.DispatchRequest, attempt deliver.Attempt) (out deliver.Outcome) {
+	defer func() {
+		if r := recover(); r != nil {
+			out = p.panicked(ctx, req, r)
+		}
+	}()
+	return attempt.Make(ctx)
+}
+
+// panicked logs a panic of the Deliverer and is the attempt's outcome.
+func (p *Pipeline) panicked(ctx context.Context, req *dispatchv1.DispatchRequest, r any) deliver.Outcome {
+	p.logger.ErrorContext(ctx, "the deliverer panicked", slog.String("execution_id", req.ExecutionId),
+		slog.Any("panic", r), slog.String("stack", string(debug.Stack())))
+	return deliver.Outcome{Result: deliver.Permanent, Reason: "internal error of the dispatcher (see its log)"}
 }
 
 // await waits for the events' confirms (and takes publishErr, the direct

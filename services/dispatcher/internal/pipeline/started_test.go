@@ -30,7 +30,12 @@ func newBlocking() *blocking {
 	return &blocking{entered: make(chan *dispatchv1.DispatchRequest, 16), release: make(chan struct{})}
 }
 
-func (b *blocking) Deliver(ctx context.Context, req *dispatchv1.DispatchRequest) deliver.Outcome {
+// Prepare prepares nothing: deliver makes the attempt.
+func (b *blocking) Prepare(_ context.Context, req *dispatchv1.DispatchRequest) deliver.Attempt {
+	return deliver.AttemptFunc(func(ctx context.Context) deliver.Outcome { return b.deliver(ctx, req) })
+}
+
+func (b *blocking) deliver(ctx context.Context, req *dispatchv1.DispatchRequest) deliver.Outcome {
 	b.entered <- req
 	select {
 	case <-b.release:
