@@ -356,6 +356,8 @@ func traceIDOf(ctx context.Context) string {
 // every attempt prepared and every call.
 type fake struct {
 	fn func(ctx context.Context, req *dispatchv1.DispatchRequest) deliver.Outcome
+	// panicOnPrepare makes Prepare panic, after counting the attempt.
+	panicOnPrepare bool
 
 	mu       sync.Mutex
 	prepared map[string]int // by execution id
@@ -377,6 +379,9 @@ func (f *fake) Prepare(_ context.Context, req *dispatchv1.DispatchRequest) deliv
 	}
 	f.prepared[req.ExecutionId]++
 	f.mu.Unlock()
+	if f.panicOnPrepare {
+		panic("boom while preparing")
+	}
 	return deliver.AttemptFunc(func(ctx context.Context) deliver.Outcome { return f.deliver(ctx, req) })
 }
 

@@ -67,9 +67,10 @@ const (
 	// the delivery.
 	DefaultEventLinger     = 200 * time.Millisecond
 	DefaultEventPublishers = 4
-	// DefaultEventHold: a second's crowd of 2,700 slots is delivered in
-	// about 300 ms on a 2-core host (ADR 0024); a top-of-minute second's,
-	// in about a second.
+	// DefaultEventHold covers the delivery of a whole second's crowd of
+	// the sustained mix (2,700 slots) on a 2-core host, and holds a larger
+	// crowd's events (a top-of-minute second's, 11,400) back no longer
+	// than that (ADR 0024).
 	DefaultEventHold = 500 * time.Millisecond
 	// DefaultStartedEventAfter is the dispatcher flag's default of
 	// Options.StartedEventAfter: most attempts take milliseconds, so

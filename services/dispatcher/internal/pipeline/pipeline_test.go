@@ -206,26 +206,31 @@ func TestRedrivenSeriesRetriesAfresh(t *testing.T) {
 }
 
 // TestPermanentIsDeadAtOnce: a permanent failure is not retried; nor is a
-// Deliverer that panics (the dispatcher survives it).
+// Deliverer that panics, making or preparing the attempt (the dispatcher
+// survives it).
 func TestPermanentIsDeadAtOnce(t *testing.T) {
 	t.Parallel()
+	succeed := func() deliver.Outcome { return deliver.Outcome{Result: deliver.Succeeded} }
 	tests := []struct {
-		name    string
-		outcome func() deliver.Outcome
-		reason  string
-		excerpt string
+		name           string
+		outcome        func() deliver.Outcome
+		panicOnPrepare bool
+		reason         string
+		excerpt        string
+		calls          int
 	}{
 		{"404", func() deliver.Outcome {
 			return deliver.Outcome{Result: deliver.Permanent, StatusCode: 404, Reason: "HTTP 404", Excerpt: "no such hook"}
-		}, "HTTP 404", "no such hook"},
-		{"panic", func() deliver.Outcome { panic("boom") }, "internal error of the dispatcher (see its log)", ""},
+		}, false, "HTTP 404", "no such hook", 1},
+		{"panic", func() deliver.Outcome { panic("boom") }, false, "internal error of the dispatcher (see its log)", "", 1},
+		{"panic while preparing", succeed, true, "internal error of the dispatcher (see its log)", "", 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			e := newEnv(t)
 			e.startDrainer()
-			f := &fake{fn: func(context.Context, *dispatchv1.DispatchRequest) deliver.Outcome { return tt.outcome() }}
+			f := &fake{fn: func(context.Context, *dispatchv1.DispatchRequest) deliver.Outcome { return tt.outcome() }, panicOnPrepare: tt.panicOnPrepare}
 			r := e.start(f)
 			req := request(registryv1.Priority_PRIORITY_HIGH)
 			e.dispatch(nil, req)
@@ -238,7 +243,7 @@ func TestPermanentIsDeadAtOnce(t *testing.T) {
 				return len(letters) == 1 && letters[0].ResponseExcerpt == tt.excerpt && letters[0].Attempt == 1 && letters[0].Reason == tt.reason
 			}, 30*time.Second, 10*time.Millisecond)
 			r.stop(t)
-			require.Len(t, f.of(req.ExecutionId), 1)
+			require.Len(t, f.of(req.ExecutionId), tt.calls)
 			require.EqualValues(t, 1, metric(t, r.reg, "dead_letters_total"))
 			require.Zero(t, metric(t, r.reg, "retries_scheduled_total"))
 		})
