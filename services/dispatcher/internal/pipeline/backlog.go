@@ -34,16 +34,16 @@ type backlog struct {
 
 	mu      sync.Mutex
 	waiting int
-	// clear is closed while the events may be published: no request is
-	// waiting, or the backlog has held them for maxHold.
-	clear chan struct{}
-	timer clock.Timer
+	// released is closed while the events may be published: no request
+	// is waiting, or the backlog has held them for maxHold.
+	released chan struct{}
+	timer    clock.Timer
 }
 
 func newBacklog(c clock.Clock, maxHold time.Duration, gauge prometheus.Gauge) *backlog {
-	clear := make(chan struct{})
-	close(clear)
-	return &backlog{clock: c, maxHold: maxHold, gauge: gauge, clear: clear}
+	released := make(chan struct{})
+	close(released)
+	return &backlog{clock: c, maxHold: maxHold, gauge: gauge, released: released}
 }
 
 // enter counts a request that waits for a delivery slot. The first one
@@ -53,15 +53,15 @@ func (b *backlog) enter() {
 	defer b.mu.Unlock()
 	b.waiting++
 	b.gauge.Inc()
-	if b.waiting > 1 || b.maxHold <= 0 || !isClosed(b.clear) {
+	if b.waiting > 1 || b.maxHold <= 0 || !isClosed(b.released) {
 		return
 	}
-	b.clear = make(chan struct{})
-	held := b.clear
+	b.released = make(chan struct{})
+	held := b.released
 	b.timer = b.clock.AfterFunc(b.maxHold, func() {
 		b.mu.Lock()
 		defer b.mu.Unlock()
-		if b.clear == held {
+		if b.released == held {
 			b.release()
 		}
 	})
@@ -81,10 +81,10 @@ func (b *backlog) leave() {
 
 // release lets the events through; b.mu is held.
 func (b *backlog) release() {
-	if isClosed(b.clear) {
+	if isClosed(b.released) {
 		return
 	}
-	close(b.clear)
+	close(b.released)
 	b.timer.Stop()
 }
 
@@ -92,14 +92,14 @@ func (b *backlog) release() {
 // how long it waited.
 func (b *backlog) wait(ctx context.Context) time.Duration {
 	b.mu.Lock()
-	clear := b.clear
+	released := b.released
 	b.mu.Unlock()
-	if isClosed(clear) {
+	if isClosed(released) {
 		return 0
 	}
 	start := time.Now()
 	select {
-	case <-clear:
+	case <-released:
 	case <-ctx.Done():
 	}
 	return time.Since(start)
