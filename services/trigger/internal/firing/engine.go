@@ -173,7 +173,7 @@ type Engine struct {
 	lead       time.Duration
 	gather     time.Duration
 	crowdSize  int
-	crowdEarly time.Duration // CrowdLead - Lead: how much earlier a crowd starts
+	crowdEarly time.Duration // CrowdLead - Lead with crowds on, else 0: how much earlier a crowd starts
 	jobChanges JobChanges
 	wholeLoad  time.Duration
 	batch      int
@@ -230,7 +230,6 @@ func NewEngine(opts Options) (*Engine, error) {
 		lead:       opts.Lead,
 		gather:     opts.Gather,
 		crowdSize:  opts.CrowdSize,
-		crowdEarly: max(opts.CrowdLead-opts.Lead, 0),
 		jobChanges: opts.JobChanges,
 		wholeLoad:  cmp.Or(opts.WholeLoadInterval, DefaultWholeLoad),
 		batch:      cmp.Or(opts.BatchSize, DefaultBatchSize),
@@ -243,8 +242,8 @@ func NewEngine(opts Options) (*Engine, error) {
 		maxBack:    cmp.Or(opts.MaxBackoff, DefaultMaxBackoff),
 	}
 	e.maxBack = max(e.maxBack, e.backoff)
-	if e.crowdSize == 0 {
-		e.crowdEarly = 0
+	if e.crowdSize > 0 {
+		e.crowdEarly = max(opts.CrowdLead-opts.Lead, 0)
 	}
 	if e.lookahead < e.interval+e.lead+e.crowdEarly+e.gather {
 		// A slot must be in memory by the earliest time it may be
