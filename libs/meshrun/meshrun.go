@@ -386,6 +386,14 @@ func (m *Mesh) start(ctx context.Context, name, binary string, args []string) (*
 	return m.run(ctx, name, binary, args, addr)
 }
 
+// readyTimeout bounds a process's start, to its first ready answer. A
+// service is ready once it has subscribed to its queues, a few round trips
+// to the broker for each subscription (the dispatcher holds 768), and
+// RabbitMQ registers every consumer of a quorum queue through its log. With
+// several meshes starting at once on a 2-core host (the test suites run in
+// parallel), that took over a minute.
+const readyTimeout = 3 * time.Minute
+
 func (m *Mesh) run(ctx context.Context, name, binary string, args []string, addr string) (*Process, error) {
 	p, err := startProcess(name, filepath.Join(m.opts.BinDir, binary), binary, args, addr, filepath.Join(m.opts.LogDir, name+".log"), m.opts.Env)
 	if err != nil {
@@ -394,7 +402,7 @@ func (m *Mesh) run(ctx context.Context, name, binary string, args []string, addr
 	m.mu.Lock()
 	m.procs = append(m.procs, p)
 	m.mu.Unlock()
-	if err := p.waitReady(ctx, 60*time.Second); err != nil {
+	if err := p.waitReady(ctx, readyTimeout); err != nil {
 		_ = p.Stop(10 * time.Second)
 		return nil, err
 	}
