@@ -86,9 +86,22 @@ type RelayOptions struct {
 	// watermill-amqp publisher). With Shards, each shard has Lanes/Shards
 	// lanes (at least one). Default 16.
 	Lanes int
-	// PollInterval is how long an idle relay waits before polling again;
-	// [Relay.Notify] cuts the wait short. Default 200ms.
+	// PollInterval is how long a relay waits before polling again after a
+	// poll that found rows; [Relay.Notify] cuts the wait short. Default
+	// 200ms.
 	PollInterval time.Duration
+	// MaxPollInterval spaces out the polls that find nothing: each one
+	// doubles the wait before the next, from PollInterval up to
+	// MaxPollInterval, and a poll that finds rows brings it back to
+	// PollInterval. A cycle woken by Notify neither grows nor resets it
+	// (the rows it finds were announced), and restarts the wait, so a
+	// relay notified more often than it polls does not poll at all: its
+	// notified cycles read every partition of the shard and find what was
+	// not announced (rows written in another process) too. Every idle
+	// poll is a query, so a relay whose writers call Notify needs few.
+	// Default (and anything below PollInterval): PollInterval, a steady
+	// poll.
+	MaxPollInterval time.Duration
 	// LockKey is the PostgreSQL advisory lock key that elects the single
 	// publishing relay. Advisory locks are per database, not per schema, so
 	// the default 0 means a key derived from the current schema's name:
@@ -233,6 +246,7 @@ type Relay struct {
 	batchSize  int
 	lanes      int
 	poll       time.Duration
+	maxPoll    time.Duration
 	backoff    time.Duration
 	maxBackoff time.Duration
 	lockRetry  time.Duration
@@ -260,7 +274,7 @@ func NewRelay(opts RelayOptions) (*Relay, error) {
 		return nil, errors.New("outbox: RelayOptions.Pool is required")
 	case opts.Publisher == nil:
 		return nil, errors.New("outbox: RelayOptions.Publisher is required")
-	case opts.BatchSize < 0, opts.Lanes < 0, opts.Shards < 0, opts.PollInterval < 0, opts.Backoff < 0,
+	case opts.BatchSize < 0, opts.Lanes < 0, opts.Shards < 0, opts.PollInterval < 0, opts.MaxPollInterval < 0, opts.Backoff < 0,
 		opts.MaxBackoff < 0, opts.LockRetryInterval < 0, opts.LockCheckInterval < 0, opts.DrainTimeout < 0:
 		return nil, errors.New("outbox: negative size or duration in RelayOptions")
 	case opts.Shards > 1 && opts.Ownership == nil:
@@ -279,6 +293,7 @@ func NewRelay(opts RelayOptions) (*Relay, error) {
 		batchSize:  cmp.Or(opts.BatchSize, DefaultBatchSize),
 		lanes:      cmp.Or(opts.Lanes, DefaultLanes),
 		poll:       cmp.Or(opts.PollInterval, DefaultPollInterval),
+		maxPoll:    opts.MaxPollInterval,
 		backoff:    cmp.Or(opts.Backoff, DefaultBackoff),
 		maxBackoff: cmp.Or(opts.MaxBackoff, DefaultMaxBackoff),
 		lockRetry:  cmp.Or(opts.LockRetryInterval, DefaultLockRetryInterval),
@@ -298,6 +313,7 @@ func NewRelay(opts RelayOptions) (*Relay, error) {
 	}
 	r.lanes = max(r.lanes/len(r.shards), 1)
 	r.maxBackoff = max(r.maxBackoff, r.backoff)
+	r.maxPoll = max(r.maxPoll, r.poll)
 	return r, nil
 }
 
@@ -525,12 +541,15 @@ func (d *duplicates) settle(rows []row, deleted bool, confirmed int) {
 }
 
 // publishLoop runs a shard's cycles until ctx is done, backing off after
-// failures and waiting for Notify or PollInterval when the shard has no
-// full batch.
+// failures and, when the shard has no full batch, waiting for Notify or
+// the poll interval (see MaxPollInterval).
 func (r *Relay) publishLoop(ctx context.Context, shard int, dups *duplicates) {
 	var backoff time.Duration
+	interval := r.poll
+	// polled: the cycle about to run is a poll, not woken by Notify.
+	polled := true
 	for ctx.Err() == nil {
-		more, err := r.cycle(ctx, shard, dups)
+		found, more, err := r.cycle(ctx, shard, dups)
 		if ctx.Err() != nil {
 			return
 		}
@@ -549,11 +568,20 @@ func (r *Relay) publishLoop(ctx context.Context, shard int, dups *duplicates) {
 		if more {
 			continue // a full batch: more rows are probably waiting
 		}
-		timer := time.NewTimer(r.poll)
+		wait := interval
+		switch {
+		case polled && found:
+			interval, wait = r.poll, r.poll
+		case polled:
+			interval = min(2*interval, r.maxPoll)
+		}
+		timer := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
 		case <-r.shards[shard]:
+			polled = false
 		case <-timer.C:
+			polled = true
 		}
 		timer.Stop()
 	}
@@ -646,26 +674,27 @@ LIMIT $1`
 // drains in large batches.
 const minPerPartition = 64
 
-// cycle publishes one batch of a shard and reports whether it was full:
-// BatchSize rows or, with Ownership, a partition's whole share, so that
-// more rows are probably waiting.
-func (r *Relay) cycle(ctx context.Context, shard int, dups *duplicates) (full bool, err error) {
+// cycle publishes one batch of a shard and reports whether it found rows
+// and whether the batch was full: BatchSize rows or, with Ownership, a
+// partition's whole share, so that more rows are probably waiting.
+func (r *Relay) cycle(ctx context.Context, shard int, dups *duplicates) (found, full bool, err error) {
 	var epochs map[int]int64
 	if r.ownership != nil {
 		epochs = r.shardPartitions(shard)
 		if len(epochs) == 0 {
 			r.observe(nil, time.Time{})
-			return false, nil
+			return false, false, nil
 		}
 	}
+	r.m.reads.Inc()
 	rows, full, dbNow, err := r.fetch(ctx, epochs)
 	if err != nil {
-		return false, err
+		return false, false, err
 	}
 	readAt := time.Now()
 	r.observe(rows, dbNow)
 	if len(rows) == 0 {
-		return false, nil
+		return false, false, nil
 	}
 	margin := time.Duration(0)
 	if r.ownership == nil {
@@ -675,7 +704,7 @@ func (r *Relay) cycle(ctx context.Context, shard int, dups *duplicates) (full bo
 	confirmed, pubErr := r.publish(ctx, rows, epochs, readAt)
 	delErr := r.delete(ctx, confirmed)
 	dups.settle(rows, delErr == nil, len(confirmed))
-	return full, errors.Join(pubErr, delErr)
+	return true, full, errors.Join(pubErr, delErr)
 }
 
 // shardPartitions returns the owned partitions of a shard (partition mod
@@ -1064,9 +1093,12 @@ func sleep(ctx context.Context, d time.Duration) bool {
 type metrics struct {
 	published prometheus.Counter
 	errors    prometheus.Counter
-	pending   prometheus.Gauge
-	lag       prometheus.Gauge
-	leader    prometheus.Gauge
+	// reads counts the queries that read the outbox: polls and the
+	// cycles Notify wakes.
+	reads   prometheus.Counter
+	pending prometheus.Gauge
+	lag     prometheus.Gauge
+	leader  prometheus.Gauge
 	// possibleDuplicates counts publishes with PossibleDuplicateHeader.
 	possibleDuplicates prometheus.Counter
 	// dueToConfirm observes, for messages with a due time, their
@@ -1085,6 +1117,10 @@ func newMetrics(reg prometheus.Registerer) (metrics, error) {
 		errors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "outbox_publish_errors_total",
 			Help: "Failed publishes of outbox messages, and grouped rows that could not be decoded (each stops its lane for the cycle).",
+		}),
+		reads: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "outbox_reads_total",
+			Help: "Reads of the outbox (polls, and cycles woken by Notify), each a query.",
 		}),
 		pending: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "outbox_pending",
@@ -1114,7 +1150,7 @@ func newMetrics(reg prometheus.Registerer) (metrics, error) {
 	if reg == nil {
 		return m, nil
 	}
-	cs := []prometheus.Collector{m.published, m.errors, m.pending, m.lag, m.leader, m.possibleDuplicates, m.dueToConfirm}
+	cs := []prometheus.Collector{m.published, m.errors, m.reads, m.pending, m.lag, m.leader, m.possibleDuplicates, m.dueToConfirm}
 	for i, c := range cs {
 		if err := reg.Register(c); err != nil {
 			for _, done := range cs[:i] {

@@ -37,6 +37,7 @@ func TestNewRelayValidates(t *testing.T) {
 		{"negative shards", RelayOptions{Pool: pool, Publisher: pub, Shards: -1}},
 		{"shards without ownership", RelayOptions{Pool: pool, Publisher: pub, Shards: 2}},
 		{"negative poll", RelayOptions{Pool: pool, Publisher: pub, PollInterval: -time.Second}},
+		{"negative max poll", RelayOptions{Pool: pool, Publisher: pub, MaxPollInterval: -time.Second}},
 		{"negative backoff", RelayOptions{Pool: pool, Publisher: pub, Backoff: -time.Second}},
 	}
 	for _, tt := range tests {
@@ -201,6 +202,26 @@ func TestRelayNotifyWakesIdleRelay(t *testing.T) {
 	got := amqptest.Consume(t, top.queue, 2, 10*time.Second)
 	require.Equal(t, "first", got[0].MessageId)
 	require.Equal(t, "second", got[1].MessageId)
+}
+
+// TestRelaySpacesOutIdlePolls: polls that find nothing space out up to
+// MaxPollInterval, and a row no Notify announced is still found by one.
+func TestRelaySpacesOutIdlePolls(t *testing.T) {
+	t.Parallel()
+	pool := testPool(t)
+	top := newTopology(t)
+	r, reg := newRelay(t, RelayOptions{Pool: pool, Publisher: newPublisher(t, amqptest.URL(), top.exchange),
+		PollInterval: 5 * time.Millisecond, MaxPollInterval: 80 * time.Millisecond})
+	runRelay(t, r)
+	require.Eventually(t, func() bool { return metric(t, reg, "outbox_reads_total") > 0 }, 10*time.Second, time.Millisecond)
+	start := metric(t, reg, "outbox_reads_total")
+	time.Sleep(time.Second)
+	// Polling every 5 ms would be 200 reads; spaced out to 80 ms, about 15.
+	require.Less(t, metric(t, reg, "outbox_reads_total")-start, 40.0, "idle polls are spaced out")
+
+	write(t, pool, Message{AggregateID: "a", RoutingKey: "job.created", MessageID: "unannounced"})
+	got := amqptest.Consume(t, top.queue, 1, 10*time.Second)
+	require.Equal(t, "unannounced", got[0].MessageId)
 }
 
 func TestRelayBrokerUnreachable(t *testing.T) {
