@@ -57,7 +57,8 @@ type RelayOptions struct {
 	Logger *slog.Logger
 	// Metrics, if non-nil, registers outbox_published_total (messages,
 	// each of a grouped row counted), outbox_publish_errors_total,
-	// outbox_pending (rows seen by the last poll of any shard, at most
+	// outbox_reads_total (queries reading the outbox: polls and notified
+	// cycles), outbox_pending (rows seen by the last poll of any shard, at most
 	// BatchSize; a grouped row counts one), outbox_lag_seconds (age of the
 	// oldest row seen by the last poll of any shard, 0 when none),
 	// outbox_leader (1 while this relay holds the lock; always 0 with
