@@ -50,10 +50,11 @@ func (s *Store) ApplyExecutions(ctx context.Context, batch []*eventsv1.Execution
 		return res, nil
 	}
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
-		if err := markJobs(ctx, tx, marks, now); err != nil {
+		limited, err := markJobs(ctx, tx, marks, now)
+		if err != nil {
 			return err
 		}
-		if err := countJobRuns(ctx, tx, runs); err != nil {
+		if err := countJobRuns(ctx, tx, runs.of(limited)); err != nil {
 			return err
 		}
 		if len(events) == 0 {
@@ -102,10 +103,15 @@ func jobMarks(events []*eventsv1.ExecutionEvent) map[string]*jobMark {
 
 // markJobs moves the jobs' high-water marks in one statement. A job
 // alerting has not heard of from the registry yet gets a placeholder row
-// (version 0, no schedule) that its first job event fills in.
-func markJobs(ctx context.Context, tx pgx.Tx, marks map[string]*jobMark, now time.Time) error {
+// (version 0, no schedule) that its first job event fills in. It returns
+// the marked jobs whose runs countJobRuns must count: those with a limit
+// and the placeholders, whose limit is not known yet. Nearly every job has
+// neither, and knowing it from the rows this statement locks anyway spares
+// every batch a second look-up of each of its jobs.
+func markJobs(ctx context.Context, tx pgx.Tx, marks map[string]*jobMark, now time.Time) (map[string]bool, error) {
+	limited := map[string]bool{}
 	if len(marks) == 0 {
-		return nil
+		return limited, nil
 	}
 	n := len(marks)
 	ids, namespaces, names := make([]string, 0, n), make([]string, 0, n), make([]string, 0, n)
@@ -134,19 +140,26 @@ func markJobs(ctx context.Context, tx pgx.Tx, marks map[string]*jobMark, now tim
 		}
 		return out
 	}
-	_, err := tx.Exec(ctx, `
-		INSERT INTO jobs AS j (id, namespace, display_name, version, create_time, seen_through, last_success_nominal, last_success_time)
-		SELECT m.id, m.ns, m.name, 0, $6, m.seen, m.success, CASE WHEN m.success IS NOT NULL THEN $6::timestamptz END
-		FROM unnest($1::text[], $2::text[], $3::text[], $4::timestamptz[], $5::timestamptz[]) AS m(id, ns, name, seen, success)
-		ON CONFLICT (id) DO UPDATE SET
-		    seen_through = greatest(j.seen_through, excluded.seen_through),
-		    last_success_nominal = greatest(j.last_success_nominal, excluded.last_success_nominal),
-		    last_success_time = coalesce(excluded.last_success_time, j.last_success_time)`,
+	rows, err := tx.Query(ctx, `
+		WITH marked AS (
+		    INSERT INTO jobs AS j (id, namespace, display_name, version, create_time, seen_through, last_success_nominal, last_success_time)
+		    SELECT m.id, m.ns, m.name, 0, $6, m.seen, m.success, CASE WHEN m.success IS NOT NULL THEN $6::timestamptz END
+		    FROM unnest($1::text[], $2::text[], $3::text[], $4::timestamptz[], $5::timestamptz[]) AS m(id, ns, name, seen, success)
+		    ON CONFLICT (id) DO UPDATE SET
+		        seen_through = greatest(j.seen_through, excluded.seen_through),
+		        last_success_nominal = greatest(j.last_success_nominal, excluded.last_success_nominal),
+		        last_success_time = coalesce(excluded.last_success_time, j.last_success_time)
+		    RETURNING j.id, j.max_runs, j.version, j.deleted)
+		SELECT id FROM marked WHERE (max_runs > 0 OR version = 0) AND NOT deleted`,
 		permute(ids), permute(namespaces), permute(names), permuteT(seen), permuteT(success), now)
 	if err != nil {
-		return fmt.Errorf("mark jobs: %w", err)
+		return nil, fmt.Errorf("mark jobs: %w", err)
 	}
-	return nil
+	var id string
+	if _, err := pgx.ForEachRow(rows, []any{&id}, func() error { limited[id] = true; return nil }); err != nil {
+		return nil, fmt.Errorf("mark jobs: %w", err)
+	}
+	return limited, nil
 }
 
 // runList is the runs of scheduled slots a batch saw, one entry per (job,
@@ -154,6 +167,17 @@ func markJobs(ctx context.Context, tx pgx.Tx, marks map[string]*jobMark, now tim
 type runList struct {
 	ids      []string
 	nominals []time.Time
+}
+
+// of is the runs of the jobs in ids.
+func (l runList) of(ids map[string]bool) runList {
+	var out runList
+	for i, id := range l.ids {
+		if ids[id] {
+			out.ids, out.nominals = append(out.ids, id), append(out.nominals, l.nominals[i])
+		}
+	}
+	return out
 }
 
 // jobRuns lists the runs the events show: every scheduled or catch-up slot
@@ -185,12 +209,12 @@ func jobRuns(events []*eventsv1.ExecutionEvent) runList {
 	return l
 }
 
-// countJobRuns records the batch's runs of jobs with a limit (and of
-// placeholder rows, whose limit is not known yet) after the job got it,
-// each once, raises their runs_seen by the new ones, and stops watching a
-// job that has reached its limit. Jobs without a limit cost the join and
-// nothing more. Runs after markJobs, which created the placeholder rows
-// and holds the batch's job rows locked.
+// countJobRuns records the runs of jobs with a limit (and of placeholder
+// rows, whose limit is not known yet) after the job got it, each once,
+// raises their runs_seen by the new ones, and stops watching a job that has
+// reached its limit. runs are those of the jobs markJobs returned; it
+// created the placeholder rows and holds the batch's job rows locked, so
+// the join reads what it saw.
 func countJobRuns(ctx context.Context, tx pgx.Tx, runs runList) error {
 	if len(runs.ids) == 0 {
 		return nil
