@@ -34,7 +34,11 @@ type Outcome struct {
 // pause_after_dead_letters, in one query: the outcomes of every other job
 // change nothing, and most jobs do not have the option, so the pause on
 // failure asks this once per batch of events rather than reading each
-// event's job. Ids that are not UUIDs or name no job are not in the result.
+// event's job. The query walks the small index of the jobs that have the
+// option (jobs_pausing), and reads a spec only for a row written before
+// the option had its column; it then fills the column in, so each such
+// row is decoded once. Ids that are not UUIDs or name no job are not in
+// the result.
 func (s *Store) PausingJobs(ctx context.Context, ids []string) (map[string]bool, error) {
 	valid := make([]string, 0, len(ids))
 	for _, id := range ids {
@@ -46,28 +50,50 @@ func (s *Store) PausingJobs(ctx context.Context, ids []string) (map[string]bool,
 	if len(valid) == 0 {
 		return pausing, nil
 	}
-	rows, err := s.pool.Query(ctx, `SELECT id::text, spec FROM jobs WHERE id = ANY($1::uuid[])`, valid)
+	rows, err := s.pool.Query(ctx, `
+		SELECT id::text, pause_after_dead_letters, CASE WHEN pause_after_dead_letters IS NULL THEN spec END
+		FROM jobs WHERE id = ANY($1::uuid[]) AND pause_after_dead_letters IS DISTINCT FROM 0`, valid)
 	if err != nil {
 		return nil, fmt.Errorf("read jobs for pause on failure: %w", err)
 	}
 	defer rows.Close()
 	field := (&registryv1.Job{}).ProtoReflect().Descriptor().Fields().ByName("pause_after_dead_letters").Number()
-	var id string
-	var spec []byte
+	var (
+		id         string
+		pauseAfter *int32
+		spec       []byte
+		// unknown are the rows without the column, and what their spec says.
+		unknownIDs   []string
+		unknownLimit []int32
+	)
 	for rows.Next() {
-		if err := rows.Scan(&id, &spec); err != nil {
+		if err := rows.Scan(&id, &pauseAfter, &spec); err != nil {
 			return nil, fmt.Errorf("read jobs for pause on failure: %w", err)
 		}
-		n, err := int32Field(spec, field)
-		if err != nil {
-			return nil, fmt.Errorf("decode job %s: %w", id, err)
+		if pauseAfter == nil {
+			n, err := int32Field(spec, field)
+			if err != nil {
+				return nil, fmt.Errorf("decode job %s: %w", id, err)
+			}
+			unknownIDs, unknownLimit = append(unknownIDs, id), append(unknownLimit, n)
+			pauseAfter = &n
 		}
-		if n > 0 {
+		if *pauseAfter > 0 {
 			pausing[id] = true
 		}
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("read jobs for pause on failure: %w", err)
+	}
+	if len(unknownIDs) > 0 {
+		// Only where the column is still empty: a write of the job since
+		// the read set it from a newer spec.
+		if _, err := s.pool.Exec(ctx, `
+			UPDATE jobs SET pause_after_dead_letters = u.n
+			FROM unnest($1::uuid[], $2::int[]) AS u(id, n)
+			WHERE jobs.id = u.id AND jobs.pause_after_dead_letters IS NULL`, unknownIDs, unknownLimit); err != nil {
+			return nil, fmt.Errorf("record pause_after_dead_letters of %d jobs: %w", len(unknownIDs), err)
+		}
 	}
 	return pausing, nil
 }
@@ -207,9 +233,10 @@ func (s *Store) writeUpdate(ctx context.Context, tx pgx.Tx, job *registryv1.Job,
 	}
 	tag, err := tx.Exec(ctx, `
 		UPDATE jobs SET display_name = $3, labels = $4::jsonb, paused = $5, version = $6, spec = $7,
-			signing_secret = NULLIF($8, ''), update_time = $9
+			signing_secret = NULLIF($8, ''), update_time = $9, pause_after_dead_letters = $10
 		WHERE namespace = $1 AND id = $2`,
-		job.Namespace, job.Id, cols.names[0], cols.labels[0], cols.paused[0], job.Version, cols.specs[0], cols.secrets[0], job.UpdateTime.AsTime())
+		job.Namespace, job.Id, cols.names[0], cols.labels[0], cols.paused[0], job.Version, cols.specs[0], cols.secrets[0], job.UpdateTime.AsTime(),
+		cols.pauseAfter[0])
 	if err != nil {
 		return fmt.Errorf("update job: %w", err)
 	}

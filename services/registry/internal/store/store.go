@@ -153,11 +153,12 @@ func (s *Store) Create(ctx context.Context, namespace string, jobs []NewJob) ([]
 			result[i] = job
 		}
 		if _, err := tx.Exec(ctx, `
-			INSERT INTO jobs (id, namespace, display_name, labels, paused, version, spec, signing_secret, create_time, update_time)
-			SELECT id, $1, display_name, labels::jsonb, paused, 1, spec, NULLIF(secret, ''), t, t
-			FROM unnest($2::uuid[], $3::text[], $4::text[], $5::bool[], $6::bytea[], $7::text[], $8::timestamptz[])
-				AS u(id, display_name, labels, paused, spec, secret, t)`,
-			namespace, cols.ids, cols.names, cols.labels, cols.paused, cols.specs, cols.secrets, cols.times,
+			INSERT INTO jobs (id, namespace, display_name, labels, paused, version, spec, signing_secret, create_time, update_time,
+				pause_after_dead_letters)
+			SELECT id, $1, display_name, labels::jsonb, paused, 1, spec, NULLIF(secret, ''), t, t, pause_after
+			FROM unnest($2::uuid[], $3::text[], $4::text[], $5::bool[], $6::bytea[], $7::text[], $8::timestamptz[], $9::int[])
+				AS u(id, display_name, labels, paused, spec, secret, t, pause_after)`,
+			namespace, cols.ids, cols.names, cols.labels, cols.paused, cols.specs, cols.secrets, cols.times, cols.pauseAfter,
 		); err != nil {
 			return fmt.Errorf("insert jobs: %w", err)
 		}
@@ -645,6 +646,7 @@ type jobColumns struct {
 	paused                      []bool
 	specs                       [][]byte
 	times                       []time.Time
+	pauseAfter                  []int32
 }
 
 func (c *jobColumns) add(job *registryv1.Job) error {
@@ -674,6 +676,7 @@ func (c *jobColumns) add(job *registryv1.Job) error {
 	c.specs = append(c.specs, b)
 	c.secrets = append(c.secrets, secret)
 	c.times = append(c.times, job.CreateTime.AsTime())
+	c.pauseAfter = append(c.pauseAfter, job.PauseAfterDeadLetters)
 	return nil
 }
 
