@@ -79,8 +79,9 @@ type RelayOptions struct {
 	// flag its late messages possible duplicates (see
 	// [PossibleDuplicateHeader]). Default 1000.
 	BatchSize int
-	// Lanes is the number of concurrent publishers. Rows are assigned to a
-	// lane by a hash of their aggregate id, so one aggregate always uses one
+	// Lanes is the most concurrent publishers: a cycle uses one lane per
+	// 64 messages it read, up to Lanes. Rows are assigned to a lane by a
+	// hash of their aggregate id, so within a cycle one aggregate uses one
 	// lane (and the rows of [WriteGrouped], whose aggregate is their
 	// partition's, one lane per partition). The publisher should allow at
 	// least as many concurrent publishes (the channel pool size of a
@@ -342,7 +343,8 @@ func (r *Relay) Notify() {
 // Run first takes the advisory lock, waiting while another relay holds it
 // (with Ownership there is no lock: it publishes the partitions it owns).
 // As leader it repeats a cycle: read up to BatchSize rows ORDER BY id, split
-// them into lanes by hash(aggregate_id) % Lanes, publish each lane's
+// them into lanes by hash(aggregate_id) % n, where n is one lane per 64 of
+// their messages, up to Lanes, publish each lane's
 // messages in order (a grouped row's one after the other; pipelined in
 // chunks of 64 when the Publisher is an [InOrderPublisher], else one
 // confirmed publish at a time) with the lanes running concurrently, then
@@ -825,9 +827,10 @@ func (r *Relay) observe(rows []row, dbNow time.Time) {
 // With Ownership, epochs are the partitions' epochs when the rows were
 // read.
 func (r *Relay) publish(ctx context.Context, rows []row, epochs map[int]int64, readAt time.Time) ([]int64, error) {
-	lanes := make([][]row, r.lanes)
+	n := lanesFor(rows, r.lanes)
+	lanes := make([][]row, n)
 	for _, rw := range rows {
-		i := laneOf(rw.aggregateID, r.lanes)
+		i := laneOf(rw.aggregateID, n)
 		lanes[i] = append(lanes[i], rw)
 	}
 
@@ -878,6 +881,23 @@ func (r *Relay) publish(ctx context.Context, rows []row, epochs map[int]int64, r
 		return confirmed, fmt.Errorf("%d of %d lanes failed, first: %w", len(errs), r.lanes, errs[0])
 	}
 	return confirmed, nil
+}
+
+// lanesFor is how many lanes a cycle of rows uses: one per chunk of its
+// messages, up to most. A lane packs its consecutive messages of one
+// topic into one broker message per chunk, and the broker's cost is per
+// message, nearly whatever it carries (ADR 0026): a cycle of 150 dispatch
+// requests spread over 16 lanes made 16 broker messages of about 9, over
+// 3 lanes it makes 3, published as concurrently. A backlog's cycles still
+// use every lane. Each cycle divides its own rows: an aggregate stays in
+// one lane within a cycle, and a shard's cycles run one after the other,
+// so order per aggregate holds across cycles too.
+func lanesFor(rows []row, most int) int {
+	messages := 0
+	for _, rw := range rows {
+		messages += messagesOfRow(rw.headers)
+	}
+	return min(max((messages+chunkSize-1)/chunkSize, 1), most)
 }
 
 // InOrderPublisher is implemented by publishers that can pipeline a batch

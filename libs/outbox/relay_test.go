@@ -864,3 +864,38 @@ func TestFetchBoundsTheMessagesOfAPoll(t *testing.T) {
 		}
 	}
 }
+
+// TestRelayPacksASmallCycleIntoOneBrokerMessage: a cycle's messages are
+// spread over one lane per 64 of them, not over every lane, so a cycle of
+// 40 packable messages of 40 aggregates is one broker message (over 16
+// lanes it was about 16), in order, each once.
+func TestRelayPacksASmallCycleIntoOneBrokerMessage(t *testing.T) {
+	t.Parallel()
+	pool := testPool(t)
+	top := newTopology(t)
+	r, _ := newRelay(t, RelayOptions{
+		Pool: pool, Publisher: newPublisher(t, amqptest.URL(), top.exchange), Lanes: 16,
+		Pack: func(topic string) bool { return strings.HasPrefix(topic, "dispatch.") },
+	})
+	msgs := seqMessages("agg", 40, 1)
+	for i := range msgs {
+		msgs[i].RoutingKey = "dispatch.normal"
+	}
+	write(t, pool, msgs...)
+	stop := runRelay(t, r)
+	waitEmpty(t, pool, 20*time.Second)
+	stop()
+
+	deliveries := amqptest.Drain(t, top.queue)
+	require.Equal(t, 1, len(deliveries), "one cycle of 40 messages: one lane, one broker message")
+	msg, err := broker.Marshaler{}.Unmarshal(deliveries[0])
+	require.NoError(t, err)
+	inner, err := broker.Unpack(msg)
+	require.NoError(t, err)
+	var unpacked []amqp091.Delivery
+	for _, m := range inner {
+		unpacked = append(unpacked, amqp091.Delivery{MessageId: m.UUID, Body: m.Payload})
+	}
+	require.Zero(t, checkOrder(t, msgs, unpacked), "no message published twice")
+	require.Len(t, unpacked, len(msgs))
+}
