@@ -80,10 +80,9 @@ type RelayOptions struct {
 	// [PossibleDuplicateHeader]). Default 1000.
 	BatchSize int
 	// Lanes is the most concurrent publishers: a cycle uses one lane per
-	// 64 messages it read, up to Lanes. Rows are assigned to a lane by a
-	// hash of their aggregate id, so within a cycle one aggregate uses one
-	// lane (and the rows of [WriteGrouped], whose aggregate is their
-	// partition's, one lane per partition). The publisher should allow at
+	// 64 messages it read, up to Lanes. Within a cycle all the rows of one
+	// aggregate go to one lane (the rows of [WriteGrouped], whose aggregate
+	// is their partition's, one lane per partition). The publisher should allow at
 	// least as many concurrent publishes (the channel pool size of a
 	// watermill-amqp publisher). With Shards, each shard has Lanes/Shards
 	// lanes (at least one). Default 16.
@@ -343,8 +342,8 @@ func (r *Relay) Notify() {
 // Run first takes the advisory lock, waiting while another relay holds it
 // (with Ownership there is no lock: it publishes the partitions it owns).
 // As leader it repeats a cycle: read up to BatchSize rows ORDER BY id, split
-// them into lanes by hash(aggregate_id) % n, where n is one lane per 64 of
-// their messages, up to Lanes, publish each lane's
+// them into lanes (all the rows of an aggregate in one; one lane per 64 of
+// their messages, up to Lanes), publish each lane's
 // messages in order (a grouped row's one after the other; pipelined in
 // chunks of 64 when the Publisher is an [InOrderPublisher], else one
 // confirmed publish at a time) with the lanes running concurrently, then
@@ -827,12 +826,7 @@ func (r *Relay) observe(rows []row, dbNow time.Time) {
 // With Ownership, epochs are the partitions' epochs when the rows were
 // read.
 func (r *Relay) publish(ctx context.Context, rows []row, epochs map[int]int64, readAt time.Time) ([]int64, error) {
-	n := lanesFor(rows, r.lanes)
-	lanes := make([][]row, n)
-	for _, rw := range rows {
-		i := laneOf(rw.aggregateID, n)
-		lanes[i] = append(lanes[i], rw)
-	}
+	lanes := intoLanes(rows, r.lanes)
 
 	// Lanes stop starting publishes as soon as ctx ends, but a publish in
 	// flight then should still get its confirm, so that its row is deleted
@@ -883,21 +877,51 @@ func (r *Relay) publish(ctx context.Context, rows []row, epochs map[int]int64, r
 	return confirmed, nil
 }
 
-// lanesFor is how many lanes a cycle of rows uses: one per chunk of its
-// messages, up to most. A lane packs its consecutive messages of one
-// topic into one broker message per chunk, and the broker's cost is per
-// message, nearly whatever it carries (ADR 0026): a cycle of 150 dispatch
-// requests spread over 16 lanes made 16 broker messages of about 9, over
-// 3 lanes it makes 3, published as concurrently. A backlog's cycles still
-// use every lane. Each cycle divides its own rows: an aggregate stays in
-// one lane within a cycle, and a shard's cycles run one after the other,
-// so order per aggregate holds across cycles too.
-func lanesFor(rows []row, most int) int {
+// intoLanes splits a cycle's rows (in id order) into at most most lanes,
+// each aggregate's rows into one lane, so that its messages go out in
+// order. It uses one lane per chunk of the cycle's messages and fills them
+// in turn, each up to an equal share, rather than spreading them over
+// every lane: a lane packs its consecutive messages of one topic into one
+// broker message per chunk, and the broker's cost is per message, nearly
+// whatever it carries (ADR 0026). A cycle of 150 dispatch requests spread
+// over 16 lanes made 16 broker messages of about 9; filled, it makes 3 of
+// 50, published as concurrently, each lane within one chunk. A backlog's
+// cycles still use every lane. Each cycle divides its own rows, and a
+// shard's cycles run one after the other, so order per aggregate holds
+// across cycles too.
+func intoLanes(rows []row, most int) [][]row {
 	messages := 0
 	for _, rw := range rows {
 		messages += messagesOfRow(rw.headers)
 	}
-	return min(max((messages+chunkSize-1)/chunkSize, 1), most)
+	n := min(max((messages+chunkSize-1)/chunkSize, 1), most)
+	share := (messages + n - 1) / n
+	// Each aggregate's messages in the cycle, then the aggregates in the
+	// order they first appear, each into the open lane while it holds
+	// less than its share.
+	perAggregate := map[string]int{}
+	var order []string
+	for _, rw := range rows {
+		if _, seen := perAggregate[rw.aggregateID]; !seen {
+			order = append(order, rw.aggregateID)
+		}
+		perAggregate[rw.aggregateID] += messagesOfRow(rw.headers)
+	}
+	laneOfAggregate := make(map[string]int, len(order))
+	open, load := 0, 0
+	for _, agg := range order {
+		if load >= share && open < n-1 {
+			open, load = open+1, 0
+		}
+		laneOfAggregate[agg] = open
+		load += perAggregate[agg]
+	}
+	lanes := make([][]row, n)
+	for _, rw := range rows {
+		i := laneOfAggregate[rw.aggregateID]
+		lanes[i] = append(lanes[i], rw)
+	}
+	return lanes
 }
 
 // InOrderPublisher is implemented by publishers that can pipeline a batch
@@ -1085,17 +1109,6 @@ func (r *Relay) delete(ctx context.Context, ids []int64) error {
 		return fmt.Errorf("outbox: delete %d published rows (they will be published again): %w", len(ids), err)
 	}
 	return nil
-}
-
-// laneOf maps an aggregate id to a lane with 32-bit FNV-1a, inlined to keep
-// the per-row cost allocation-free.
-func laneOf(aggregateID string, lanes int) int {
-	h := uint32(2166136261)
-	for i := 0; i < len(aggregateID); i++ {
-		h ^= uint32(aggregateID[i])
-		h *= 16777619
-	}
-	return int(h % uint32(lanes))
 }
 
 // sleep waits for d and reports whether it did, false if ctx ended first.

@@ -899,3 +899,39 @@ func TestRelayPacksASmallCycleIntoOneBrokerMessage(t *testing.T) {
 	require.Zero(t, checkOrder(t, msgs, unpacked), "no message published twice")
 	require.Len(t, unpacked, len(msgs))
 }
+
+// TestIntoLanesKeepsAggregatesTogetherAndFillsLanesInTurn: every row of
+// an aggregate is in one lane, in id order; a cycle uses one lane per 64
+// messages (grouped rows counting theirs), up to the most, each about an
+// equal share.
+func TestIntoLanesKeepsAggregatesTogetherAndFillsLanesInTurn(t *testing.T) {
+	t.Parallel()
+	var rows []row
+	for i := range 150 {
+		rows = append(rows, row{id: int64(i), aggregateID: fmt.Sprintf("agg-%d", i%40)})
+	}
+	rows = append(rows, row{id: 150, aggregateID: "grouped", headers: map[string]string{GroupHeader: "60"}})
+	lanes := intoLanes(rows, 16)
+	require.Len(t, lanes, 4, "210 messages: four lanes of at most 64")
+	laneOf := map[string]int{}
+	total := 0
+	for i, lane := range lanes {
+		messages := 0
+		for j, rw := range lane {
+			if j > 0 {
+				require.Less(t, lane[j-1].id, rw.id, "a lane keeps id order")
+			}
+			if l, ok := laneOf[rw.aggregateID]; ok {
+				require.Equal(t, l, i, "aggregate %s in two lanes", rw.aggregateID)
+			}
+			laneOf[rw.aggregateID] = i
+			messages += messagesOfRow(rw.headers)
+		}
+		require.LessOrEqual(t, messages, 53+60, "lane %d holds its share (53) and at most one more aggregate", i)
+		total += messages
+	}
+	require.Equal(t, 210, total)
+
+	require.Len(t, intoLanes(rows[:40], 16), 1, "40 messages: one lane")
+	require.Len(t, intoLanes(rows, 2), 2, "never more than the most")
+}
