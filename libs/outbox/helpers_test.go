@@ -297,6 +297,16 @@ func newRelay(t testing.TB, opts RelayOptions) (*Relay, *prometheus.Registry) {
 	return r, reg
 }
 
+// newPackingRelay is a relay with lanes that packs the messages of the
+// "dispatch." topics, as the trigger's does.
+func newPackingRelay(t testing.TB, pool *pgxpool.Pool, top topology, lanes int) (*Relay, *prometheus.Registry) {
+	t.Helper()
+	return newRelay(t, RelayOptions{
+		Pool: pool, Publisher: newPublisher(t, amqptest.URL(), top.exchange), Lanes: lanes,
+		Pack: func(topic string) bool { return strings.HasPrefix(topic, "dispatch.") },
+	})
+}
+
 // metric reads a collector registered by the relay.
 func metric(t testing.TB, reg *prometheus.Registry, name string) float64 {
 	t.Helper()

@@ -583,10 +583,7 @@ func TestRelayPacksRowsOfAPackableTopic(t *testing.T) {
 	t.Parallel()
 	pool := testPool(t)
 	top := newTopology(t)
-	r, reg := newRelay(t, RelayOptions{
-		Pool: pool, Publisher: newPublisher(t, amqptest.URL(), top.exchange), Lanes: 2,
-		Pack: func(topic string) bool { return strings.HasPrefix(topic, "dispatch.") },
-	})
+	r, reg := newPackingRelay(t, pool, top, 2)
 	packable := seqMessages("p", 10, 20) // 200 rows
 	for i := range packable {
 		packable[i].RoutingKey = "dispatch.normal"
@@ -873,10 +870,7 @@ func TestRelayPacksASmallCycleIntoOneBrokerMessage(t *testing.T) {
 	t.Parallel()
 	pool := testPool(t)
 	top := newTopology(t)
-	r, _ := newRelay(t, RelayOptions{
-		Pool: pool, Publisher: newPublisher(t, amqptest.URL(), top.exchange), Lanes: 16,
-		Pack: func(topic string) bool { return strings.HasPrefix(topic, "dispatch.") },
-	})
+	r, _ := newPackingRelay(t, pool, top, 16)
 	msgs := seqMessages("agg", 40, 1)
 	for i := range msgs {
 		msgs[i].RoutingKey = "dispatch.normal"
