@@ -64,7 +64,7 @@ type Config struct {
 	Schema string
 	// Exchange is the topic exchange job events are published to.
 	Exchange string
-	// OutboxLanes is how many events the relay publishes concurrently.
+	// OutboxLanes is the most lanes the relay publishes a cycle in at once.
 	OutboxLanes int
 	// ExecutionsExchange and ExecutionsQueue: the execution events and the
 	// registry's durable queue of them, from which it counts dead letters
@@ -100,7 +100,7 @@ func (c *Config) Register(fs *flag.FlagSet) {
 	keyring.RegisterAPIKeys(fs, &c.APIKeys)
 	fs.StringVar(&c.Schema, "schema", DefaultSchema, "PostgreSQL schema of the registry's tables")
 	fs.StringVar(&c.Exchange, "exchange", DefaultExchange, "RabbitMQ topic exchange for job events")
-	fs.IntVar(&c.OutboxLanes, "outbox-lanes", 16, "events the outbox relay publishes concurrently (order per job is kept)")
+	fs.IntVar(&c.OutboxLanes, "outbox-lanes", 16, "most lanes the outbox relay publishes a cycle in at once, one per 64 of its events (order per job is kept)")
 	fs.StringVar(&c.ExecutionsExchange, "executions-exchange", DefaultExecutionsExchange, "RabbitMQ topic exchange of execution lifecycle events (for pause_after_dead_letters)")
 	fs.StringVar(&c.ExecutionsQueue, "executions-queue", DefaultFailuresQueue, "the registry's durable queue of execution events")
 	fs.BoolVar(&c.PauseOnFailure, "pause-on-failure", true, "consume execution events to pause jobs after pause_after_dead_letters dead letters in a row (off: the option is stored but never acted on)")

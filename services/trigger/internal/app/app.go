@@ -144,7 +144,7 @@ func (c *Config) Register(fs *flag.FlagSet) {
 	fs.StringVar(&c.DispatchExchange, "dispatch-exchange", "cronmesh.dispatch", "exchange dispatch requests are published to")
 	fs.StringVar(&c.DispatchQueue, "dispatch-queue", "cronmesh.dispatch", "prefix of the per-priority quorum queues the dispatcher consumes (<prefix>.high, .normal, .low; declared by the trigger)")
 	fs.StringVar(&c.ExecutionsExchange, "executions-exchange", "cronmesh.executions", "exchange of execution lifecycle events (execution.missed)")
-	fs.IntVar(&c.OutboxLanes, "outbox-lanes", 64, "messages the outbox relay publishes concurrently (order per job is kept)")
+	fs.IntVar(&c.OutboxLanes, "outbox-lanes", 64, "most lanes the outbox relay publishes a cycle in at once, one per 64 of its messages (order per job is kept)")
 	fs.IntVar(&c.OutboxShards, "outbox-shards", DefaultOutboxShards, "read-publish-delete loops of the outbox relay, each publishing its share of the node's partitions")
 	fs.BoolVar(&c.OutboxRowPerMessage, "outbox-row-per-message", false, "write an outbox row per message instead of one per partition and routing key of a commit: while a cluster is upgraded from a version whose relays cannot read grouped rows, and before a downgrade to one (ADR 0019)")
 	fs.DurationVar(&c.Lookahead, "lookahead", 5*time.Second, "how far ahead slots are loaded into memory (at least 1s + --lead or --crowd-lead + --gather)")
