@@ -872,7 +872,7 @@ func (r *Relay) publish(ctx context.Context, rows []row, epochs map[int]int64, r
 	if len(errs) > 0 {
 		// One representative error: during an outage every lane fails the
 		// same way, and sixteen copies would only bloat the log line.
-		return confirmed, fmt.Errorf("%d of %d lanes failed, first: %w", len(errs), r.lanes, errs[0])
+		return confirmed, fmt.Errorf("%d of %d lanes failed, first: %w", len(errs), len(lanes), errs[0])
 	}
 	return confirmed, nil
 }
@@ -880,43 +880,42 @@ func (r *Relay) publish(ctx context.Context, rows []row, epochs map[int]int64, r
 // intoLanes splits a cycle's rows (in id order) into at most most lanes,
 // each aggregate's rows into one lane, so that its messages go out in
 // order. It uses one lane per chunk of the cycle's messages and fills them
-// in turn, each up to an equal share, rather than spreading them over
+// in turn, each up to an equal share, rather than spreading the rows over
 // every lane: a lane packs its consecutive messages of one topic into one
 // broker message per chunk, and the broker's cost is per message, nearly
-// whatever it carries (ADR 0026). A cycle of 150 dispatch requests spread
-// over 16 lanes made 16 broker messages of about 9; filled, it makes 3 of
-// 50, published as concurrently, each lane within one chunk. A backlog's
+// whatever it carries (ADR 0026). So a cycle of 150 dispatch requests is 3
+// broker messages of about 50, published concurrently, and a backlog's
 // cycles still use every lane. Each cycle divides its own rows, and a
 // shard's cycles run one after the other, so order per aggregate holds
 // across cycles too.
 func intoLanes(rows []row, most int) [][]row {
-	messages := 0
-	for _, rw := range rows {
-		messages += messagesOfRow(rw.headers)
-	}
-	n := min(max((messages+chunkSize-1)/chunkSize, 1), most)
-	share := (messages + n - 1) / n
-	// Each aggregate's messages in the cycle, then the aggregates in the
-	// order they first appear, each into the open lane while it holds
-	// less than its share.
+	// Each aggregate's messages, the aggregates in the order they first
+	// appear, and the cycle's messages.
 	perAggregate := map[string]int{}
 	var order []string
+	messages := 0
 	for _, rw := range rows {
+		n := messagesOfRow(rw.headers)
 		if _, seen := perAggregate[rw.aggregateID]; !seen {
 			order = append(order, rw.aggregateID)
 		}
-		perAggregate[rw.aggregateID] += messagesOfRow(rw.headers)
+		perAggregate[rw.aggregateID] += n
+		messages += n
 	}
+	lanesUsed := min(max((messages+chunkSize-1)/chunkSize, 1), most)
+	share := (messages + lanesUsed - 1) / lanesUsed
+	// Each aggregate whole into the open lane while it holds less than its
+	// share.
 	laneOfAggregate := make(map[string]int, len(order))
 	open, load := 0, 0
 	for _, agg := range order {
-		if load >= share && open < n-1 {
+		if load >= share && open < lanesUsed-1 {
 			open, load = open+1, 0
 		}
 		laneOfAggregate[agg] = open
 		load += perAggregate[agg]
 	}
-	lanes := make([][]row, n)
+	lanes := make([][]row, lanesUsed)
 	for _, rw := range rows {
 		i := laneOfAggregate[rw.aggregateID]
 		lanes[i] = append(lanes[i], rw)

@@ -864,8 +864,8 @@ func TestFetchBoundsTheMessagesOfAPoll(t *testing.T) {
 
 // TestRelayPacksASmallCycleIntoOneBrokerMessage: a cycle's messages are
 // spread over one lane per 64 of them, not over every lane, so a cycle of
-// 40 packable messages of 40 aggregates is one broker message (over 16
-// lanes it was about 16), in order, each once.
+// 40 packable messages of 40 aggregates is one broker message (hashed over
+// the 16 lanes it would be up to 16), in order, each once.
 func TestRelayPacksASmallCycleIntoOneBrokerMessage(t *testing.T) {
 	t.Parallel()
 	pool := testPool(t)
