@@ -230,3 +230,41 @@ func TestRedeliveryDuringDatabaseOutage(t *testing.T) {
 	r.stop(t)
 	require.Equal(t, map[string]int{"started/1": 1, "succeeded/1": 1}, e.events.kinds(req.ExecutionId))
 }
+
+// TestPossibleCopyWaitsForTheLookUp: a request that may be a second copy
+// is not delivered while the look-up fails: it is held and asked again
+// until the database answers, and then skipped if its first copy
+// completed. A retry whose look-up fails is delivered, since retries go on
+// through an outage.
+func TestPossibleCopyWaitsForTheLookUp(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	db := &databaseAway{Store: e.store}
+	f := &fake{}
+	r := e.start(f, func(o *pipeline.Options) {
+		o.Checks = db
+		o.Backoff, o.MaxBackoff = 10*time.Millisecond, 20*time.Millisecond
+	})
+	// Completed by a dispatcher that has gone: only the database knows.
+	req := request(registryv1.Priority_PRIORITY_NORMAL)
+	require.NoError(t, e.store.RecordCompleted(t.Context(), []store.CompletedAttempt{
+		{ExecutionID: req.ExecutionId, Attempt: 1, Final: true, Time: time.Now()},
+	}))
+	db.down.Store(true)
+
+	e.dispatch(possibleDuplicate, req)
+	require.Eventually(t, func() bool { return metric(t, r.reg, "cancellation_check_errors_total") >= 3 }, 30*time.Second, 5*time.Millisecond,
+		"the copy is asked again")
+	require.Empty(t, f.of(req.ExecutionId), "not delivered unasked")
+
+	retry := request(registryv1.Priority_PRIORITY_NORMAL, func(r *dispatchv1.DispatchRequest) { r.Attempt = 2 })
+	e.dispatch(nil, retry)
+	e.waitFor(retry.ExecutionId, succeeded, 2)
+	require.Len(t, f.of(retry.ExecutionId), 1, "a retry is delivered though its look-up failed")
+
+	db.down.Store(false)
+	require.Eventually(t, func() bool { return metric(t, r.reg, "duplicates_skipped_total") == 1 }, 30*time.Second, 5*time.Millisecond)
+	r.stop(t)
+	require.Empty(t, f.of(req.ExecutionId), "the copy of a completed attempt never reached the target")
+	require.Zero(t, e.queueDepth(e.dispatchQueue("normal")))
+}

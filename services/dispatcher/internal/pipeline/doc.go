@@ -45,9 +45,12 @@
 //     trigger's relay republishing a request it had not yet marked sent
 //     when it crashed. Cancelled (the store's cancellations)? Emit
 //     CANCELLED and acknowledge, without delivering. Both are answered by
-//     one query, batched across workers. A failed look-up delivers: a
-//     database outage must not stop delivery, and the dedupe and
-//     cancelling are best-effort while the database is away. The look-up
+//     one query, batched across workers. A failed look-up delivers a
+//     retry: a database outage must not stop delivery, and the dedupe and
+//     cancelling of retries are best-effort while the database is away. A
+//     request that may be a second copy (redelivered, or flagged by the
+//     relay) is never delivered unasked: it is held, its message in hand,
+//     and asked again after a backoff until the look-up answers. The look-up
 //     is skipped for what cannot have completed: attempt 1 on its first
 //     delivery (no broker.RedeliveredHeader, no x-delivery-count) of its
 //     first publish (no outbox.PossibleDuplicateHeader, which the relay

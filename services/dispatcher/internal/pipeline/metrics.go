@@ -92,7 +92,7 @@ func newMetrics() metrics {
 		poison: counter("poison_messages_total",
 			"Dispatch messages that do not decode to a valid request, acknowledged and dropped."),
 		cancelErrors: counter("cancellation_check_errors_total",
-			"Look-ups before delivery (cancelled? completed already?) that failed; the request was delivered."),
+			"Look-ups before delivery (cancelled? completed already?) that failed: a retry was then delivered, a possible second copy (redelivered, or flagged by the trigger's relay) asked again after a backoff."),
 		requeued: counter("dispatch_requeued_total",
 			"Dispatch messages negatively acknowledged for redelivery (a publish failed, or shutdown interrupted them)."),
 		duplicates: counter("duplicates_skipped_total",
