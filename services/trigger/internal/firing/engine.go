@@ -5,8 +5,6 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"maps"
-	"math"
 	"math/rand/v2"
 	"slices"
 	"sync"
@@ -157,18 +155,6 @@ type Options struct {
 	// Lookahead must be at least LoadInterval + CrowdLead + Gather.
 	CrowdSize int
 	CrowdLead time.Duration
-	// CrowdFactor, when positive, makes a crowd a spike too: a second is
-	// one only if it also holds at least CrowdFactor times the median
-	// second of the lookahead (the seconds without slots counted as 0).
-	// What makes a second late is being larger than the seconds around
-	// it, whose pipeline (commit, relay, broker, dispatcher) is sized by
-	// them: the sustained mix's top-of-minute seconds, 1,900 slots of a
-	// node where its other seconds hold 500, arrived at the dispatcher up
-	// to a second after their time with the 500 ms Lead. A mesh whose
-	// every second is large (thousands of every-second crons) has no
-	// crowd: starting all of them early would only make the dispatcher
-	// hold more requests.
-	CrowdFactor float64
 }
 
 // Engine fires the slots of the partitions this node owns. Create it with
@@ -188,7 +174,6 @@ type Engine struct {
 	gather     time.Duration
 	crowdSize  int
 	crowdEarly time.Duration // CrowdLead - Lead with crowds on, else 0: how much earlier a crowd starts
-	crowdRatio float64       // CrowdFactor
 	jobChanges JobChanges
 	wholeLoad  time.Duration
 	batch      int
@@ -226,7 +211,7 @@ func NewEngine(opts Options) (*Engine, error) {
 	case opts.Lookahead < 0, opts.LoadInterval < 0, opts.BatchSize < 0, opts.BatchSlots < 0,
 		opts.LoadLimit < 0, opts.OnTimeTolerance < 0, opts.MaxSlotsPerAdvance < 0,
 		opts.CommitTimeout < 0, opts.Commits < 0, opts.GroupWait < 0, opts.Backoff < 0, opts.MaxBackoff < 0,
-		opts.Lead < 0, opts.Gather < 0, opts.WholeLoadInterval < 0, opts.CrowdSize < 0, opts.CrowdLead < 0, opts.CrowdFactor < 0:
+		opts.Lead < 0, opts.Gather < 0, opts.WholeLoadInterval < 0, opts.CrowdSize < 0, opts.CrowdLead < 0:
 		return nil, errors.New("firing: negative size or duration in Options")
 	}
 	e := &Engine{
@@ -245,7 +230,6 @@ func NewEngine(opts Options) (*Engine, error) {
 		lead:       opts.Lead,
 		gather:     opts.Gather,
 		crowdSize:  opts.CrowdSize,
-		crowdRatio: opts.CrowdFactor,
 		jobChanges: opts.JobChanges,
 		wholeLoad:  cmp.Or(opts.WholeLoadInterval, DefaultWholeLoad),
 		batch:      cmp.Or(opts.BatchSize, DefaultBatchSize),
@@ -322,7 +306,6 @@ func (e *Engine) Run(ctx context.Context) error {
 	// block either (at most Commits in flight, buffer of Commits).
 	defer r.wg.Wait()
 	defer e.m.heapSize.Set(0)
-	defer e.m.crowds.Set(0)
 
 	r.changes = e.own.Changes()
 	r.loadTick = e.clock.After(e.interval)
@@ -696,12 +679,10 @@ func (r *run) dropUnowned(owned map[int]int64) {
 }
 
 // findCrowds counts the held entries per second of firing time and keeps
-// the seconds holding at least CrowdSize, and CrowdFactor times the median
-// second, as crowds. It runs after each load, over the whole heap: the
-// entries within the lookahead.
+// the seconds holding at least CrowdSize as crowds. It runs after each
+// load, over the whole heap: the entries within the lookahead.
 func (r *run) findCrowds() {
 	r.crowds = r.crowds[:0]
-	defer func() { r.m.crowds.Set(float64(len(r.crowds))) }()
 	if r.crowdEarly == 0 || r.heap.Len() < r.crowdSize {
 		return
 	}
@@ -709,12 +690,8 @@ func (r *run) findCrowds() {
 	for _, e := range r.heap.items {
 		perSecond[e.commitAt.Add(r.lead).Truncate(time.Second)]++
 	}
-	least := r.crowdSize
-	if r.crowdRatio > 0 {
-		least = max(least, int(math.Ceil(r.crowdRatio*float64(medianSecond(perSecond, r.lookahead)))))
-	}
 	for second, n := range perSecond {
-		if n >= least {
+		if n >= r.crowdSize {
 			r.crowds = append(r.crowds, crowd{
 				start: second.Add(-r.lead - r.crowdEarly),
 				last:  second.Add(time.Second - r.lead - time.Nanosecond),
@@ -722,19 +699,6 @@ func (r *run) findCrowds() {
 		}
 	}
 	slices.SortFunc(r.crowds, func(a, b crowd) int { return a.start.Compare(b.start) })
-}
-
-// medianSecond is the median of the slots per second over the seconds of
-// a lookahead: those of perSecond and, up to the lookahead's whole
-// seconds, seconds without slots. A burst of one-time jobs due on one
-// second is then a crowd however few other slots there are.
-func medianSecond(perSecond map[time.Time]int, lookahead time.Duration) int {
-	counts := slices.Collect(maps.Values(perSecond))
-	for len(counts) < int(lookahead/time.Second) {
-		counts = append(counts, 0)
-	}
-	slices.Sort(counts)
-	return counts[(len(counts)-1)/2]
 }
 
 // cutoff is the latest commit time a commit at now takes: Gather ahead, or

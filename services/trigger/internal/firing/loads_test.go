@@ -2,7 +2,6 @@ package firing
 
 import (
 	"fmt"
-	"slices"
 	"testing"
 	"time"
 
@@ -278,68 +277,4 @@ func TestEngineNoCrowdBelowCrowdSize(t *testing.T) {
 	require.Empty(t, store.calls())
 	h.advance(time.Millisecond)
 	require.ElementsMatch(t, []string{"a", "b"}, committedJobs(store.calls()))
-}
-
-// TestEngineCrowdIsASpike: with CrowdFactor, a second is a crowd only if
-// it holds that many times the median second of the lookahead. Seconds as
-// large as their neighbours keep their commit time, however large; a
-// second three times the others starts early, and so does a lone burst,
-// since the seconds without slots count in the median.
-func TestEngineCrowdIsASpike(t *testing.T) {
-	t.Parallel()
-	second := func(at time.Duration, n int, name string) []Due {
-		var dues []Due
-		for i := range n {
-			dues = append(dues, hourly(fmt.Sprintf("%s-%d", name, i), 0, t0.Add(at)))
-		}
-		return dues
-	}
-	for _, tc := range []struct {
-		name   string
-		factor float64
-		dues   []Due
-		// firstCommit is when the first commit comes: 1.5 s for the
-		// second at 2 s without a crowd (its Lead of 500 ms), earlier when
-		// a crowd starts 2 s before its second.
-		firstCommit time.Duration
-	}{
-		{
-			name:        "alike seconds, size alone",
-			dues:        slices.Concat(second(2*time.Second, 4, "a"), second(3*time.Second, 4, "b"), second(4*time.Second, 4, "c")),
-			firstCommit: 0, // every second holds CrowdSize: the one at 2 s starts at 0
-		},
-		{
-			name:        "alike seconds, with the factor",
-			factor:      2,
-			dues:        slices.Concat(second(2*time.Second, 4, "a"), second(3*time.Second, 4, "b"), second(4*time.Second, 4, "c")),
-			firstCommit: 1500 * time.Millisecond,
-		},
-		{
-			name:        "a spike, with the factor",
-			factor:      2,
-			dues:        slices.Concat(second(3*time.Second, 2, "a"), second(4*time.Second, 8, "spike"), second(5*time.Second, 2, "c")),
-			firstCommit: 2 * time.Second,
-		},
-		{
-			name:        "a lone burst, with the factor",
-			factor:      2,
-			dues:        second(4*time.Second, 8, "burst"),
-			firstCommit: 2 * time.Second,
-		},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			store := newFakeStore(tc.dues...)
-			h := startEngine(t, store, newFakeOwnership(ownAll(1)), func(o *Options) {
-				o.Lead = 500 * time.Millisecond
-				o.CrowdSize, o.CrowdFactor, o.CrowdLead = 3, tc.factor, 2*time.Second
-			})
-			if tc.firstCommit > 0 {
-				h.advanceTo(tc.firstCommit - time.Millisecond)
-				require.Empty(t, store.calls(), "committed before %v", tc.firstCommit)
-			}
-			h.advanceTo(tc.firstCommit)
-			require.NotEmpty(t, store.calls(), "nothing committed at %v", tc.firstCommit)
-		})
-	}
 }

@@ -16,7 +16,6 @@ type metrics struct {
 	missed         prometheus.Counter
 	commitDuration prometheus.Histogram
 	heapSize       prometheus.Gauge
-	crowds         prometheus.Gauge
 	commitErrors   prometheus.Counter
 	fenced         prometheus.Counter
 	stale          prometheus.Counter
@@ -57,10 +56,6 @@ func newMetrics(reg prometheus.Registerer) (metrics, error) {
 			Name: "trigger_heap_size",
 			Help: "Jobs held in memory waiting for their firing time.",
 		}),
-		crowds: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "trigger_crowd_seconds",
-			Help: "Seconds of the lookahead the last load found crowded (--crowd-size, --crowd-factor): their commits start --crowd-lead ahead.",
-		}),
 		commitErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "trigger_commit_errors_total",
 			Help: "Store.Commit calls that failed; their jobs are retried with backoff.",
@@ -95,7 +90,7 @@ func newMetrics(reg prometheus.Registerer) (metrics, error) {
 	if reg == nil {
 		return m, nil
 	}
-	cs := []prometheus.Collector{m.lateness, slots, m.commitDuration, m.heapSize, m.crowds, m.commitErrors,
+	cs := []prometheus.Collector{m.lateness, slots, m.commitDuration, m.heapSize, m.commitErrors,
 		m.fenced, m.stale, m.duplicates, m.loadErrors, m.planErrors, reads, m.loadedRows}
 	for i, c := range cs {
 		if err := reg.Register(c); err != nil {
