@@ -45,8 +45,7 @@ type Options struct {
 // Connect opens a pgxpool traced with otelpgx (spans carry the database
 // semantic-convention attributes: db.system.name, server.address,
 // db.namespace, db.query.text), with search_path set through RuntimeParams so
-// it holds for every connection of the pool, a custom plan for every
-// execution of a prepared statement (plan_cache_mode), and pings it so a bad URL or a
+// it holds for every connection of the pool, and pings it so a bad URL or a
 // down server fails here rather than at the first query. Errors name the
 // host, port and database that failed, never the password. The caller closes
 // the pool.
@@ -63,18 +62,6 @@ func Connect(ctx context.Context, opts Options) (*pgxpool.Pool, error) {
 		return nil, fmt.Errorf("postgres: %w", err)
 	}
 	cfg.ConnConfig.RuntimeParams["search_path"] = SearchPath(opts.Schema)
-	// pgx prepares and caches every statement, and after five executions
-	// PostgreSQL may keep one generic plan for a statement, made without
-	// its arguments and with the table's size of that moment. The mesh's
-	// tables change size by orders of magnitude (a fresh schema fills with
-	// thousands of jobs in seconds, an outbox holds 0 rows or a burst's
-	// 100,000), and its statements take arrays of 1 to thousands of ids: a
-	// plan made on the empty table (a sequential scan) stayed in use as
-	// the table grew, until autovacuum's next ANALYZE, and turned a lookup
-	// of 50 ids into a scan of every row. A custom plan is made for every
-	// execution instead; the statements are batched, so planning is small
-	// beside their work.
-	cfg.ConnConfig.RuntimeParams["plan_cache_mode"] = "force_custom_plan"
 	if opts.IdleInTransactionTimeout > 0 {
 		cfg.ConnConfig.RuntimeParams["idle_in_transaction_session_timeout"] = strconv.FormatInt(opts.IdleInTransactionTimeout.Milliseconds(), 10)
 	}
