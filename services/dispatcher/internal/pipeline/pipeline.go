@@ -1008,9 +1008,9 @@ func (p *Pipeline) publishWith(ctx context.Context, topic, id string, body []byt
 // and the broker flagged it for. It waits, its message in hand, and is
 // asked again after a backoff until the look-up answers (or an attempt
 // completed here covers it); interrupted reports that shutdown began
-// first, and the message is requeued. On a starved host (the burst of
-// 100,000 slots of session 23, load average 8 on two cores) 680 look-ups
-// timed out and 44 slots were delivered twice.
+// first, and the message is requeued. A starved host times look-ups out by
+// the hundreds, and every flagged copy among them would go out twice (ADR
+// 0006).
 func (p *Pipeline) precheck(soft, ctx context.Context, req *dispatchv1.DispatchRequest, md message.Metadata) (_ store.CheckResult, interrupted bool) {
 	if p.checks == nil {
 		return store.CheckResult{}, false
