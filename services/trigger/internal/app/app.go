@@ -67,14 +67,19 @@ const DefaultLead = 500 * time.Millisecond
 // and 500 ms with the sustained mix (ADR 0023).
 const DefaultGather = 250 * time.Millisecond
 
-// DefaultCrowdSize and DefaultCrowdLead are --crowd-size and --crowd-lead
-// (firing.Options.CrowdSize, CrowdLead): a node commits about 8,000 slots
-// a second while the mesh delivers, so a second of 5,000 slots on one node
-// needs more than the 500 ms lead; 100,000 slots due on one second over
-// three nodes start 2 s ahead (ADR 0023).
+// DefaultCrowdSize, DefaultCrowdFactor and DefaultCrowdLead are
+// --crowd-size, --crowd-factor and --crowd-lead (firing.Options.CrowdSize,
+// CrowdFactor, CrowdLead): a second of at least 1,000 slots of a node, and
+// three times the node's usual second (the jobs it committed per second
+// over the last 10 s), starts 2 s ahead. The sustained mix's top-of-minute
+// seconds (about four usual seconds) then reach the dispatcher before
+// their time, 100,000 slots due on one second over three nodes start 2 s
+// ahead, and thousands of every-second crons are no crowd (ADRs 0023 and
+// 0027).
 const (
-	DefaultCrowdSize = 5000
-	DefaultCrowdLead = 2 * time.Second
+	DefaultCrowdSize   = 1000
+	DefaultCrowdFactor = 3.0
+	DefaultCrowdLead   = 2 * time.Second
 )
 
 // Config is everything a trigger node is told at start.
@@ -109,10 +114,13 @@ type Config struct {
 	// Gather: see firing.Options.Gather. The zero value gathers nothing;
 	// the flag defaults to DefaultGather.
 	Gather time.Duration
-	// CrowdSize and CrowdLead: see firing.Options. Zero turns crowds off;
-	// the flags default to DefaultCrowdSize and DefaultCrowdLead.
-	CrowdSize int
-	CrowdLead time.Duration
+	// CrowdSize, CrowdFactor and CrowdLead: see firing.Options. A zero
+	// CrowdSize turns crowds off, a zero CrowdFactor makes every second of
+	// CrowdSize slots a crowd; the flags default to DefaultCrowdSize,
+	// DefaultCrowdFactor and DefaultCrowdLead.
+	CrowdSize   int
+	CrowdFactor float64
+	CrowdLead   time.Duration
 	// Commits is the number of firing transactions in flight at once.
 	Commits int
 	// GroupWait: see firing.Options.GroupWait.
@@ -150,7 +158,8 @@ func (c *Config) Register(fs *flag.FlagSet) {
 	fs.DurationVar(&c.Lookahead, "lookahead", 5*time.Second, "how far ahead slots are loaded into memory (at least 1s + --lead or --crowd-lead + --gather)")
 	fs.DurationVar(&c.Lead, "lead", DefaultLead, "how long before its time a slot is committed and published; the dispatcher holds it until its time, and a change to a job made less than this before a slot applies from the next one (0: at its time)")
 	fs.DurationVar(&c.Gather, "gather", DefaultGather, "with the slots whose commit time (--lead before their time) has come, commit those due within this much after them, so that slots spread over a second go in a few large commits; a slot is then committed up to --lead + --gather before its time (0: each at its commit time)")
-	fs.IntVar(&c.CrowdSize, "crowd-size", DefaultCrowdSize, "a second holding at least this many slots of the node is a crowd, committed from --crowd-lead before it (0: no crowds)")
+	fs.IntVar(&c.CrowdSize, "crowd-size", DefaultCrowdSize, "a second holding at least this many slots of the node, and --crowd-factor times its usual second, is a crowd, committed from --crowd-lead before it (0: no crowds)")
+	fs.Float64Var(&c.CrowdFactor, "crowd-factor", DefaultCrowdFactor, "how many times the node's usual second (the jobs it committed per second of firing time over the last 10s) a crowd holds at least (0: --crowd-size alone)")
 	fs.DurationVar(&c.CrowdLead, "crowd-lead", DefaultCrowdLead, "how long before its second a crowd's commits start; the dispatcher holds its requests until their time")
 	fs.IntVar(&c.Commits, "commits", firing.DefaultCommits, "firing transactions in flight at once (each on its own PostgreSQL connection)")
 	fs.DurationVar(&c.GroupWait, "group-wait", firing.DefaultGroupWait, "how long slots due while a commit is in flight wait for it before another commit starts for them")
@@ -373,20 +382,21 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger) (_ *App, err erro
 		return nil, err
 	}
 	engine, err := firing.NewEngine(firing.Options{
-		Store:      st,
-		Ownership:  rng,
-		JobChanges: watch,
-		Clock:      nodeClock,
-		Logger:     logger.With(slog.String("component", "engine")),
-		Tracer:     tel.TracerProvider.Tracer("cronmesh/trigger"),
-		Metrics:    metrics,
-		Lookahead:  cfg.Lookahead,
-		Lead:       cfg.Lead,
-		Gather:     cfg.Gather,
-		CrowdSize:  cfg.CrowdSize,
-		CrowdLead:  cfg.CrowdLead,
-		Commits:    cfg.Commits,
-		GroupWait:  cfg.GroupWait,
+		Store:       st,
+		Ownership:   rng,
+		JobChanges:  watch,
+		Clock:       nodeClock,
+		Logger:      logger.With(slog.String("component", "engine")),
+		Tracer:      tel.TracerProvider.Tracer("cronmesh/trigger"),
+		Metrics:     metrics,
+		Lookahead:   cfg.Lookahead,
+		Lead:        cfg.Lead,
+		Gather:      cfg.Gather,
+		CrowdSize:   cfg.CrowdSize,
+		CrowdFactor: cfg.CrowdFactor,
+		CrowdLead:   cfg.CrowdLead,
+		Commits:     cfg.Commits,
+		GroupWait:   cfg.GroupWait,
 	})
 	if err != nil {
 		return nil, err

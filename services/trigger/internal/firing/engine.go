@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"sync"
@@ -155,6 +156,19 @@ type Options struct {
 	// Lookahead must be at least LoadInterval + CrowdLead + Gather.
 	CrowdSize int
 	CrowdLead time.Duration
+	// CrowdFactor, when positive, makes a crowd a spike too: a second is
+	// one only if it also holds at least CrowdFactor times the node's
+	// usual second, the jobs it committed per second of firing time over
+	// the last PaceWindow (see pace). What makes a second late is being
+	// larger than the seconds before it, whose pipeline (commit, relay,
+	// broker, dispatcher) keeps up with them: the sustained mix's
+	// top-of-minute seconds, four times a usual second, reached the
+	// dispatcher after their time with the 500 ms Lead. A node whose every
+	// second is large (thousands of every-second crons) has no crowd:
+	// committing all of them early would only make the dispatcher hold
+	// more requests. A burst after a quiet time is a crowd however small
+	// the usual second was.
+	CrowdFactor float64
 }
 
 // Engine fires the slots of the partitions this node owns. Create it with
@@ -174,6 +188,7 @@ type Engine struct {
 	gather     time.Duration
 	crowdSize  int
 	crowdEarly time.Duration // CrowdLead - Lead with crowds on, else 0: how much earlier a crowd starts
+	crowdRatio float64       // CrowdFactor
 	jobChanges JobChanges
 	wholeLoad  time.Duration
 	batch      int
@@ -211,7 +226,8 @@ func NewEngine(opts Options) (*Engine, error) {
 	case opts.Lookahead < 0, opts.LoadInterval < 0, opts.BatchSize < 0, opts.BatchSlots < 0,
 		opts.LoadLimit < 0, opts.OnTimeTolerance < 0, opts.MaxSlotsPerAdvance < 0,
 		opts.CommitTimeout < 0, opts.Commits < 0, opts.GroupWait < 0, opts.Backoff < 0, opts.MaxBackoff < 0,
-		opts.Lead < 0, opts.Gather < 0, opts.WholeLoadInterval < 0, opts.CrowdSize < 0, opts.CrowdLead < 0:
+		opts.Lead < 0, opts.Gather < 0, opts.WholeLoadInterval < 0, opts.CrowdSize < 0, opts.CrowdLead < 0,
+		opts.CrowdFactor < 0:
 		return nil, errors.New("firing: negative size or duration in Options")
 	}
 	e := &Engine{
@@ -230,6 +246,7 @@ func NewEngine(opts Options) (*Engine, error) {
 		lead:       opts.Lead,
 		gather:     opts.Gather,
 		crowdSize:  opts.CrowdSize,
+		crowdRatio: opts.CrowdFactor,
 		jobChanges: opts.JobChanges,
 		wholeLoad:  cmp.Or(opts.WholeLoadInterval, DefaultWholeLoad),
 		batch:      cmp.Or(opts.BatchSize, DefaultBatchSize),
@@ -299,6 +316,7 @@ func (e *Engine) Run(ctx context.Context) error {
 		loadDone:  make(chan loadResult, 1),
 		inFlight:  make(map[string]struct{}),
 		committed: make(chan commitOutcome, e.commits),
+		pace:      newPace(e.clock.Now()),
 	}
 	// The load goroutine ends soon after ctx is done (DueJobs gets ctx) and
 	// its send never blocks (one load in flight, buffer of one); commit
@@ -306,6 +324,7 @@ func (e *Engine) Run(ctx context.Context) error {
 	// block either (at most Commits in flight, buffer of Commits).
 	defer r.wg.Wait()
 	defer e.m.heapSize.Set(0)
+	defer e.m.crowds.Set(0)
 
 	r.changes = e.own.Changes()
 	r.loadTick = e.clock.After(e.interval)
@@ -434,9 +453,13 @@ type run struct {
 	// crowds are the seconds the last load found crowded (see
 	// Options.CrowdSize), earliest first.
 	crowds []crowd
+	// pace counts the jobs committed per second of firing time: the usual
+	// second a crowd is a spike over (Options.CrowdFactor).
+	pace *pace
 }
 
-// crowd is a second of firing times holding at least CrowdSize slots: from
+// crowd is a second of firing times holding at least CrowdSize slots (and
+// CrowdFactor times the usual second): from
 // start on, commits take every entry whose commit time is at or before
 // last.
 type crowd struct {
@@ -679,19 +702,25 @@ func (r *run) dropUnowned(owned map[int]int64) {
 }
 
 // findCrowds counts the held entries per second of firing time and keeps
-// the seconds holding at least CrowdSize as crowds. It runs after each
-// load, over the whole heap: the entries within the lookahead.
+// the seconds holding at least CrowdSize, and CrowdFactor times the node's
+// usual second, as crowds. It runs after each load, over the whole heap:
+// the entries within the lookahead.
 func (r *run) findCrowds() {
 	r.crowds = r.crowds[:0]
+	defer func() { r.m.crowds.Set(float64(len(r.crowds))) }()
 	if r.crowdEarly == 0 || r.heap.Len() < r.crowdSize {
 		return
+	}
+	least := r.crowdSize
+	if r.crowdRatio > 0 {
+		least = max(least, int(math.Ceil(r.crowdRatio*r.pace.usual(r.clock.Now()))))
 	}
 	perSecond := make(map[time.Time]int)
 	for _, e := range r.heap.items {
 		perSecond[e.commitAt.Add(r.lead).Truncate(time.Second)]++
 	}
 	for second, n := range perSecond {
-		if n >= r.crowdSize {
+		if n >= least {
 			r.crowds = append(r.crowds, crowd{
 				start: second.Add(-r.lead - r.crowdEarly),
 				last:  second.Add(time.Second - r.lead - time.Nanosecond),
@@ -955,6 +984,7 @@ func (r *run) finish(out commitOutcome) {
 			r.forget(e.due.Partition)
 			continue
 		}
+		r.pace.add(e.commitAt.Add(r.lead))
 		// offset is the job's spread offset less the Lead: a slot's commit
 		// time is its nominal time plus it.
 		offset := e.commitAt.Sub(e.due.NextFire)

@@ -16,6 +16,7 @@ type metrics struct {
 	missed         prometheus.Counter
 	commitDuration prometheus.Histogram
 	heapSize       prometheus.Gauge
+	crowds         prometheus.Gauge
 	commitErrors   prometheus.Counter
 	fenced         prometheus.Counter
 	stale          prometheus.Counter
@@ -56,6 +57,10 @@ func newMetrics(reg prometheus.Registerer) (metrics, error) {
 			Name: "trigger_heap_size",
 			Help: "Jobs held in memory waiting for their firing time.",
 		}),
+		crowds: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "trigger_crowd_seconds",
+			Help: "Seconds within the lookahead that the last load found crowded (--crowd-size and --crowd-factor): their commits start --crowd-lead ahead.",
+		}),
 		commitErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "trigger_commit_errors_total",
 			Help: "Store.Commit calls that failed; their jobs are retried with backoff.",
@@ -90,7 +95,7 @@ func newMetrics(reg prometheus.Registerer) (metrics, error) {
 	if reg == nil {
 		return m, nil
 	}
-	cs := []prometheus.Collector{m.lateness, slots, m.commitDuration, m.heapSize, m.commitErrors,
+	cs := []prometheus.Collector{m.lateness, slots, m.commitDuration, m.heapSize, m.crowds, m.commitErrors,
 		m.fenced, m.stale, m.duplicates, m.loadErrors, m.planErrors, reads, m.loadedRows}
 	for i, c := range cs {
 		if err := reg.Register(c); err != nil {
