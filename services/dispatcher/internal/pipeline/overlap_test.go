@@ -123,12 +123,18 @@ func overlapOpts(e *env, cancels bool) func(*pipeline.Options) {
 
 // startHeld starts a pipeline whose target holds the first of n slots of
 // a job with policy (cancels: the pipeline aborts attempts in flight), and
-// returns once that first slot's attempt has started.
-func startHeld(t *testing.T, n int, policy registryv1.OverlapPolicy, cancels bool) (*env, *gates, *running, []*dispatchv1.DispatchRequest) {
+// returns once that first slot's attempt has started. tune, if given,
+// changes the pipeline's options after the overlap ones.
+func startHeld(t *testing.T, n int, policy registryv1.OverlapPolicy, cancels bool, tune ...func(*pipeline.Options)) (*env, *gates, *running, []*dispatchv1.DispatchRequest) {
 	t.Helper()
 	e := newEnv(t)
 	g := newGates()
-	r := e.start(g, overlapOpts(e, cancels))
+	r := e.start(g, func(o *pipeline.Options) {
+		overlapOpts(e, cancels)(o)
+		for _, f := range tune {
+			f(o)
+		}
+	})
 	s := slots(n, policy)
 	g.hold(s[0].ExecutionId)
 	e.dispatch(nil, s[0])
@@ -269,7 +275,16 @@ func TestOverlapBufferOnePublishedAfterCrash(t *testing.T) {
 // retry) and runs; so does one whose predecessor waits for a retry.
 func TestOverlapCancelOther(t *testing.T) {
 	t.Parallel()
-	e, g, r, s := startHeld(t, 3, registryv1.OverlapPolicy_OVERLAP_POLICY_CANCEL_OTHER, true)
+	// The retry of the second part is looked up only once its successor
+	// was admitted, whatever the machine's speed: its delay tier (800 ms)
+	// alone does not order the two.
+	retryingID := uuid.NewString()
+	lookUps := &lookUpGate{id: retryingID, release: make(chan struct{})}
+	e, g, r, s := startHeld(t, 3, registryv1.OverlapPolicy_OVERLAP_POLICY_CANCEL_OTHER, true, func(o *pipeline.Options) {
+		lookUps.Checks = o.Checks
+		o.Checks = lookUps
+		o.CancelTimeout = time.Minute // the held look-up must not time out and fail open
+	})
 	e.dispatch(nil, s[1])
 	ev := e.waitFor(s[0].ExecutionId, cancelled, 1)
 	require.Equal(t, "cancelled by overlap policy: execution "+s[1].ExecutionId+"; the attempt in flight was aborted", ev.Reason)
@@ -280,13 +295,14 @@ func TestOverlapCancelOther(t *testing.T) {
 	s[2].RetryPolicy = &registryv1.RetryPolicy{MaxRetries: proto.Int32(1), InitialBackoff: durationpb.New(800 * time.Millisecond)}
 	retrying := slots(1, registryv1.OverlapPolicy_OVERLAP_POLICY_CANCEL_OTHER)[0]
 	retrying.JobId = s[2].JobId
-	retrying.ExecutionId = uuid.NewString()
+	retrying.ExecutionId = retryingID
 	retrying.RetryPolicy = s[2].RetryPolicy
 	g.failFirst(retrying.ExecutionId)
 	e.dispatch(nil, retrying)
 	e.waitFor(retrying.ExecutionId, eventsv1.ExecutionEventKind_EXECUTION_EVENT_KIND_FAILED, 1)
 	e.dispatch(nil, s[2])
 	e.waitFor(s[2].ExecutionId, succeeded, 1)
+	close(lookUps.release)
 	ev = e.waitFor(retrying.ExecutionId, cancelled, 2)
 	require.Equal(t, "cancelled by overlap policy: execution "+s[2].ExecutionId, ev.Reason)
 	r.stop(t)
@@ -358,4 +374,28 @@ func (o *overlapAway) Admit(ctx context.Context, a store.Admission) (store.Admit
 	default:
 		return store.AdmitResult{}, errors.New("database away")
 	}
+}
+
+// lookUpGate holds the pipeline's look-ups of one execution until release
+// is closed, so that a test can order a request's look-up after another
+// event; every other look-up and record goes straight to Checks.
+type lookUpGate struct {
+	pipeline.Checks
+	id      string
+	release chan struct{}
+}
+
+func (g *lookUpGate) Check(ctx context.Context, refs []store.CheckRef) ([]store.CheckResult, error) {
+	for _, ref := range refs {
+		if ref.ExecutionID != g.id {
+			continue
+		}
+		select {
+		case <-g.release:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		break
+	}
+	return g.Checks.Check(ctx, refs)
 }
