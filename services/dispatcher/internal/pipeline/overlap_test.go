@@ -3,6 +3,7 @@ package pipeline_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -386,16 +387,12 @@ type lookUpGate struct {
 }
 
 func (g *lookUpGate) Check(ctx context.Context, refs []store.CheckRef) ([]store.CheckResult, error) {
-	for _, ref := range refs {
-		if ref.ExecutionID != g.id {
-			continue
-		}
+	if slices.ContainsFunc(refs, func(ref store.CheckRef) bool { return ref.ExecutionID == g.id }) {
 		select {
 		case <-g.release:
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		}
-		break
 	}
 	return g.Checks.Check(ctx, refs)
 }

@@ -174,31 +174,31 @@ type Options struct {
 // Engine fires the slots of the partitions this node owns. Create it with
 // [NewEngine] and call [Engine.Run].
 type Engine struct {
-	store      Store
-	own        Ownership
-	clock      clock.Clock
-	log        *slog.Logger
-	tracer     trace.Tracer
-	m          metrics
-	planner    Planner
-	locations  *jobspec.Locations
-	lookahead  time.Duration
-	interval   time.Duration
-	lead       time.Duration
-	gather     time.Duration
-	crowdSize  int
-	crowdEarly time.Duration // CrowdLead - Lead with crowds on, else 0: how much earlier a crowd starts
-	crowdRatio float64       // CrowdFactor
-	jobChanges JobChanges
-	wholeLoad  time.Duration
-	batch      int
-	batchSlot  int
-	limit      int
-	timeout    time.Duration
-	commits    int
-	groupWait  time.Duration
-	backoff    time.Duration
-	maxBack    time.Duration
+	store       Store
+	own         Ownership
+	clock       clock.Clock
+	log         *slog.Logger
+	tracer      trace.Tracer
+	m           metrics
+	planner     Planner
+	locations   *jobspec.Locations
+	lookahead   time.Duration
+	interval    time.Duration
+	lead        time.Duration
+	gather      time.Duration
+	crowdSize   int
+	crowdEarly  time.Duration // CrowdLead - Lead with crowds on, else 0: how much earlier a crowd starts
+	crowdFactor float64
+	jobChanges  JobChanges
+	wholeLoad   time.Duration
+	batch       int
+	batchSlot   int
+	limit       int
+	timeout     time.Duration
+	commits     int
+	groupWait   time.Duration
+	backoff     time.Duration
+	maxBack     time.Duration
 
 	running atomic.Bool
 	// testSync, set only by this package's tests, lets a test wait until
@@ -240,23 +240,23 @@ func NewEngine(opts Options) (*Engine, error) {
 			OnTimeTolerance: opts.OnTimeTolerance,
 			MaxSlots:        opts.MaxSlotsPerAdvance,
 		},
-		locations:  new(jobspec.Locations),
-		lookahead:  cmp.Or(opts.Lookahead, DefaultLookahead),
-		interval:   cmp.Or(opts.LoadInterval, DefaultLoadInterval),
-		lead:       opts.Lead,
-		gather:     opts.Gather,
-		crowdSize:  opts.CrowdSize,
-		crowdRatio: opts.CrowdFactor,
-		jobChanges: opts.JobChanges,
-		wholeLoad:  cmp.Or(opts.WholeLoadInterval, DefaultWholeLoad),
-		batch:      cmp.Or(opts.BatchSize, DefaultBatchSize),
-		batchSlot:  cmp.Or(opts.BatchSlots, DefaultBatchSlots),
-		limit:      cmp.Or(opts.LoadLimit, DefaultLoadLimit),
-		timeout:    cmp.Or(opts.CommitTimeout, DefaultCommitTimeout),
-		commits:    cmp.Or(opts.Commits, DefaultCommits),
-		groupWait:  cmp.Or(opts.GroupWait, DefaultGroupWait),
-		backoff:    cmp.Or(opts.Backoff, DefaultBackoff),
-		maxBack:    cmp.Or(opts.MaxBackoff, DefaultMaxBackoff),
+		locations:   new(jobspec.Locations),
+		lookahead:   cmp.Or(opts.Lookahead, DefaultLookahead),
+		interval:    cmp.Or(opts.LoadInterval, DefaultLoadInterval),
+		lead:        opts.Lead,
+		gather:      opts.Gather,
+		crowdSize:   opts.CrowdSize,
+		crowdFactor: opts.CrowdFactor,
+		jobChanges:  opts.JobChanges,
+		wholeLoad:   cmp.Or(opts.WholeLoadInterval, DefaultWholeLoad),
+		batch:       cmp.Or(opts.BatchSize, DefaultBatchSize),
+		batchSlot:   cmp.Or(opts.BatchSlots, DefaultBatchSlots),
+		limit:       cmp.Or(opts.LoadLimit, DefaultLoadLimit),
+		timeout:     cmp.Or(opts.CommitTimeout, DefaultCommitTimeout),
+		commits:     cmp.Or(opts.Commits, DefaultCommits),
+		groupWait:   cmp.Or(opts.GroupWait, DefaultGroupWait),
+		backoff:     cmp.Or(opts.Backoff, DefaultBackoff),
+		maxBack:     cmp.Or(opts.MaxBackoff, DefaultMaxBackoff),
 	}
 	e.maxBack = max(e.maxBack, e.backoff)
 	if e.crowdSize > 0 {
@@ -316,7 +316,7 @@ func (e *Engine) Run(ctx context.Context) error {
 		loadDone:  make(chan loadResult, 1),
 		inFlight:  make(map[string]struct{}),
 		committed: make(chan commitOutcome, e.commits),
-		pace:      newPace(e.clock.Now()),
+		pace:      newPace(e.clock.Now(), e.lookahead),
 	}
 	// The load goroutine ends soon after ctx is done (DueJobs gets ctx) and
 	// its send never blocks (one load in flight, buffer of one); commit
@@ -712,8 +712,8 @@ func (r *run) findCrowds() {
 		return
 	}
 	least := r.crowdSize
-	if r.crowdRatio > 0 {
-		least = max(least, int(math.Ceil(r.crowdRatio*r.pace.usual(r.clock.Now()))))
+	if r.crowdFactor > 0 {
+		least = max(least, int(math.Ceil(r.crowdFactor*r.pace.usual(r.clock.Now()))))
 	}
 	perSecond := make(map[time.Time]int)
 	for _, e := range r.heap.items {

@@ -13,7 +13,7 @@ import (
 // seconds before the run started nor the one being committed.
 func TestPaceUsualSecond(t *testing.T) {
 	t.Parallel()
-	p := newPace(t0.Add(300 * time.Millisecond))
+	p := newPace(t0.Add(300*time.Millisecond), 5*time.Second)
 	require.Zero(t, p.usual(t0.Add(900*time.Millisecond)), "no whole second yet")
 
 	for s := 1; s <= 4; s++ {
@@ -26,22 +26,30 @@ func TestPaceUsualSecond(t *testing.T) {
 	require.InDelta(t, 10.0, p.usual(t0.Add(5500*time.Millisecond)), 1e-9)
 	// At 8.5 s, seconds 1-7 count: 40 + 1 jobs over 7 seconds.
 	require.InDelta(t, 41.0/7, p.usual(t0.Add(8500*time.Millisecond)), 1e-9)
-	// At 20 s the window is 10-19: nothing committed there, and the old
-	// counts are dropped.
+	// At 20 s the window is 10-19: nothing committed there.
 	require.Zero(t, p.usual(t0.Add(20*time.Second)))
-	require.Empty(t, p.counts)
+	// A count older than the ring holds is dropped, not taken for a recent
+	// second sharing its entry.
+	p.add(t0.Add(20 * time.Second))
+	p.add(t0.Add(20*time.Second - time.Duration(len(p.ring))*time.Second))
+	require.InDelta(t, 0.1, p.usual(t0.Add(21*time.Second)), 1e-9)
 }
 
 // TestPaceKeepsCommitsAhead: jobs committed ahead of their second (a
 // crowd) count from that second on, not before.
 func TestPaceKeepsCommitsAhead(t *testing.T) {
 	t.Parallel()
-	p := newPace(t0.Add(-time.Minute))
+	p := newPace(t0.Add(-time.Minute), 5*time.Second)
 	for range 30 {
 		p.add(t0.Add(2 * time.Second))
 	}
 	require.Zero(t, p.usual(t0.Add(time.Second)))
 	require.InDelta(t, 3.0, p.usual(t0.Add(3*time.Second)), 1e-9, "30 jobs over the 10 seconds 53-2")
+	// Commits a lookahead ahead do not take the entries of the window.
+	for range 50 {
+		p.add(t0.Add(8 * time.Second))
+	}
+	require.InDelta(t, 3.0, p.usual(t0.Add(3*time.Second)), 1e-9, "commits 5 s ahead")
 }
 
 // TestEngineEverySecondLoadIsNoCrowd: a node's every-second crons hold
