@@ -46,6 +46,16 @@ if [ "$(psql_admin -tAc 'SHOW max_connections')" -lt "$PG_MIN_CONNECTIONS" ]; th
   pg_ctlcluster --skip-systemctl-redirect "$version" main restart
   wait_for PostgreSQL 60 pg_ready
 fi
+# cronmesh's busiest tables churn row versions at the execution rate (the
+# trigger's schedule rows and outbox, the dispatcher's completions) and
+# stay small only through autovacuum, PostgreSQL's default. A server with
+# it off bloats them without bound, and every scan of them slows down as a
+# run goes on. Turned back on with a reload, and kept in
+# postgresql.auto.conf, which overrides the server's other files.
+if [ "$(psql_admin -tAc 'SHOW autovacuum')" != on ]; then
+  log "turning PostgreSQL's autovacuum on (a reload)"
+  psql_admin -c "ALTER SYSTEM SET autovacuum = on" -c "SELECT pg_reload_conf()"
+fi
 if [ "$(psql_admin -tAc "SELECT 1 FROM pg_database WHERE datname = 'cronmesh'")" != 1 ]; then
   log "creating database cronmesh"
   psql_admin -c 'CREATE DATABASE cronmesh' || [ "$(psql_admin -tAc "SELECT 1 FROM pg_database WHERE datname = 'cronmesh'")" = 1 ]

@@ -71,7 +71,7 @@ func Describe(ctx context.Context, db *pgxpool.Pool, conn *amqp091.Connection) M
 		// The settings that move write and read speed.
 		_ = db.QueryRow(ctx, `SELECT string_agg(name || ' ' || current_setting(name), ', ' ORDER BY name) FROM pg_settings
 WHERE name IN ('shared_buffers', 'synchronous_commit', 'fsync', 'max_wal_size', 'wal_compression',
-               'work_mem', 'effective_cache_size', 'checkpoint_timeout', 'max_connections')`).Scan(&m.PostgresSettings)
+               'work_mem', 'effective_cache_size', 'checkpoint_timeout', 'max_connections', 'autovacuum')`).Scan(&m.PostgresSettings)
 	}
 	if conn != nil {
 		product, _ := conn.Properties["product"].(string)
