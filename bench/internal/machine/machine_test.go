@@ -1,6 +1,7 @@
 package machine_test
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -21,4 +22,9 @@ func TestDescribe(t *testing.T) {
 	md := m.Markdown()
 	require.Contains(t, md, "| PostgreSQL | "+m.PostgreSQL)
 	require.Contains(t, md, "| Go | "+m.Go)
+	require.Contains(t, m.PostgresSettings, "autovacuum ")
+	require.Equal(t, strings.Contains(m.PostgresSettings, "autovacuum off"), m.AutovacuumOff, "read from the server")
+	require.Equal(t, m.AutovacuumOff, strings.Contains(md, "autovacuum off**"), "said above the figures only when it is off")
+	m.AutovacuumOff = true
+	require.Contains(t, m.Markdown(), "**PostgreSQL ran with autovacuum off**")
 }
