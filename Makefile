@@ -122,7 +122,7 @@ $(CHROMIUM):
 tools: $(TOOLS_STAMP) $(NODE_STAMP) $(CROSSCHECK_STAMP) $(CONSOLE_STAMP) ## Install the pinned tools (buf, protoc plugins, grpcurl, helm, protoc-gen-es, tsc, the cron libraries of the schedule cross-check).
 
 .PHONY: services
-services: ## Start PostgreSQL and RabbitMQ when they are not running; create the cronmesh database.
+services: ## Start PostgreSQL and RabbitMQ when they are not running; create the cronmesh database; give PostgreSQL the settings the mesh needs (max_connections, autovacuum, max_wal_size).
 	deploy/local/ensure-services.sh
 
 .PHONY: generate

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Makes sure the local PostgreSQL and RabbitMQ are running, starting them (or,
-# as root, installing them with apt) when they are not, and creates the
-# `cronmesh` database. Idempotent: a second run changes nothing.
+# as root, installing them with apt) when they are not, gives PostgreSQL the
+# settings the mesh needs (max_connections, autovacuum, max_wal_size) and
+# creates the `cronmesh` database. Idempotent: a second run changes nothing.
 set -euo pipefail
 
 PG_HOST=127.0.0.1 PG_PORT=5432 AMQP_PORT=5672
@@ -46,15 +47,23 @@ if [ "$(psql_admin -tAc 'SHOW max_connections')" -lt "$PG_MIN_CONNECTIONS" ]; th
   pg_ctlcluster --skip-systemctl-redirect "$version" main restart
   wait_for PostgreSQL 60 pg_ready
 fi
-# cronmesh's busiest tables churn row versions at the execution rate (the
-# trigger's schedule rows and outbox, the dispatcher's completions) and
-# stay small only through autovacuum, PostgreSQL's default. A server with
-# it off bloats them without bound, and every scan of them slows down as a
-# run goes on. Turned back on with a reload, and kept in
-# postgresql.auto.conf, which overrides the server's other files.
+# Two settings the mesh's write rate needs (docs/deploy.md, "The PostgreSQL
+# you run"), each applied with a reload and kept in postgresql.auto.conf,
+# which overrides the server's other files:
+# - autovacuum, PostgreSQL's default: the busiest tables churn row versions
+#   at the execution rate (the trigger's schedule rows and outbox, the
+#   alerting service's job rows) and stay small only through it;
+# - max_wal_size of at least 4 GB: at thousands of executions a second the
+#   default 1 GB brings a checkpoint every 35-60 s, and the first change to
+#   every page after each one writes the whole page to the WAL.
 if [ "$(psql_admin -tAc 'SHOW autovacuum')" != on ]; then
   log "turning PostgreSQL's autovacuum on (a reload)"
-  psql_admin -c "ALTER SYSTEM SET autovacuum = on" -c "SELECT pg_reload_conf()"
+  psql_admin -c "ALTER SYSTEM SET autovacuum = on" -c "SELECT pg_reload_conf()" >/dev/null
+fi
+PG_MIN_WAL_MB=4096
+if [ "$(psql_admin -tAc "SELECT setting FROM pg_settings WHERE name = 'max_wal_size'")" -lt "$PG_MIN_WAL_MB" ]; then
+  log "raising PostgreSQL's max_wal_size to $PG_MIN_WAL_MB MB (a reload)"
+  psql_admin -c "ALTER SYSTEM SET max_wal_size = '${PG_MIN_WAL_MB}MB'" -c "SELECT pg_reload_conf()" >/dev/null
 fi
 if [ "$(psql_admin -tAc "SELECT 1 FROM pg_database WHERE datname = 'cronmesh'")" != 1 ]; then
   log "creating database cronmesh"
