@@ -40,6 +40,24 @@ func startOneSlot(t *testing.T, e *env, clk clock.Clock, hold time.Duration) (*r
 	return r, b, reqs
 }
 
+// takesTheSlot waits for one of waiting, requests that wait for the slot
+// together, to start its attempt, and returns it and the others. Which one
+// takes the slot is up to the scheduler: they were handled concurrently, so
+// neither began waiting first by construction.
+func takesTheSlot(t *testing.T, b *blocking, waiting ...*dispatchv1.DispatchRequest) (started *dispatchv1.DispatchRequest, rest []*dispatchv1.DispatchRequest) {
+	t.Helper()
+	entered := b.waitEntered(t)
+	for _, req := range waiting {
+		if req.ExecutionId == entered.ExecutionId {
+			started = req
+		} else {
+			rest = append(rest, req)
+		}
+	}
+	require.NotNil(t, started, "an attempt of a request that was not waiting started")
+	return started, rest
+}
+
 // TestEventsWaitForTheBacklog: while requests wait for a delivery slot,
 // the events of the deliveries that ended are held back; they are
 // published once no request waits.
@@ -48,19 +66,20 @@ func TestEventsWaitForTheBacklog(t *testing.T) {
 	e := newEnv(t)
 	r, b, reqs := startOneSlot(t, e, clock.Real{}, time.Hour)
 
-	b.release <- struct{}{} // the first ends; the second takes the slot, the third still waits
-	require.Equal(t, reqs[1].ExecutionId, b.waitEntered(t).ExecutionId)
+	b.release <- struct{}{} // the first ends; one of the others takes the slot, the last still waits
+	second, rest := takesTheSlot(t, b, reqs[1], reqs[2])
+	last := rest[0]
 	time.Sleep(quiet)
 	require.Empty(t, e.events.of(reqs[0].ExecutionId), "published while a request waits for a slot")
 
-	b.release <- struct{}{} // the second ends; the third takes the slot: no one waits
-	require.Equal(t, reqs[2].ExecutionId, b.waitEntered(t).ExecutionId)
+	b.release <- struct{}{} // the second ends; the last takes the slot: no one waits
+	require.Equal(t, last.ExecutionId, b.waitEntered(t).ExecutionId)
 	e.waitFor(reqs[0].ExecutionId, succeeded, 1)
-	e.waitFor(reqs[1].ExecutionId, succeeded, 1)
+	e.waitFor(second.ExecutionId, succeeded, 1)
 	require.Zero(t, metric(t, r.reg, "delivery_slot_waiters"))
 
 	b.release <- struct{}{}
-	e.waitFor(reqs[2].ExecutionId, succeeded, 1)
+	e.waitFor(last.ExecutionId, succeeded, 1)
 }
 
 // TestEventHoldIsBounded: a backlog that does not clear holds the events
@@ -74,7 +93,8 @@ func TestEventHoldIsBounded(t *testing.T) {
 	r, b, reqs := startOneSlot(t, e, clk, hold)
 
 	b.release <- struct{}{}
-	require.Equal(t, reqs[1].ExecutionId, b.waitEntered(t).ExecutionId)
+	second, rest := takesTheSlot(t, b, reqs[1], reqs[2])
+	third := rest[0]
 	time.Sleep(quiet)
 	require.Empty(t, e.events.of(reqs[0].ExecutionId), "published before the hold ended")
 	clk.Advance(hold)
@@ -83,8 +103,8 @@ func TestEventHoldIsBounded(t *testing.T) {
 	// The third still waits, yet the hold is over: the second's outcome
 	// goes out at once.
 	b.release <- struct{}{}
-	require.Equal(t, reqs[2].ExecutionId, b.waitEntered(t).ExecutionId)
-	e.waitFor(reqs[1].ExecutionId, succeeded, 1)
+	require.Equal(t, third.ExecutionId, b.waitEntered(t).ExecutionId)
+	e.waitFor(second.ExecutionId, succeeded, 1)
 
 	// A new backlog holds again.
 	next := []*dispatchv1.DispatchRequest{request(registryv1.Priority_PRIORITY_NORMAL), request(registryv1.Priority_PRIORITY_NORMAL)}
@@ -92,12 +112,12 @@ func TestEventHoldIsBounded(t *testing.T) {
 	require.Eventually(t, func() bool { return metric(t, r.reg, "delivery_slot_waiters") == 2 }, 30*time.Second, 5*time.Millisecond,
 		"the third is still being delivered: both wait")
 	b.release <- struct{}{} // the third ends; one of next takes the slot, the other waits
-	started := b.waitEntered(t)
+	_, rest = takesTheSlot(t, b, next...)
 	time.Sleep(quiet)
-	require.Empty(t, e.events.of(reqs[2].ExecutionId), "published while a new backlog waits")
+	require.Empty(t, e.events.of(third.ExecutionId), "published while a new backlog waits")
 	clk.Advance(hold)
-	e.waitFor(reqs[2].ExecutionId, succeeded, 1)
+	e.waitFor(third.ExecutionId, succeeded, 1)
 	b.release <- struct{}{}
-	require.NotEqual(t, started.ExecutionId, b.waitEntered(t).ExecutionId)
+	require.Equal(t, rest[0].ExecutionId, b.waitEntered(t).ExecutionId)
 	b.release <- struct{}{}
 }
