@@ -48,22 +48,25 @@ if [ "$(psql_admin -tAc 'SHOW max_connections')" -lt "$PG_MIN_CONNECTIONS" ]; th
   wait_for PostgreSQL 60 pg_ready
 fi
 # Two settings the mesh's write rate needs (docs/deploy.md, "The PostgreSQL
-# you run"), each applied with a reload and kept in postgresql.auto.conf,
-# which overrides the server's other files:
+# you run"), applied together with one reload and kept in
+# postgresql.auto.conf, which overrides the server's other files:
 # - autovacuum, PostgreSQL's default: the busiest tables churn row versions
 #   at the execution rate (the trigger's schedule rows and outbox, the
 #   alerting service's job rows) and stay small only through it;
 # - max_wal_size of at least 4 GB: at thousands of executions a second the
 #   default 1 GB brings a checkpoint every 35-60 s, and the first change to
 #   every page after each one writes the whole page to the WAL.
-if [ "$(psql_admin -tAc 'SHOW autovacuum')" != on ]; then
-  log "turning PostgreSQL's autovacuum on (a reload)"
-  psql_admin -c "ALTER SYSTEM SET autovacuum = on" -c "SELECT pg_reload_conf()" >/dev/null
-fi
 PG_MIN_WAL_MB=4096
+settings=()
+if [ "$(psql_admin -tAc 'SHOW autovacuum')" != on ]; then
+  settings+=(-c "ALTER SYSTEM SET autovacuum = on")
+fi
 if [ "$(psql_admin -tAc "SELECT setting FROM pg_settings WHERE name = 'max_wal_size'")" -lt "$PG_MIN_WAL_MB" ]; then
-  log "raising PostgreSQL's max_wal_size to $PG_MIN_WAL_MB MB (a reload)"
-  psql_admin -c "ALTER SYSTEM SET max_wal_size = '${PG_MIN_WAL_MB}MB'" -c "SELECT pg_reload_conf()" >/dev/null
+  settings+=(-c "ALTER SYSTEM SET max_wal_size = '${PG_MIN_WAL_MB}MB'")
+fi
+if [ ${#settings[@]} -gt 0 ]; then
+  log "setting PostgreSQL's autovacuum on and max_wal_size to at least $PG_MIN_WAL_MB MB (a reload)"
+  psql_admin "${settings[@]}" -c "SELECT pg_reload_conf()" >/dev/null
 fi
 if [ "$(psql_admin -tAc "SELECT 1 FROM pg_database WHERE datname = 'cronmesh'")" != 1 ]; then
   log "creating database cronmesh"

@@ -74,10 +74,11 @@ func Describe(ctx context.Context, db *pgxpool.Pool, conn *amqp091.Connection) M
 	if db != nil {
 		_ = db.QueryRow(ctx, `SHOW server_version`).Scan(&m.PostgreSQL)
 		// The settings that move write and read speed.
-		_ = db.QueryRow(ctx, `SELECT string_agg(name || ' ' || current_setting(name), ', ' ORDER BY name) FROM pg_settings
+		_ = db.QueryRow(ctx, `SELECT string_agg(name || ' ' || current_setting(name), ', ' ORDER BY name),
+       bool_or(name = 'autovacuum' AND setting = 'off')
+FROM pg_settings
 WHERE name IN ('shared_buffers', 'synchronous_commit', 'fsync', 'max_wal_size', 'wal_compression',
-               'work_mem', 'effective_cache_size', 'checkpoint_timeout', 'max_connections', 'autovacuum')`).Scan(&m.PostgresSettings)
-		_ = db.QueryRow(ctx, `SELECT current_setting('autovacuum') = 'off'`).Scan(&m.AutovacuumOff)
+               'work_mem', 'effective_cache_size', 'checkpoint_timeout', 'max_connections', 'autovacuum')`).Scan(&m.PostgresSettings, &m.AutovacuumOff)
 	}
 	if conn != nil {
 		product, _ := conn.Properties["product"].(string)
@@ -116,7 +117,7 @@ func (m Machine) Markdown() string {
 	fmt.Fprintf(&b, "| RabbitMQ | %s |\n", m.RabbitMQ)
 	if m.AutovacuumOff {
 		b.WriteString("\n**PostgreSQL ran with autovacuum off**, which no production server does: the trigger's outbox " +
-			"and schedule rows and the dispatcher's completions bloat through the run, and the figures below are worse for it " +
+			"and schedule rows and the alerting service's job rows bloat through the run, and the figures below are worse for it " +
 			"(`make services` turns it on).\n")
 	}
 	return b.String()
