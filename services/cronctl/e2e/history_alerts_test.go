@@ -340,9 +340,14 @@ func testAlerts(t *testing.T, s *stack) {
 	_, bad = rc.notifications()
 	require.Empty(t, bad)
 
-	// The history has it too: dead after two attempts of HTTP 500.
-	dead := decode[executionsJSON](t, s.ok(t, ns, "history", "list", "--job", job.ID, "--status", "dead", "-o", "json"))
-	require.Len(t, dead.Items, 1)
+	// The history has it too: dead after two attempts of HTTP 500. It
+	// ingests the DEAD event on its own, so it may show it a moment after
+	// the dead-letter store and alerting do.
+	var dead executionsJSON
+	require.Eventually(t, func() bool {
+		dead = decode[executionsJSON](t, s.ok(t, ns, "history", "list", "--job", job.ID, "--status", "dead", "-o", "json"))
+		return len(dead.Items) == 1
+	}, 30*time.Second, 200*time.Millisecond, "the history never showed the execution dead")
 	require.Equal(t, 2, dead.Items[0].Attempt)
 	table = s.ok(t, ns, "history", "get", dead.Items[0].ExecutionID)
 	require.Regexp(t, `(?m)^1\s+retrying\s+\S+\s+\S+\s+500\s+\d\S*s\s+.+$`, table, "attempt 1 failed, retry scheduled")
