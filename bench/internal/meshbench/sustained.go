@@ -240,7 +240,7 @@ func Sustained(ctx context.Context, cfg Config, o SustainedOptions) error {
 		{"zero double-fired", report.Num(res.DeliveredTwice), report.Judge(res.DeliveredTwice == 0 && res.Unresolved == 0)},
 	})
 	if !full {
-		r.P("(A run shorter than 10 minutes does not judge the rate and p99 targets; the 3,000/s targets are judged at a planned rate within 10 % of 3,000/s.)")
+		r.P("(A run shorter than 10 minutes does not judge the rate and p99 targets; the 3,000/s targets are judged at a planned rate within 10 %% of 3,000/s.)")
 	}
 	if len(profs) > 0 {
 		r.H(3, "CPU profiles")
