@@ -35,17 +35,15 @@ const (
 	// DefaultCancellationRetention outlives the longest retry series the
 	// registry allows (10 retries, each at most 24 h).
 	DefaultCancellationRetention = 14 * 24 * time.Hour
-	// DefaultCompletionRetention is how long completed attempts are
-	// remembered for the redelivery dedupe: a republished request arrives
-	// within minutes (when the crashed relay's successor runs), and two
-	// days leave room for a long outage. Forgetting is safe: an unknown
-	// attempt is delivered.
+	// DefaultCompletionRetention is how long after its slot's time an
+	// execution's completion record is remembered for the redelivery
+	// dedupe: a republished request arrives within minutes (when the
+	// crashed relay's successor runs), and two days leave room for a long
+	// outage. Forgetting is safe: an unknown attempt is delivered.
 	DefaultCompletionRetention = 48 * time.Hour
-	// janitorInterval is how often old cancellations and completions are
-	// deleted.
+	// janitorInterval is how often old cancellations are deleted and the
+	// completion records' days maintained.
 	janitorInterval = time.Hour
-	// pruneBatch bounds the rows of one pruning statement.
-	pruneBatch = 10_000
 )
 
 // Config is everything a dispatcher is told at start.
@@ -96,8 +94,9 @@ type Config struct {
 	AllowNetworks config.StringList
 	// CancellationRetention is how long a cancellation is kept.
 	CancellationRetention time.Duration
-	// CompletionRetention is how long a completed attempt is remembered
-	// for the redelivery dedupe.
+	// CompletionRetention is how long after its slot's time a completed
+	// attempt is remembered for the redelivery dedupe (whole days of
+	// slots are dropped at once, so a record may live up to a day longer).
 	CompletionRetention time.Duration
 }
 
@@ -130,7 +129,7 @@ func (c *Config) Register(fs *flag.FlagSet) {
 	fs.Var(&c.TargetAMQPAllow, "target-amqp-allow", "comma-separated namespace=name or namespace=prefix* entries: AMQP names a namespace's targets may publish to besides its own <namespace>.* (same list as the registry's)")
 	fs.Var(&c.AllowNetworks, "allow-networks", "comma-separated CIDRs that targets may resolve to although loopback, private or link-local (e.g. 127.0.0.0/8,::1/128 for development)")
 	fs.DurationVar(&c.CancellationRetention, "cancellation-retention", DefaultCancellationRetention, "how long cancellations are kept")
-	fs.DurationVar(&c.CompletionRetention, "completion-retention", DefaultCompletionRetention, "how long completed attempts are remembered, so that a redelivery of one is not delivered again")
+	fs.DurationVar(&c.CompletionRetention, "completion-retention", DefaultCompletionRetention, "how long after its slot's time a completed attempt is remembered, so that a redelivery of it is not delivered again (whole days are dropped)")
 }
 
 func (c *Config) fillDefaults() {
@@ -388,8 +387,9 @@ func (a *App) Server() *server.Server { return a.svc.Server }
 // the dead letters in hand; then the connections close.
 func (a *App) Run(ctx context.Context) error { return a.svc.Run(ctx) }
 
-// janitor deletes cancellations and completed attempts older than their
-// retention, hourly. A failure is logged and tried again next time.
+// janitor deletes cancellations older than their retention and keeps the
+// completion records' day partitions (days ahead created, days past the
+// retention dropped), at start and hourly. A failure is logged and tried again next time.
 func (a *App) janitor(ctx context.Context) error {
 	for {
 		if n, err := a.store.DeleteCancellationsBefore(ctx, time.Now().Add(-a.cfg.CancellationRetention)); err != nil {
@@ -400,13 +400,14 @@ func (a *App) janitor(ctx context.Context) error {
 		} else if n > 0 {
 			a.logger.Info("deleted old cancellations", slog.Int("count", n))
 		}
-		if n, err := a.store.DeleteCompletedBefore(ctx, time.Now().Add(-a.cfg.CompletionRetention), pruneBatch); err != nil {
+		if res, trimmed, err := a.store.MaintainCompletions(ctx, time.Now(), a.cfg.CompletionRetention); err != nil {
 			if ctx.Err() != nil {
 				return nil
 			}
-			a.logger.Warn("deleting old completed attempts", slog.Any("error", err))
-		} else if n > 0 {
-			a.logger.Info("deleted old completed attempts", slog.Int("count", n))
+			a.logger.Warn("maintaining the completion records' days", slog.Any("error", err))
+		} else if len(res.Dropped) > 0 || len(res.Created) > 0 || trimmed > 0 {
+			a.logger.Info("maintained the completion records' days", slog.Int("created", len(res.Created)),
+				slog.Int("dropped", len(res.Dropped)), slog.Int64("trimmed", trimmed), slog.Int("days", res.Days))
 		}
 		select {
 		case <-ctx.Done():

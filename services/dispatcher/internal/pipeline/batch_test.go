@@ -92,7 +92,7 @@ func TestBatchOfRequests(t *testing.T) {
 	// acknowledged too).
 	require.Eventually(t, func() bool {
 		done, err := e.store.Completed(t.Context(), []store.AttemptRef{
-			{ExecutionID: fast.ExecutionId, Attempt: 1}, {ExecutionID: flaky.ExecutionId, Attempt: 2}, {ExecutionID: slow.ExecutionId, Attempt: 1},
+			attemptOf(fast, 1), attemptOf(flaky, 2), attemptOf(slow, 1),
 		})
 		return err == nil && !slices.Contains(done, false)
 	}, 30*time.Second, 10*time.Millisecond)

@@ -107,7 +107,7 @@ func TestCancelledInFlight(t *testing.T) {
 	r.stop(t)
 	require.Len(t, f.of(req.ExecutionId), 1, "no retry")
 	require.Equal(t, map[string]int{"started/1": 1, "cancelled/1": 1}, e.events.kinds(req.ExecutionId))
-	done, err := e.store.Check(t.Context(), []store.CheckRef{{Namespace: testNamespace, ExecutionID: req.ExecutionId, Attempt: 1}})
+	done, err := e.store.Check(t.Context(), []store.CheckRef{{Namespace: testNamespace, NominalTime: req.NominalTime.AsTime(), ExecutionID: req.ExecutionId, Attempt: 1}})
 	require.NoError(t, err)
 	require.True(t, done[0].Completed, "the aborted attempt completes the execution")
 }

@@ -57,7 +57,7 @@ func TestRedeliveryOfCompletedAttempt(t *testing.T) {
 	// earlier.
 	require.Eventually(t, func() bool {
 		got, err := e.store.Completed(t.Context(), []store.AttemptRef{
-			{ExecutionID: ok.ExecutionId, Attempt: 1}, {ExecutionID: flaky.ExecutionId, Attempt: 1}, {ExecutionID: gone.ExecutionId, Attempt: 1},
+			attemptOf(ok, 1), attemptOf(flaky, 1), attemptOf(gone, 1),
 		})
 		require.NoError(t, err)
 		return got[0] && got[1] && got[2]
@@ -75,12 +75,12 @@ func TestRedeliveryOfCompletedAttempt(t *testing.T) {
 
 	// A stray copy of the finished execution's retry is not delivered either.
 	require.Eventually(t, func() bool {
-		got, err := e.store.Completed(t.Context(), []store.AttemptRef{{ExecutionID: flaky.ExecutionId, Attempt: 2}})
+		got, err := e.store.Completed(t.Context(), []store.AttemptRef{attemptOf(flaky, 2)})
 		require.NoError(t, err)
 		return got[0]
 	}, 30*time.Second, 5*time.Millisecond)
 	stray := named("flaky")
-	stray.ExecutionId, stray.JobId, stray.Attempt = flaky.ExecutionId, flaky.JobId, 2
+	stray.ExecutionId, stray.JobId, stray.NominalTime, stray.Attempt = flaky.ExecutionId, flaky.JobId, flaky.NominalTime, 2
 	e.dispatch(nil, stray)
 	require.Eventually(t, func() bool { return metric(t, r.reg, "duplicates_skipped_total") == 4 }, 30*time.Second, 5*time.Millisecond)
 	require.Len(t, f.of(flaky.ExecutionId), 2)
@@ -223,7 +223,7 @@ func TestRedeliveryDuringDatabaseOutage(t *testing.T) {
 
 	db.down.Store(false)
 	require.Eventually(t, func() bool { return metric(t, r.reg, "completions_unrecorded") == 0 }, 30*time.Second, 5*time.Millisecond)
-	got, err := e.store.Completed(t.Context(), []store.AttemptRef{{ExecutionID: req.ExecutionId, Attempt: 1}})
+	got, err := e.store.Completed(t.Context(), []store.AttemptRef{attemptOf(req, 1)})
 	require.NoError(t, err)
 	require.True(t, got[0], "recorded once the database answered")
 	require.Zero(t, metric(t, r.reg, "completions_unrecorded_dropped_total"))
@@ -248,7 +248,7 @@ func TestPossibleCopyWaitsForTheLookUp(t *testing.T) {
 	// Completed by a dispatcher that has gone: only the database knows.
 	req := request(registryv1.Priority_PRIORITY_NORMAL)
 	require.NoError(t, e.store.RecordCompleted(t.Context(), []store.CompletedAttempt{
-		{ExecutionID: req.ExecutionId, Attempt: 1, Final: true, Time: time.Now()},
+		{NominalTime: req.NominalTime.AsTime(), ExecutionID: req.ExecutionId, Attempt: 1, Final: true, Time: time.Now()},
 	}))
 	db.down.Store(true)
 

@@ -221,6 +221,12 @@ func request(p registryv1.Priority, mods ...func(*dispatchv1.DispatchRequest)) *
 	return req
 }
 
+// attemptOf names attempt n of req's execution, keyed as the pipeline
+// records it (the slot's time and the execution id).
+func attemptOf(req *dispatchv1.DispatchRequest, n int32) store.AttemptRef {
+	return store.AttemptRef{NominalTime: req.NominalTime.AsTime(), ExecutionID: req.ExecutionId, Attempt: n}
+}
+
 // dispatch publishes reqs to the dispatch exchange as the trigger does,
 // with confirms; headers go into every message.
 func (e *env) dispatch(headers amqp091.Table, reqs ...*dispatchv1.DispatchRequest) {

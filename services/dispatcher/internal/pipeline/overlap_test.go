@@ -157,7 +157,7 @@ func TestOverlapSkip(t *testing.T) {
 	// completion is recorded (after its SKIPPED event is confirmed: a
 	// copy arriving before that is judged again, and skipped again).
 	require.Eventually(t, func() bool {
-		done, err := e.store.Completed(t.Context(), []store.AttemptRef{{ExecutionID: s[1].ExecutionId, Attempt: s[1].Attempt}})
+		done, err := e.store.Completed(t.Context(), []store.AttemptRef{attemptOf(s[1], s[1].Attempt)})
 		require.NoError(t, err)
 		return done[0]
 	}, 30*time.Second, 5*time.Millisecond, "the skip is recorded")

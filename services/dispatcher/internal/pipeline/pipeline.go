@@ -821,7 +821,7 @@ func (p *Pipeline) knownCancelled(ctx context.Context, req *dispatchv1.DispatchR
 	if p.checks == nil {
 		return known
 	}
-	q := &checkQuery{ref: store.CheckRef{Namespace: req.Namespace, ExecutionID: req.ExecutionId, Attempt: req.Attempt}}
+	q := &checkQuery{ref: checkRef(req)}
 	select {
 	case err := <-p.checks.submit(q):
 		if err != nil {
@@ -1025,7 +1025,7 @@ func (p *Pipeline) precheck(soft, ctx context.Context, req *dispatchv1.DispatchR
 	copied := mayBeACopy(md)
 	b := newBackoff(p.opts.Backoff, p.opts.MaxBackoff)
 	for asked := 1; ; asked++ {
-		q := &checkQuery{ref: store.CheckRef{Namespace: req.Namespace, ExecutionID: req.ExecutionId, Attempt: req.Attempt}}
+		q := &checkQuery{ref: checkRef(req)}
 		var err error
 		select {
 		case err = <-p.checks.submit(q):
@@ -1076,6 +1076,13 @@ func mayBeACopy(md message.Metadata) bool {
 		cmp.Or(md.Get(broker.DeliveryCountHeader), "0") != "0"
 }
 
+// checkRef names req's attempt for the store's look-up; its completion
+// record is keyed by the slot's time and the execution id.
+func checkRef(req *dispatchv1.DispatchRequest) store.CheckRef {
+	return store.CheckRef{Namespace: req.Namespace, NominalTime: req.GetNominalTime().AsTime(),
+		ExecutionID: req.ExecutionId, Attempt: req.Attempt}
+}
+
 // completed records req's attempt as completed at now (final: its
 // execution is over; now is a dead letter's DeadTime, which a redrive
 // compares with) when v acknowledges it, and waits for the record (bounded
@@ -1087,7 +1094,7 @@ func (p *Pipeline) completed(ctx context.Context, req *dispatchv1.DispatchReques
 	if v != ack || p.records == nil {
 		return v
 	}
-	done := store.CompletedAttempt{ExecutionID: req.ExecutionId, Attempt: req.Attempt, Final: final, Time: now}
+	done := store.CompletedAttempt{NominalTime: req.GetNominalTime().AsTime(), ExecutionID: req.ExecutionId, Attempt: req.Attempt, Final: final, Time: now}
 	select {
 	case err := <-p.records.submit(done):
 		if err != nil {

@@ -17,8 +17,9 @@ func BenchmarkLookUp(b *testing.B) {
 	s := newStore(b)
 	ctx := b.Context()
 	var done []store.CompletedAttempt
+	slot := time.Now().Truncate(time.Second)
 	for range 20_000 {
-		done = append(done, store.CompletedAttempt{ExecutionID: uuid.NewString(), Attempt: 1, Final: true, Time: time.Now()})
+		done = append(done, store.CompletedAttempt{NominalTime: slot, ExecutionID: uuid.NewString(), Attempt: 1, Final: true, Time: time.Now()})
 	}
 	for i := 0; i < len(done); i += 1000 {
 		require.NoError(b, s.RecordCompleted(ctx, done[i:i+1000]))
@@ -31,9 +32,9 @@ func BenchmarkLookUp(b *testing.B) {
 		if i%2 == 0 {
 			id = uuid.NewString()
 		}
-		refs[i] = store.CheckRef{Namespace: "alpha", ExecutionID: id, Attempt: 1}
+		refs[i] = store.CheckRef{Namespace: "alpha", NominalTime: slot, ExecutionID: id, Attempt: 1}
 		cancels[i] = store.ExecutionRef{Namespace: "alpha", ExecutionID: id}
-		attempts[i] = store.AttemptRef{ExecutionID: id, Attempt: 1}
+		attempts[i] = store.AttemptRef{NominalTime: slot, ExecutionID: id, Attempt: 1}
 	}
 	b.Run("one query", func(b *testing.B) {
 		for b.Loop() {

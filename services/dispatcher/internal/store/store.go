@@ -2,6 +2,7 @@ package store
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"embed"
 	"errors"
@@ -19,6 +20,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	dispatchv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/dispatch/v1"
+	"github.com/cronmesh/cronmesh/libs/daypart"
 	"github.com/cronmesh/cronmesh/libs/execevent"
 	"github.com/cronmesh/cronmesh/libs/migrate"
 	"github.com/cronmesh/cronmesh/libs/targetcheck"
@@ -515,12 +517,18 @@ func (s *Store) DeleteCancellationsBefore(ctx context.Context, t time.Time) (int
 
 // AttemptRef names one attempt of an execution.
 type AttemptRef struct {
+	// NominalTime is the slot's time (the request's nominal_time): with
+	// ExecutionID, the key of the execution's completion record.
+	NominalTime time.Time
 	ExecutionID string
 	Attempt     int32
 }
 
 // CompletedAttempt is an attempt whose consequences are on the broker.
 type CompletedAttempt struct {
+	// NominalTime is the slot's time (the request's nominal_time): with
+	// ExecutionID, the key of the execution's completion record.
+	NominalTime time.Time
 	ExecutionID string
 	Attempt     int32
 	// Final: the execution is over (succeeded or dead).
@@ -530,23 +538,39 @@ type CompletedAttempt struct {
 	Time time.Time
 }
 
+// completionKey is the key of an execution's completion record: its slot's
+// nominal time (the partition's day) and its id.
+type completionKey struct {
+	nominal time.Time
+	id      uuid.UUID
+}
+
+func newCompletionKey(nominal time.Time, executionID string) (completionKey, bool) {
+	id, err := uuid.Parse(executionID)
+	return completionKey{nominal: micros(nominal), id: id}, err == nil
+}
+
+func compareCompletionKeys(a, b completionKey) int {
+	return cmp.Or(a.nominal.Compare(b.nominal), bytes.Compare(a.id[:], b.id[:]))
+}
+
 // RecordCompleted records done in one statement. Per execution the store
 // keeps the highest attempt and whether any was final, so recording the
 // same or an older attempt again changes nothing, and so does a record of
 // an execution redriven since (Time at or before the dead letter's
-// DeadTime: see Redrive). Rows are written in
-// execution id order, so concurrent batches never deadlock. Entries whose
-// id is not a UUID are skipped (the pipeline never delivers one).
+// DeadTime: see Redrive). Rows are written in key order, so concurrent
+// batches never deadlock. Entries whose id is not a UUID are skipped (the
+// pipeline never delivers one).
 func (s *Store) RecordCompleted(ctx context.Context, done []CompletedAttempt) error {
-	merged := map[uuid.UUID]CompletedAttempt{}
+	merged := map[completionKey]CompletedAttempt{}
 	for _, d := range done {
-		id, err := uuid.Parse(d.ExecutionID)
-		if err != nil {
+		key, ok := newCompletionKey(d.NominalTime, d.ExecutionID)
+		if !ok {
 			continue
 		}
-		m, ok := merged[id]
+		m, ok := merged[key]
 		if !ok {
-			merged[id] = d
+			merged[key] = d
 			continue
 		}
 		m.Attempt = max(m.Attempt, d.Attempt)
@@ -554,27 +578,29 @@ func (s *Store) RecordCompleted(ctx context.Context, done []CompletedAttempt) er
 		if d.Time.After(m.Time) {
 			m.Time = d.Time
 		}
-		merged[id] = m
+		merged[key] = m
 	}
 	if len(merged) == 0 {
 		return nil
 	}
-	ids := slices.SortedFunc(maps.Keys(merged), func(a, b uuid.UUID) int { return bytes.Compare(a[:], b[:]) })
-	attempts, finals, times := make([]int32, len(ids)), make([]bool, len(ids)), make([]time.Time, len(ids))
-	for i, id := range ids {
-		m := merged[id]
+	keys := slices.SortedFunc(maps.Keys(merged), compareCompletionKeys)
+	nominals, ids := make([]time.Time, len(keys)), make([]uuid.UUID, len(keys))
+	attempts, finals, times := make([]int32, len(keys)), make([]bool, len(keys)), make([]time.Time, len(keys))
+	for i, k := range keys {
+		m := merged[k]
+		nominals[i], ids[i] = k.nominal, k.id
 		attempts[i], finals[i], times[i] = m.Attempt, m.Final, micros(m.Time)
 	}
 	if _, err := s.pool.Exec(ctx, `
-		INSERT INTO completed_attempts AS c (execution_id, attempt, final, done_time)
-		SELECT * FROM unnest($1::uuid[], $2::integer[], $3::boolean[], $4::timestamptz[])
-		ON CONFLICT (execution_id) DO UPDATE SET
+		INSERT INTO completed_attempts AS c (nominal_time, execution_id, attempt, final, done_time)
+		SELECT * FROM unnest($1::timestamptz[], $2::uuid[], $3::integer[], $4::boolean[], $5::timestamptz[])
+		ON CONFLICT (nominal_time, execution_id) DO UPDATE SET
 			attempt = GREATEST(c.attempt, EXCLUDED.attempt),
 			final = c.final OR EXCLUDED.final,
 			done_time = GREATEST(c.done_time, EXCLUDED.done_time)
 		WHERE c.floor_time IS NULL OR EXCLUDED.done_time > c.floor_time`,
-		ids, attempts, finals, times); err != nil {
-		return fmt.Errorf("record %d completed attempts: %w", len(ids), err)
+		nominals, ids, attempts, finals, times); err != nil {
+		return fmt.Errorf("record %d completed attempts: %w", len(keys), err)
 	}
 	return nil
 }
@@ -585,50 +611,44 @@ func (s *Store) RecordCompleted(ctx context.Context, done []CompletedAttempt) er
 // not completed.
 func (s *Store) Completed(ctx context.Context, refs []AttemptRef) ([]bool, error) {
 	out := make([]bool, len(refs))
-	ids := make([]uuid.UUID, 0, len(refs))
-	for _, r := range refs {
-		if id, err := uuid.Parse(r.ExecutionID); err == nil {
-			ids = append(ids, id)
+	idx := make([]int32, 0, len(refs))
+	nominals, ids, attempts := make([]time.Time, 0, len(refs)), make([]uuid.UUID, 0, len(refs)), make([]int32, 0, len(refs))
+	for i, r := range refs {
+		key, ok := newCompletionKey(r.NominalTime, r.ExecutionID)
+		if !ok {
+			continue
 		}
+		idx = append(idx, int32(i))
+		nominals, ids, attempts = append(nominals, key.nominal), append(ids, key.id), append(attempts, r.Attempt)
 	}
 	if len(ids) == 0 {
 		return out, nil
 	}
 	rows, err := s.pool.Query(ctx, `
-		SELECT execution_id, attempt, final FROM completed_attempts WHERE execution_id = ANY($1::uuid[])`, ids)
+		SELECT u.i FROM unnest($1::int[], $2::timestamptz[], $3::uuid[], $4::int[]) AS u(i, n, e, a)
+		JOIN completed_attempts d ON d.nominal_time = u.n AND d.execution_id = u.e
+		WHERE d.final OR d.attempt >= u.a`, idx, nominals, ids, attempts)
 	if err != nil {
 		return nil, fmt.Errorf("look up completed attempts: %w", err)
 	}
-	type state struct {
-		attempt int32
-		final   bool
-	}
-	found := map[uuid.UUID]state{}
-	var (
-		id uuid.UUID
-		st state
-	)
-	if _, err := pgx.ForEachRow(rows, []any{&id, &st.attempt, &st.final}, func() error {
-		found[id] = st
+	var i int32
+	if _, err := pgx.ForEachRow(rows, []any{&i}, func() error {
+		if i >= 0 && int(i) < len(out) {
+			out[i] = true
+		}
 		return nil
 	}); err != nil {
 		return nil, fmt.Errorf("look up completed attempts: %w", err)
-	}
-	for i, r := range refs {
-		id, err := uuid.Parse(r.ExecutionID)
-		if err != nil {
-			continue
-		}
-		if st, ok := found[id]; ok {
-			out[i] = st.final || st.attempt >= r.Attempt
-		}
 	}
 	return out, nil
 }
 
 // CheckRef is one attempt about to be delivered.
 type CheckRef struct {
-	Namespace   string
+	Namespace string
+	// NominalTime is the slot's time (the request's nominal_time): with
+	// ExecutionID, the key of the execution's completion record.
+	NominalTime time.Time
 	ExecutionID string
 	Attempt     int32
 }
@@ -651,14 +671,16 @@ type CheckResult struct {
 func (s *Store) Check(ctx context.Context, refs []CheckRef) ([]CheckResult, error) {
 	out := make([]CheckResult, len(refs))
 	idx := make([]int32, 0, len(refs))
-	execs, namespaces, attempts := make([]uuid.UUID, 0, len(refs)), make([]string, 0, len(refs)), make([]int32, 0, len(refs))
+	nominals, execs := make([]time.Time, 0, len(refs)), make([]uuid.UUID, 0, len(refs))
+	namespaces, attempts := make([]string, 0, len(refs)), make([]int32, 0, len(refs))
 	for i, r := range refs {
-		id, err := uuid.Parse(r.ExecutionID)
-		if err != nil {
+		key, ok := newCompletionKey(r.NominalTime, r.ExecutionID)
+		if !ok {
 			continue
 		}
 		idx = append(idx, int32(i))
-		execs, namespaces, attempts = append(execs, id), append(namespaces, r.Namespace), append(attempts, r.Attempt)
+		nominals, execs = append(nominals, key.nominal), append(execs, key.id)
+		namespaces, attempts = append(namespaces, r.Namespace), append(attempts, r.Attempt)
 	}
 	if len(execs) == 0 {
 		return out, nil
@@ -666,10 +688,11 @@ func (s *Store) Check(ctx context.Context, refs []CheckRef) ([]CheckResult, erro
 	rows, err := s.pool.Query(ctx, `
 		SELECT u.i,
 			EXISTS (SELECT 1 FROM cancellations c WHERE c.execution_id = u.e AND c.namespace = u.ns),
-			COALESCE((SELECT d.final OR d.attempt >= u.a FROM completed_attempts d WHERE d.execution_id = u.e), false),
-			COALESCE((SELECT d.final FROM completed_attempts d WHERE d.execution_id = u.e), false)
-		FROM unnest($1::int[], $2::uuid[], $3::text[], $4::int[]) AS u(i, e, ns, a)`,
-		idx, execs, namespaces, attempts)
+			COALESCE(d.final OR d.attempt >= u.a, false),
+			COALESCE(d.final, false)
+		FROM unnest($1::int[], $2::timestamptz[], $3::uuid[], $4::text[], $5::int[]) AS u(i, n, e, ns, a)
+		LEFT JOIN completed_attempts d ON d.nominal_time = u.n AND d.execution_id = u.e`,
+		idx, nominals, execs, namespaces, attempts)
 	if err != nil {
 		return nil, fmt.Errorf("check attempts: %w", err)
 	}
@@ -688,21 +711,45 @@ func (s *Store) Check(ctx context.Context, refs []CheckRef) ([]CheckResult, erro
 	return out, nil
 }
 
-// DeleteCompletedBefore deletes completed attempts recorded before t, at
-// most batch rows per statement (so no statement holds locks for long),
-// until none is left or ctx ends, and returns how many.
-func (s *Store) DeleteCompletedBefore(ctx context.Context, t time.Time, batch int) (int, error) {
-	total := 0
+// CompletionDaysAhead is how many days after today have partitions of the
+// completion records, so that a janitor run missed for a day or two does
+// not send a new day's records to the default partition.
+const CompletionDaysAhead = 3
+
+// retentionBatch bounds one DELETE from the default partition, so that
+// trimming it never holds locks or bloats a transaction for long.
+const retentionBatch = 10_000
+
+// MaintainCompletions applies the completion records' retention at time
+// now: a partition for every day from now-retention to CompletionDaysAhead
+// days ahead, older days dropped whole, and the default partition (slots
+// older than every day kept: old backfills) trimmed of the records done
+// before now-retention. A record is therefore kept at least for the
+// retention after its slot's time. It returns how many days it dropped
+// and records it trimmed. It is idempotent; replicas running it at once
+// queue on an advisory lock.
+func (s *Store) MaintainCompletions(ctx context.Context, now time.Time, retention time.Duration) (daypart.Result, int64, error) {
+	var schema string
+	if err := s.pool.QueryRow(ctx, `SELECT current_schema()`).Scan(&schema); err != nil {
+		return daypart.Result{}, 0, fmt.Errorf("maintain completion records: %w", err)
+	}
+	cutoff := now.Add(-retention)
+	days := daypart.Set{Tables: []string{"completed_attempts"}, LockName: "dispatcher.completed_attempts/" + schema}
+	res, err := days.Maintain(ctx, s.pool, cutoff, now.AddDate(0, 0, CompletionDaysAhead))
+	if err != nil {
+		return res, 0, err
+	}
+	var trimmed int64
 	for {
 		tag, err := s.pool.Exec(ctx, `
-			DELETE FROM completed_attempts WHERE execution_id IN (
-				SELECT execution_id FROM completed_attempts WHERE done_time < $1 LIMIT $2)`, micros(t), batch)
+			DELETE FROM completed_attempts_default WHERE ctid IN (
+				SELECT ctid FROM completed_attempts_default WHERE done_time < $1 LIMIT $2)`, micros(cutoff), retentionBatch)
 		if err != nil {
-			return total, fmt.Errorf("delete old completed attempts: %w", err)
+			return res, trimmed, fmt.Errorf("trim the default partition of the completion records: %w", err)
 		}
-		total += int(tag.RowsAffected())
-		if tag.RowsAffected() < int64(batch) {
-			return total, nil
+		trimmed += tag.RowsAffected()
+		if tag.RowsAffected() < retentionBatch {
+			return res, trimmed, nil
 		}
 	}
 }
@@ -717,25 +764,26 @@ func (s *Store) DeleteCompletedBefore(ctx context.Context, t time.Time, batch in
 // reset. Should the redrive then fail, the reset is harmless: it only makes
 // the dedupe forget an execution that is dead anyway.
 func (s *Store) forget(ctx context.Context, letters []DeadLetter) error {
-	// One row per execution (a statement may not update a row twice).
-	latest := map[uuid.UUID]time.Time{}
+	// One row per execution (a statement may not update a row twice), keyed
+	// by the slot time of the letter's request, as the pipeline keys it.
+	latest := map[completionKey]time.Time{}
 	for _, d := range letters {
-		id := uuid.MustParse(d.ExecutionID)
-		if t, ok := latest[id]; !ok || d.DeadTime.After(t) {
-			latest[id] = d.DeadTime
+		key, _ := newCompletionKey(d.Request.GetNominalTime().AsTime(), d.ExecutionID)
+		if t, ok := latest[key]; !ok || d.DeadTime.After(t) {
+			latest[key] = d.DeadTime
 		}
 	}
-	execs := slices.SortedFunc(maps.Keys(latest), func(a, b uuid.UUID) int { return bytes.Compare(a[:], b[:]) })
-	deads := make([]time.Time, len(execs))
-	for i, id := range execs {
-		deads[i] = micros(latest[id])
+	keys := slices.SortedFunc(maps.Keys(latest), compareCompletionKeys)
+	nominals, execs, deads := make([]time.Time, len(keys)), make([]uuid.UUID, len(keys)), make([]time.Time, len(keys))
+	for i, k := range keys {
+		nominals[i], execs[i], deads[i] = k.nominal, k.id, micros(latest[k])
 	}
 	if _, err := s.pool.Exec(ctx, `
-		INSERT INTO completed_attempts AS c (execution_id, attempt, final, done_time, floor_time)
-		SELECT e, 0, false, t, t FROM unnest($1::uuid[], $2::timestamptz[]) AS u(e, t)
-		ON CONFLICT (execution_id) DO UPDATE SET attempt = 0, final = false,
+		INSERT INTO completed_attempts AS c (nominal_time, execution_id, attempt, final, done_time, floor_time)
+		SELECT n, e, 0, false, t, t FROM unnest($1::timestamptz[], $2::uuid[], $3::timestamptz[]) AS u(n, e, t)
+		ON CONFLICT (nominal_time, execution_id) DO UPDATE SET attempt = 0, final = false,
 			done_time = GREATEST(c.done_time, EXCLUDED.done_time),
-			floor_time = GREATEST(c.floor_time, EXCLUDED.floor_time)`, execs, deads); err != nil {
+			floor_time = GREATEST(c.floor_time, EXCLUDED.floor_time)`, nominals, execs, deads); err != nil {
 		return fmt.Errorf("forget completed attempts of redriven executions: %w", err)
 	}
 	return nil

@@ -8,9 +8,11 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	dispatchv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/dispatch/v1"
 	registryv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1"
+	"github.com/cronmesh/cronmesh/libs/daypart"
 	"github.com/cronmesh/cronmesh/libs/testkit/pgtest"
 	"github.com/cronmesh/cronmesh/services/dispatcher/internal/store"
 )
@@ -32,7 +34,7 @@ func letter(namespace, job string, dead time.Time) store.DeadLetter {
 		ID: uuid.Must(uuid.NewV7()).String(), Namespace: namespace, JobID: job, ExecutionID: exec, Attempt: 3,
 		NominalTime: dead.Add(-time.Minute), DeadTime: dead, Reason: "HTTP 500", ResponseStatus: 500, ResponseExcerpt: "oops",
 		Request: &dispatchv1.DispatchRequest{
-			ExecutionId: exec, JobId: job, Namespace: namespace, Attempt: 3,
+			ExecutionId: exec, JobId: job, Namespace: namespace, Attempt: 3, NominalTime: timestamppb.New(dead.Add(-time.Minute)),
 			Target: &registryv1.Target{Kind: &registryv1.Target_Http{Http: &registryv1.HttpTarget{Url: "https://example.test", SigningSecret: secret}}},
 		},
 	}
@@ -319,39 +321,44 @@ func TestNew(t *testing.T) {
 
 // TestCompletedAttempts: an attempt is completed once it or a later one is
 // recorded, or its execution is over; recording again never goes back;
-// a redrive forgets the execution; old records are pruned.
+// a redrive forgets the execution. A record is the slot's: its key is the
+// nominal time with the execution id.
 func TestCompletedAttempts(t *testing.T) {
 	t.Parallel()
 	s := newStore(t)
 	ctx := t.Context()
 	retrying, succeeded, unknown := uuid.NewString(), uuid.NewString(), uuid.NewString()
 	now := time.Now()
+	slot := now.Truncate(time.Second)
 	require.NoError(t, s.RecordCompleted(ctx, []store.CompletedAttempt{
-		{ExecutionID: retrying, Attempt: 2, Time: now},
-		{ExecutionID: retrying, Attempt: 1, Time: now}, // same batch, older attempt
-		{ExecutionID: succeeded, Attempt: 1, Final: true, Time: now.Add(-72 * time.Hour)},
-		{ExecutionID: "not-a-uuid", Attempt: 1, Time: now},
+		{NominalTime: slot, ExecutionID: retrying, Attempt: 2, Time: now},
+		{NominalTime: slot, ExecutionID: retrying, Attempt: 1, Time: now}, // same batch, older attempt
+		{NominalTime: slot, ExecutionID: succeeded, Attempt: 1, Final: true, Time: now},
+		{NominalTime: slot, ExecutionID: "not-a-uuid", Attempt: 1, Time: now},
 	}))
 	// An older attempt recorded later changes nothing.
-	require.NoError(t, s.RecordCompleted(ctx, []store.CompletedAttempt{{ExecutionID: retrying, Attempt: 1, Time: now}}))
+	require.NoError(t, s.RecordCompleted(ctx, []store.CompletedAttempt{{NominalTime: slot, ExecutionID: retrying, Attempt: 1, Time: now}}))
 	require.NoError(t, s.RecordCompleted(ctx, nil))
 
 	refs := []store.AttemptRef{
-		{ExecutionID: retrying, Attempt: 1},
-		{ExecutionID: retrying, Attempt: 2},
-		{ExecutionID: retrying, Attempt: 3}, // the scheduled retry: to be delivered
-		{ExecutionID: succeeded, Attempt: 1},
-		{ExecutionID: succeeded, Attempt: 2}, // a stray retry of a finished execution
-		{ExecutionID: unknown, Attempt: 1},
-		{ExecutionID: "not-a-uuid", Attempt: 1},
+		{NominalTime: slot, ExecutionID: retrying, Attempt: 1},
+		{NominalTime: slot, ExecutionID: retrying, Attempt: 2},
+		{NominalTime: slot, ExecutionID: retrying, Attempt: 3}, // the scheduled retry: to be delivered
+		{NominalTime: slot, ExecutionID: succeeded, Attempt: 1},
+		{NominalTime: slot, ExecutionID: succeeded, Attempt: 2}, // a stray retry of a finished execution
+		{NominalTime: slot, ExecutionID: unknown, Attempt: 1},
+		{NominalTime: slot, ExecutionID: "not-a-uuid", Attempt: 1},
+		{NominalTime: slot.Add(time.Second), ExecutionID: succeeded, Attempt: 1}, // another slot's key
 	}
 	got, err := s.Completed(ctx, refs)
 	require.NoError(t, err)
-	require.Equal(t, []bool{true, true, false, true, true, false, false}, got)
+	require.Equal(t, []bool{true, true, false, true, true, false, false, false}, got)
 
-	// A redrive forgets the execution: attempt 1 is delivered again.
+	// A redrive forgets the execution: attempt 1 is delivered again. The
+	// letter's request names the slot.
 	d := letter("alpha", uuid.NewString(), now)
 	d.ExecutionID, d.Request.ExecutionId = retrying, retrying
+	d.NominalTime, d.Request.NominalTime = slot, timestamppb.New(slot)
 	_, err = s.InsertDeadLetters(ctx, []store.DeadLetter{d})
 	require.NoError(t, err)
 	_, err = s.Redrive(ctx, "alpha", d.ID, func(context.Context, store.DeadLetter) error { return nil })
@@ -361,21 +368,69 @@ func TestCompletedAttempts(t *testing.T) {
 	require.Equal(t, []bool{false, false}, got)
 	// The pipeline's record of the dead attempt (at its dead time) may land
 	// after the redrive: it changes nothing. Records after it count.
-	require.NoError(t, s.RecordCompleted(ctx, []store.CompletedAttempt{{ExecutionID: retrying, Attempt: 3, Final: true, Time: d.DeadTime}}))
+	require.NoError(t, s.RecordCompleted(ctx, []store.CompletedAttempt{{NominalTime: slot, ExecutionID: retrying, Attempt: 3, Final: true, Time: d.DeadTime}}))
 	got, err = s.Completed(ctx, refs[:2])
 	require.NoError(t, err)
 	require.Equal(t, []bool{false, false}, got, "a stale record does not undo the redrive")
-	require.NoError(t, s.RecordCompleted(ctx, []store.CompletedAttempt{{ExecutionID: retrying, Attempt: 1, Time: d.DeadTime.Add(time.Second)}}))
+	require.NoError(t, s.RecordCompleted(ctx, []store.CompletedAttempt{{NominalTime: slot, ExecutionID: retrying, Attempt: 1, Time: d.DeadTime.Add(time.Second)}}))
 	got, err = s.Completed(ctx, refs[:3])
 	require.NoError(t, err)
 	require.Equal(t, []bool{true, false, false}, got, "the redriven attempt 1 completed")
+}
 
-	n, err := s.DeleteCompletedBefore(ctx, now.Add(-48*time.Hour), 1)
+// TestCompletionRetention: the records' days are kept from the retention
+// before now to CompletionDaysAhead after it, older days are dropped whole,
+// and a record of a slot older than every day kept (a backfill's, in the
+// default partition) is trimmed by its done time.
+func TestCompletionRetention(t *testing.T) {
+	t.Parallel()
+	s := newStore(t)
+	ctx := t.Context()
+	now := time.Now()
+	today, backfilled, yesterday := uuid.NewString(), uuid.NewString(), uuid.NewString()
+	const retention = 48 * time.Hour
+
+	res, trimmed, err := s.MaintainCompletions(ctx, now, retention)
 	require.NoError(t, err)
-	require.Equal(t, 1, n)
-	got, err = s.Completed(ctx, refs[3:4])
+	require.Zero(t, trimmed)
+	require.Empty(t, res.Dropped)
+	require.Equal(t, []time.Time{daypart.Day(now.Add(-retention)), daypart.Day(now.Add(-24 * time.Hour)), daypart.Day(now.AddDate(0, 0, store.CompletionDaysAhead))},
+		res.Created, "the days the migration did not create: the retention's past and the last day ahead")
+	require.Equal(t, 3+store.CompletionDaysAhead, res.Days)
+
+	records := []store.CompletedAttempt{
+		{NominalTime: now, ExecutionID: today, Attempt: 1, Final: true, Time: now},
+		{NominalTime: now.Add(-24 * time.Hour), ExecutionID: yesterday, Attempt: 1, Final: true, Time: now.Add(-24 * time.Hour)},
+		{NominalTime: now.AddDate(0, 0, -30), ExecutionID: backfilled, Attempt: 1, Final: true, Time: now.Add(-retention - time.Minute)},
+	}
+	require.NoError(t, s.RecordCompleted(ctx, records))
+	refs := make([]store.AttemptRef, len(records))
+	for i, r := range records {
+		refs[i] = store.AttemptRef{NominalTime: r.NominalTime, ExecutionID: r.ExecutionID, Attempt: 1}
+	}
+	got, err := s.Completed(ctx, refs)
 	require.NoError(t, err)
-	require.Equal(t, []bool{false}, got, "pruned")
+	require.Equal(t, []bool{true, true, true}, got)
+
+	res, trimmed, err = s.MaintainCompletions(ctx, now, retention)
+	require.NoError(t, err)
+	require.Equal(t, int64(1), trimmed, "the backfill's record, done before the retention")
+	require.Empty(t, res.Created)
+	require.Empty(t, res.Dropped)
+	got, err = s.Completed(ctx, refs)
+	require.NoError(t, err)
+	require.Equal(t, []bool{true, true, false}, got)
+
+	// A day later yesterday's slots are past the retention's first day.
+	res, _, err = s.MaintainCompletions(ctx, now.Add(24*time.Hour), retention)
+	require.NoError(t, err)
+	require.Equal(t, []time.Time{daypart.Day(now.Add(-retention))}, res.Dropped)
+	res, _, err = s.MaintainCompletions(ctx, now.Add(48*time.Hour), retention)
+	require.NoError(t, err)
+	require.Equal(t, []time.Time{daypart.Day(now.Add(-24 * time.Hour))}, res.Dropped)
+	got, err = s.Completed(ctx, refs)
+	require.NoError(t, err)
+	require.Equal(t, []bool{true, false, false}, got, "yesterday's day dropped, today's kept")
 }
 
 // TestCheck: one look-up answers both questions, per ref, in order.
@@ -386,21 +441,23 @@ func TestCheck(t *testing.T) {
 	cancelled, done, both, neither := uuid.NewString(), uuid.NewString(), uuid.NewString(), uuid.NewString()
 	require.NoError(t, s.Cancel(ctx, "alpha", cancelled, time.Now()))
 	require.NoError(t, s.Cancel(ctx, "alpha", both, time.Now()))
+	slot := time.Now().Truncate(time.Second)
 	require.NoError(t, s.RecordCompleted(ctx, []store.CompletedAttempt{
-		{ExecutionID: done, Attempt: 2, Time: time.Now()}, {ExecutionID: both, Attempt: 1, Final: true, Time: time.Now()},
+		{NominalTime: slot, ExecutionID: done, Attempt: 2, Time: time.Now()}, {NominalTime: slot, ExecutionID: both, Attempt: 1, Final: true, Time: time.Now()},
 	}))
 	got, err := s.Check(ctx, []store.CheckRef{
-		{Namespace: "alpha", ExecutionID: cancelled, Attempt: 1},
-		{Namespace: "beta", ExecutionID: cancelled, Attempt: 1}, // another namespace's cancellation
-		{Namespace: "alpha", ExecutionID: "not-a-uuid", Attempt: 1},
-		{Namespace: "alpha", ExecutionID: done, Attempt: 2},
-		{Namespace: "alpha", ExecutionID: done, Attempt: 3},
-		{Namespace: "alpha", ExecutionID: both, Attempt: 4},
-		{Namespace: "alpha", ExecutionID: neither, Attempt: 1},
+		{Namespace: "alpha", NominalTime: slot, ExecutionID: cancelled, Attempt: 1},
+		{Namespace: "beta", NominalTime: slot, ExecutionID: cancelled, Attempt: 1}, // another namespace's cancellation
+		{Namespace: "alpha", NominalTime: slot, ExecutionID: "not-a-uuid", Attempt: 1},
+		{Namespace: "alpha", NominalTime: slot, ExecutionID: done, Attempt: 2},
+		{Namespace: "alpha", NominalTime: slot, ExecutionID: done, Attempt: 3},
+		{Namespace: "alpha", NominalTime: slot, ExecutionID: both, Attempt: 4},
+		{Namespace: "alpha", NominalTime: slot, ExecutionID: neither, Attempt: 1},
+		{Namespace: "alpha", NominalTime: slot.Add(-time.Second), ExecutionID: done, Attempt: 2}, // another slot's key
 	})
 	require.NoError(t, err)
 	require.Equal(t, []store.CheckResult{
-		{Cancelled: true}, {}, {}, {Completed: true}, {}, {Cancelled: true, Completed: true, Final: true}, {},
+		{Cancelled: true}, {}, {}, {Completed: true}, {}, {Cancelled: true, Completed: true, Final: true}, {}, {},
 	}, got)
 	got, err = s.Check(ctx, nil)
 	require.NoError(t, err)
