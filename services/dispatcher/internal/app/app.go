@@ -259,6 +259,12 @@ func New(ctx context.Context, cfg Config, logger *slog.Logger, opts ...Option) (
 	if err != nil {
 		return nil, err
 	}
+	// Today's records need today's partition before the first of them is
+	// written (see store.MaintainCompletions); the janitor keeps the days
+	// from then on.
+	if _, _, err := a.store.MaintainCompletions(ctx, time.Now(), cfg.CompletionRetention); err != nil {
+		return nil, err
+	}
 
 	publisher, err := broker.NewPublisher(broker.PublisherOptions{
 		Config: broker.RoutedPublisherConfig(cfg.AMQPURL, cfg.PublisherChannels),

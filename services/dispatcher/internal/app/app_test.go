@@ -14,6 +14,7 @@ import (
 
 	"connectrpc.com/connect"
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
 	amqp091 "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -82,6 +83,7 @@ func (f *target) of(executionID string) []*dispatchv1.DispatchRequest {
 // dispatcher is one running dispatcher on throwaway names.
 type dispatcher struct {
 	cfg     app.Config
+	pool    *pgxpool.Pool // on the dispatcher's schema
 	target  *target
 	baseURL string
 	events  *events
@@ -96,7 +98,7 @@ func realDelivery(_ *app.Config, opts *[]app.Option) { *opts = nil }
 
 func startDispatcher(t *testing.T, options ...dispatcherOption) *dispatcher {
 	t.Helper()
-	_, schema := pgtest.New(t)
+	pool, schema := pgtest.New(t)
 	cfg := app.Config{
 		Common: config.Common{
 			Listen: "127.0.0.1:0", PostgresURL: pgtest.URL(), AMQPURL: amqptest.URL(), LogLevel: "warn", ShutdownTimeout: 5 * time.Second,
@@ -113,7 +115,7 @@ func startDispatcher(t *testing.T, options ...dispatcherOption) *dispatcher {
 		ExecutionsExchange: amqptest.UniqueName(t, "cronmesh.executions"),
 		HighWorkers:        2, NormalWorkers: 2, LowWorkers: 2, DrainerWorkers: 2,
 	}
-	d := &dispatcher{target: &target{}, events: &events{}}
+	d := &dispatcher{pool: pool, target: &target{}, events: &events{}}
 	appOpts := []app.Option{app.WithDeliverer(d.target)}
 	ownQueues := cfg.DispatchQueue
 	for _, o := range options {
@@ -362,6 +364,24 @@ func testDispatchService(t *testing.T, opts ...connect.ClientOption) {
 	_, err = betaClient.RedriveDeadLetters(ctx, connect.NewRequest(&dispatcherv1.RedriveDeadLettersRequest{}))
 	require.NoError(t, err)
 	require.Eventually(t, func() bool { return len(d.target.of(beta.ExecutionId)) == 2 }, 30*time.Second, 10*time.Millisecond)
+}
+
+// TestCompletionsLandInTheirDay: the dispatcher creates the completion
+// records' day partitions before it consumes, so that a record lands in
+// its slot's day, not in the default partition, whose rows in a day's range
+// would forbid creating that day later (ADR 0028).
+func TestCompletionsLandInTheirDay(t *testing.T) {
+	t.Parallel()
+	d := startDispatcher(t)
+	nominal := time.Now().Truncate(time.Second)
+	req := d.dispatch(t, "alpha", uuid.NewString(), "https://a.example/ok", nominal)
+	var partition string
+	require.Eventually(t, func() bool {
+		return d.pool.QueryRow(t.Context(), `
+			SELECT tableoid::regclass::text FROM completed_attempts WHERE nominal_time = $1 AND execution_id = $2`,
+			nominal, uuid.MustParse(req.ExecutionId)).Scan(&partition) == nil
+	}, 30*time.Second, 20*time.Millisecond, "the delivered attempt is recorded")
+	require.Equal(t, "completed_attempts_p"+nominal.UTC().Format("20060102"), partition)
 }
 
 func TestDeadLettersNeverShowSecretHeaders(t *testing.T) {

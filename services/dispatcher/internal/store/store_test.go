@@ -394,8 +394,11 @@ func TestCompletionRetention(t *testing.T) {
 	require.NoError(t, err)
 	require.Zero(t, trimmed)
 	require.Empty(t, res.Dropped)
-	require.Equal(t, []time.Time{daypart.Day(now.Add(-retention)), daypart.Day(now.Add(-24 * time.Hour)), daypart.Day(now.AddDate(0, 0, store.CompletionDaysAhead))},
-		res.Created, "the days the migration did not create: the retention's past and the last day ahead")
+	var days []time.Time
+	for d := daypart.Day(now.Add(-retention)); !d.After(now.AddDate(0, 0, store.CompletionDaysAhead)); d = d.AddDate(0, 0, 1) {
+		days = append(days, d)
+	}
+	require.Equal(t, days, res.Created, "the retention's past days, today and the days ahead")
 	require.Equal(t, 3+store.CompletionDaysAhead, res.Days)
 
 	records := []store.CompletedAttempt{

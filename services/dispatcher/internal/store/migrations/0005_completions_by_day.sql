@@ -9,9 +9,12 @@
 -- (libs/daypart). Every request carries its slot's nominal time, so every
 -- look-up names its row by the full key and reads one day's partition.
 --
--- Rows outside every day's partition (a backfill's slots older than the
--- oldest day kept) go to completed_attempts_default, which the janitor
--- trims by done_time; it stays small.
+-- The days' partitions are created by the dispatcher before it consumes
+-- (store.MaintainCompletions), so that no record of a day lands in
+-- completed_attempts_default, whose rows in a day's range would forbid
+-- creating that day later. Rows outside every day's partition (a
+-- backfill's slots older than the oldest day kept) go there, and the
+-- janitor trims them by done_time; it stays small.
 --
 -- The records written before this migration are not kept: their slot's
 -- time is not known. A copy of such an attempt that arrives after the
@@ -41,19 +44,3 @@ CREATE TABLE completed_attempts (
 ) PARTITION BY RANGE (nominal_time);
 
 CREATE TABLE completed_attempts_default PARTITION OF completed_attempts DEFAULT;
-
--- Today and the next two days exist before the first record is written, so
--- that today's records land in today's partition rather than in the default
--- one (whose rows in a day's range would forbid creating that day later).
--- The dispatcher's janitor keeps days ahead from then on.
-DO $$
-DECLARE
-    d date;
-BEGIN
-    FOR d IN SELECT generate_series((now() AT TIME ZONE 'UTC')::date, (now() AT TIME ZONE 'UTC')::date + 2, interval '1 day')::date LOOP
-        EXECUTE format('CREATE TABLE %I PARTITION OF completed_attempts FOR VALUES FROM (%L) TO (%L)',
-            'completed_attempts_p' || to_char(d, 'YYYYMMDD'),
-            d::timestamp AT TIME ZONE 'UTC', (d + 1)::timestamp AT TIME ZONE 'UTC');
-    END LOOP;
-END
-$$;
