@@ -5,8 +5,10 @@
 // works at tens of millions of rows a day: a DROP TABLE costs no DELETE, no
 // vacuum and no bloat.
 //
-// Each day has one partition per table, named <table>_pYYYYMMDD. Tables
-// are given unqualified: the connection's search_path selects the schema.
+// Each day has one partition per table, named <table>_pYYYYMMDD; a table
+// may have a DEFAULT partition named <table>_default for rows outside every
+// day kept, which TrimDefault empties of old rows. Tables are given
+// unqualified: the connection's search_path selects the schema.
 package daypart
 
 import (
@@ -19,6 +21,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 const layout = "20060102"
@@ -137,6 +140,43 @@ func (s Set) Days(ctx context.Context, db Beginner) ([]time.Time, error) {
 		return err
 	})
 	return days, err
+}
+
+// TrimBatch bounds the rows of one DELETE of TrimDefault, so that trimming
+// a large backlog never holds locks or bloats a transaction for long.
+const TrimBatch = 10_000
+
+// TrimDefault deletes the rows of each table's DEFAULT partition
+// (<table>_default) whose column is before t, TrimBatch rows a statement,
+// and returns how many. The default partition holds what no day kept
+// covers (old backfills, rows from before partitioning), so it is kept
+// small by DELETE while the days are dropped whole.
+func (s Set) TrimDefault(ctx context.Context, db Execer, column string, t time.Time) (int64, error) {
+	if err := s.validate(); err != nil {
+		return 0, err
+	}
+	var total int64
+	for _, table := range s.Tables {
+		def := pgx.Identifier{table + "_default"}.Sanitize()
+		sql := fmt.Sprintf(`DELETE FROM %[1]s WHERE ctid IN (SELECT ctid FROM %[1]s WHERE %[2]s < $1 LIMIT $2)`,
+			def, pgx.Identifier{column}.Sanitize())
+		for {
+			tag, err := db.Exec(ctx, sql, t, TrimBatch)
+			if err != nil {
+				return total, fmt.Errorf("trim the default partition of %s: %w", table, err)
+			}
+			total += tag.RowsAffected()
+			if tag.RowsAffected() < TrimBatch {
+				break
+			}
+		}
+	}
+	return total, nil
+}
+
+// Execer runs statements: a *pgxpool.Pool or a *pgx.Conn.
+type Execer interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 }
 
 // Beginner starts transactions: a *pgxpool.Pool or a *pgx.Conn.

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/cronmesh/cronmesh/libs/daypart"
@@ -70,6 +71,40 @@ func TestMaintain(t *testing.T) {
 	days, err = set.Days(t.Context(), pool)
 	require.NoError(t, err)
 	require.Equal(t, []time.Time{day("2030-01-02"), day("2030-01-03"), day("2030-01-04"), day("2030-02-01")}, days)
+}
+
+// TestTrimDefault: the default partition loses its rows before the time,
+// over as many statements as it takes, and keeps the others; the days'
+// partitions are not touched.
+func TestTrimDefault(t *testing.T) {
+	t.Parallel()
+	pool, schema := pgtest.New(t)
+	_, err := pool.Exec(t.Context(), `
+		CREATE TABLE events (at timestamptz NOT NULL, done timestamptz NOT NULL) PARTITION BY RANGE (at);
+		CREATE TABLE events_default PARTITION OF events DEFAULT`)
+	require.NoError(t, err)
+	set := daypart.Set{Tables: []string{"events"}, LockName: schema}
+	_, err = set.Maintain(t.Context(), pool, day("2030-01-01"), day("2030-01-01"))
+	require.NoError(t, err)
+	old := 2*daypart.TrimBatch + 7 // more than one statement's worth
+	_, err = pool.Exec(t.Context(), `INSERT INTO events SELECT '2029-01-01T00:00:00Z', '2030-01-01T00:00:00Z' FROM generate_series(1, $1)`, old)
+	require.NoError(t, err)
+	_, err = pool.Exec(t.Context(), `
+		INSERT INTO events VALUES ('2029-01-02T00:00:00Z', '2030-01-02T12:00:00Z'), ('2030-01-01T10:00:00Z', '2029-01-01T00:00:00Z')`)
+	require.NoError(t, err)
+
+	n, err := set.TrimDefault(t.Context(), pool, "done", day("2030-01-02"))
+	require.NoError(t, err)
+	require.Equal(t, int64(old), n)
+	rows, err := pool.Query(t.Context(), `SELECT done FROM events ORDER BY done`)
+	require.NoError(t, err)
+	left, err := pgx.CollectRows(rows, pgx.RowTo[time.Time])
+	require.NoError(t, err)
+	require.Len(t, left, 2, "the default's newer row and the day's row, whatever its column")
+	require.True(t, left[1].Equal(day("2030-01-02").Add(12*time.Hour)))
+
+	_, err = daypart.Set{Tables: []string{"nothing"}, LockName: schema}.TrimDefault(t.Context(), pool, "done", day("2030-01-02"))
+	require.Error(t, err, "a table without a default partition")
 }
 
 func TestMaintainConcurrently(t *testing.T) {

@@ -716,18 +716,14 @@ func (s *Store) Check(ctx context.Context, refs []CheckRef) ([]CheckResult, erro
 // not send a new day's records to the default partition.
 const CompletionDaysAhead = 3
 
-// retentionBatch bounds one DELETE from the default partition, so that
-// trimming it never holds locks or bloats a transaction for long.
-const retentionBatch = 10_000
-
 // MaintainCompletions applies the completion records' retention at time
 // now: a partition for every day from now-retention to CompletionDaysAhead
 // days ahead, older days dropped whole, and the default partition (slots
 // older than every day kept: old backfills) trimmed of the records done
 // before now-retention. A record is therefore kept at least for the
-// retention after its slot's time. It returns how many days it dropped
-// and records it trimmed. It is idempotent; replicas running it at once
-// queue on an advisory lock.
+// retention after its slot's time. It returns what it did to the days and
+// how many records it trimmed. It is idempotent; replicas running it at
+// once queue on an advisory lock.
 func (s *Store) MaintainCompletions(ctx context.Context, now time.Time, retention time.Duration) (daypart.Result, int64, error) {
 	var schema string
 	if err := s.pool.QueryRow(ctx, `SELECT current_schema()`).Scan(&schema); err != nil {
@@ -739,19 +735,8 @@ func (s *Store) MaintainCompletions(ctx context.Context, now time.Time, retentio
 	if err != nil {
 		return res, 0, err
 	}
-	var trimmed int64
-	for {
-		tag, err := s.pool.Exec(ctx, `
-			DELETE FROM completed_attempts_default WHERE ctid IN (
-				SELECT ctid FROM completed_attempts_default WHERE done_time < $1 LIMIT $2)`, micros(cutoff), retentionBatch)
-		if err != nil {
-			return res, trimmed, fmt.Errorf("trim the default partition of the completion records: %w", err)
-		}
-		trimmed += tag.RowsAffected()
-		if tag.RowsAffected() < retentionBatch {
-			return res, trimmed, nil
-		}
-	}
+	trimmed, err := days.TrimDefault(ctx, s.pool, "done_time", micros(cutoff))
+	return res, trimmed, err
 }
 
 // forget resets the completion records of the letters' executions: a

@@ -13,7 +13,7 @@ import (
 // commits of a new day to the default partition.
 const LedgerDaysAhead = 3
 
-// retentionBatch bounds one DELETE of the retention, so that trimming a
+// retentionBatch bounds one DELETE of the tombstones, so that removing a
 // large backlog never holds locks or bloats a transaction for long.
 const retentionBatch = 10_000
 
@@ -55,10 +55,8 @@ func (s *Store) Maintain(ctx context.Context, now time.Time, r Retention) (Maint
 	if res.Result, err = days.Maintain(ctx, s.pool, cutoff, now.AddDate(0, 0, LedgerDaysAhead)); err != nil {
 		return res, err
 	}
-	if res.DefaultTrimmed, err = s.deleteInBatches(ctx, `
-		DELETE FROM ledger_default WHERE ctid IN (
-			SELECT ctid FROM ledger_default WHERE nominal_time < $1 LIMIT $2)`, cutoff); err != nil {
-		return res, fmt.Errorf("trim the ledger's default partition: %w", err)
+	if res.DefaultTrimmed, err = days.TrimDefault(ctx, s.pool, "nominal_time", cutoff); err != nil {
+		return res, err
 	}
 	if res.Tombstones, err = s.deleteInBatches(ctx, `
 		DELETE FROM jobs WHERE job_id IN (
