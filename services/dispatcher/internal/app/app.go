@@ -393,9 +393,10 @@ func (a *App) Server() *server.Server { return a.svc.Server }
 // the dead letters in hand; then the connections close.
 func (a *App) Run(ctx context.Context) error { return a.svc.Run(ctx) }
 
-// janitor deletes cancellations older than their retention and keeps the
-// completion records' day partitions (days ahead created, days past the
-// retention dropped), at start and hourly. A failure is logged and tried again next time.
+// janitor deletes cancellations older than their retention, at start and
+// hourly, and keeps the completion records' day partitions (days ahead
+// created, days past the retention dropped) hourly after New's run. A
+// failure is logged and tried again next time.
 func (a *App) janitor(ctx context.Context) error {
 	for {
 		if n, err := a.store.DeleteCancellationsBefore(ctx, time.Now().Add(-a.cfg.CancellationRetention)); err != nil {
@@ -406,6 +407,11 @@ func (a *App) janitor(ctx context.Context) error {
 		} else if n > 0 {
 			a.logger.Info("deleted old cancellations", slog.Int("count", n))
 		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(janitorInterval):
+		}
 		if res, trimmed, err := a.store.MaintainCompletions(ctx, time.Now(), a.cfg.CompletionRetention); err != nil {
 			if ctx.Err() != nil {
 				return nil
@@ -414,11 +420,6 @@ func (a *App) janitor(ctx context.Context) error {
 		} else if len(res.Dropped) > 0 || len(res.Created) > 0 || trimmed > 0 {
 			a.logger.Info("maintained the completion records' days", slog.Int("created", len(res.Created)),
 				slog.Int("dropped", len(res.Dropped)), slog.Int64("trimmed", trimmed), slog.Int("days", res.Days))
-		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-time.After(janitorInterval):
 		}
 	}
 }
