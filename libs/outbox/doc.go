@@ -21,8 +21,7 @@
 // row is deleted only once every message of it is confirmed; a row of
 // which only a part was confirmed is published again whole. Rows of
 // [Write] and of WriteGrouped share a table and a relay. [GroupSchema]
-// keeps grouped rows out of the TOAST table; [Row.Messages] and
-// [PendingMessages] read them.
+// keeps grouped rows out of the TOAST table; [Row.Messages] reads them.
 //
 // # Guarantees
 //

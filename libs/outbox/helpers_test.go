@@ -359,3 +359,14 @@ func (f *fakePublisher) Publish(topic string, msgs ...*message.Message) error {
 }
 
 func (f *fakePublisher) Close() error { return nil }
+
+// pendingMessages is how many messages wait in the outbox of pool's
+// search_path: a grouped row of WriteGrouped counts its messages, any
+// other row one.
+func pendingMessages(t *testing.T, pool *pgxpool.Pool) int64 {
+	t.Helper()
+	var n int64
+	require.NoError(t, pool.QueryRow(t.Context(),
+		`SELECT coalesce(sum(coalesce((headers->>'`+GroupHeader+`')::bigint, 1)), 0)::bigint FROM outbox`).Scan(&n))
+	return n
+}

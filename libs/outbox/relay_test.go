@@ -670,9 +670,7 @@ func TestRelayPublishesGroupedRows(t *testing.T) {
 			}
 			write(t, pool, single...)
 			require.Equal(t, 5*4+len(single), countRows(t, pool), "a row per transaction and partition")
-			pending, err := PendingMessages(t.Context(), pool)
-			require.NoError(t, err)
-			require.EqualValues(t, len(grouped)+len(single), pending)
+			require.EqualValues(t, len(grouped)+len(single), pendingMessages(t, pool))
 
 			stop := runRelay(t, r)
 			r.Notify()

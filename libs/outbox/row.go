@@ -1,14 +1,12 @@
 package outbox
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"maps"
 	"strconv"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"google.golang.org/protobuf/proto"
 
 	brokerv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/broker/v1"
@@ -83,24 +81,6 @@ func storedMessages(messageID string, payload []byte, headers map[string]string)
 		out[i] = storedMessage{id: m.Id, payload: m.Payload, headers: m.Metadata, dueAt: takeDueAt(m.Metadata)}
 	}
 	return out, nil
-}
-
-// countMessagesSQL sums the messages of the outbox's rows.
-const countMessagesSQL = `SELECT coalesce(sum(coalesce((headers->>'` + GroupHeader + `')::bigint, 1)), 0)::bigint FROM outbox`
-
-// PendingMessages returns how many messages wait in the outbox (resolved
-// through db's search_path): a grouped row of [WriteGrouped] counts its
-// messages, any other row one. db is a pool, a connection or a
-// transaction.
-func PendingMessages(ctx context.Context, db interface {
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-},
-) (int64, error) {
-	var n int64
-	if err := db.QueryRow(ctx, countMessagesSQL).Scan(&n); err != nil {
-		return 0, fmt.Errorf("outbox: count pending messages: %w", err)
-	}
-	return n, nil
 }
 
 // rowIDHeader is the value of [RowIDHeader] for message index of row id

@@ -214,9 +214,7 @@ func TestWriteGroupedStoresAMessageBatchPerPartitionAndRoutingKey(t *testing.T) 
 	require.True(t, due.Equal(got[0].DueAt), "a row of one message keeps its due time in its headers")
 	require.Nil(t, got[0].Headers)
 
-	pending, err := PendingMessages(t.Context(), pool)
-	require.NoError(t, err)
-	require.EqualValues(t, len(msgs), pending, "messages, not rows")
+	require.EqualValues(t, len(msgs), pendingMessages(t, pool), "messages, not rows")
 
 	// Zero messages write nothing; a reserved header rejects the call.
 	write()

@@ -1,7 +1,8 @@
-// Package promhist reads Prometheus histograms from running processes'
-// /metrics endpoints and turns two readings into quantile bounds, for the
-// benchmarks: the quantile of what a service observed between two moments
-// is known only to its bucket, so it is reported as that bucket's bound.
+// Package promhist reads Prometheus histograms and counters from running
+// processes' /metrics endpoints, for the benchmarks, and turns two
+// readings of a histogram into quantile bounds: the quantile of what a
+// service observed between two moments is known only to its bucket, so it
+// is reported as that bucket's bound.
 package promhist
 
 import (
@@ -12,6 +13,7 @@ import (
 	"net/http"
 	"slices"
 
+	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 )
@@ -37,22 +39,9 @@ func Scrape(ctx context.Context, baseURLs []string, name string) (Histogram, err
 }
 
 func (h Histogram) add(ctx context.Context, baseURL, name string) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, baseURL+"/metrics", nil)
+	families, err := read(ctx, baseURL)
 	if err != nil {
 		return err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("/metrics answered %s", resp.Status)
-	}
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	families, err := parser.TextToMetricFamilies(resp.Body)
-	if err != nil {
-		return fmt.Errorf("parse /metrics: %w", err)
 	}
 	for _, m := range families[name].GetMetric() {
 		for _, b := range m.GetHistogram().GetBucket() {
@@ -60,6 +49,56 @@ func (h Histogram) add(ctx context.Context, baseURL, name string) error {
 		}
 	}
 	return nil
+}
+
+// ScrapeCounter reads the counter name from the /metrics of every base
+// URL and sums it by the value of its label by: every series of the
+// counter whose label by has the value v counts under v ("" for series
+// without it, and for every series when by is ""). A process that cannot
+// be read or parsed is skipped, as by [Scrape]. The map is empty when no
+// process exports the counter.
+func ScrapeCounter(ctx context.Context, baseURLs []string, name, by string) (map[string]float64, error) {
+	sums := map[string]float64{}
+	var errs []error
+	for _, u := range baseURLs {
+		families, err := read(ctx, u)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", u, err))
+			continue
+		}
+		for _, m := range families[name].GetMetric() {
+			v := ""
+			for _, l := range m.GetLabel() {
+				if by != "" && l.GetName() == by {
+					v = l.GetValue()
+				}
+			}
+			sums[v] += m.GetCounter().GetValue()
+		}
+	}
+	return sums, errors.Join(errs...)
+}
+
+// read fetches and parses the /metrics of baseURL.
+func read(ctx context.Context, baseURL string) (map[string]*dto.MetricFamily, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, baseURL+"/metrics", nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("/metrics answered %s", resp.Status)
+	}
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		return nil, fmt.Errorf("parse /metrics: %w", err)
+	}
+	return families, nil
 }
 
 // QuantileBound returns the upper bound of the bucket holding the

@@ -111,3 +111,50 @@ func TestShareAtMost(t *testing.T) {
 	require.True(t, math.IsNaN(share), "no observations")
 	require.Zero(t, n)
 }
+
+// serveCounter exports a counter with the label kind, and one without
+// labels, as a service does, and returns its base URL and both.
+func serveCounter(t *testing.T) (string, *prometheus.CounterVec, prometheus.Counter) {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	byKind := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "slots_total", Help: "c"}, []string{"kind"})
+	plain := prometheus.NewCounter(prometheus.CounterOpts{Name: "published_total", Help: "c"})
+	reg.MustRegister(byKind, plain)
+	srv := httptest.NewServer(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	t.Cleanup(srv.Close)
+	return srv.URL, byKind, plain
+}
+
+func TestScrapeCounter(t *testing.T) {
+	t.Parallel()
+	a, kindsA, plainA := serveCounter(t)
+	b, kindsB, plainB := serveCounter(t)
+	kindsA.WithLabelValues("scheduled").Add(3)
+	kindsA.WithLabelValues("missed").Add(1)
+	kindsB.WithLabelValues("scheduled").Add(4)
+	kindsB.WithLabelValues("catch_up").Add(2)
+	plainA.Add(5)
+	plainB.Add(6)
+
+	byKind, err := promhist.ScrapeCounter(t.Context(), []string{a, b}, "slots_total", "kind")
+	require.NoError(t, err)
+	require.Equal(t, map[string]float64{"scheduled": 7, "catch_up": 2, "missed": 1}, byKind, "summed per label value over processes")
+
+	whole, err := promhist.ScrapeCounter(t.Context(), []string{a, b}, "slots_total", "")
+	require.NoError(t, err)
+	require.Equal(t, map[string]float64{"": 10}, whole, "no label named: every series in one sum")
+
+	plain, err := promhist.ScrapeCounter(t.Context(), []string{a, b}, "published_total", "kind")
+	require.NoError(t, err)
+	require.Equal(t, map[string]float64{"": 11}, plain, "a series without the label counts under the empty value")
+
+	absent, err := promhist.ScrapeCounter(t.Context(), []string{a}, "absent_total", "")
+	require.NoError(t, err)
+	require.Empty(t, absent)
+
+	gone := httptest.NewServer(http.NotFoundHandler())
+	gone.Close()
+	partial, err := promhist.ScrapeCounter(t.Context(), []string{a, gone.URL}, "published_total", "")
+	require.Error(t, err, "a process that cannot be read is reported")
+	require.Equal(t, map[string]float64{"": 5}, partial, "next to the sum of the others")
+}

@@ -201,7 +201,7 @@ func Sustained(ctx context.Context, cfg Config, o SustainedOptions) error {
 		r.P("Missed by kind: %v; for example %v.", res.MissedKind, res.MissedSample)
 	}
 	latenessTables(&r, res, from, o.Duration)
-	r.P("Where the time goes, over the window: the trigger's own commit lateness (nominal → slot committed to the ledger and outbox, `%s` of the nodes, bucket bounds) p50 %s, p99 %s; slots waiting in the trigger's outbox (committed, not yet published; sampled every 10 s) %s; messages ready in the dispatch queues (published, not yet taken by the dispatcher) %s.",
+	r.P("Where the time goes, over the window: the trigger's own commit lateness (nominal → slot committed to the ledger and outbox, `%s` of the nodes, bucket bounds) p50 %s, p99 %s; slots waiting in the trigger's outbox (fired, not yet published: the nodes' `trigger_slots_total` less their `outbox_published_total`, sampled every 10 s) %s; messages ready in the dispatch queues (published, not yet taken by the dispatcher) %s.",
 		fireLateness, quantileBound(h0, h1, 0.5), quantileBound(h0, h1, 0.99),
 		backlogSummary(backlogs, func(b backlog) int { return b.outbox }), backlogSummary(backlogs, func(b backlog) int { return b.dispatch }))
 	r.P("")
