@@ -51,14 +51,14 @@ func (h Histogram) add(ctx context.Context, baseURL, name string) error {
 	return nil
 }
 
-// ScrapeCounter reads the counter name from the /metrics of every base
-// URL and sums it by the value of its label by: every series of the
-// counter whose label by has the value v counts under v ("" for series
-// without it, and for every series when by is ""). A process that cannot
-// be read or parsed is skipped, as by [Scrape]. The map is empty when no
-// process exports the counter.
-func ScrapeCounter(ctx context.Context, baseURLs []string, name, by string) (map[string]float64, error) {
-	sums := map[string]float64{}
+// ScrapeCounters reads the counters names from the /metrics of every base
+// URL, each process once, and sums each by the value of its label by:
+// sums[name][v] is the sum of the series of counter name whose label by
+// has the value v ("" for series without it, and for every series when by
+// is ""). A process that cannot be read or parsed is skipped, as by
+// [Scrape]. A counter no process exports has no entry.
+func ScrapeCounters(ctx context.Context, baseURLs []string, by string, names ...string) (map[string]map[string]float64, error) {
+	sums := map[string]map[string]float64{}
 	var errs []error
 	for _, u := range baseURLs {
 		families, err := read(ctx, u)
@@ -66,14 +66,19 @@ func ScrapeCounter(ctx context.Context, baseURLs []string, name, by string) (map
 			errs = append(errs, fmt.Errorf("%s: %w", u, err))
 			continue
 		}
-		for _, m := range families[name].GetMetric() {
-			v := ""
-			for _, l := range m.GetLabel() {
-				if by != "" && l.GetName() == by {
-					v = l.GetValue()
+		for _, name := range names {
+			for _, m := range families[name].GetMetric() {
+				v := ""
+				for _, l := range m.GetLabel() {
+					if by != "" && l.GetName() == by {
+						v = l.GetValue()
+					}
 				}
+				if sums[name] == nil {
+					sums[name] = map[string]float64{}
+				}
+				sums[name][v] += m.GetCounter().GetValue()
 			}
-			sums[v] += m.GetCounter().GetValue()
 		}
 	}
 	return sums, errors.Join(errs...)

@@ -125,7 +125,7 @@ func serveCounter(t *testing.T) (string, *prometheus.CounterVec, prometheus.Coun
 	return srv.URL, byKind, plain
 }
 
-func TestScrapeCounter(t *testing.T) {
+func TestScrapeCounters(t *testing.T) {
 	t.Parallel()
 	a, kindsA, plainA := serveCounter(t)
 	b, kindsB, plainB := serveCounter(t)
@@ -136,25 +136,20 @@ func TestScrapeCounter(t *testing.T) {
 	plainA.Add(5)
 	plainB.Add(6)
 
-	byKind, err := promhist.ScrapeCounter(t.Context(), []string{a, b}, "slots_total", "kind")
+	got, err := promhist.ScrapeCounters(t.Context(), []string{a, b}, "kind", "slots_total", "published_total", "absent_total")
 	require.NoError(t, err)
-	require.Equal(t, map[string]float64{"scheduled": 7, "catch_up": 2, "missed": 1}, byKind, "summed per label value over processes")
+	require.Equal(t, map[string]map[string]float64{
+		"slots_total":     {"scheduled": 7, "catch_up": 2, "missed": 1}, // summed per label value over processes
+		"published_total": {"": 11},                                     // a series without the label: the empty value
+	}, got, "a counter nobody exports has no entry")
 
-	whole, err := promhist.ScrapeCounter(t.Context(), []string{a, b}, "slots_total", "")
+	whole, err := promhist.ScrapeCounters(t.Context(), []string{a, b}, "", "slots_total")
 	require.NoError(t, err)
-	require.Equal(t, map[string]float64{"": 10}, whole, "no label named: every series in one sum")
-
-	plain, err := promhist.ScrapeCounter(t.Context(), []string{a, b}, "published_total", "kind")
-	require.NoError(t, err)
-	require.Equal(t, map[string]float64{"": 11}, plain, "a series without the label counts under the empty value")
-
-	absent, err := promhist.ScrapeCounter(t.Context(), []string{a}, "absent_total", "")
-	require.NoError(t, err)
-	require.Empty(t, absent)
+	require.Equal(t, map[string]float64{"": 10}, whole["slots_total"], "no label named: every series in one sum")
 
 	gone := httptest.NewServer(http.NotFoundHandler())
 	gone.Close()
-	partial, err := promhist.ScrapeCounter(t.Context(), []string{a, gone.URL}, "published_total", "")
+	partial, err := promhist.ScrapeCounters(t.Context(), []string{a, gone.URL}, "", "published_total")
 	require.Error(t, err, "a process that cannot be read is reported")
-	require.Equal(t, map[string]float64{"": 5}, partial, "next to the sum of the others")
+	require.Equal(t, map[string]float64{"": 5}, partial["published_total"], "next to the sum of the others")
 }

@@ -49,28 +49,30 @@ func (e *env) sampleBacklog(ctx context.Context) backlog {
 }
 
 // unpublished is how many fired slots the trigger nodes' outbox relays
-// have not published yet, from the nodes' counters: the slots their
-// commits fired (trigger_slots_total, scheduled and catch-up; a missed
-// slot is no dispatch message) less the messages their relays published
-// (outbox_published_total). The benchmark's load fires nothing else (no
-// run-now, no backfill, no missed slot in a healthy run), so the two
-// count the same messages; a message published twice (possible
-// duplicates, after a failure) would make it low, so it is never below
-// 0. A node that cannot be read fails it.
+// have not published yet, from the nodes' counters, each node read once:
+// the slots their commits fired (trigger_slots_total, scheduled and
+// catch-up; a missed slot is no dispatch message) less the messages their
+// relays published (outbox_published_total). The benchmark's load fires
+// nothing else (no run-now, no backfill, no missed slot in a healthy
+// run), so the two count the same messages; a message published twice
+// (possible duplicates, after a failure) would make it low, so it is
+// never below 0. A node that cannot be read fails it.
 func (e *env) unpublished(ctx context.Context) (int, error) {
+	c, err := promhist.ScrapeCounters(ctx, e.triggerURLs(), "kind", "trigger_slots_total", "outbox_published_total")
+	if err != nil {
+		return 0, err
+	}
+	fired := c["trigger_slots_total"]["scheduled"] + c["trigger_slots_total"]["catch_up"]
+	return max(int(fired-c["outbox_published_total"][""]), 0), nil
+}
+
+// triggerURLs are the base URLs of the mesh's trigger nodes.
+func (e *env) triggerURLs() []string {
 	urls := make([]string, 0, len(e.mesh.Triggers))
 	for _, p := range e.mesh.Triggers {
 		urls = append(urls, p.URL)
 	}
-	fired, err := promhist.ScrapeCounter(ctx, urls, "trigger_slots_total", "kind")
-	if err != nil {
-		return 0, err
-	}
-	published, err := promhist.ScrapeCounter(ctx, urls, "outbox_published_total", "")
-	if err != nil {
-		return 0, err
-	}
-	return max(int(fired["scheduled"]+fired["catch_up"]-published[""]), 0), nil
+	return urls
 }
 
 // backlogSummary is "median m, max x" of a backlog series.

@@ -99,10 +99,7 @@ func Sustained(ctx context.Context, cfg Config, o SustainedOptions) error {
 		return err
 	}
 	load0 := procstat.LoadAverage()
-	var triggerURLs []string
-	for _, p := range e.mesh.Triggers {
-		triggerURLs = append(triggerURLs, p.URL)
-	}
+	triggerURLs := e.triggerURLs()
 	const fireLateness = "trigger_fire_lateness_seconds"
 	h0, _ := promhist.Scrape(ctx, triggerURLs, fireLateness) // a node that does not answer is left out
 	var backlogs []backlog
