@@ -93,10 +93,17 @@
 //     was never published would be dropped on redelivery, and lost. An
 //     attempt interrupted mid-delivery is never recorded, so its
 //     redelivery reaches the target again, with the same webhook-id. A failed publish nacks the message with
-//     requeue, after a backoff: it is attempted again (at least once; the
-//     target sees the same webhook-id), and a retry published before the
-//     failure may make a second retry series, which ends in the same dead
-//     letter (the store is idempotent on (execution id, attempt)).
+//     requeue, after a backoff. What the attempt called for (its
+//     settlement: the events, the retry or the dead letter, decided once)
+//     is kept in memory from before the first publish until all of it is
+//     confirmed, so a redelivery to this dispatcher publishes it again
+//     instead of attempting again: a broker that dies under the requests
+//     held for their slot and in flight does not make their targets see
+//     them twice (see unsettled). A redelivery to another dispatcher, or
+//     after a restart, is attempted again (at least once; the target sees
+//     the same webhook-id). A retry published before the failure may make
+//     a second retry series, which ends in the same dead letter (the store
+//     is idempotent on (execution id, attempt)).
 //
 // # Lifecycle events
 //

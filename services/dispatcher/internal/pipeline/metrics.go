@@ -32,6 +32,9 @@ type metrics struct {
 	recordErrors     prometheus.Counter
 	unrecorded       prometheus.Gauge
 	unrecordedDrops  prometheus.Counter
+	unsettled        prometheus.Gauge
+	unsettledDrops   prometheus.Counter
+	resettled        prometheus.Counter
 	batchRequests    prometheus.Histogram
 	overlap          *prometheus.CounterVec
 	overlapErrors    prometheus.Counter
@@ -105,6 +108,12 @@ func newMetrics() metrics {
 			"Completed attempts held in memory because recording them failed; redeliveries of them are still skipped."),
 		unrecordedDrops: counter("completions_unrecorded_dropped_total",
 			"Completed attempts neither recorded nor held (the in-memory hold was full): a redelivery of them would be delivered again."),
+		unsettled: gauge("attempts_unsettled",
+			"Attempts made whose consequences (events, retry or dead letter) are not all confirmed yet, kept so that a redelivery publishes them again instead of attempting again."),
+		unsettledDrops: counter("attempts_unsettled_dropped_total",
+			"Attempts whose consequences could not be kept for a redelivery (the memory budget was spent): a redelivery of them is attempted again."),
+		resettled: counter("attempts_settled_again_total",
+			"Redelivered dispatch requests not attempted again because this dispatcher had made the attempt: what it caused was published again instead."),
 		batchRequests: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "dispatch_batch_requests",
 			Help:    "Dispatch requests per packed broker message (the trigger's relay packs the requests it publishes together).",
@@ -121,7 +130,7 @@ func newMetrics() metrics {
 	}
 	m.all = []prometheus.Collector{m.deliveries, m.duration, m.startDelay, m.hold, m.holdsCapped, m.inFlight, m.retries, m.deadLetters, m.cancelled, m.deadlineExceeded,
 		m.events, m.startedEvents, m.eventBatches, m.eventsHeld, m.slotWaiters, m.publishFailures, m.poison, m.cancelErrors, m.requeued, m.duplicates, m.lookUpsSkipped, m.recordErrors,
-		m.unrecorded, m.unrecordedDrops, m.batchRequests, m.overlap, m.overlapErrors, m.promoted, m.staleReleases}
+		m.unrecorded, m.unrecordedDrops, m.unsettled, m.unsettledDrops, m.resettled, m.batchRequests, m.overlap, m.overlapErrors, m.promoted, m.staleReleases}
 	return m
 }
 

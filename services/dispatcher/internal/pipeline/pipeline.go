@@ -263,6 +263,7 @@ type Pipeline struct {
 	checks    *batcher[*checkQuery]
 	records   *batcher[store.CompletedAttempt]
 	held      *unrecorded
+	unsettled *unsettled
 	releases  refSet
 	ready     chan struct{}
 	readyOnce sync.Once
@@ -344,6 +345,7 @@ func New(opts Options) (*Pipeline, error) {
 		},
 		ready: make(chan struct{}),
 	}
+	p.unsettled = newUnsettled(unsettledBudget, unsettledMaxAge, p.metrics.unsettledDrops.Inc)
 	p.backlog = newBacklog(opts.Clock, opts.EventHold, p.metrics.slotWaiters)
 	p.events = newBatcher(p.publishEvents, opts.EventBatch, opts.EventLinger, opts.EventPublishers, opts.PublishTimeout)
 	if opts.Checks != nil {
@@ -584,6 +586,19 @@ func (p *Pipeline) handle(soft, ctx context.Context, priority, queue string, msg
 		traceID = sc.TraceID().String()
 	}
 
+	if s, ok := p.unsettled.get(attemptOf(req)); ok {
+		// A redelivery of an attempt made here whose consequences were
+		// not all confirmed: its target has seen it; what it caused is
+		// published again instead.
+		p.metrics.resettled.Inc()
+		span.SetAttributes(attribute.String("cronmesh.dispatch.outcome", "settled again"))
+		v := p.settle(ctx, span, req, priority, s, nil)
+		if v == ack {
+			p.unsettled.forget(attemptOf(req))
+		}
+		p.metrics.unsettled.Set(float64(p.unsettled.len()))
+		return v
+	}
 	check, interrupted := p.precheck(soft, ctx, req, msg.Metadata)
 	if interrupted || ctx.Err() != nil {
 		return requeueNow
@@ -694,56 +709,90 @@ func (p *Pipeline) handle(soft, ctx context.Context, priority, queue string, msg
 	if out.StatusCode != 0 {
 		span.SetAttributes(attribute.Int("cronmesh.dispatch.response_status", out.StatusCode))
 	}
-	now := p.opts.Clock.Now()
 	info := execevent.Attempt{Start: startTime, Duration: duration, Status: out.StatusCode, Excerpt: out.Excerpt}
-	event := func(kind eventsv1.ExecutionEventKind, reason string) <-chan error {
-		return p.emit(ctx, execevent.New(kind, req, now, info, reason, traceID))
+	s := p.decide(ctx, req, out, aborted, info, p.opts.Clock.Now(), traceID)
+	switch s.kind {
+	case settleCancelled:
+		p.metrics.cancelled.Inc()
+		span.SetAttributes(attribute.String("cronmesh.dispatch.outcome", "cancelled"))
+	case settleRetry:
+		span.SetAttributes(attribute.String("cronmesh.dispatch.retry_tier", s.tier.String()))
 	}
+	key := attemptOf(req)
+	// Kept before anything is published: a redelivery that comes while
+	// this copy still waits for its confirms (the broker died under it)
+	// settles it too, rather than attempting again.
+	p.unsettled.keep(key, s, time.Now())
+	v := p.settle(ctx, span, req, priority, s, started)
+	if v == ack {
+		p.unsettled.forget(key)
+	}
+	p.metrics.unsettled.Set(float64(p.unsettled.len()))
+	return v
+}
 
+// decide is what an attempt's outcome calls for, at now.
+func (p *Pipeline) decide(ctx context.Context, req *dispatchv1.DispatchRequest, out deliver.Outcome, aborted bool, info execevent.Attempt, now time.Time, traceID string) settlement {
+	s := settlement{now: now, info: info, out: out, traceID: traceID}
 	retryable := out.Result != deliver.Permanent && SeriesAttempt(req) <= MaxRetries(req.RetryPolicy)
-	var tier time.Duration
 	var pastDeadline string
 	if retryable {
-		tier = RetryDelay(p.opts.RetryTiers, req.RetryPolicy, SeriesAttempt(req), out.RetryAfter)
-		pastDeadline = retryPastDeadline(req, now.Add(tier))
+		s.tier = RetryDelay(p.opts.RetryTiers, req.RetryPolicy, SeriesAttempt(req), out.RetryAfter)
+		pastDeadline = retryPastDeadline(req, now.Add(s.tier))
 		retryable = pastDeadline == ""
 	}
 	switch {
 	case aborted:
-		p.metrics.cancelled.Inc()
-		span.SetAttributes(attribute.String("cronmesh.dispatch.outcome", "cancelled"))
-		cancelled := event(eventsv1.ExecutionEventKind_EXECUTION_EVENT_KIND_CANCELLED,
-			p.cancelReason(ctx, req, "cancelled through CancelExecution")+"; the attempt in flight was aborted")
-		return p.finished(ctx, req, p.await(ctx, span, nil, started, cancelled), now)
+		s.kind = settleCancelled
+		s.reason = p.cancelReason(ctx, req, "cancelled through CancelExecution") + "; the attempt in flight was aborted"
 	case out.Result == deliver.Succeeded:
-		v := p.await(ctx, span, nil, started, event(eventsv1.ExecutionEventKind_EXECUTION_EVENT_KIND_SUCCEEDED, out.Reason))
-		return p.finished(ctx, req, v, now)
+		s.kind, s.reason = settleSucceeded, out.Reason
 	case retryable:
-		span.SetAttributes(attribute.String("cronmesh.dispatch.retry_tier", tier.String()))
-		retry := info
-		retry.Retry = tier
-		failed := p.emit(ctx, execevent.New(eventsv1.ExecutionEventKind_EXECUTION_EVENT_KIND_FAILED, req, now, retry,
-			fmt.Sprintf("%s; retry scheduled: attempt %d in %s", failureReason(out), req.Attempt+1, tier), traceID))
-		err := p.publishRetry(ctx, req, priority, tier)
-		if err == nil {
-			p.metrics.retries.WithLabelValues(tier.String()).Inc()
-		}
-		return p.completed(ctx, req, p.await(ctx, span, err, started, failed), false, now)
+		s.kind = settleRetry
+		s.info.Retry = s.tier
+		s.reason = fmt.Sprintf("%s; retry scheduled: attempt %d in %s", failureReason(out), req.Attempt+1, s.tier)
 	default:
-		reason := failureReason(out)
+		s.kind, s.tier = settleDead, 0
+		s.reason = failureReason(out)
 		switch {
 		case pastDeadline != "":
-			reason = fmt.Sprintf("%s; last attempt %d: %s", pastDeadline, req.Attempt, reason)
+			s.reason = fmt.Sprintf("%s; last attempt %d: %s", pastDeadline, req.Attempt, s.reason)
 		case out.Result != deliver.Permanent:
-			reason = fmt.Sprintf("retries exhausted after attempt %d: %s", req.Attempt, reason)
+			s.reason = fmt.Sprintf("retries exhausted after attempt %d: %s", req.Attempt, s.reason)
 		}
-		failed := event(eventsv1.ExecutionEventKind_EXECUTION_EVENT_KIND_FAILED, reason+"; not retried")
-		dead := event(eventsv1.ExecutionEventKind_EXECUTION_EVENT_KIND_DEAD, reason)
-		err := p.publishDead(ctx, req, out, reason, now)
+	}
+	return s
+}
+
+// settle publishes what s calls for (started is the confirm of the
+// attempt's STARTED, or nil), waits for the confirms and records the
+// attempt as completed: ack when all of it is on the broker.
+func (p *Pipeline) settle(ctx context.Context, span trace.Span, req *dispatchv1.DispatchRequest, priority string, s settlement, started <-chan error) verdict {
+	event := func(kind eventsv1.ExecutionEventKind, reason string) <-chan error {
+		return p.emit(ctx, execevent.New(kind, req, s.now, s.info, reason, s.traceID))
+	}
+	switch s.kind {
+	case settleCancelled:
+		cancelled := event(eventsv1.ExecutionEventKind_EXECUTION_EVENT_KIND_CANCELLED, s.reason)
+		return p.finished(ctx, req, p.await(ctx, span, nil, started, cancelled), s.now)
+	case settleSucceeded:
+		succeeded := event(eventsv1.ExecutionEventKind_EXECUTION_EVENT_KIND_SUCCEEDED, s.reason)
+		return p.finished(ctx, req, p.await(ctx, span, nil, started, succeeded), s.now)
+	case settleRetry:
+		failed := event(eventsv1.ExecutionEventKind_EXECUTION_EVENT_KIND_FAILED, s.reason)
+		err := p.publishRetry(ctx, req, priority, s.tier)
+		if err == nil {
+			p.metrics.retries.WithLabelValues(s.tier.String()).Inc()
+		}
+		return p.completed(ctx, req, p.await(ctx, span, err, started, failed), false, s.now)
+	default:
+		failed := event(eventsv1.ExecutionEventKind_EXECUTION_EVENT_KIND_FAILED, s.reason+"; not retried")
+		dead := event(eventsv1.ExecutionEventKind_EXECUTION_EVENT_KIND_DEAD, s.reason)
+		err := p.publishDead(ctx, req, s.out, s.reason, s.now)
 		if err == nil {
 			p.metrics.deadLetters.Inc()
 		}
-		return p.finished(ctx, req, p.await(ctx, span, err, started, failed, dead), now)
+		return p.finished(ctx, req, p.await(ctx, span, err, started, failed, dead), s.now)
 	}
 }
 

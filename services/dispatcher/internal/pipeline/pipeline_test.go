@@ -444,7 +444,8 @@ func TestShutdown(t *testing.T) {
 }
 
 // TestRetryPublishFailure: while the retry cannot be published, the
-// original message is not acknowledged: it comes back and is attempted
+// original message is not acknowledged: it comes back, and the attempt
+// made is settled again (its retry published again) rather than made
 // again; once the broker takes publishes again the retry goes out.
 func TestRetryPublishFailure(t *testing.T) {
 	t.Parallel()
@@ -465,17 +466,51 @@ func TestRetryPublishFailure(t *testing.T) {
 		r.RetryPolicy.InitialBackoff = durationpb.New(100 * time.Millisecond)
 	})
 	e.dispatch(nil, req)
-	require.Eventually(t, func() bool { return len(f.of(req.ExecutionId)) >= 3 }, 30*time.Second, 5*time.Millisecond,
+	require.Eventually(t, func() bool { return metric(t, r.reg, "attempts_settled_again_total") >= 2 }, 30*time.Second, 5*time.Millisecond,
 		"the message keeps coming back while its retry cannot be published")
-	for _, c := range f.of(req.ExecutionId) {
-		require.EqualValues(t, 1, c.req.Attempt)
-	}
+	require.Len(t, f.of(req.ExecutionId), 1, "a redelivery of an attempt made here is not attempted again")
 	require.Positive(t, metric(t, r.reg, "publish_failures_total"))
+	require.Equal(t, 1.0, metric(t, r.reg, "attempts_unsettled"))
 
 	proxy.Up()
 	e.waitFor(req.ExecutionId, succeeded, 2)
+	calls := f.of(req.ExecutionId)
+	require.Len(t, calls, 2)
+	require.EqualValues(t, 2, calls[1].req.Attempt)
+	require.Eventually(t, func() bool { return metric(t, r.reg, "attempts_unsettled") == 0 }, 10*time.Second, 5*time.Millisecond)
 	r.stop(t)
 	require.Zero(t, e.queueDepth(e.dispatchQueue("normal")))
+}
+
+// TestEventPublishFailure: a delivery that succeeded while the broker
+// takes no publishes (it died under the dispatcher, which held the request
+// until its slot) reaches the target once: the redeliveries publish its
+// SUCCEEDED, which goes out once the broker takes publishes again.
+func TestEventPublishFailure(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	proxy := amqptest.NewProxy(t, false)
+	f := &fake{}
+	r := e.start(f, func(o *pipeline.Options) {
+		o.Publisher = e.publisher(proxy.URL())
+		o.PublishTimeout = time.Second
+	})
+	proxy.Down()
+	req := request(registryv1.Priority_PRIORITY_HIGH)
+	e.dispatch(nil, req)
+	require.Eventually(t, func() bool { return metric(t, r.reg, "attempts_settled_again_total") >= 2 }, 30*time.Second, 5*time.Millisecond,
+		"the message keeps coming back while its event cannot be published")
+	require.Len(t, f.of(req.ExecutionId), 1)
+
+	proxy.Up()
+	ev := e.waitFor(req.ExecutionId, succeeded, 1)
+	require.EqualValues(t, 200, ev.ResponseStatus)
+	require.Eventually(t, func() bool {
+		return e.queueDepth(e.dispatchQueue("high")) == 0 && metric(t, r.reg, "attempts_unsettled") == 0
+	},
+		10*time.Second, 5*time.Millisecond)
+	require.Len(t, f.of(req.ExecutionId), 1, "the target saw the execution once")
+	r.stop(t)
 }
 
 // TestNewValidates: bad options are refused.
