@@ -264,7 +264,6 @@ type Pipeline struct {
 	records   *batcher[store.CompletedAttempt]
 	held      *unrecorded
 	unsettled *unsettled
-	handlers  *handlers
 	releases  refSet
 	ready     chan struct{}
 	readyOnce sync.Once
@@ -344,8 +343,7 @@ func New(opts Options) (*Pipeline, error) {
 			"normal": make(chan struct{}, opts.Workers.Normal),
 			"low":    make(chan struct{}, opts.Workers.Low),
 		},
-		ready:    make(chan struct{}),
-		handlers: newHandlers(handlerIdle),
+		ready: make(chan struct{}),
 	}
 	p.unsettled = newUnsettled(unsettledBudget, unsettledMaxAge, p.metrics.unsettledDrops.Inc)
 	p.backlog = newBacklog(opts.Clock, opts.EventHold, p.metrics.slotWaiters)
@@ -548,11 +546,7 @@ func (p *Pipeline) handleMessage(soft, ctx context.Context, priority, queue stri
 	verdicts := make([]verdict, len(msgs))
 	var wg sync.WaitGroup
 	for i, m := range msgs {
-		wg.Add(1)
-		p.handlers.Go(func() {
-			defer wg.Done()
-			verdicts[i] = p.handle(soft, ctx, priority, queue, m)
-		})
+		wg.Go(func() { verdicts[i] = p.handle(soft, ctx, priority, queue, m) })
 	}
 	wg.Wait()
 	// The worst verdict settles the batch: requeueNow (shutdown) over
