@@ -264,6 +264,7 @@ type Pipeline struct {
 	records   *batcher[store.CompletedAttempt]
 	held      *unrecorded
 	unsettled *unsettled
+	senders   senders
 	releases  refSet
 	ready     chan struct{}
 	readyOnce sync.Once
@@ -416,6 +417,7 @@ func (p *Pipeline) Run(ctx context.Context) error {
 	batchCtx, stopBatchers := context.WithCancel(context.WithoutCancel(ctx))
 	var batchers sync.WaitGroup
 	batchers.Go(func() { p.events.run(batchCtx) })
+	batchers.Go(func() { p.senders.run(batchCtx) })
 	if p.checks != nil {
 		batchers.Go(func() { p.checks.run(batchCtx) })
 		batchers.Go(func() { p.records.run(batchCtx) })
@@ -684,7 +686,9 @@ func (p *Pipeline) handle(soft, ctx context.Context, priority, queue string, msg
 	p.metrics.inFlight.Inc()
 	begin := time.Now()
 	p.metrics.startDelay.Observe(begin.Sub(taken).Seconds())
-	out := p.deliver(attemptCtx, req, attempt)
+	sent := make(chan deliver.Outcome, 1)
+	p.senders.send(func() { sent <- p.deliver(attemptCtx, req, attempt) })
+	out := <-sent
 	elapsed := time.Since(begin)
 	// From here on no STARTED is emitted: started is the confirm of the
 	// one that was (awaited with the outcome's), or nil.
