@@ -26,10 +26,12 @@
 // themselves are bounded by the priority's Workers (a slot held from the
 // attempt's start to its outcome): that is the bound on concurrent
 // requests towards the targets, and waiting for a slot is the only wait
-// between a message leaving the queue and its attempt. Each priority has
-// its own subscriptions and slots (Workers.High, .Normal, .Low): a backlog
-// of low, or low deliveries stuck on slow targets, never holds up high,
-// which takes only high. An idle priority's slots are not lent to another
+// between a message leaving the queue and its attempt. The attempt's
+// sending runs on a sender goroutine kept for it (see senders), whose
+// stack has grown to what net/http takes, rather than on the request's
+// own new goroutine. Each priority has its own subscriptions and slots
+// (Workers.High, .Normal, .Low): a backlog of low, or low deliveries
+// stuck on slow targets, never holds up high, which takes only high. An idle priority's slots are not lent to another
 // (simple, and the guarantee for high does not depend on a scheduler).
 //
 // # One message
