@@ -594,12 +594,7 @@ func (p *Pipeline) handle(soft, ctx context.Context, priority, queue string, msg
 		// published again instead.
 		p.metrics.resettled.Inc()
 		span.SetAttributes(attribute.String("cronmesh.dispatch.outcome", "settled again"))
-		v := p.settle(ctx, span, req, priority, s, nil)
-		if v == ack {
-			p.unsettled.forget(attemptOf(req))
-		}
-		p.metrics.unsettled.Set(float64(p.unsettled.len()))
-		return v
+		return p.settleKept(ctx, span, req, priority, s, nil)
 	}
 	check, interrupted := p.precheck(soft, ctx, req, msg.Metadata)
 	if interrupted || ctx.Err() != nil {
@@ -722,14 +717,19 @@ func (p *Pipeline) handle(soft, ctx context.Context, priority, queue string, msg
 	case settleRetry:
 		span.SetAttributes(attribute.String("cronmesh.dispatch.retry_tier", s.tier.String()))
 	}
-	key := attemptOf(req)
 	// Kept before anything is published: a redelivery that comes while
 	// this copy still waits for its confirms (the broker died under it)
 	// settles it too, rather than attempting again.
-	p.unsettled.keep(key, s, time.Now())
+	p.unsettled.keep(attemptOf(req), s, time.Now())
+	return p.settleKept(ctx, span, req, priority, s, started)
+}
+
+// settleKept settles s, the kept settlement of req's attempt, and lets go
+// of it once all of it is confirmed.
+func (p *Pipeline) settleKept(ctx context.Context, span trace.Span, req *dispatchv1.DispatchRequest, priority string, s settlement, started <-chan error) verdict {
 	v := p.settle(ctx, span, req, priority, s, started)
 	if v == ack {
-		p.unsettled.forget(key)
+		p.unsettled.forget(attemptOf(req))
 	}
 	p.metrics.unsettled.Set(float64(p.unsettled.len()))
 	return v
