@@ -265,19 +265,37 @@ func TestHTTPConnectionRefusedIsRetryable(t *testing.T) {
 func TestHTTPExcerpt(t *testing.T) {
 	t.Parallel()
 	big := strings.Repeat("0123456789abcdef", 1<<16) // 1 MiB
+	// The excerpt is read by the declared length when there is one, and
+	// to the end of a chunked body otherwise.
+	const (
+		asWritten = iota // net/http declares the length of a small body, chunks a large one
+		declared         // Content-Length set by the handler
+		chunked          // flushed before the body: no length
+	)
 	tests := []struct {
 		name, body, want string
+		framing          int
 	}{
-		{"1 MiB body cut at MaxExcerpt", big, big[:MaxExcerpt]},
-		{"exactly MaxExcerpt", big[:MaxExcerpt], big[:MaxExcerpt]},
-		{"small body whole", `{"ok":true}`, `{"ok":true}`},
-		{"empty body", "", ""},
+		{"1 MiB body cut at MaxExcerpt", big, big[:MaxExcerpt], asWritten},
+		{"1 MiB body of declared length cut at MaxExcerpt", big, big[:MaxExcerpt], declared},
+		{"exactly MaxExcerpt", big[:MaxExcerpt], big[:MaxExcerpt], asWritten},
+		{"exactly MaxExcerpt, declared", big[:MaxExcerpt], big[:MaxExcerpt], declared},
+		{"small body whole", `{"ok":true}`, `{"ok":true}`, asWritten},
+		{"small body chunked", `{"ok":true}`, `{"ok":true}`, chunked},
+		{"empty body", "", "", asWritten},
+		{"empty body chunked", "", "", chunked},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			srv := newTarget(t, func(w http.ResponseWriter, _ *http.Request) {
 				w.Header().Set("X-Target", "yes")
+				switch tt.framing {
+				case declared:
+					w.Header().Set("Content-Length", strconv.Itoa(len(tt.body)))
+				case chunked:
+					w.(http.Flusher).Flush()
+				}
 				_, _ = io.WriteString(w, tt.body)
 			})
 			c, _ := newTestClient(t, nil)
