@@ -562,7 +562,7 @@ func compareCompletionKeys(a, b completionKey) int {
 // batches never deadlock. Entries whose id is not a UUID are skipped (the
 // pipeline never delivers one).
 func (s *Store) RecordCompleted(ctx context.Context, done []CompletedAttempt) error {
-	merged := map[completionKey]CompletedAttempt{}
+	merged := make(map[completionKey]CompletedAttempt, len(done))
 	for _, d := range done {
 		key, ok := newCompletionKey(d.NominalTime, d.ExecutionID)
 		if !ok {
