@@ -47,7 +47,7 @@ func loopbackNetworks() []netip.Prefix {
 
 // newTestClient is a Client that allows loopback, on a fake clock; mod
 // adjusts the options first.
-func newTestClient(t *testing.T, mod func(*Options)) (*Client, *clock.Fake) {
+func newTestClient(t testing.TB, mod func(*Options)) (*Client, *clock.Fake) {
 	t.Helper()
 	fake := clock.NewFake(testNow())
 	opts := Options{AllowedNetworks: loopbackNetworks(), Clock: fake}
