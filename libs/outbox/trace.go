@@ -58,9 +58,11 @@ func (t *tracing) start(topics []string, msgs []*message.Message) publishSpans {
 			continue
 		}
 		exchange, key := t.destination(topics[i])
-		ctx, span := t.tracer.Start(parent, "publish "+exchange,
-			trace.WithSpanKind(trace.SpanKindProducer),
-			trace.WithAttributes(
+		ctx, span := t.tracer.Start(parent, "publish "+exchange, trace.WithSpanKind(trace.SpanKindProducer))
+		if span.IsRecording() {
+			// A span of an unsampled trace (every one without export)
+			// records nothing: its attributes are not built.
+			span.SetAttributes(
 				semconv.MessagingSystemRabbitMQ,
 				semconv.MessagingOperationTypeSend,
 				semconv.MessagingOperationName("publish"),
@@ -68,7 +70,8 @@ func (t *tracing) start(topics []string, msgs []*message.Message) publishSpans {
 				semconv.MessagingRabbitMQDestinationRoutingKey(key),
 				semconv.MessagingMessageID(msg.UUID),
 				semconv.MessagingMessageBodySize(len(msg.Payload)),
-			))
+			)
+		}
 		md := maps.Clone(msg.Metadata)
 		t.prop.Inject(ctx, propagation.MapCarrier(md))
 		msg.Metadata = md

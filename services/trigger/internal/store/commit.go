@@ -693,12 +693,17 @@ func (s *Store) executionHeaders(ctx context.Context, batch trace.Link, jobID st
 		trace.WithLinks(batch),
 		// Internal, not producer: the relay's "publish" span (a child,
 		// through the outbox row's headers) is the send to the broker.
-		trace.WithSpanKind(trace.SpanKindInternal),
-		trace.WithAttributes(
+		trace.WithSpanKind(trace.SpanKindInternal))
+	if span.IsRecording() {
+		// Only then: without trace export no span records, and the
+		// execution id (a hash) and the formatted time would be made for
+		// every slot for nothing.
+		span.SetAttributes(
 			attribute.String("cronmesh.execution_id", executionID(jobID, nominal)),
 			attribute.String("cronmesh.job_id", jobID),
 			attribute.String("cronmesh.nominal_time", nominal.Format(time.RFC3339Nano)),
-		))
+		)
+	}
 	span.End()
 	if !span.SpanContext().IsValid() {
 		return batchHeaders
