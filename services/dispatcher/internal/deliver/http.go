@@ -58,8 +58,6 @@ type httpAttempt struct {
 	timeout time.Duration
 	// request is sent once, with the attempt's context.
 	request *http.Request
-	// header builds request's header.
-	header *fields
 	// signedAt is the second of the webhook-timestamp the request is
 	// signed with.
 	signedAt int64
@@ -112,8 +110,9 @@ func (c *Client) prepareHTTP(ctx context.Context, req *dispatchv1.DispatchReques
 		}
 		return fails(permanent("invalid request: %v", err))
 	}
-	header := newFields(len(t.GetHeaders()) + len(t.GetSecretHeaders()) + ownHeaders)
-	a.request.Header, a.header = header.header, header
+	slot := slotinfo.FromRequest(req).Headers()
+	header := newFields(len(t.GetHeaders()) + len(t.GetSecretHeaders()) + len(slot) + ownHeaders)
+	a.request.Header = header.header
 	for _, headers := range [...]map[string]string{t.GetHeaders(), t.GetSecretHeaders()} {
 		for name, value := range headers {
 			if !validHeaderName(name) || !validHeaderValue(value) {
@@ -126,7 +125,7 @@ func (c *Client) prepareHTTP(ctx context.Context, req *dispatchv1.DispatchReques
 			header.set(name, value)
 		}
 	}
-	for _, h := range slotinfo.FromRequest(req).Headers() {
+	for _, h := range slot {
 		header.set(h.Name, h.Value)
 	}
 	header.set(webhooksign.HeaderWebhookID, req.GetExecutionId())
@@ -149,10 +148,9 @@ func (c *Client) prepareHTTP(ctx context.Context, req *dispatchv1.DispatchReques
 }
 
 // ownHeaders is how many header fields a webhook request carries besides
-// the job's: the slot's (slotinfo), webhook-id and idempotency-key,
-// User-Agent and Content-Type, the signature's two and the trace
-// context's two.
-const ownHeaders = 6 + 2 + 2 + 2 + 2
+// the job's and the slot's: webhook-id and idempotency-key, User-Agent and
+// Content-Type, the signature's two and the trace context's two.
+const ownHeaders = 2 + 2 + 2 + 2
 
 // fields builds a request's header with its values in one array. Every
 // attempt builds a header of a dozen fields or more; http.Header.Set
@@ -184,8 +182,8 @@ func (a *httpAttempt) sign(at time.Time) error {
 	if err != nil {
 		return err
 	}
-	a.header.set(webhooksign.HeaderWebhookTimestamp, strconv.FormatInt(at.Unix(), 10))
-	a.header.set(webhooksign.HeaderWebhookSignature, sig)
+	a.request.Header.Set(webhooksign.HeaderWebhookTimestamp, strconv.FormatInt(at.Unix(), 10))
+	a.request.Header.Set(webhooksign.HeaderWebhookSignature, sig)
 	a.signedAt = at.Unix()
 	return nil
 }
