@@ -233,10 +233,8 @@ func (c *Consumer) loop(ctx context.Context, in <-chan *message.Message) {
 func (c *Consumer) handle(ctx context.Context, batch []*message.Message) {
 	spans := make([]trace.Span, len(batch))
 	for i, msg := range batch {
-		mctx := ExtractTrace(ctx, c.opts.Propagator, msg.Metadata)
-		mctx, spans[i] = c.tracer.Start(mctx, "process "+c.opts.Queue,
-			trace.WithSpanKind(trace.SpanKindConsumer),
-			trace.WithAttributes(ProcessAttributes(c.opts.Exchange, c.opts.Queue, msg.UUID)...))
+		var mctx context.Context
+		mctx, spans[i] = StartProcessSpan(ctx, c.tracer, c.opts.Propagator, c.opts.Exchange, c.opts.Queue, msg)
 		msg.SetContext(mctx)
 	}
 	defer func() {

@@ -7,6 +7,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/propagation"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // ProcessAttributes are the OpenTelemetry messaging attributes of a span
@@ -21,6 +22,21 @@ func ProcessAttributes(exchange, queue, messageID string) []attribute.KeyValue {
 		semconv.MessagingOperationName("process"),
 		semconv.MessagingMessageID(messageID),
 	}
+}
+
+// StartProcessSpan starts the consumer span "process <queue>" of msg,
+// taken from queue (bound to exchange), in the trace its headers carry
+// (prop as for [ExtractTrace]). The messaging attributes are set only when
+// the span records: without trace export none does, and building them for
+// every message was 8 % of the dispatcher's allocations
+// (docs/benchmarks, 2026-12-07).
+func StartProcessSpan(ctx context.Context, tracer trace.Tracer, prop propagation.TextMapPropagator, exchange, queue string, msg *message.Message) (context.Context, trace.Span) {
+	ctx, span := tracer.Start(ExtractTrace(ctx, prop, msg.Metadata), "process "+queue, trace.WithSpanKind(trace.SpanKindConsumer))
+	if span.IsRecording() {
+		span.SetAttributes(ProcessAttributes(exchange, queue, msg.UUID)...)
+		span.SetAttributes(semconv.MessagingMessageBodySize(len(msg.Payload)))
+	}
+	return ctx, span
 }
 
 // InjectTrace writes the trace context of ctx (W3C traceparent and

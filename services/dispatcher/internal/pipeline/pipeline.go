@@ -539,8 +539,7 @@ func (p *Pipeline) handleMessage(soft, ctx context.Context, priority, queue stri
 	}
 	msgs, err := broker.Unpack(msg)
 	if err != nil {
-		_, span := p.tracer.Start(ctx, "process "+queue, trace.WithSpanKind(trace.SpanKindConsumer),
-			trace.WithAttributes(broker.ProcessAttributes(p.opts.DispatchExchange, queue, msg.UUID)...))
+		_, span := broker.StartProcessSpan(ctx, p.tracer, p.opts.Propagator, p.opts.DispatchExchange, queue, msg)
 		defer span.End()
 		return p.poison(ctx, span, msg, err)
 	}
@@ -562,17 +561,10 @@ func (p *Pipeline) handleMessage(soft, ctx context.Context, priority, queue stri
 // dispatcher that takes it next.
 func (p *Pipeline) handle(soft, ctx context.Context, priority, queue string, msg *message.Message) verdict {
 	taken := time.Now()
-	ctx = broker.ExtractTrace(ctx, p.opts.Propagator, msg.Metadata)
-	// The attributes are set only on a span that records: without trace
-	// export none does, and building them for every request was 8 % of
-	// the dispatcher's allocations (docs/benchmarks, 2026-12-07).
-	ctx, span := p.tracer.Start(ctx, "process "+queue, trace.WithSpanKind(trace.SpanKindConsumer))
+	ctx, span := broker.StartProcessSpan(ctx, p.tracer, p.opts.Propagator, p.opts.DispatchExchange, queue, msg)
 	defer span.End()
+	// Attributes only for a span that records (see StartProcessSpan).
 	recording := span.IsRecording()
-	if recording {
-		span.SetAttributes(broker.ProcessAttributes(p.opts.DispatchExchange, queue, msg.UUID)...)
-		span.SetAttributes(semconv.MessagingMessageBodySize(len(msg.Payload)))
-	}
 
 	req := &dispatchv1.DispatchRequest{}
 	if err := proto.Unmarshal(msg.Payload, req); err != nil {
@@ -947,36 +939,26 @@ func (p *Pipeline) panicked(ctx context.Context, req *dispatchv1.DispatchRequest
 // wait is an event that was not emitted (an attempt's STARTED, see
 // announceStart) and is skipped.
 //
-// The bound is a timer rather than a context.WithTimeout of ctx: ctx is
-// shared by every request, and each child of it is added to its set of
-// children and removed again under its one lock.
+// The bound is a timer closing a channel rather than a
+// context.WithTimeout of ctx: ctx is shared by every request, and each
+// child of it is added to its set of children and removed again under its
+// one lock.
 func (p *Pipeline) await(ctx context.Context, span trace.Span, publishErr error, waits ...<-chan error) verdict {
-	timer := time.NewTimer(p.opts.PublishTimeout)
+	expired := make(chan struct{})
+	timer := time.AfterFunc(p.opts.PublishTimeout, func() { close(expired) })
 	defer timer.Stop()
-	var expired error // once set, what is not confirmed yet is not waited for
 	errs := []error{publishErr}
 	for _, w := range waits {
 		if w == nil {
 			continue
 		}
-		if expired != nil {
-			select {
-			case err := <-w:
-				errs = append(errs, err)
-			default:
-				errs = append(errs, expired)
-			}
-			continue
-		}
 		select {
 		case err := <-w:
 			errs = append(errs, err)
-		case <-timer.C:
-			expired = fmt.Errorf("waiting for lifecycle events to be confirmed: %w", context.DeadlineExceeded)
-			errs = append(errs, expired)
+		case <-expired:
+			errs = append(errs, fmt.Errorf("waiting for lifecycle events to be confirmed: %w", context.DeadlineExceeded))
 		case <-ctx.Done():
-			expired = fmt.Errorf("waiting for lifecycle events to be confirmed: %w", ctx.Err())
-			errs = append(errs, expired)
+			errs = append(errs, fmt.Errorf("waiting for lifecycle events to be confirmed: %w", ctx.Err()))
 		}
 	}
 	err := errors.Join(errs...)
