@@ -64,6 +64,11 @@ type ConsumerOptions struct {
 	// durable quorum queue, is declared and bound to the topic exchange
 	// Exchange with BindingKey on every subscription.
 	AMQPURL, Exchange, Queue, BindingKey string
+	// FormerBindingKeys are keys an earlier version bound Queue to Exchange
+	// with: a binding outlives the consumer that declared it, so each is
+	// removed on every subscription, after BindingKey is in place (a queue
+	// bound to more than it needs takes every message the key matches).
+	FormerBindingKeys []string
 	// QueueArguments are extra arguments of Queue (x-queue-type is always
 	// quorum). A queue is always declared with the same arguments, or
 	// RabbitMQ refuses the declaration: change them only with a new queue.
@@ -210,7 +215,14 @@ func (c *Consumer) trySubscribe(ctx context.Context, cfg amqp.Config) (message.S
 	for i := range topics {
 		topics[i] = c.opts.Queue
 	}
-	return SubscribeAll(ctx, cfg, c.logger, topics)
+	sub, channels, err := SubscribeAll(ctx, cfg, c.logger, topics)
+	if err != nil || len(c.opts.FormerBindingKeys) == 0 {
+		return sub, channels, err
+	}
+	if err := unbindQueue(c.opts.AMQPURL, c.opts.Exchange, c.opts.Queue, c.opts.FormerBindingKeys); err != nil {
+		return nil, nil, errors.Join(err, sub.Close())
+	}
+	return sub, channels, nil
 }
 
 // loop gathers batches from in and handles them until ctx is done.

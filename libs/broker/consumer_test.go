@@ -294,3 +294,45 @@ func TestNewConsumerValidates(t *testing.T) {
 	require.Equal(t, DefaultSubscriptions, c.opts.Subscriptions)
 	require.Equal(t, DefaultSubscriptions, c.opts.MaxBatch, "a batch holds at most the messages in hand")
 }
+
+// TestConsumerRemovesFormerBindings: a queue an earlier version bound with
+// another key stops receiving that key's messages once the consumer has
+// subscribed, and a former key that was never bound is no error.
+func TestConsumerRemovesFormerBindings(t *testing.T) {
+	t.Parallel()
+	ct := newConsumerTest(t)
+	args := map[string]any{"x-delivery-limit": NoDeliveryLimit}
+	require.NoError(t, declareQueues(amqptest.URL(), []QueueBinding{{Exchange: ct.exchange, Queue: ct.queue, BindingKey: "former", Arguments: args}}))
+	var mu sync.Mutex
+	var seen []string
+	handled := make(chan struct{}, 1)
+	opts := ct.options(amqptest.URL(), func(_ context.Context, msgs []*message.Message) ([]error, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, m := range msgs {
+			seen = append(seen, string(m.Payload))
+		}
+		select {
+		case handled <- struct{}{}:
+		default:
+		}
+		return nil, nil
+	})
+	opts.BindingKey, opts.FormerBindingKeys = "current", []string{"never-bound", "former"}
+	c, err := NewConsumer(opts)
+	require.NoError(t, err)
+	stop := run(t, c)
+	waitReady(t, c)
+	// Published one after the other on one channel: were "former" still
+	// bound, it would be queued ahead of "current".
+	require.NoError(t, ct.publisher.Publish("former", message.NewMessage("former", []byte("former"))))
+	require.NoError(t, ct.publisher.Publish("current", message.NewMessage("current", []byte("current"))))
+	select {
+	case <-handled:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the current key's message was not handled")
+	}
+	stop()
+	require.Equal(t, []string{"current"}, seen)
+	require.Zero(t, queueDepth(t, ct.queue), "nothing else was routed to the queue")
+}

@@ -42,6 +42,41 @@ func DeclareQueues(ctx context.Context, amqpURL string, bindings ...QueueBinding
 }
 
 func declareQueues(amqpURL string, bindings []QueueBinding) error {
+	return onChannel(amqpURL, func(ch *amqp091.Channel) error {
+		for _, b := range bindings {
+			if err := ch.ExchangeDeclare(b.Exchange, "topic", true, false, false, false, nil); err != nil {
+				return fmt.Errorf("broker: declare exchange %q: %w", b.Exchange, err)
+			}
+			args := amqp091.Table{"x-queue-type": "quorum"}
+			for k, v := range b.Arguments {
+				args[k] = v
+			}
+			if _, err := ch.QueueDeclare(b.Queue, true, false, false, false, args); err != nil {
+				return fmt.Errorf("broker: declare queue %q: %w", b.Queue, err)
+			}
+			if err := ch.QueueBind(b.Queue, b.BindingKey, b.Exchange, false, nil); err != nil {
+				return fmt.Errorf("broker: bind %q to %q with %q: %w", b.Queue, b.Exchange, b.BindingKey, err)
+			}
+		}
+		return nil
+	})
+}
+
+// unbindQueue removes the bindings of queue to exchange with keys.
+// Removing a binding that does not exist is no error.
+func unbindQueue(amqpURL, exchange, queue string, keys []string) error {
+	return onChannel(amqpURL, func(ch *amqp091.Channel) error {
+		for _, key := range keys {
+			if err := ch.QueueUnbind(queue, key, exchange, nil); err != nil {
+				return fmt.Errorf("broker: unbind %q from %q with %q: %w", queue, exchange, key, err)
+			}
+		}
+		return nil
+	})
+}
+
+// onChannel runs f on a channel of a connection of its own, closed after.
+func onChannel(amqpURL string, f func(*amqp091.Channel) error) error {
 	conn, err := amqp091.DialConfig(amqpURL, amqp091.Config{Dial: amqp091.DefaultDial(dialTimeout)})
 	if err != nil {
 		return fmt.Errorf("broker: dial: %w", err)
@@ -52,20 +87,5 @@ func declareQueues(amqpURL string, bindings []QueueBinding) error {
 		return fmt.Errorf("broker: open channel: %w", err)
 	}
 	defer ch.Close()
-	for _, b := range bindings {
-		if err := ch.ExchangeDeclare(b.Exchange, "topic", true, false, false, false, nil); err != nil {
-			return fmt.Errorf("broker: declare exchange %q: %w", b.Exchange, err)
-		}
-		args := amqp091.Table{"x-queue-type": "quorum"}
-		for k, v := range b.Arguments {
-			args[k] = v
-		}
-		if _, err := ch.QueueDeclare(b.Queue, true, false, false, false, args); err != nil {
-			return fmt.Errorf("broker: declare queue %q: %w", b.Queue, err)
-		}
-		if err := ch.QueueBind(b.Queue, b.BindingKey, b.Exchange, false, nil); err != nil {
-			return fmt.Errorf("broker: bind %q to %q with %q: %w", b.Queue, b.Exchange, b.BindingKey, err)
-		}
-	}
-	return nil
+	return f(ch)
 }
