@@ -38,10 +38,10 @@ type Slot struct {
 }
 
 // New is the first attempt's request for slot of job. It carries the job's
-// namespace, target, retry policy, overlap policy, priority, display name
-// and labels, so
-// that the dispatcher, the history and the alerting need not read the
-// registry to deliver and describe it, and the execution's deadlines
+// namespace, target, retry policy, overlap policy, priority, display name,
+// labels and pause_after_dead_letters, so that the dispatcher, the history,
+// the alerting and the registry's pause on failure need not read the
+// registry to deliver, describe and count it, and the execution's deadlines
 // (execution_deadline from the nominal time; the next slot's firing time
 // when the job stops retries at its next slot), so that the dispatcher
 // enforces them without knowing the schedule.
@@ -65,6 +65,9 @@ func New(job *registryv1.Job, slot Slot) *dispatchv1.DispatchRequest {
 		RerunOfExecutionId: slot.RerunOf,
 		OverriddenFields:   slot.Overridden,
 		OverlapPolicy:      job.GetOverlapPolicy(),
+		// Its events carry it on and route the batches that reach the
+		// registry's pause on failure.
+		PauseAfterDeadLetters: job.GetPauseAfterDeadLetters(),
 	}
 	if d := job.GetExecutionDeadline(); d != nil {
 		req.DeadlineTime = timestamppb.New(deadlineBase(slot).Add(d.AsDuration()))

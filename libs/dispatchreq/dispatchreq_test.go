@@ -19,11 +19,12 @@ func TestNewCarriesTheJobAndTheSlot(t *testing.T) {
 	maxRetries := int32(3)
 	job := &registryv1.Job{
 		Id: "ignored: the slot names the job", Namespace: "team-a", DisplayName: "nightly", Version: 9,
-		Target:        &registryv1.Target{Kind: &registryv1.Target_Http{Http: &registryv1.HttpTarget{Url: "https://example.test/hook"}}},
-		RetryPolicy:   &registryv1.RetryPolicy{MaxRetries: &maxRetries},
-		Priority:      registryv1.Priority_PRIORITY_HIGH,
-		Labels:        map[string]string{"team": "a"},
-		OverlapPolicy: registryv1.OverlapPolicy_OVERLAP_POLICY_BUFFER_ONE,
+		Target:                &registryv1.Target{Kind: &registryv1.Target_Http{Http: &registryv1.HttpTarget{Url: "https://example.test/hook"}}},
+		RetryPolicy:           &registryv1.RetryPolicy{MaxRetries: &maxRetries},
+		Priority:              registryv1.Priority_PRIORITY_HIGH,
+		Labels:                map[string]string{"team": "a"},
+		OverlapPolicy:         registryv1.OverlapPolicy_OVERLAP_POLICY_BUFFER_ONE,
+		PauseAfterDeadLetters: 4,
 	}
 	nominal := time.Date(2026, 3, 29, 1, 30, 0, 0, time.UTC)
 	fire := nominal.Add(3 * time.Millisecond)
@@ -38,7 +39,8 @@ func TestNewCarriesTheJobAndTheSlot(t *testing.T) {
 		Target:      job.GetTarget(), RetryPolicy: job.GetRetryPolicy(), Priority: registryv1.Priority_PRIORITY_HIGH,
 		JobVersion: 7, JobDisplayName: "nightly", JobLabels: map[string]string{"team": "a"},
 		RerunOfExecutionId: "exec-0", OverriddenFields: []string{"body"},
-		OverlapPolicy: registryv1.OverlapPolicy_OVERLAP_POLICY_BUFFER_ONE,
+		OverlapPolicy:         registryv1.OverlapPolicy_OVERLAP_POLICY_BUFFER_ONE,
+		PauseAfterDeadLetters: 4,
 	}
 	require.True(t, proto.Equal(want, got), "got %v", got)
 }

@@ -63,6 +63,8 @@ func New(kind eventsv1.ExecutionEventKind, req *dispatchv1.DispatchRequest, now 
 		// event of the execution it sees first.
 		OverriddenFields:   req.GetOverriddenFields(),
 		RerunOfExecutionId: req.GetRerunOfExecutionId(),
+		// It decides the batch's routing key (RoutingKey).
+		PauseAfterDeadLetters: req.GetPauseAfterDeadLetters(),
 	}
 	if !a.Start.IsZero() {
 		ev.StartTime = timestamppb.New(a.Start)
@@ -91,9 +93,26 @@ func KindName(k eventsv1.ExecutionEventKind) string {
 	return strings.ToLower(name)
 }
 
-// RoutingKey is the routing key of a batch of events whose first event is
-// of kind k: "execution.<kind>".
-func RoutingKey(k eventsv1.ExecutionEventKind) string { return "execution." + KindName(k) }
+// PauseOnFailureBindingKey takes the batches that hold an event of a job
+// with pause_after_dead_letters (see RoutingKey): the registry's pause on
+// failure binds it, and so reads none of the other jobs' events.
+const PauseOnFailureBindingKey = "execution.*." + pauseOnFailureSuffix
+
+const pauseOnFailureSuffix = "pause-on-failure"
+
+// RoutingKey is the routing key of a batch of events: "execution.<kind>"
+// of its first event, and "execution.<kind>.pause-on-failure" when any
+// event of the batch has pause_after_dead_letters. "execution.#" takes
+// every batch.
+func RoutingKey(batch []*eventsv1.ExecutionEvent) string {
+	key := "execution." + KindName(batch[0].GetKind())
+	for _, ev := range batch {
+		if ev.GetPauseAfterDeadLetters() > 0 {
+			return key + "." + pauseOnFailureSuffix
+		}
+	}
+	return key
+}
 
 // CleanText makes s a valid protobuf and PostgreSQL text: invalid UTF-8
 // and NUL bytes become U+FFFD. Reasons and response excerpts come from

@@ -102,3 +102,23 @@ func TestOutcomeCarriesWhatStartedTold(t *testing.T) {
 		require.GreaterOrEqual(t, checked, 12, "the fields of the request and the start were compared")
 	}
 }
+
+// TestRoutingKey: a batch is routed by its first event's kind, and marked
+// for the pause on failure when any of its events, not only the first, is
+// of a job with pause_after_dead_letters: the registry binds only the
+// marked keys and must still see every such event.
+func TestRoutingKey(t *testing.T) {
+	t.Parallel()
+	event := func(kind eventsv1.ExecutionEventKind, pauseAfter int32) *eventsv1.ExecutionEvent {
+		return execevent.New(kind, &dispatchv1.DispatchRequest{PauseAfterDeadLetters: pauseAfter}, time.Now(), execevent.Attempt{}, "", "")
+	}
+	succeeded, dead := eventsv1.ExecutionEventKind_EXECUTION_EVENT_KIND_SUCCEEDED, eventsv1.ExecutionEventKind_EXECUTION_EVENT_KIND_DEAD
+	require.Equal(t, int32(3), event(dead, 3).GetPauseAfterDeadLetters(), "the event carries the request's option")
+	require.Equal(t, "execution.succeeded", execevent.RoutingKey([]*eventsv1.ExecutionEvent{event(succeeded, 0), event(dead, 0)}))
+	require.Equal(t, "execution.dead.pause-on-failure", execevent.RoutingKey([]*eventsv1.ExecutionEvent{event(dead, 2)}))
+	require.Equal(t, "execution.succeeded.pause-on-failure",
+		execevent.RoutingKey([]*eventsv1.ExecutionEvent{event(succeeded, 0), event(succeeded, 0), event(dead, 1)}))
+	// What the registry binds matches exactly the marked keys: one word
+	// of kind, then the mark.
+	require.Equal(t, "execution.*.pause-on-failure", execevent.PauseOnFailureBindingKey)
+}

@@ -425,7 +425,7 @@ func publish(ctx context.Context, conn *amqp091.Connection, o options, mix event
 			res.err = err
 			break
 		}
-		if err := ch.PublishWithContext(context.Background(), o.exchange, execevent.RoutingKey(events[0].GetKind()), false, false,
+		if err := ch.PublishWithContext(context.Background(), o.exchange, execevent.RoutingKey(events), false, false,
 			amqp091.Publishing{ContentType: "application/x-protobuf", DeliveryMode: amqp091.Persistent, Body: body}); err != nil {
 			res.err = err
 			break

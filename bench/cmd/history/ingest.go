@@ -180,7 +180,7 @@ func ingestMessages(o options, mix eventmix.Mix) ingestPlan {
 			panic(err)
 		}
 		plan.bodies = append(plan.bodies, b)
-		plan.keys = append(plan.keys, execevent.RoutingKey(events[0].GetKind()))
+		plan.keys = append(plan.keys, execevent.RoutingKey(events))
 		plan.events += len(events)
 	}
 	return plan

@@ -92,7 +92,7 @@ func TestAQuickAttemptEmitsItsOutcomeAlone(t *testing.T) {
 	require.True(t, proto.Equal(a.Request.GetFireTime(), out.GetFireTime()))
 	require.Equal(t, a.Trace.ID, out.GetTraceId())
 	require.Equal(t, a.Trace.TraceParent, out.GetTraceContext()["traceparent"])
-	require.Equal(t, "execution.succeeded", execevent.RoutingKey(out.GetKind()))
+	require.Equal(t, "execution.succeeded", execevent.RoutingKey(events))
 }
 
 func TestASlowAttemptEmitsStartedThenItsOutcome(t *testing.T) {

@@ -19,7 +19,7 @@ import (
 )
 
 // publishEvents is the flush of the event batcher: one ExecutionEventBatch
-// message to the executions exchange, routed by its first event's kind,
+// message to the executions exchange, routed by execevent.RoutingKey,
 // once no request waits for a delivery slot (see backlog).
 func (p *Pipeline) publishEvents(ctx context.Context, events []*eventsv1.ExecutionEvent) error {
 	p.metrics.eventsHeld.Observe(p.backlog.wait(ctx).Seconds())
@@ -28,7 +28,7 @@ func (p *Pipeline) publishEvents(ctx context.Context, events []*eventsv1.Executi
 		return fmt.Errorf("encode %d lifecycle events: %w", len(events), err)
 	}
 	msg := message.NewMessage(uuid.Must(uuid.NewV7()).String(), body)
-	key := execevent.RoutingKey(events[0].GetKind())
+	key := execevent.RoutingKey(events)
 	ctx, span := p.tracer.Start(ctx, "publish "+p.opts.ExecutionsExchange,
 		trace.WithNewRoot(),
 		trace.WithSpanKind(trace.SpanKindProducer),

@@ -14,14 +14,19 @@ import (
 	eventsv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/events/v1"
 	registryv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1"
 	"github.com/cronmesh/cronmesh/gen/go/cronmesh/registry/v1/registryv1connect"
+	"github.com/cronmesh/cronmesh/libs/broker"
+	"github.com/cronmesh/cronmesh/libs/execevent"
 	"github.com/cronmesh/cronmesh/libs/testkit/amqptest"
+	"github.com/cronmesh/cronmesh/services/registry/internal/app"
 )
 
-// outcome is one execution event as the dispatcher publishes it.
+// outcome is one execution event as the dispatcher publishes it for a slot
+// fired while the job had its current pause_after_dead_letters.
 func outcome(job *registryv1.Job, kind eventsv1.ExecutionEventKind, nominal time.Time) *eventsv1.ExecutionEvent {
 	return &eventsv1.ExecutionEvent{
 		Kind: kind, JobId: job.Id, Namespace: job.Namespace,
 		ExecutionId: job.Id + "/" + nominal.Format(time.RFC3339Nano), NominalTime: timestamppb.New(nominal),
+		PauseAfterDeadLetters: job.PauseAfterDeadLetters,
 	}
 }
 
@@ -30,14 +35,38 @@ func dead(job *registryv1.Job, nominal time.Time) *eventsv1.ExecutionEvent {
 }
 
 // publishOutcomes publishes events as one batch message on the registry's
-// execution events exchange.
+// execution events exchange, routed as the dispatcher routes it.
 func (r *registry) publishOutcomes(t *testing.T, events ...*eventsv1.ExecutionEvent) {
+	t.Helper()
+	require.True(t, r.publishOutcomesAs(t, execevent.RoutingKey(events), events...), "no queue took the batch")
+}
+
+// publishOutcomesAs publishes events as one batch message with routing key,
+// waits for the broker's confirm (a batch published after it is queued
+// after it) and reports whether any queue took it.
+func (r *registry) publishOutcomesAs(t *testing.T, key string, events ...*eventsv1.ExecutionEvent) (routed bool) {
 	t.Helper()
 	body, err := proto.Marshal(&eventsv1.ExecutionEventBatch{Events: events})
 	require.NoError(t, err)
 	ch := amqptest.Channel(t)
-	require.NoError(t, ch.PublishWithContext(context.Background(), r.executions, "execution.dead", false, false,
-		amqp091.Publishing{Body: body, DeliveryMode: amqp091.Persistent}))
+	require.NoError(t, ch.Confirm(false))
+	// The broker returns a mandatory message no queue takes before it
+	// confirms it.
+	returns := ch.NotifyReturn(make(chan amqp091.Return, 1))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	confirm, err := ch.PublishWithDeferredConfirmWithContext(ctx, r.executions, key, true, false,
+		amqp091.Publishing{Body: body, DeliveryMode: amqp091.Persistent})
+	require.NoError(t, err)
+	acked, err := confirm.WaitContext(ctx)
+	require.NoError(t, err)
+	require.True(t, acked, "the broker refused the batch")
+	select {
+	case <-returns:
+		return false
+	default:
+		return true
+	}
 }
 
 func createWithThreshold(t *testing.T, client registryv1connect.JobServiceClient, name string, n int32) *registryv1.Job {
@@ -129,4 +158,48 @@ func TestPauseOnFailure(t *testing.T) {
 	require.Equal(t, "pause-on-failure", pauses[0].KeyId)
 	require.Equal(t, "pause-on-failure", pauses[0].Job.PausedByKeyId)
 	require.Contains(t, pauses[0].Job.PauseReason, "3 consecutive dead-lettered executions")
+}
+
+// preboundExecutions is an option naming the registry's execution events
+// exchange and queue, declared first as a registry that took every event
+// left them: the queue bound with "execution.#".
+func preboundExecutions(t *testing.T) option {
+	t.Helper()
+	exchange := amqptest.UniqueName(t, "cronmesh.executions")
+	queue := amqptest.UniqueName(t, "cronmesh.registry.executions")
+	ch := amqptest.Channel(t)
+	require.NoError(t, ch.ExchangeDeclare(exchange, "topic", true, false, false, false, nil))
+	_, err := ch.QueueDeclare(queue, true, false, false, false,
+		amqp091.Table{"x-queue-type": "quorum", "x-delivery-limit": broker.NoDeliveryLimit})
+	require.NoError(t, err)
+	require.NoError(t, ch.QueueBind(queue, "execution.#", exchange, false, nil))
+	return func(c *app.Config) { c.ExecutionsExchange, c.ExecutionsQueue = exchange, queue }
+}
+
+// TestPauseOnFailureTakesOnlyMarkedBatches: the registry reads only the
+// batches routed for the pause on failure. Its queue, bound to every event
+// by an earlier registry, no longer takes an unmarked batch; and in a
+// marked batch, the event of a slot fired before its job had the option
+// does not count.
+func TestPauseOnFailureTakesOnlyMarkedBatches(t *testing.T) {
+	t.Parallel()
+	reg := startRegistry(t, preboundExecutions(t))
+	select {
+	case <-reg.app.FailuresReady():
+	case <-time.After(30 * time.Second):
+		t.Fatal("the registry did not subscribe to execution events")
+	}
+	client := reg.client(keyAlpha)
+	watched := createWithThreshold(t, client, "watched", 1)
+	now := time.Now().UTC().Truncate(time.Second)
+
+	require.False(t, reg.publishOutcomesAs(t, "execution.dead", dead(watched, now)),
+		"an unmarked batch reached the registry's queue through the former binding")
+
+	before := dead(watched, now.Add(time.Minute))
+	before.PauseAfterDeadLetters = 0 // fired before the job had the option
+	sentinel := createWithThreshold(t, client, "sentinel", 1)
+	reg.publishOutcomes(t, before, dead(sentinel, now))
+	require.Eventually(t, func() bool { return getJob(t, client, sentinel.Id).Paused }, 15*time.Second, 20*time.Millisecond)
+	require.False(t, getJob(t, client, watched.Id).Paused, "an unmarked event of a marked batch counted")
 }

@@ -1,7 +1,8 @@
 // Package failpause is the registry's pause on failure: it consumes the
-// execution events on their own durable queue, keeps each job's streak of
-// dead-lettered executions and pauses a job whose streak reaches its
-// pause_after_dead_letters (docs/adr/0013-pause-on-failure.md). The registry
+// execution events of the jobs with pause_after_dead_letters on their own
+// durable queue, keeps each job's streak of dead-lettered executions and
+// pauses a job whose streak reaches its pause_after_dead_letters
+// (docs/adr/0013-pause-on-failure.md). The registry
 // owns jobs and their pause, so it counts them itself: no other service
 // reads or writes its tables, and no API key crosses namespaces.
 package failpause
@@ -18,15 +19,17 @@ import (
 	eventsv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/events/v1"
 	"github.com/cronmesh/cronmesh/libs/broker"
 	"github.com/cronmesh/cronmesh/libs/clock"
+	"github.com/cronmesh/cronmesh/libs/execevent"
 	"github.com/cronmesh/cronmesh/services/registry/internal/store"
 )
 
 // Defaults of Options.
 const (
 	DefaultWorkers = 8
-	// bindingKey takes every execution event: a batch is routed by the
-	// kind of its first event only.
-	bindingKey = "execution.#"
+	// formerBindingKey took every execution event. The queue is bound
+	// with execevent.PauseOnFailureBindingKey instead, and a binding
+	// outlives the registry that declared it, so it is removed.
+	formerBindingKey = "execution.#"
 )
 
 // Options for New.
@@ -63,9 +66,10 @@ func New(opts Options) (*Consumer, error) {
 	c := &Consumer{opts: opts}
 	var err error
 	c.consumer, err = broker.NewConsumer(broker.ConsumerOptions{
-		Name: "pause on failure", AMQPURL: opts.AMQPURL, Exchange: opts.Exchange, Queue: opts.Queue, BindingKey: bindingKey,
-		QueueArguments: map[string]any{"x-delivery-limit": broker.NoDeliveryLimit},
-		Handle:         c.apply, Subscriptions: opts.Workers, Prefetch: 1,
+		Name: "pause on failure", AMQPURL: opts.AMQPURL, Exchange: opts.Exchange, Queue: opts.Queue, BindingKey: execevent.PauseOnFailureBindingKey,
+		FormerBindingKeys: []string{formerBindingKey},
+		QueueArguments:    map[string]any{"x-delivery-limit": broker.NoDeliveryLimit},
+		Handle:            c.apply, Subscriptions: opts.Workers, Prefetch: 1,
 		Logger: opts.Logger, Clock: opts.Clock,
 	})
 	if err != nil {
@@ -83,14 +87,14 @@ func (c *Consumer) Ready() <-chan struct{} { return c.consumer.Ready() }
 func (c *Consumer) Run(ctx context.Context) error { return c.consumer.Run(ctx) }
 
 // apply records the outcomes of msgs: the broker.BatchHandler of the
-// consumer. Which of the batch's jobs have a pause_after_dead_letters is
-// asked once for the whole batch; only their outcomes are recorded. A
-// message whose outcomes are not all recorded is retried whole (recording
-// an outcome twice is harmless: the store keys it by slot).
+// consumer. Only the batches that hold an event of a job with the option
+// are routed here; their other events are skipped. An event counts only if
+// its slot fired while the job had the option, and RecordOutcome counts it
+// only while the job still has it. A message whose outcomes are not all
+// recorded is retried whole (recording an outcome twice is harmless: the
+// store keys it by slot).
 func (c *Consumer) apply(ctx context.Context, msgs []*message.Message) ([]error, error) {
 	errs := make([]error, len(msgs))
-	outcomes := make([][]store.Outcome, len(msgs))
-	var jobIDs []string
 	for i, msg := range msgs {
 		batch := &eventsv1.ExecutionEventBatch{}
 		if err := proto.Unmarshal(msg.Payload, batch); err != nil {
@@ -98,6 +102,9 @@ func (c *Consumer) apply(ctx context.Context, msgs []*message.Message) ([]error,
 			continue
 		}
 		for _, ev := range batch.GetEvents() {
+			if ev.GetPauseAfterDeadLetters() <= 0 {
+				continue
+			}
 			var dead bool
 			switch ev.GetKind() {
 			case eventsv1.ExecutionEventKind_EXECUTION_EVENT_KIND_DEAD:
@@ -106,24 +113,7 @@ func (c *Consumer) apply(ctx context.Context, msgs []*message.Message) ([]error,
 			default:
 				continue
 			}
-			outcomes[i] = append(outcomes[i], store.Outcome{
-				Namespace: ev.GetNamespace(), JobID: ev.GetJobId(), NominalTime: ev.GetNominalTime().AsTime(), Dead: dead,
-			})
-			jobIDs = append(jobIDs, ev.GetJobId())
-		}
-	}
-	if len(jobIDs) == 0 {
-		return errs, nil
-	}
-	pausing, err := c.opts.Store.PausingJobs(ctx, jobIDs)
-	if err != nil {
-		return nil, err
-	}
-	for i, ofMessage := range outcomes {
-		for _, o := range ofMessage {
-			if !pausing[o.JobID] {
-				continue
-			}
+			o := store.Outcome{Namespace: ev.GetNamespace(), JobID: ev.GetJobId(), NominalTime: ev.GetNominalTime().AsTime(), Dead: dead}
 			if errs[i] = c.record(ctx, o); errs[i] != nil {
 				break
 			}

@@ -8,7 +8,6 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	eventsv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/events/v1"
@@ -28,104 +27,6 @@ type Outcome struct {
 	NominalTime      time.Time
 	// Dead: dead-lettered; otherwise succeeded.
 	Dead bool
-}
-
-// PausingJobs returns which of ids (job ids) name jobs with a
-// pause_after_dead_letters, in one query: the outcomes of every other job
-// change nothing, and most jobs do not have the option, so the pause on
-// failure asks this once per batch of events rather than reading each
-// event's job. The query walks the small index of the jobs that have the
-// option (jobs_pausing), and reads a spec only for a row written before
-// the option had its column; it then fills the column in, so each such
-// row is decoded once. Ids that are not UUIDs or name no job are not in
-// the result.
-func (s *Store) PausingJobs(ctx context.Context, ids []string) (map[string]bool, error) {
-	valid := make([]string, 0, len(ids))
-	for _, id := range ids {
-		if _, err := uuid.Parse(id); err == nil {
-			valid = append(valid, id)
-		}
-	}
-	pausing := map[string]bool{}
-	if len(valid) == 0 {
-		return pausing, nil
-	}
-	rows, err := s.pool.Query(ctx, `
-		SELECT id::text, pause_after_dead_letters, CASE WHEN pause_after_dead_letters IS NULL THEN spec END
-		FROM jobs WHERE id = ANY($1::uuid[]) AND pause_after_dead_letters IS DISTINCT FROM 0`, valid)
-	if err != nil {
-		return nil, fmt.Errorf("read jobs for pause on failure: %w", err)
-	}
-	defer rows.Close()
-	field := (&registryv1.Job{}).ProtoReflect().Descriptor().Fields().ByName("pause_after_dead_letters").Number()
-	var (
-		id         string
-		pauseAfter *int32
-		spec       []byte
-		// unknown are the rows without the column, and what their spec says.
-		unknownIDs   []string
-		unknownLimit []int32
-	)
-	for rows.Next() {
-		if err := rows.Scan(&id, &pauseAfter, &spec); err != nil {
-			return nil, fmt.Errorf("read jobs for pause on failure: %w", err)
-		}
-		if pauseAfter == nil {
-			n, err := int32Field(spec, field)
-			if err != nil {
-				return nil, fmt.Errorf("decode job %s: %w", id, err)
-			}
-			unknownIDs, unknownLimit = append(unknownIDs, id), append(unknownLimit, n)
-			pauseAfter = &n
-		}
-		if *pauseAfter > 0 {
-			pausing[id] = true
-		}
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("read jobs for pause on failure: %w", err)
-	}
-	if len(unknownIDs) > 0 {
-		// Only where the column is still empty: a write of the job since
-		// the read set it from a newer spec.
-		if _, err := s.pool.Exec(ctx, `
-			UPDATE jobs SET pause_after_dead_letters = u.n
-			FROM unnest($1::uuid[], $2::int[]) AS u(id, n)
-			WHERE jobs.id = u.id AND jobs.pause_after_dead_letters IS NULL`, unknownIDs, unknownLimit); err != nil {
-			return nil, fmt.Errorf("record pause_after_dead_letters of %d jobs: %w", len(unknownIDs), err)
-		}
-	}
-	return pausing, nil
-}
-
-// int32Field reads the int32 field number of the protobuf message b (0
-// when absent; the last occurrence wins, as in a full decode) without
-// decoding the rest: a job's spec holds its target, headers and schedule,
-// and decoding all of it for one number was most of the pause on
-// failure's CPU.
-func int32Field(b []byte, number protowire.Number) (int32, error) {
-	var v int32
-	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
-		if n < 0 {
-			return 0, protowire.ParseError(n)
-		}
-		b = b[n:]
-		if num == number && typ == protowire.VarintType {
-			x, m := protowire.ConsumeVarint(b)
-			if m < 0 {
-				return 0, protowire.ParseError(m)
-			}
-			v, b = int32(x), b[m:]
-			continue
-		}
-		m := protowire.ConsumeFieldValue(num, typ, b)
-		if m < 0 {
-			return 0, protowire.ParseError(m)
-		}
-		b = b[m:]
-	}
-	return v, nil
 }
 
 // RecordOutcome counts o towards its job's pause on failure and pauses the

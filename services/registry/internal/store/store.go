@@ -646,7 +646,10 @@ type jobColumns struct {
 	paused                      []bool
 	specs                       [][]byte
 	times                       []time.Time
-	pauseAfter                  []int32
+	// pauseAfter fills the column pause_after_dead_letters. This registry
+	// reads the option from the spec; registries that looked the pausing
+	// jobs up by the column may run beside it during a rolling upgrade.
+	pauseAfter []int32
 }
 
 func (c *jobColumns) add(job *registryv1.Job) error {

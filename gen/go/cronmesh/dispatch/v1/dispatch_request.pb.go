@@ -146,6 +146,11 @@ type DispatchRequest struct {
 	// (retries, manual runs, backfills, catch-up slots, and slots fired at
 	// or after their time).
 	NotBefore *timestamppb.Timestamp `protobuf:"bytes,22,opt,name=not_before,json=notBefore,proto3" json:"not_before,omitempty"`
+	// The job's pause_after_dead_letters when the slot fired. The dispatcher
+	// copies it into the execution's lifecycle events, whose batches it then
+	// routes so that only those holding such an event reach the registry's
+	// pause on failure (see ExecutionEvent.pause_after_dead_letters).
+	PauseAfterDeadLetters int32 `protobuf:"varint,23,opt,name=pause_after_dead_letters,json=pauseAfterDeadLetters,proto3" json:"pause_after_dead_letters,omitempty"`
 	// For a manual run made by JobService.RerunExecution: the execution it
 	// re-runs. Copied into every lifecycle event of the execution.
 	RerunOfExecutionId string `protobuf:"bytes,16,opt,name=rerun_of_execution_id,json=rerunOfExecutionId,proto3" json:"rerun_of_execution_id,omitempty"`
@@ -311,6 +316,13 @@ func (x *DispatchRequest) GetNotBefore() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *DispatchRequest) GetPauseAfterDeadLetters() int32 {
+	if x != nil {
+		return x.PauseAfterDeadLetters
+	}
+	return 0
+}
+
 func (x *DispatchRequest) GetRerunOfExecutionId() string {
 	if x != nil {
 		return x.RerunOfExecutionId
@@ -336,7 +348,7 @@ var File_cronmesh_dispatch_v1_dispatch_request_proto protoreflect.FileDescriptor
 
 const file_cronmesh_dispatch_v1_dispatch_request_proto_rawDesc = "" +
 	"\n" +
-	"+cronmesh/dispatch/v1/dispatch_request.proto\x12\x14cronmesh.dispatch.v1\x1a\x1ecronmesh/registry/v1/job.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xe6\b\n" +
+	"+cronmesh/dispatch/v1/dispatch_request.proto\x12\x14cronmesh.dispatch.v1\x1a\x1ecronmesh/registry/v1/job.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x9f\t\n" +
 	"\x0fDispatchRequest\x12!\n" +
 	"\fexecution_id\x18\x01 \x01(\tR\vexecutionId\x12\x15\n" +
 	"\x06job_id\x18\x02 \x01(\tR\x05jobId\x12\x1c\n" +
@@ -358,7 +370,8 @@ const file_cronmesh_dispatch_v1_dispatch_request_proto_rawDesc = "" +
 	"\rdeadline_time\x18\x14 \x01(\v2\x1a.google.protobuf.TimestampR\fdeadlineTime\x12@\n" +
 	"\x0enext_slot_time\x18\x15 \x01(\v2\x1a.google.protobuf.TimestampR\fnextSlotTime\x129\n" +
 	"\n" +
-	"not_before\x18\x16 \x01(\v2\x1a.google.protobuf.TimestampR\tnotBefore\x121\n" +
+	"not_before\x18\x16 \x01(\v2\x1a.google.protobuf.TimestampR\tnotBefore\x127\n" +
+	"\x18pause_after_dead_letters\x18\x17 \x01(\x05R\x15pauseAfterDeadLetters\x121\n" +
 	"\x15rerun_of_execution_id\x18\x10 \x01(\tR\x12rerunOfExecutionId\x12+\n" +
 	"\x11overridden_fields\x18\x11 \x03(\tR\x10overriddenFields\x12J\n" +
 	"\x0eoverlap_policy\x18\x0f \x01(\x0e2#.cronmesh.registry.v1.OverlapPolicyR\roverlapPolicy\x1a<\n" +

@@ -107,10 +107,12 @@ func (ExecutionEventKind) EnumDescriptor() ([]byte, []int) {
 }
 
 // ExecutionEventBatch is the body of one message on the
-// `cronmesh.executions` topic exchange (routing key "execution.<kind>" of
-// its first event; consumers read every event of the batch). Many events
-// travel in one broker message to keep the broker's per-message cost off the
-// per-execution budget.
+// `cronmesh.executions` topic exchange. Its routing key is
+// "execution.<kind>", the kind of its first event, with ".pause-on-failure"
+// appended when any event of the batch has pause_after_dead_letters set;
+// consumers read every event of the batch. Many events travel in one broker
+// message to keep the broker's per-message cost off the per-execution
+// budget.
 type ExecutionEventBatch struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Events        []*ExecutionEvent      `protobuf:"bytes,1,rep,name=events,proto3" json:"events,omitempty"`
@@ -206,8 +208,13 @@ type ExecutionEvent struct {
 	OverriddenFields []string `protobuf:"bytes,22,rep,name=overridden_fields,json=overriddenFields,proto3" json:"overridden_fields,omitempty"`
 	// DispatchRequest.rerun_of_execution_id: the execution this one re-runs.
 	RerunOfExecutionId string `protobuf:"bytes,23,opt,name=rerun_of_execution_id,json=rerunOfExecutionId,proto3" json:"rerun_of_execution_id,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// DispatchRequest.pause_after_dead_letters: the job's option when the
+	// slot fired. A batch holding an event with it set is routed
+	// "execution.<kind>.pause-on-failure" (see ExecutionEventBatch), and only
+	// such batches reach the registry's pause on failure.
+	PauseAfterDeadLetters int32 `protobuf:"varint,24,opt,name=pause_after_dead_letters,json=pauseAfterDeadLetters,proto3" json:"pause_after_dead_letters,omitempty"`
+	unknownFields         protoimpl.UnknownFields
+	sizeCache             protoimpl.SizeCache
 }
 
 func (x *ExecutionEvent) Reset() {
@@ -401,13 +408,21 @@ func (x *ExecutionEvent) GetRerunOfExecutionId() string {
 	return ""
 }
 
+func (x *ExecutionEvent) GetPauseAfterDeadLetters() int32 {
+	if x != nil {
+		return x.PauseAfterDeadLetters
+	}
+	return 0
+}
+
 var File_cronmesh_events_v1_execution_event_proto protoreflect.FileDescriptor
 
 const file_cronmesh_events_v1_execution_event_proto_rawDesc = "" +
 	"\n" +
 	"(cronmesh/events/v1/execution_event.proto\x12\x12cronmesh.events.v1\x1a+cronmesh/dispatch/v1/dispatch_request.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"Q\n" +
 	"\x13ExecutionEventBatch\x12:\n" +
-	"\x06events\x18\x01 \x03(\v2\".cronmesh.events.v1.ExecutionEventR\x06events\"\xe6\t\n" +
+	"\x06events\x18\x01 \x03(\v2\".cronmesh.events.v1.ExecutionEventR\x06events\"\x9f\n" +
+	"\n" +
 	"\x0eExecutionEvent\x12\x19\n" +
 	"\bevent_id\x18\x01 \x01(\tR\aeventId\x12:\n" +
 	"\x04kind\x18\x02 \x01(\x0e2&.cronmesh.events.v1.ExecutionEventKindR\x04kind\x12!\n" +
@@ -436,7 +451,8 @@ const file_cronmesh_events_v1_execution_event_proto_rawDesc = "" +
 	"retryDelay\x12Y\n" +
 	"\rtrace_context\x18\x15 \x03(\v24.cronmesh.events.v1.ExecutionEvent.TraceContextEntryR\ftraceContext\x12+\n" +
 	"\x11overridden_fields\x18\x16 \x03(\tR\x10overriddenFields\x121\n" +
-	"\x15rerun_of_execution_id\x18\x17 \x01(\tR\x12rerunOfExecutionId\x1a<\n" +
+	"\x15rerun_of_execution_id\x18\x17 \x01(\tR\x12rerunOfExecutionId\x127\n" +
+	"\x18pause_after_dead_letters\x18\x18 \x01(\x05R\x15pauseAfterDeadLetters\x1a<\n" +
 	"\x0eJobLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a?\n" +
