@@ -8,6 +8,8 @@
 //	mesh-bench sustained [flags]  a realistic mix at --rate executions/s for --duration
 //	mesh-bench burst [flags]      --jobs one-time jobs all due on one second
 //	mesh-bench memory [flags]     --jobs jobs in the trigger tier: its RSS
+//	mesh-bench compare [--changed p,q] A.md B.md
+//	                              two runs' CPU per execution, process by process
 //
 // The logic lives in bench/internal/meshbench; this is wiring.
 package main
@@ -29,7 +31,7 @@ import (
 
 func main() {
 	if len(os.Args) < 2 || strings.HasPrefix(os.Args[1], "-") {
-		fmt.Fprintln(os.Stderr, "usage: mesh-bench capacity|sustained|burst|memory [flags] (-h for the flags)")
+		fmt.Fprintln(os.Stderr, "usage: mesh-bench capacity|sustained|burst|memory|compare [flags] (-h for the flags)")
 		os.Exit(2)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -45,6 +47,9 @@ func main() {
 }
 
 func run(ctx context.Context, scenario string, args []string) error {
+	if scenario == "compare" {
+		return compare(args)
+	}
 	fs := flag.NewFlagSet(scenario, flag.ContinueOnError)
 	var cfg meshbench.Config
 	fs.StringVar(&cfg.BinDir, "bin-dir", "bin", "the service binaries (make build)")
@@ -97,9 +102,44 @@ func run(ctx context.Context, scenario string, args []string) error {
 			err = meshbench.Memory(ctx, cfg, o)
 		}
 	default:
-		return fmt.Errorf("unknown scenario %q (capacity, sustained, burst, memory)", scenario)
+		return fmt.Errorf("unknown scenario %q (capacity, sustained, burst, memory, compare)", scenario)
 	}
 	return err
+}
+
+// compare prints the CPU per execution of two reports of one run each
+// (--out of sustained or burst), process by process.
+func compare(args []string) error {
+	fs := flag.NewFlagSet("compare", flag.ContinueOnError)
+	changed := fs.String("changed", "", "comma-separated processes the change touched, as the reports name them (registry, dispatcher, postgresql, trigger-1...); the others are the drift")
+	fs.Usage = func() {
+		fmt.Fprintln(fs.Output(), "usage: mesh-bench compare [--changed p,q] A.md B.md (A before the change, B after)")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() != 2 {
+		fs.Usage()
+		return errors.New("compare takes two reports")
+	}
+	var runs [2]meshbench.CPUPerExecution
+	for i, path := range fs.Args() {
+		f, err := os.Open(path)
+		if err != nil {
+			return err
+		}
+		runs[i], err = meshbench.ParseCPUPerExecution(f)
+		f.Close()
+		if err != nil {
+			return fmt.Errorf("%s: %w", path, err)
+		}
+	}
+	c := meshbench.Comparison{A: runs[0], B: runs[1]}
+	if *changed != "" {
+		c.Changed = strings.Split(*changed, ",")
+	}
+	return c.Write(os.Stdout)
 }
 
 // parse parses the flags and fills what Config derives from them.

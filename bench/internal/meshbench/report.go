@@ -44,6 +44,12 @@ func product(u procstat.Usage) time.Duration {
 // the whole machine's (what a capacity figure divides), the product's
 // (services, etcd, PostgreSQL and RabbitMQ) and each process's.
 func (e *env) perExecution(d *report.Doc, u procstat.Usage, executions int, end *procstat.Snapshot) {
+	writePerExecution(d, u, executions, e.groups(), end)
+}
+
+// writePerExecution is perExecution's text for the processes groups, in
+// their order; ParseCPUPerExecution reads it back.
+func writePerExecution(d *report.Doc, u procstat.Usage, executions int, groups []string, end *procstat.Snapshot) {
 	if executions <= 0 || u.Err != nil {
 		d.P("No CPU per execution: %d executions, %v.", executions, u.Err)
 		return
@@ -53,9 +59,9 @@ func (e *env) perExecution(d *report.Doc, u procstat.Usage, executions int, end 
 	}
 	d.P("CPU per execution, over the %s executions delivered in the window: **machine %s** (busy %.2f of %d cores), the product's processes %s (the services, etcd, PostgreSQL, RabbitMQ), the bench process %s (load, target, ledger), other processes %s.",
 		report.Num(executions), per(u.Busy), u.Of(u.Busy), u.Cores, per(product(u)), per(u.CPU[benchProcess]), per(u.CPU[procstat.Other]))
-	d.Usage(u, e.groups(), end)
+	d.Usage(u, groups, end)
 	rows := [][]string{}
-	for _, g := range e.groups() {
+	for _, g := range groups {
 		rows = append(rows, []string{g, per(u.CPU[g])})
 	}
 	d.Table([]string{"process", "CPU per execution"}, rows)
