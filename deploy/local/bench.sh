@@ -127,7 +127,7 @@ curl -sf "$URL/readyz" >/dev/null || die "the registry is not ready after 30s; s
 {
   printf '# Registry benchmark, %s\n\n' "$(date -u '+%Y-%m-%d %H:%M UTC')"
   printf 'Run by `%s` at commit %s%s.\n' \
-    "BENCH_JOBS=$BENCH_JOBS deploy/local/bench.sh" \
+    "BENCH_SCENARIOS='$BENCH_SCENARIOS' BENCH_JOBS=$BENCH_JOBS deploy/local/bench.sh" \
     "$(git rev-parse --short HEAD 2>/dev/null || echo unknown)" \
     "$(git diff --quiet HEAD 2>/dev/null || echo ' (with uncommitted changes)')"
   printf 'Registry: `bin/registry serve --listen 127.0.0.1:%s --schema %s --exchange %s --log-level warn` (default pool, 16 outbox lanes; no queue is bound to the exchange).\n' \
