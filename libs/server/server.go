@@ -223,10 +223,18 @@ func New(opts Options) (*Server, error) {
 	return s, nil
 }
 
+// compressMinBytes is the smallest response a handler compresses when the
+// caller accepts gzip. Connect compresses every response by default, and
+// the pooled gzip writer's reset alone costs the same whatever the size: at
+// 500 CreateJob calls/s, 8 % of the registry's CPU went to compressing
+// single jobs, which gain nothing from it on the way back.
+const compressMinBytes = 1 << 10
+
 // HandlerOptions returns the Connect handler options every service must pass
 // to its generated NewXxxServiceHandler: the read limit of
 // Limits.MaxRequestBytes on each decompressed message (RESOURCE_EXHAUSTED
-// beyond it), OpenTelemetry tracing (server spans join the caller's trace
+// beyond it), responses compressed only from compressMinBytes on,
+// OpenTelemetry tracing (server spans join the caller's trace
 // from its traceparent header), Prometheus request metrics, panic recovery
 // that logs the panic with its stack and returns CodeInternal without
 // leaking details, extra interceptors, then the per-key rate limit of
@@ -238,6 +246,7 @@ func New(opts Options) (*Server, error) {
 func (s *Server) HandlerOptions(extra ...connect.Interceptor) []connect.HandlerOption {
 	return []connect.HandlerOption{
 		connect.WithReadMaxBytes(s.limits.MaxRequestBytes),
+		connect.WithCompressMinBytes(compressMinBytes),
 		connect.WithInterceptors(s.otel, s.metrics),
 		connect.WithRecover(s.recoverPanic),
 		connect.WithInterceptors(extra...),

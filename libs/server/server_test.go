@@ -1,6 +1,7 @@
 package server_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -23,6 +24,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	healthv1 "google.golang.org/grpc/health/grpc_health_v1"
 	reflectionv1 "google.golang.org/grpc/reflection/grpc_reflection_v1"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
@@ -617,4 +619,31 @@ func TestRunLifecycle(t *testing.T) {
 		}
 		require.Empty(t, s.Addr())
 	})
+}
+
+// TestSmallResponsesAreNotCompressed: a caller that accepts gzip gets a
+// large response compressed and a small one as it is, which would cost
+// more to compress than it saves.
+func TestSmallResponsesAreNotCompressed(t *testing.T) {
+	t.Parallel()
+	f := start(t, nil)
+	encoding := func(value string) string {
+		t.Helper()
+		body, err := proto.Marshal(wrapperspb.String(value))
+		require.NoError(t, err)
+		req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, f.url+echoProcedure, bytes.NewReader(body))
+		require.NoError(t, err)
+		req.Header.Set("Content-Type", "application/proto")
+		// Set by hand, so the client neither adds nor undoes it.
+		req.Header.Set("Accept-Encoding", "gzip")
+		res, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		defer res.Body.Close()
+		_, err = io.Copy(io.Discard, res.Body)
+		require.NoError(t, err)
+		require.Equal(t, http.StatusOK, res.StatusCode)
+		return res.Header.Get("Content-Encoding")
+	}
+	require.Empty(t, encoding("a job's worth of bytes"), "a small response is sent as it is")
+	require.Equal(t, "gzip", encoding(strings.Repeat("a page of jobs ", 200)), "a large one is compressed")
 }
