@@ -6,6 +6,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	amqp091 "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -13,6 +14,7 @@ import (
 	dispatchv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/dispatch/v1"
 	eventsv1 "github.com/cronmesh/cronmesh/gen/go/cronmesh/events/v1"
 	"github.com/cronmesh/cronmesh/libs/execevent"
+	"github.com/cronmesh/cronmesh/libs/testkit/amqptest"
 )
 
 // TestEventExcerpt: an event's excerpt is valid UTF-8 of at most
@@ -118,7 +120,35 @@ func TestRoutingKey(t *testing.T) {
 	require.Equal(t, "execution.dead.pause-on-failure", execevent.RoutingKey([]*eventsv1.ExecutionEvent{event(dead, 2)}))
 	require.Equal(t, "execution.succeeded.pause-on-failure",
 		execevent.RoutingKey([]*eventsv1.ExecutionEvent{event(succeeded, 0), event(succeeded, 0), event(dead, 1)}))
-	// What the registry binds matches exactly the marked keys: one word
-	// of kind, then the mark.
-	require.Equal(t, "execution.*.pause-on-failure", execevent.PauseOnFailureBindingKey)
+}
+
+// TestPauseOnFailureBindingKeyTakesTheMarkedBatches: a queue bound with
+// PauseOnFailureBindingKey, as the registry's is, receives every batch
+// RoutingKey marks, whatever its first event's kind, and no other.
+func TestPauseOnFailureBindingKeyTakesTheMarkedBatches(t *testing.T) {
+	t.Parallel()
+	exchange := amqptest.UniqueName(t, "executions")
+	queue := amqptest.DeclareTopicQueue(t, exchange, execevent.PauseOnFailureBindingKey)
+	batch := func(kind eventsv1.ExecutionEventKind, pauseAfter int32) string {
+		return execevent.RoutingKey([]*eventsv1.ExecutionEvent{
+			execevent.New(kind, &dispatchv1.DispatchRequest{PauseAfterDeadLetters: pauseAfter}, time.Now(), execevent.Attempt{}, "", ""),
+		})
+	}
+	ch := amqptest.Channel(t)
+	keys := []string{
+		batch(eventsv1.ExecutionEventKind_EXECUTION_EVENT_KIND_DEAD, 0),
+		batch(eventsv1.ExecutionEventKind_EXECUTION_EVENT_KIND_DEAD, 1),
+		batch(eventsv1.ExecutionEventKind_EXECUTION_EVENT_KIND_SUCCEEDED, 0),
+		batch(eventsv1.ExecutionEventKind_EXECUTION_EVENT_KIND_SUCCEEDED, 5),
+	}
+	// Published in order on one channel: an unmarked batch the binding
+	// took would be queued ahead of the marked one after it.
+	for _, key := range keys {
+		require.NoError(t, ch.PublishWithContext(t.Context(), exchange, key, false, false, amqp091.Publishing{Body: []byte(key)}))
+	}
+	var got []string
+	for _, d := range amqptest.Consume(t, queue, 2, 10*time.Second) {
+		got = append(got, string(d.Body))
+	}
+	require.Equal(t, []string{"execution.dead.pause-on-failure", "execution.succeeded.pause-on-failure"}, got)
 }

@@ -167,12 +167,10 @@ func preboundExecutions(t *testing.T) option {
 	t.Helper()
 	exchange := amqptest.UniqueName(t, "cronmesh.executions")
 	queue := amqptest.UniqueName(t, "cronmesh.registry.executions")
-	ch := amqptest.Channel(t)
-	require.NoError(t, ch.ExchangeDeclare(exchange, "topic", true, false, false, false, nil))
-	_, err := ch.QueueDeclare(queue, true, false, false, false,
-		amqp091.Table{"x-queue-type": "quorum", "x-delivery-limit": broker.NoDeliveryLimit})
-	require.NoError(t, err)
-	require.NoError(t, ch.QueueBind(queue, "execution.#", exchange, false, nil))
+	require.NoError(t, broker.DeclareQueues(t.Context(), amqptest.URL(), broker.QueueBinding{
+		Exchange: exchange, Queue: queue, BindingKey: "execution.#",
+		Arguments: map[string]any{"x-delivery-limit": broker.NoDeliveryLimit},
+	}))
 	return func(c *app.Config) { c.ExecutionsExchange, c.ExecutionsQueue = exchange, queue }
 }
 

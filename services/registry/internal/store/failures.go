@@ -41,7 +41,8 @@ func (s *Store) RecordOutcome(ctx context.Context, o Outcome) (bool, error) {
 	if _, err := uuid.Parse(o.JobID); err != nil {
 		return false, nil // not a job of this registry
 	}
-	// Most jobs do not have the option: one read, no transaction, no lock.
+	// The job may have lost the option since the slot fired: one read, no
+	// transaction, no lock.
 	var limit int32
 	if job, err := s.getTx(ctx, s.pool, o.Namespace, o.JobID, "", false); errors.Is(err, ErrNotFound) {
 		return false, nil
